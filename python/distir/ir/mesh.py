@@ -1,0 +1,113 @@
+"""Device meshes: an N-D grid of devices whose sizes may be symbolic (``num_workers``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence, Union
+
+from ..errors import DistirError
+from . import sym
+from .sym import Dim
+
+
+class MeshError(DistirError):
+    """A device mesh is malformed."""
+
+
+@dataclass(frozen=True, eq=False)
+class Range:
+    """Device ids ``start, start+1, ..., stop-1`` (``I.Range(0, "num_workers")``)."""
+
+    start: Dim
+    stop: Dim
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Range) and sym.equal(self.start, other.start) and sym.equal(self.stop, other.stop)
+
+    def __hash__(self) -> int:
+        return hash((sym.key(self.start), sym.key(self.stop)))
+
+    @property
+    def size(self) -> Dim:
+        return sym.sub(self.stop, self.start)
+
+
+@dataclass(frozen=True, eq=False)
+class DeviceMesh:
+    """``shape``: devices per mesh axis; ``device_ids``: a Range or an explicit tuple of ints."""
+
+    shape: tuple[Dim, ...]
+    device_ids: Union[Range, tuple[int, ...]]
+    axis_names: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(sym.normalize(s) for s in self.shape))
+        if not self.shape:
+            raise MeshError("a device mesh needs at least one axis")
+        for i, s in enumerate(self.shape):
+            if isinstance(s, int) and s < 1:
+                raise MeshError(f"mesh axis {i} has size {s}; sizes must be at least 1")
+        if self.axis_names is not None and len(self.axis_names) != len(self.shape):
+            raise MeshError(f"mesh has {len(self.shape)} axes but {len(self.axis_names)} axis names")
+        total = self.size
+        if isinstance(self.device_ids, Range):
+            if not sym.equal(self.device_ids.size, total):
+                raise MeshError(
+                    f"mesh of shape {self.shape_str()} has {sym.to_str(total)} devices but its device range "
+                    f"holds {sym.to_str(self.device_ids.size)}"
+                )
+        else:
+            ids = tuple(self.device_ids)
+            object.__setattr__(self, "device_ids", ids)
+            if not isinstance(total, int):
+                raise MeshError("a mesh with symbolic size needs its device ids as a range, e.g. I.Range(0, \"num_workers\")")
+            if len(ids) != total:
+                raise MeshError(f"mesh of shape {self.shape_str()} has {total} devices but {len(ids)} device ids are listed")
+            if len(set(ids)) != len(ids):
+                raise MeshError(f"mesh device ids {list(ids)} repeat a device")
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> Dim:
+        return sym.product(self.shape)
+
+    @property
+    def is_static(self) -> bool:
+        return all(isinstance(s, int) for s in self.shape)
+
+    def shape_str(self) -> str:
+        return "(" + ", ".join(sym.to_str(s) for s in self.shape) + ("," if len(self.shape) == 1 else "") + ")"
+
+    def device_list(self, values: dict[str, int] | None = None) -> list[int]:
+        """Concrete device ids, in mesh (row-major) order."""
+        if isinstance(self.device_ids, Range):
+            start = sym.evaluate(self.device_ids.start, values or {})
+            stop = sym.evaluate(self.device_ids.stop, values or {})
+            return list(range(start, stop))
+        return list(self.device_ids)
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, DeviceMesh)
+            and len(self.shape) == len(other.shape)
+            and all(sym.equal(a, b) for a, b in zip(self.shape, other.shape))
+            and self.device_ids == other.device_ids
+            and self.axis_names == other.axis_names
+        )
+
+    def __hash__(self) -> int:
+        ids = self.device_ids if isinstance(self.device_ids, Range) else tuple(self.device_ids)
+        return hash((tuple(sym.key(s) for s in self.shape), ids, self.axis_names))
+
+    def substitute(self, values) -> "DeviceMesh":
+        ids = self.device_ids
+        if isinstance(ids, Range):
+            ids = Range(sym.substitute(ids.start, values), sym.substitute(ids.stop, values))
+        return DeviceMesh(tuple(sym.substitute(s, values) for s in self.shape), ids, self.axis_names)
+
+
+def make_mesh(shape: Sequence[Dim], device_ids, axis_names=None) -> DeviceMesh:
+    return DeviceMesh(tuple(shape), device_ids, tuple(axis_names) if axis_names else None)

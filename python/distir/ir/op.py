@@ -1,0 +1,155 @@
+"""The op registry: one declaration per op gathers everything distir knows about it.
+
+An :class:`OpDef` holds the op's script name (``"matmul"``, ``"nn.softmax"``,
+``"dist.redistribute"``), its parameters (which are arguments, which are attributes,
+their kinds and defaults), its type inference, its sharding rule (for propagation and
+for typing DTensor inputs), its local-view lowering and its numpy reference. Ops are
+declared in :mod:`distir.ops`; adding an op means writing one declaration there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from ..errors import DistirError, TypeInferenceError
+from .types import DTensorType, TensorType, TupleType, Type
+
+REQUIRED = object()
+
+ARG_KINDS = ("tensor", "tuple", "shape", "prim")
+ATTR_KINDS = (
+    "int",
+    "float",
+    "bool",
+    "str",
+    "dtype",
+    "optional_dtype",
+    "axes",  # None, an int, or a list of ints
+    "ints",  # a list of ints
+    "dims",  # a list of ints / symbolic expressions
+    "dim",  # one int / symbolic expression
+    "mesh",  # a device mesh of the module ("mesh[0]")
+    "placement",  # "S[0], R"
+    "choice",  # one of Param.choices
+    "scalar",  # int or float
+)
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    kind: str
+    default: Any = REQUIRED
+    choices: tuple[str, ...] = ()
+
+    @property
+    def is_arg(self) -> bool:
+        return self.kind in ARG_KINDS
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
+
+
+@dataclass(eq=False)
+class OpDef:
+    """Everything about one op. See the module docstring."""
+
+    name: str
+    params: tuple[Param, ...]
+    infer: Callable[[list[Type], Mapping[str, Any]], Type]
+    numpy: Callable | None = None
+    sharding: Callable | None = None  # (tensor input types, attrs, output types) -> ShardingRule
+    localize: Callable | None = None  # (local args, attrs, local output type) -> (args, attrs)
+    dist_aware: bool = False  # infer() handles DTensor inputs itself
+    doc: str = ""
+    tvm_compatible: bool = True  # TVM's own parser knows this op with these attrs
+    extra: dict = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return f"Op(R.{self.name})"
+
+    @property
+    def arg_params(self) -> tuple[Param, ...]:
+        return tuple(p for p in self.params if p.is_arg)
+
+    @property
+    def attr_params(self) -> tuple[Param, ...]:
+        return tuple(p for p in self.params if not p.is_arg)
+
+    def param(self, name: str) -> Param | None:
+        for p in self.params:
+            if p.name == name:
+                return p
+        return None
+
+    def full_attrs(self, attrs: Mapping[str, Any]) -> dict[str, Any]:
+        out = {}
+        for p in self.attr_params:
+            if p.name in attrs:
+                out[p.name] = attrs[p.name]
+            elif not p.required:
+                out[p.name] = p.default
+            else:
+                raise TypeInferenceError(f"R.{self.name} needs the attribute '{p.name}'")
+        return out
+
+    def infer_type(self, args: Sequence, attrs: Mapping[str, Any]) -> Type:
+        arg_types = [a.type for a in args]
+        return self.infer_from_types(arg_types, attrs)
+
+    def infer_from_types(self, arg_types: list[Type], attrs: Mapping[str, Any]) -> Type:
+        attrs = self.full_attrs(attrs)
+        if self.dist_aware or not any(_has_dtensor(t) for t in arg_types):
+            return self.infer(arg_types, attrs)
+        from .sharding import infer_dtensor_output
+
+        return infer_dtensor_output(self, arg_types, attrs)
+
+
+def _has_dtensor(t: Type) -> bool:
+    if isinstance(t, DTensorType):
+        return True
+    if isinstance(t, TupleType):
+        return any(_has_dtensor(f) for f in t.fields)
+    return False
+
+
+def tensor_inputs(arg_types: Sequence[Type]) -> list[Type]:
+    """Tensor-typed inputs in order, with tuple arguments flattened (for concat)."""
+    out: list[Type] = []
+    for t in arg_types:
+        if isinstance(t, (TensorType, DTensorType)):
+            out.append(t)
+        elif isinstance(t, TupleType):
+            out.extend(tensor_inputs(t.fields))
+    return out
+
+
+_REGISTRY: dict[str, OpDef] = {}
+
+
+def register_op(op: OpDef) -> OpDef:
+    if op.name in _REGISTRY:
+        raise DistirError(f"op R.{op.name} is declared twice")
+    names = [p.name for p in op.params]
+    if len(set(names)) != len(names):
+        raise DistirError(f"op R.{op.name} repeats a parameter name")
+    _REGISTRY[op.name] = op
+    return op
+
+
+def get_op(name: str) -> OpDef | None:
+    """The op called ``name`` (``"matmul"``, ``"nn.softmax"``), or None."""
+    _ensure_loaded()
+    return _REGISTRY.get(name)
+
+
+def all_ops() -> dict[str, OpDef]:
+    _ensure_loaded()
+    return dict(_REGISTRY)
+
+
+def _ensure_loaded() -> None:
+    from .. import ops  # noqa: F401  (declares every op on import)

@@ -1,0 +1,179 @@
+"""Sharding rules: how an op's dims relate, so placements can flow through it.
+
+Each op describes its dims with *factors* (as in GSPMD/Shardy): a factor is a named
+extent shared by the dims that must be split alike. ``matmul`` of ``[m, k] x [k, n]``
+is ``inputs=((m, k), (k, n)), outputs=((m, n),)``; ``k`` is a reduction factor: if it is
+sharded, every worker holds a partial sum, so the output is ``P[sum]``. A reshape dim
+may hold several factors, major first (``[8, 8] -> [64]`` is ``((a,), (b,)) -> ((a, b),)``);
+only a dim's leading factor can be sharded, since only that keeps shards contiguous.
+
+Partial inputs pass through an op only where the op is linear for that reduction:
+``partial={"sum": "one"}`` (linear in each input: matmul, multiply), ``"all"`` (all
+inputs partial alike: add), keyed by reduction op.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from ..errors import TypeInferenceError
+from .mesh import DeviceMesh
+from .placement import Partial, Placement, Replicate, Shard, R
+from .types import DTensorType, TensorType, TupleType, Type
+
+Factors = tuple[tuple[str, ...], ...]  # per dim, the factors it holds (major first)
+
+
+@dataclass(frozen=True)
+class ShardingRule:
+    inputs: tuple[Factors, ...]
+    outputs: tuple[Factors, ...]
+    reductions: Mapping[str, str] = field(default_factory=dict)
+    blocked: frozenset[str] = frozenset()
+    partial: Mapping[str, str] = field(default_factory=dict)
+    partial_inputs: tuple[int, ...] | None = None  # inputs that may be partial in "one" mode
+
+
+def dims_rule(ndim_in: Sequence[int], ndim_out: int, name: str = "d") -> ShardingRule:
+    """Every input dim i maps to output dim i (same-rank elementwise)."""
+    f = tuple((f"{name}{i}",) for i in range(ndim_out))
+    return ShardingRule(inputs=tuple(f[:n] for n in ndim_in), outputs=(f,))
+
+
+def forward(rule: ShardingRule, placements: Sequence[Placement], mesh_ndim: int, op_name: str = "op") -> list[Placement]:
+    """The output placements implied by the input placements, or TypeInferenceError saying why not."""
+    outs = [[R] * mesh_ndim for _ in rule.outputs]
+    for axis in range(mesh_ndim):
+        specs = [p.specs[axis] for p in placements]
+        shards = [(k, s.dim) for k, s in enumerate(specs) if isinstance(s, Shard)]
+        partials = [(k, s.op) for k, s in enumerate(specs) if isinstance(s, Partial)]
+        where = f"R.{op_name} on mesh axis {axis}"
+        if shards and partials:
+            raise TypeInferenceError(
+                f"{where}: input {partials[0][0]} is partial while input {shards[0][0]} is sharded; reduce the partial first"
+            )
+        if shards:
+            leading = set()
+            for k, d in shards:
+                dims = rule.inputs[k]
+                if d >= len(dims):
+                    raise TypeInferenceError(f"{where}: input {k} is sharded on dim {d}, beyond its rank {len(dims)}")
+                if not dims[d]:
+                    raise TypeInferenceError(f"{where}: input {k} dim {d} is broadcast (size 1) and cannot be sharded")
+                leading.add(dims[d][0])
+            if len(leading) > 1:
+                raise TypeInferenceError(
+                    f"{where}: inputs are sharded on dims that do not correspond ("
+                    + ", ".join(f"input {k} dim {d}" for k, d in shards)
+                    + "); redistribute one of them"
+                )
+            f = leading.pop()
+            if f in rule.blocked:
+                k, d = shards[0]
+                raise TypeInferenceError(
+                    f"{where}: input {k} is sharded on dim {d}, which R.{op_name} needs whole; replicate that dim first"
+                )
+            for k, dims in enumerate(rule.inputs):
+                holds = any(f in fs for fs in dims)
+                if holds and not isinstance(specs[k], Shard):
+                    k0, d0 = shards[0]
+                    raise TypeInferenceError(
+                        f"{where}: input {k0} is sharded on dim {d0} but input {k} is {specs[k]} on the matching dim; "
+                        "shard both alike"
+                    )
+                if holds and dims[specs[k].dim][0] != f:
+                    raise TypeInferenceError(f"{where}: input {k} is sharded on a dim that does not match input {shards[0][0]}")
+                if not holds and not isinstance(specs[k], Replicate):
+                    raise TypeInferenceError(f"{where}: input {k} must be replicated (it has no dim matching the sharded one)")
+            for o, dims in enumerate(rule.outputs):
+                found = [d for d, fs in enumerate(dims) if f in fs]
+                if found:
+                    d = found[0]
+                    if dims[d][0] != f:
+                        raise TypeInferenceError(
+                            f"{where}: the sharded dim becomes a minor part of output dim {d}, so shards would not be "
+                            "contiguous; reshard before this op"
+                        )
+                    outs[o][axis] = Shard(d)
+                elif f in rule.reductions:
+                    outs[o][axis] = Partial(rule.reductions[f])
+                else:
+                    raise TypeInferenceError(f"{where}: the sharded dim does not survive in output {o}; replicate it first")
+        elif partials:
+            ops = {op for _, op in partials}
+            if len(ops) > 1:
+                raise TypeInferenceError(f"{where}: inputs are partial under different reductions {sorted(ops)}")
+            op = ops.pop()
+            mode = rule.partial.get(op)
+            if mode is None:
+                raise TypeInferenceError(
+                    f"{where}: R.{op_name} cannot take a partial (P[{op}]) input; all-reduce it first"
+                )
+            n_in = len(rule.inputs)
+            if mode == "all":
+                if len(partials) != n_in:
+                    bad = next(k for k in range(n_in) if not isinstance(specs[k], Partial))
+                    raise TypeInferenceError(
+                        f"{where}: input {partials[0][0]} is P[{op}] but input {bad} is {specs[bad]}; "
+                        "all inputs must be partial alike"
+                    )
+            else:
+                if len(partials) > 1:
+                    raise TypeInferenceError(f"{where}: only one input may be partial, got {len(partials)}")
+                k = partials[0][0]
+                if rule.partial_inputs is not None and k not in rule.partial_inputs:
+                    raise TypeInferenceError(f"{where}: input {k} cannot be partial (P[{op}]); all-reduce it first")
+            for o in range(len(rule.outputs)):
+                outs[o][axis] = Partial(op)
+    return [Placement(tuple(o)) for o in outs]
+
+
+def _plain(t: Type) -> Type:
+    if isinstance(t, DTensorType):
+        return t.tensor
+    if isinstance(t, TupleType):
+        return TupleType(tuple(_plain(f) for f in t.fields))
+    return t
+
+
+def _flatten(t: Type, out: list) -> None:
+    if isinstance(t, (TensorType, DTensorType)):
+        out.append(t)
+    elif isinstance(t, TupleType):
+        for f in t.fields:
+            _flatten(f, out)
+
+
+def infer_dtensor_output(op, arg_types: list[Type], attrs) -> Type:
+    """Type a compute op on DTensors: global shapes by the op's own rule, placement by its sharding rule."""
+    flat: list[Type] = []
+    for t in arg_types:
+        _flatten(t, flat)
+    dts = [t for t in flat if isinstance(t, DTensorType)]
+    mesh: DeviceMesh = dts[0].mesh
+    for t in dts[1:]:
+        if t.mesh != mesh:
+            raise TypeInferenceError(
+                f"R.{op.name}: inputs are on different device meshes {mesh.shape_str()} and {t.mesh.shape_str()}; "
+                "redistribute them onto one mesh first"
+            )
+    plain_out = op.infer([_plain(t) for t in arg_types], attrs)
+    outs = [plain_out] if isinstance(plain_out, TensorType) else list(plain_out.fields) if isinstance(plain_out, TupleType) else None
+    if outs is None or not all(isinstance(o, TensorType) for o in outs):
+        raise TypeInferenceError(f"R.{op.name} does not produce tensors, so it cannot take DTensor inputs")
+    placements = [
+        t.placement if isinstance(t, DTensorType) else Placement.replicated(mesh.ndim) for t in flat
+    ]
+    if op.sharding is None:
+        if all(p.is_replicated for p in placements):
+            new = [Placement.replicated(mesh.ndim)] * len(outs)
+        else:
+            raise TypeInferenceError(f"R.{op.name} has no sharding rule, so its inputs must be replicated")
+    else:
+        rule = op.sharding([_plain(t) for t in flat], attrs, outs)
+        new = forward(rule, placements, mesh.ndim, op.name)
+    dout = [DTensorType(o.shape, o.dtype, mesh, p) for o, p in zip(outs, new)]
+    if isinstance(plain_out, TensorType):
+        return dout[0]
+    return TupleType(tuple(dout))

@@ -1,0 +1,206 @@
+"""Types of values: tensors (local or global view), distributed tensors, tuples, shapes, scalars.
+
+Shapes hold ``int`` or symbolic PrimExprs (see :mod:`distir.ir.sym`); equality and
+hashing go through ``sym`` so two types are equal when their dims provably are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from ..errors import DistirError
+from . import sym
+from .mesh import DeviceMesh
+from .placement import Placement
+from .sym import Dim
+
+DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int32", "int64", "uint8", "bool")
+
+
+def check_dtype(dtype: str) -> str:
+    if dtype not in DTYPES:
+        raise DistirError(f"unknown dtype '{dtype}' (known: {', '.join(DTYPES)})")
+    return dtype
+
+
+def dtype_bytes(dtype: str) -> int:
+    if dtype == "bfloat16":
+        return 2
+    if dtype == "bool":
+        return 1
+    return int(np.dtype(dtype).itemsize)
+
+
+def _shape_eq(a: tuple[Dim, ...], b: tuple[Dim, ...]) -> bool:
+    return len(a) == len(b) and all(sym.equal(x, y) for x, y in zip(a, b))
+
+
+def _shape_key(s: tuple[Dim, ...]):
+    return tuple(sym.key(d) for d in s)
+
+
+def shape_str(shape: Sequence[Dim]) -> str:
+    return "(" + ", ".join(sym.to_str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+class Type:
+    """Base of all types."""
+
+    def substitute(self, values) -> "Type":
+        return self
+
+
+@dataclass(frozen=True, eq=False)
+class TensorType(Type):
+    shape: tuple[Dim, ...]
+    dtype: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(sym.normalize(d) for d in self.shape))
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            type(other) is TensorType
+            and self.dtype == other.dtype
+            and _shape_eq(self.shape, other.shape)
+        )
+
+    def __hash__(self) -> int:
+        return hash(("T", _shape_key(self.shape), self.dtype))
+
+    def __str__(self) -> str:
+        return f"Tensor({shape_str(self.shape)}, \"{self.dtype}\")"
+
+    def substitute(self, values) -> "TensorType":
+        return TensorType(tuple(sym.substitute(d, values) for d in self.shape), self.dtype)
+
+
+@dataclass(frozen=True, eq=False)
+class DTensorType(Type):
+    """A distributed tensor in the global view: global shape, laid out on ``mesh`` by ``placement``."""
+
+    shape: tuple[Dim, ...]
+    dtype: str
+    mesh: DeviceMesh
+    placement: Placement
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(sym.normalize(d) for d in self.shape))
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def tensor(self) -> TensorType:
+        return TensorType(self.shape, self.dtype)
+
+    def with_placement(self, placement: Placement) -> "DTensorType":
+        return DTensorType(self.shape, self.dtype, self.mesh, placement)
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            type(other) is DTensorType
+            and self.dtype == other.dtype
+            and _shape_eq(self.shape, other.shape)
+            and self.mesh == other.mesh
+            and self.placement == other.placement
+        )
+
+    def __hash__(self) -> int:
+        return hash(("D", _shape_key(self.shape), self.dtype, self.mesh, self.placement))
+
+    def __str__(self) -> str:
+        return f"DTensor({shape_str(self.shape)}, \"{self.dtype}\", {self.mesh.shape_str()}, \"{self.placement}\")"
+
+    def substitute(self, values) -> "DTensorType":
+        return DTensorType(
+            tuple(sym.substitute(d, values) for d in self.shape), self.dtype, self.mesh.substitute(values), self.placement
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class TupleType(Type):
+    fields: tuple[Type, ...]
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is TupleType and self.fields == other.fields
+
+    def __hash__(self) -> int:
+        return hash(("Tuple", self.fields))
+
+    def __str__(self) -> str:
+        return "Tuple(" + ", ".join(str(f) for f in self.fields) + ")"
+
+    def substitute(self, values) -> "TupleType":
+        return TupleType(tuple(f.substitute(values) for f in self.fields))
+
+
+@dataclass(frozen=True, eq=False)
+class ShapeType(Type):
+    """A shape value; ``values`` when known (``R.shape([4, n])``), else only ``ndim``."""
+
+    ndim: int
+    values: tuple[Dim, ...] | None = None
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not ShapeType or self.ndim != other.ndim:
+            return False
+        if self.values is None or other.values is None:
+            return self.values is None and other.values is None
+        return _shape_eq(self.values, other.values)
+
+    def __hash__(self) -> int:
+        return hash(("Shape", self.ndim, None if self.values is None else _shape_key(self.values)))
+
+    def __str__(self) -> str:
+        return f"Shape({shape_str(self.values) if self.values is not None else self.ndim})"
+
+    def substitute(self, values) -> "ShapeType":
+        if self.values is None:
+            return self
+        return ShapeType(self.ndim, tuple(sym.substitute(d, values) for d in self.values))
+
+
+@dataclass(frozen=True)
+class PrimType(Type):
+    """A scalar (``R.Prim("int64")``)."""
+
+    dtype: str
+
+    def __str__(self) -> str:
+        return f"Prim(\"{self.dtype}\")"
+
+
+def is_tensor_like(t: Type) -> bool:
+    return isinstance(t, (TensorType, DTensorType))
+
+
+def nbytes(t: TensorType | DTensorType) -> Dim:
+    """Size in bytes (symbolic when the shape is)."""
+    return sym.mul(sym.product(t.shape), dtype_bytes(t.dtype))
+
+
+def free_vars(t: Type) -> set[str]:
+    """Names of symbolic variables in a type (shapes and mesh sizes)."""
+    out: set[str] = set()
+    if isinstance(t, (TensorType, DTensorType)):
+        for d in t.shape:
+            out |= sym.free_vars(d)
+        if isinstance(t, DTensorType):
+            for d in t.mesh.shape:
+                out |= sym.free_vars(d)
+    elif isinstance(t, TupleType):
+        for f in t.fields:
+            out |= free_vars(f)
+    elif isinstance(t, ShapeType) and t.values is not None:
+        for d in t.values:
+            out |= sym.free_vars(d)
+    return out

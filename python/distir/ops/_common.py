@@ -1,0 +1,102 @@
+"""Shared pieces of op declarations: shape rules, axis handling, dtype mapping."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ..errors import TypeInferenceError
+from ..ir import sym
+from ..ir.op import OpDef, Param, register_op
+from ..ir.sharding import ShardingRule
+from ..ir.sym import Dim
+from ..ir.types import TensorType, Type
+
+__all__ = ["OpDef", "Param", "register_op", "ShardingRule", "Dim", "TensorType"]
+
+
+def np_dtype(dtype: str):
+    if dtype == "bfloat16":
+        import ml_dtypes
+
+        return ml_dtypes.bfloat16
+    return np.dtype(dtype)
+
+
+def expect_tensor(t: Type, op: str, what: str = "input") -> TensorType:
+    if not isinstance(t, TensorType):
+        raise TypeInferenceError(f"R.{op}: {what} must be a tensor, got {t}")
+    return t
+
+
+def norm_axis(axis: int, ndim: int, op: str) -> int:
+    if not -ndim <= axis < max(ndim, 1):
+        raise TypeInferenceError(f"R.{op}: axis {axis} is out of range for a tensor of rank {ndim}")
+    return axis % ndim if ndim else 0
+
+
+def norm_axes(axes, ndim: int, op: str) -> list[int]:
+    """``None`` means all axes; an int or a list is normalised to sorted non-negative axes."""
+    if axes is None:
+        return list(range(ndim))
+    if isinstance(axes, int):
+        axes = [axes]
+    out = [norm_axis(a, ndim, op) for a in axes]
+    if len(set(out)) != len(out):
+        raise TypeInferenceError(f"R.{op}: axis list {list(axes)} repeats an axis")
+    return sorted(out)
+
+
+def broadcast_shapes(shapes: Sequence[tuple[Dim, ...]], op: str) -> tuple[Dim, ...]:
+    ndim = max(len(s) for s in shapes)
+    out: list[Dim] = []
+    for i in range(ndim):
+        dim: Dim = 1
+        for s in shapes:
+            j = i - (ndim - len(s))
+            if j < 0:
+                continue
+            d = s[j]
+            if isinstance(d, int) and d == 1:
+                continue
+            if isinstance(dim, int) and dim == 1:
+                dim = d
+            elif not sym.equal(dim, d):
+                raise TypeInferenceError(
+                    f"R.{op}: shapes {', '.join(_shape(s) for s in shapes)} do not broadcast "
+                    f"(dim {i} is {sym.to_str(dim)} in one and {sym.to_str(d)} in another)"
+                )
+        out.append(dim)
+    return tuple(out)
+
+
+def _shape(s) -> str:
+    return "(" + ", ".join(sym.to_str(d) for d in s) + ")"
+
+
+def broadcast_rule(shapes: Sequence[tuple[Dim, ...]], out_ndim: int, partial=None, partial_inputs=None, blocked=()) -> ShardingRule:
+    """Sharding rule of a broadcasting elementwise op: aligned dims share a factor; size-1 dims hold none."""
+    inputs = []
+    for s in shapes:
+        off = out_ndim - len(s)
+        dims = []
+        for j, d in enumerate(s):
+            is_one = isinstance(d, int) and d == 1
+            dims.append(() if is_one else (f"d{j + off}",))
+        inputs.append(tuple(dims))
+    out = tuple((f"d{i}",) for i in range(out_ndim))
+    return ShardingRule(
+        inputs=tuple(inputs),
+        outputs=(out,),
+        partial=dict(partial or {}),
+        partial_inputs=partial_inputs,
+        blocked=frozenset(f"d{i}" for i in blocked),
+    )
+
+
+def same_dims_rule(ndim: int, n_inputs: int = 1, partial=None, blocked=()) -> ShardingRule:
+    f = tuple((f"d{i}",) for i in range(ndim))
+    return ShardingRule(
+        inputs=(f,) * n_inputs, outputs=(f,), partial=dict(partial or {}), blocked=frozenset(f"d{i}" for i in blocked)
+    )

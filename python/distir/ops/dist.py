@@ -1,0 +1,58 @@
+"""Global-view distribution ops: sharding hints and redistribute."""
+
+from __future__ import annotations
+
+from ..errors import TypeInferenceError
+from ..ir.placement import Placement, PlacementError
+from ..ir.types import DTensorType, TensorType
+from ._common import OpDef, Param, register_op
+
+
+def _check_placement(placement: Placement, mesh, ndim: int, op: str) -> None:
+    try:
+        placement.validate(mesh.ndim, ndim)
+    except PlacementError as err:
+        raise TypeInferenceError(f"R.{op}: {err}") from None
+
+
+def _annotate_infer(types, attrs):
+    x = types[0]
+    if not isinstance(x, (TensorType, DTensorType)):
+        raise TypeInferenceError(f"R.dist.annotate_sharding: input must be a tensor, got {x}")
+    _check_placement(attrs["placement"], attrs["device_mesh"], x.ndim, "dist.annotate_sharding")
+    return x
+
+
+register_op(
+    OpDef(
+        name="dist.annotate_sharding",
+        params=(Param("x", "tensor"), Param("device_mesh", "mesh"), Param("placement", "placement")),
+        infer=_annotate_infer,
+        numpy=lambda xs, attrs, ctx: xs[0],
+        dist_aware=True,
+        doc="A hint for sharding propagation: lay `x` out on the mesh like this. Its value is `x`.",
+    )
+)
+
+
+def _redistribute_infer(types, attrs):
+    x = types[0]
+    if not isinstance(x, DTensorType):
+        raise TypeInferenceError(
+            f"R.dist.redistribute: input must be a DTensor (a tensor laid out on a mesh), got {x}; "
+            "use R.dist.annotate_sharding on plain tensors"
+        )
+    _check_placement(attrs["placement"], attrs["device_mesh"], x.ndim, "dist.redistribute")
+    return DTensorType(x.shape, x.dtype, attrs["device_mesh"], attrs["placement"])
+
+
+register_op(
+    OpDef(
+        name="dist.redistribute",
+        params=(Param("x", "tensor"), Param("device_mesh", "mesh"), Param("placement", "placement")),
+        infer=_redistribute_infer,
+        numpy=lambda xs, attrs, ctx: xs[0],
+        dist_aware=True,
+        doc="Change how a DTensor is laid out; legalize-redistribute turns it into collectives.",
+    )
+)
