@@ -1,0 +1,66 @@
+"""Global-view redistribution steps: what legalize-redistribute writes for a redistribute.
+
+Each step changes the placement on one mesh axis (see distir.ir.transitions for the
+table and costs). Their value in the global view is the input's value: they only move
+data between workers, which the local view makes explicit.
+"""
+
+from __future__ import annotations
+
+from ..errors import TypeInferenceError
+from ..ir.placement import PlacementError
+from ..ir.transitions import apply_step
+from ..ir.types import DTensorType
+from ._common import OpDef, Param, register_op
+
+_DOCS = {
+    "all_gather": "S[d] -> R on one mesh axis (all-gather).",
+    "all_reduce": "P -> R on one mesh axis (all-reduce by the partial's reduction).",
+    "reduce_scatter": "P -> S[dim] on one mesh axis (reduce-scatter).",
+    "all_to_all": "S[d] -> S[dim] on one mesh axis (all-to-all).",
+    "local_shard": "R -> S[dim] on one mesh axis: each worker slices its own block, no communication.",
+    "local_partial": "R -> P[op] on one mesh axis: no communication (for sum, non-root workers hold zeros).",
+}
+
+
+def _infer(kind):
+    def infer(types, attrs):
+        x = types[0]
+        if not isinstance(x, DTensorType):
+            raise TypeInferenceError(f"R.dist.{kind}: input must be a DTensor, got {x}")
+        axis = attrs["mesh_axis"]
+        if not 0 <= axis < x.mesh.ndim:
+            raise TypeInferenceError(f"R.dist.{kind}: mesh_axis {axis} is out of range for a {x.mesh.ndim}-D mesh")
+        dim = attrs.get("dim")
+        if dim is not None and not 0 <= dim < x.ndim:
+            raise TypeInferenceError(f"R.dist.{kind}: dim {dim} is out of range for a tensor of rank {x.ndim}")
+        try:
+            new = apply_step(kind, x.placement, axis, dim, attrs.get("op_type"))
+        except PlacementError as err:
+            raise TypeInferenceError(f"R.dist.{kind}: {err}") from None
+        return x.with_placement(new)
+
+    return infer
+
+
+def _params(kind):
+    ps = [Param("x", "tensor"), Param("mesh_axis", "int")]
+    if kind in ("reduce_scatter", "all_to_all", "local_shard"):
+        ps.append(Param("dim", "int"))
+    if kind == "local_partial":
+        ps.append(Param("op_type", "choice", "sum", choices=("sum", "max", "min", "avg")))
+    return tuple(ps)
+
+
+for _kind in _DOCS:
+    register_op(
+        OpDef(
+            name=f"dist.{_kind}",
+            params=_params(_kind),
+            infer=_infer(_kind),
+            numpy=lambda xs, attrs, ctx: xs[0],
+            dist_aware=True,
+            doc=_DOCS[_kind],
+            tvm_compatible=False,
+        )
+    )
