@@ -1,0 +1,75 @@
+"""Command-line tools: ``distir-opt`` and ``distir`` (with subcommands). See docs/cli.md.
+
+Shared pieces live here: reading a module from a file or stdin, writing output, and
+turning every :class:`~distir.errors.DistirError` into a message on stderr and exit
+status 1 instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+from ..errors import DistirError
+
+__all__ = ["EXIT_ERROR", "EXIT_OK", "read_module", "report_errors", "write_text"]
+
+EXIT_OK = 0
+EXIT_ERROR = 1  # the input or a pass failed; argparse uses 2 for usage errors
+
+
+def read_module(file: str):
+    """Parse the module in ``file`` (``-`` for stdin). Errors are DistirErrors with positions."""
+    from .. import parse
+
+    if file == "-":
+        text, name = sys.stdin.read(), "<stdin>"
+    else:
+        p = Path(file)
+        try:
+            text = p.read_text()
+        except FileNotFoundError:
+            raise DistirError(f"cannot read '{file}': no such file") from None
+        except IsADirectoryError:
+            raise DistirError(f"cannot read '{file}': it is a directory") from None
+        except (OSError, UnicodeDecodeError) as err:
+            raise DistirError(f"cannot read '{file}': {err}") from None
+        name = file
+    return parse(text, source_name=name)
+
+
+def write_text(text: str, output: str | None, stream: TextIO | None = None) -> None:
+    """Write ``text`` to the file ``output``, or to ``stream`` (stdout) when there is none."""
+    if not text.endswith("\n"):
+        text += "\n"
+    if output and output != "-":
+        try:
+            Path(output).write_text(text)
+        except OSError as err:
+            raise DistirError(f"cannot write '{output}': {err}") from None
+    else:
+        (stream or sys.stdout).write(text)
+
+
+def report_errors(prog: str, body: Callable[[], int]) -> int:
+    """Run ``body``; a DistirError becomes its message on stderr and exit status 1."""
+    try:
+        return body()
+    except DistirError as err:
+        msg = str(err)
+        if not msg.startswith("error"):
+            msg = f"error: {msg}"
+        sys.stderr.write(f"{prog}: {msg}\n")
+        return EXIT_ERROR
+    except BrokenPipeError:  # `distir-opt x | head` is fine; silence Python's flush at exit
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+        return EXIT_OK
+    except KeyboardInterrupt:
+        sys.stderr.write(f"{prog}: interrupted\n")
+        return 130

@@ -1,0 +1,64 @@
+"""``distir``: the umbrella command. Each subcommand lives in its own module.
+
+To add a subcommand, add one line to :data:`COMMANDS` mapping its name to a module that
+defines ``HELP`` (one line), ``add_arguments(parser)`` and ``run(args) -> int`` (and
+optionally ``DESCRIPTION`` and ``EPILOG``). Errors are handled here for all of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+COMMANDS: dict[str, str] = {
+    "demo": "distir.cli.demo",
+    "opt": "distir.cli.opt",
+    "passes": "distir.cli.passes",
+}
+
+EPILOG = """\
+examples:
+  distir demo                                the bundled example, end to end
+  distir opt model.py -p canonicalize        same as: distir-opt model.py -p canonicalize
+  distir passes                              pass and pipeline names for -p
+  distir <command> --help                    options of one command"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .. import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="distir",
+        description="distir: distribute tensor programs over device meshes with a symbolic number of workers.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"distir {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name, module_name in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        p = sub.add_parser(
+            name,
+            help=module.HELP,
+            description=getattr(module, "DESCRIPTION", module.HELP),
+            epilog=getattr(module, "EPILOG", None),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        module.add_arguments(p)
+        p.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``distir`` console script."""
+    from . import report_errors
+
+    args = build_parser().parse_args(argv)
+    return report_errors(f"distir {args.command}", lambda: args._run(args))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,185 @@
+"""``distir-opt`` (also ``distir opt``): parse a module, verify it, run passes, print it.
+
+The pass list names registered passes and named pipelines by their kebab-case names;
+``--bind`` then runs the ``specialize`` pass with the given values. Every DistirError
+becomes a message on stderr and exit status 1 (argparse exits 2 on usage errors).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..errors import PassError
+
+HELP = "parse, verify and transform a distir module (same as distir-opt)"
+
+DESCRIPTION = """\
+Parse a distir module (TVMScript-style text), verify it, run passes on it and print
+the result. With no -p, the module is only parsed, verified and printed back."""
+
+EPILOG = """\
+examples:
+  distir-opt model.py                          parse, verify, print
+  distir-opt model.py -p canonicalize          run one pass
+  distir-opt model.py -p distribute --bind num_workers=4 -o out.py
+                                               run a named pipeline, then specialize
+  cat model.py | distir-opt - -p canonicalize --print-ir-after-change --time-passes
+  distir passes                                list the pass and pipeline names
+
+IR printed by --print-ir-after-* and the --time-passes table go to stderr; the final
+module goes to stdout (or -o). Errors go to stderr with exit status 1."""
+
+
+def parse_binding(text: str) -> dict[str, int]:
+    """``"num_workers=4"`` or ``"num_workers=4,n=128"`` -> ``{"num_workers": 4, ...}`` (argparse type)."""
+    out: dict[str, int] = {}
+    for part in text.split(","):
+        name, sep, value = part.partition("=")
+        name, value = name.strip(), value.strip()
+        if not sep or not name.isidentifier():
+            raise argparse.ArgumentTypeError(f"expected NAME=INT (like num_workers=4), got {part!r}")
+        try:
+            out[name] = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"value of {name} must be an integer, got {value!r}") from None
+    return out
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of distir-opt, shared by ``distir opt``."""
+    parser.add_argument("file", metavar="FILE", help="module to read ('-' for stdin)")
+    parser.add_argument(
+        "-p", "--passes", action="append", default=[], metavar="PASSES",
+        help="comma-separated pass or pipeline names, run in order (repeatable)",
+    )
+    parser.add_argument(
+        "--bind", action="append", default=[], type=parse_binding, metavar="NAME=INT",
+        help="specialize a symbolic size at the end, e.g. num_workers=4 (repeatable; runs the 'specialize' pass)",
+    )
+    parser.add_argument("-o", "--output", metavar="OUT", help="write the result here instead of stdout")
+    parser.add_argument("--print-ir-after-all", action="store_true", help="print the module after every pass (stderr)")
+    parser.add_argument(
+        "--print-ir-after-change", action="store_true", help="print the module after each pass that changed it (stderr)"
+    )
+    parser.add_argument("--time-passes", action="store_true", help="print a table of pass times (stderr)")
+    parser.add_argument("--verify-each", action="store_true", help="verify after every pass; name the pass that broke it")
+    parser.add_argument("--opt-level", type=int, default=2, metavar="N", help="skip passes above this level (default 2)")
+    parser.add_argument(
+        "--disable-pass", action="append", default=[], metavar="NAME", help="never run this pass (repeatable)"
+    )
+
+
+@dataclass
+class OptOptions:
+    """What ``run_opt`` needs; built from argparse's namespace or directly by other commands."""
+
+    passes: list[str] = field(default_factory=list)
+    bind: dict[str, int] = field(default_factory=dict)
+    print_ir_after_all: bool = False
+    print_ir_after_change: bool = False
+    time_passes: bool = False
+    verify_each: bool = False
+    opt_level: int = 2
+    disabled: list[str] = field(default_factory=list)
+
+    @staticmethod
+    def from_args(args: argparse.Namespace) -> OptOptions:
+        names = [n.strip() for group in args.passes for n in group.split(",") if n.strip()]
+        bind: dict[str, int] = {}
+        for b in args.bind:
+            bind.update(b)
+        return OptOptions(
+            passes=names,
+            bind=bind,
+            print_ir_after_all=args.print_ir_after_all,
+            print_ir_after_change=args.print_ir_after_change,
+            time_passes=args.time_passes,
+            verify_each=args.verify_each,
+            opt_level=args.opt_level,
+            disabled=list(args.disable_pass),
+        )
+
+
+def specialize_pass(values: dict[str, int]):
+    """The registered ``specialize`` pass built for ``values`` (a clear error when it is missing)."""
+    from ..transform import list_passes
+
+    cls = list_passes().get("specialize")
+    if cls is None:
+        raise PassError(
+            "--bind needs the 'specialize' pass, which this version of distir does not register yet"
+        )
+    return cls(dict(values))
+
+
+def run_opt(mod, opts: OptOptions, log=None):
+    """Verify ``mod``, run the named passes (then specialize for ``opts.bind``), verify the result."""
+    from ..ir.verify import verify
+    from ..transform import (
+        PassContext,
+        PassTimingInstrument,
+        PrintIRInstrument,
+        Sequential,
+        VerifyInstrument,
+        get_pass,
+    )
+
+    log = log if log is not None else sys.stderr
+    verify(mod)
+    passes = [get_pass(name) for name in opts.passes]
+    if opts.bind:
+        passes.append(specialize_pass(opts.bind))
+    if not passes:
+        return mod
+    instruments: list = []
+    timing = PassTimingInstrument() if opts.time_passes else None
+    if timing is not None:
+        instruments.append(timing)
+    if opts.verify_each:
+        instruments.append(VerifyInstrument())
+    if opts.print_ir_after_all or opts.print_ir_after_change:
+        instruments.append(
+            PrintIRInstrument(after_all=opts.print_ir_after_all, after_change=opts.print_ir_after_change, stream=log)
+        )
+    ctx = PassContext(opt_level=opts.opt_level, disabled_passes=opts.disabled, instruments=instruments)
+    try:
+        with ctx:
+            mod = Sequential(passes, name="distir-opt")(mod)
+    finally:
+        if timing is not None:
+            log.write(timing.render() + "\n")
+    verify(mod)
+    return mod
+
+
+def run(args: argparse.Namespace) -> int:
+    """Body of ``distir-opt`` / ``distir opt`` after argument parsing."""
+    from . import read_module, write_text
+
+    mod = read_module(args.file)
+    mod = run_opt(mod, OptOptions.from_args(args))
+    write_text(mod.script(), args.output)
+    return 0
+
+
+def build_parser(prog: str = "distir-opt") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog, description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add_arguments(parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``distir-opt`` console script."""
+    from . import report_errors
+
+    args = build_parser().parse_args(argv)
+    return report_errors("distir-opt", lambda: run(args))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
