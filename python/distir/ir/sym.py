@@ -100,8 +100,13 @@ def sub(a: Dim, b: Dim) -> Dim:
 
 
 def mul(a: Dim, b: Dim) -> Dim:
+    """a * b. In shapes every ``x // d`` is exact (specialization checks it), so
+    ``(x // d) * (d * k)`` is ``x * k``: a gathered shard gets its full extent back."""
     if isinstance(a, int) and isinstance(b, int):
         return a * b
+    for p, q in ((a, b), (b, a)):
+        if isinstance(p, _pe.FloorDiv) and prove_divisible(q, p.b):
+            return normalize(p.a * _as_prim(floordiv(q, p.b)))
     return normalize(_as_prim(a) * _as_prim(b))
 
 
@@ -131,9 +136,29 @@ def equal(a: Dim, b: Dim) -> bool:
     if isinstance(a, int) != isinstance(b, int) and not (is_symbolic(a) and is_symbolic(b)):
         # one constant, one symbolic: equal only if the analyzer can show it
         return _ANALYZER.can_prove_equal(_as_prim(a), _as_prim(b))
-    if tvm_ffi.structural_equal(_as_prim(a), _as_prim(b)):
+    pa, pb = _as_prim(a), _as_prim(b)
+    if tvm_ffi.structural_equal(pa, pb) or _ANALYZER.can_prove_equal(pa, pb):
         return True
-    return _ANALYZER.can_prove_equal(_as_prim(a), _as_prim(b))
+    # shapes' floor divisions are exact: compare with (x // d) * d rewritten to x
+    ea, eb = _exact(pa), _exact(pb)
+    if ea is pa and eb is pb:
+        return False
+    return bool(_ANALYZER.can_prove_equal(_as_prim(ea), _as_prim(eb)))
+
+
+def _exact(e):
+    """Rewrite ``(x // d) * y`` to ``x * (y // d)`` where d divides y (exact-division shapes)."""
+    t = type(e)
+    if t is _pe.Mul:
+        a, b = _exact(e.a), _exact(e.b)
+        for p, q in ((a, b), (b, a)):
+            if isinstance(p, _pe.FloorDiv) and prove_divisible(normalize(q), normalize(p.b)):
+                return _as_prim(normalize(p.a * _as_prim(floordiv(normalize(q), normalize(p.b)))))
+        return e if (a is e.a and b is e.b) else a * b
+    if t in (_pe.Add, _pe.Sub, _pe.FloorDiv, _pe.FloorMod, _pe.Min, _pe.Max):
+        a, b = _exact(e.a), _exact(e.b)
+        return e if (a is e.a and b is e.b) else _REBUILD[t](a, b)
+    return e
 
 
 def prove(cond: PrimExpr) -> bool:

@@ -1,0 +1,162 @@
+"""LowerGlobalViewToLocalView: from DTensors to what each worker runs.
+
+Every DTensor becomes a per-worker tensor whose shape is a formula in the mesh sizes
+(``(128 // num_workers, 64)``); compute ops keep their name and run on the local
+pieces (a sharded contraction leaves each worker a partial sum, exactly what the
+placement says); redistribution steps become ``R.ccl.*`` collectives over one mesh
+axis, or an ``R.strided_slice`` at ``worker_id``'s block (``worker_id`` is the
+symbolic id of the running worker, bound by the runtime). Each function remembers
+its global signature in the ``distir.global_params`` / ``distir.global_result``
+attributes, so inputs can be sharded and outputs reassembled by any runner.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from ..errors import DiagnosticError, DistirError
+from ..ir import sym
+from ..ir.expr import Binding, Block, Call, Expr, Function, IRModule, Tuple, TupleGetItem, Var
+from ..ir.layout import WORKER_ID, coord_expr, local_shape, local_type
+from ..ir.op import get_op
+from ..ir.types import DTensorType, TupleType, Type
+from .pass_infra import FunctionPass, PassContext, register_pass
+
+__all__ = ["LowerGlobalViewToLocalView", "to_local_type", "GLOBAL_PARAMS", "GLOBAL_RESULT"]
+
+GLOBAL_PARAMS = "distir.global_params"
+GLOBAL_RESULT = "distir.global_result"
+
+
+def to_local_type(t: Type) -> Type:
+    if isinstance(t, DTensorType):
+        return local_type(t)
+    if isinstance(t, TupleType):
+        return TupleType(tuple(to_local_type(f) for f in t.fields))
+    return t
+
+
+def _has_dtensor(t: Type | None) -> bool:
+    if isinstance(t, DTensorType):
+        return True
+    if isinstance(t, TupleType):
+        return any(_has_dtensor(f) for f in t.fields)
+    return False
+
+
+class _Lowerer:
+    def __init__(self, func: Function):
+        self.func = func
+        self.env: dict[Var, Expr] = {}
+
+    def expr(self, e: Expr) -> Expr:
+        if isinstance(e, Var):
+            return self.env.get(e, e)
+        if isinstance(e, Tuple):
+            return Tuple(tuple(self.expr(f) for f in e.fields), e.span)
+        if isinstance(e, TupleGetItem):
+            return TupleGetItem(self.expr(e.tuple_value), e.index, e.span)
+        return e
+
+    def fail(self, b: Binding, msg: str):
+        raise DiagnosticError(f"lowering '{b.var.name}': {msg}", b.span or b.var.span)
+
+    def step(self, b: Binding, call: Call, x: Expr) -> Call:
+        src: DTensorType = call.args[0].type  # global type before the step
+        kind = call.op.name.split(".", 1)[1]
+        axis = call.attrs["mesh_axis"]
+        mesh = src.mesh
+        n = mesh.shape[axis]
+        common = {"device_mesh": mesh, "mesh_axis": axis}
+        spec = src.placement[axis]
+        if kind == "all_gather":
+            return Call(get_op("ccl.allgather"), (x,), {"num_workers": n, "axis": spec.dim, **common}, call.span)
+        if kind == "all_reduce":
+            return Call(get_op("ccl.allreduce"), (x,), {"op_type": spec.op, **common}, call.span)
+        if kind == "reduce_scatter":
+            attrs = {"op_type": spec.op, "num_workers": n, "axis": call.attrs["dim"], **common}
+            return Call(get_op("ccl.reduce_scatter"), (x,), attrs, call.span)
+        if kind == "all_to_all":
+            attrs = {"num_workers": n, "split_axis": call.attrs["dim"], "concat_axis": spec.dim, **common}
+            return Call(get_op("ccl.all_to_all"), (x,), attrs, call.span)
+        if kind == "local_partial":
+            return Call(get_op("ccl.local_partial"), (x,), {"op_type": call.attrs["op_type"], **common}, call.span)
+        if kind == "local_shard":
+            dim = call.attrs["dim"]
+            extent = local_shape(src.shape, mesh, src.placement)[dim]
+            piece = sym.floordiv(extent, n)
+            begin = sym.mul(coord_expr(mesh, axis, sym.var(WORKER_ID)), piece)
+            attrs = {"axes": (dim,), "begin": (begin,), "end": (sym.add(begin, piece),)}
+            return Call(get_op("strided_slice"), (x,), attrs, call.span)
+        self.fail(b, f"unknown redistribution step R.{call.op.name}")
+
+    def binding(self, b: Binding) -> Binding | None:
+        value = b.value
+        gtype = b.var.type
+        ltype = to_local_type(gtype)
+        if isinstance(value, Call):
+            name = value.op.name
+            args = tuple(self.expr(a) for a in value.args)
+            if name == "dist.redistribute":
+                self.fail(b, "R.dist.redistribute is still here; run legalize-redistribute first")
+            if name == "dist.annotate_sharding":
+                self.env[b.var] = args[0]
+                return None
+            if name.startswith("dist.") and isinstance(value.args[0].type, DTensorType):
+                new = self.step(b, value, args[0])
+            else:
+                attrs = dict(value.attrs)
+                if value.op.localize is not None and _has_dtensor(gtype):
+                    args, attrs = value.op.localize(args, attrs, ltype)
+                new = Call(value.op, tuple(args), attrs, value.span)
+        else:
+            new = self.expr(value)
+        try:
+            inferred = new.type
+        except DistirError as err:
+            self.fail(b, f"the per-worker form of this op does not type: {err}")
+        if inferred != ltype:
+            self.fail(b, f"per-worker type {inferred} differs from the expected {ltype}")
+        var = Var(b.var.name, ltype, b.var.span)
+        self.env[b.var] = var
+        return Binding(var, new, b.span)
+
+    def run(self) -> Function:
+        f = self.func
+        params = []
+        for p in f.params:
+            v = Var(p.name, to_local_type(p.type), p.span)
+            self.env[p] = v
+            params.append(v)
+        blocks = []
+        for block in f.blocks:
+            bindings = [nb for b in block.bindings if (nb := self.binding(b)) is not None]
+            outputs = None
+            if block.outputs is not None:
+                outputs = tuple(o for o in (self.expr(v) for v in block.outputs) if isinstance(o, Var) and any(o is nb.var for nb in bindings))
+            if bindings:
+                blocks.append(Block(tuple(bindings), block.is_dataflow, outputs))
+        result = self.expr(f.result)
+        attrs = dict(f.attrs)
+        attrs[GLOBAL_PARAMS] = [p.type for p in f.params]
+        attrs[GLOBAL_RESULT] = f.result.type
+        ret = to_local_type(f.ret_type) if f.ret_type is not None else None
+        return f.replace(params=tuple(params), blocks=tuple(blocks), result=result, ret_type=ret, attrs=attrs)
+
+
+@register_pass
+class LowerGlobalViewToLocalView(FunctionPass):
+    """DTensors to per-worker tensors; redistribution steps to collectives and worker-indexed slices."""
+
+    name: ClassVar[str] = "lower-global-view-to-local-view"
+
+    def transform_function(self, func: Function, mod: IRModule, ctx: PassContext) -> Function:
+        if GLOBAL_PARAMS in func.attrs:
+            return func  # already lowered
+        uses_dtensor = any(_has_dtensor(p.type) for p in func.params) or any(
+            _has_dtensor(b.var.type) for b in func.bindings()
+        )
+        if not uses_dtensor:
+            return func
+        return _Lowerer(func).run()
+
