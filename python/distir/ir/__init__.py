@@ -21,6 +21,7 @@ from .op import OpDef, Param, all_ops, get_op, register_op
 from .placement import Partial, Placement, PlacementError, Replicate, Shard
 from .sharding import ShardingRule
 from .types import DTensorType, PrimType, ShapeType, TensorType, TupleType, Type
+from .verify import collect_problems, verify  # eager: a lazy wrapper named like the submodule gets shadowed by it
 
 __all__ = [
     "sym",
@@ -30,14 +31,8 @@ __all__ = [
     "OpDef", "Param", "all_ops", "get_op", "register_op",
     "Partial", "Placement", "PlacementError", "Replicate", "Shard", "ShardingRule",
     "DTensorType", "PrimType", "ShapeType", "TensorType", "TupleType", "Type",
-    "verify", "structural_equal", "assert_structural_equal",
+    "verify", "collect_problems", "structural_equal", "assert_structural_equal",
 ]
-
-
-def verify(mod, **kwargs):
-    from .verify import verify as _verify
-
-    return _verify(mod, **kwargs)
 
 
 def structural_equal(a, b) -> bool:
