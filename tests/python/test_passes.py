@@ -25,10 +25,10 @@ from distir.transform import (
     get_pass,
     list_passes,
     list_pipelines,
+    pass_infra,
     register_pass,
     register_pipeline,
 )
-from distir.transform import pass_infra
 
 
 @pytest.fixture(autouse=True)

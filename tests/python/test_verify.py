@@ -62,7 +62,7 @@ def mlp() -> tuple[IRModule, dict[str, Var]]:
         (y,),
     )
     f = Function("main", (x, w1, w2), (block,), y, T(8, 16))
-    return module(f), dict(x=x, w1=w1, w2=w2, h=h, a=a, y=y)
+    return module(f), {"x": x, "w1": w1, "w2": w2, "h": h, "a": a, "y": y}
 
 
 def test_well_formed_module_verifies():
