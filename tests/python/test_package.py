@@ -1,0 +1,84 @@
+"""The package around the code: metadata, console scripts, bundled examples, README and CI agree."""
+
+from __future__ import annotations
+
+import re
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+import distir
+from distir import examples
+from distir.errors import DistirError
+from distir.ir import verify
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def readme_commands() -> list[str]:
+    """The commands of the README's quick-start block."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Quick start", 1)[1]
+    block = re.search(r"```bash\n(.*?)```", section, re.DOTALL)
+    assert block, "README quick start has no bash block"
+    return [line for line in block.group(1).splitlines() if line.strip()]
+
+
+def test_readme_has_exactly_two_commands_and_ci_runs_them():
+    main_cmd, test_cmd = readme_commands()  # exactly two
+    assert "pip install -e '.[test]'" in main_cmd and main_cmd.endswith("distir demo")
+    assert test_cmd == ".venv/bin/python -m pytest -q tests/python"
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "set -euo pipefail" in ci
+    # .ci/run runs the same commands, with its temporary venv for .venv and $PYTHON for python3.
+    ci_unquoted = ci.replace('"', "")
+    for part in [*main_cmd.split(" && "), test_cmd]:
+        expected = part.replace(".venv", "$VENV").replace("python3 ", "$PYTHON ", 1)
+        assert expected in ci_unquoted, expected
+
+def test_console_scripts_are_declared():
+    eps = {ep.name: ep.value for ep in metadata.entry_points(group="console_scripts")}
+    assert eps.get("distir-opt") == "distir.cli.opt:main"
+    assert eps.get("distir") == "distir.cli.main:main"
+
+
+def test_pinned_dependencies():
+    if sys.version_info < (3, 11):
+        pytest.skip("tomllib needs Python 3.11")
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    deps = project["dependencies"]
+    assert "apache-tvm==0.27.0.post1" in deps and "apache-tvm-ffi==0.1.15.post2" in deps
+    assert {"pytest", "hypothesis"} <= set(project["optional-dependencies"]["test"])
+    assert metadata.version("apache-tvm") == "0.27.0.post1"
+    assert metadata.version("apache-tvm-ffi") == "0.1.15.post2"
+
+
+def test_bundled_examples_load_and_verify():
+    assert "mlp" in examples.names()
+    for name in examples.names():
+        p = examples.path(name)
+        assert p.is_file() and p.parent == Path(examples.__file__).parent
+        mod = examples.load(name)
+        verify(mod)
+        assert "main" in mod
+
+
+def test_mlp_example_keeps_num_workers_symbolic():
+    mod = examples.load("mlp")
+    (mesh,) = mod.meshes()
+    assert not mesh.is_static
+    text = examples.text("mlp")
+    assert "R.dist.annotate_sharding" in text and "R.nn.gelu" in text
+
+
+def test_unknown_example_is_a_clear_error():
+    with pytest.raises(DistirError, match="did you mean 'mlp'"):
+        examples.path("mpl")
+
+
+def test_version():
+    assert distir.__version__ == metadata.version("distir")
