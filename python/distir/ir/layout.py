@@ -7,7 +7,7 @@ mesh axes shard one tensor dim, the lower mesh axis is the major split.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from . import sym
 from .mesh import DeviceMesh

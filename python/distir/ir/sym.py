@@ -12,7 +12,7 @@ that a name means one thing across a module and substitution can go by name.
 from __future__ import annotations
 
 import ast
-from typing import Mapping, Union
+from collections.abc import Mapping
 
 import tvm_ffi
 from tvm import sym as _tvm_sym
@@ -20,7 +20,7 @@ from tvm import tirx
 from tvm.ir.expr import ExprWithOp as PrimExpr
 from tvm.ir.prim import expr as _pe
 
-Dim = Union[int, PrimExpr]
+Dim = int | PrimExpr
 
 _VARS: dict[str, tirx.Var] = {}
 _ANALYZER = _tvm_sym.Analyzer()
@@ -28,20 +28,20 @@ _ANALYZER = _tvm_sym.Analyzer()
 __all__ = [
     "Dim",
     "PrimExpr",
-    "var",
-    "is_symbolic",
-    "normalize",
-    "simplify",
+    "SymbolicError",
     "equal",
+    "evaluate",
+    "free_vars",
+    "is_symbolic",
+    "key",
+    "normalize",
+    "parse",
     "prove",
     "prove_divisible",
-    "key",
-    "to_str",
-    "parse",
-    "free_vars",
+    "simplify",
     "substitute",
-    "evaluate",
-    "SymbolicError",
+    "to_str",
+    "var",
 ]
 
 
@@ -100,19 +100,46 @@ def sub(a: Dim, b: Dim) -> Dim:
 
 
 def mul(a: Dim, b: Dim) -> Dim:
-    """a * b. In shapes every ``x // d`` is exact (specialization checks it), so
-    ``(x // d) * (d * k)`` is ``x * k``: a gathered shard gets its full extent back."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a * b
+    return normalize(_as_prim(a) * _as_prim(b))
+
+
+def mul_exact(a: Dim, b: Dim) -> Dim:
+    """a * b for shape extents. In shapes every ``x // d`` is exact (specialization checks
+    it), so ``(x // d) * (d * k)`` is ``x * k``: a gathered shard gets its full extent back.
+    Not for index arithmetic (``worker_id // n`` is not exact)."""
     if isinstance(a, int) and isinstance(b, int):
         return a * b
     for p, q in ((a, b), (b, a)):
-        if isinstance(p, _pe.FloorDiv) and prove_divisible(q, p.b):
-            return normalize(p.a * _as_prim(floordiv(q, p.b)))
+        if isinstance(p, _pe.FloorDiv):
+            if prove_divisible(q, p.b):
+                return normalize(p.a * _as_prim(floordiv(q, p.b)))
+            rest = _cofactor(p.b, q)
+            if rest is not None:
+                return normalize(tirx.floordiv(p.a, _as_prim(rest)))
     return normalize(_as_prim(a) * _as_prim(b))
+
+
+def _cofactor(prod, q):
+    """``prod / q`` when ``q`` is literally one factor of the product ``prod``, else None."""
+    if equal(prod, q):
+        return 1
+    if isinstance(prod, _pe.Mul):
+        for x, y in ((prod.a, prod.b), (prod.b, prod.a)):
+            r = _cofactor(x, q)
+            if r is not None:
+                return mul(r, normalize(y))
+    if isinstance(prod, _pe.IntImm) and isinstance(q, int) and q and int(prod.value) % q == 0:
+        return int(prod.value) // q
+    return None
 
 
 def floordiv(a: Dim, b: Dim) -> Dim:
     if isinstance(a, int) and isinstance(b, int):
         return a // b
+    if isinstance(a, _pe.FloorDiv):  # (x // c) // b == x // (c * b): one canonical form
+        return normalize(tirx.floordiv(a.a, a.b * _as_prim(b)))
     return normalize(tirx.floordiv(_as_prim(a), _as_prim(b)))
 
 
@@ -139,26 +166,45 @@ def equal(a: Dim, b: Dim) -> bool:
     pa, pb = _as_prim(a), _as_prim(b)
     if tvm_ffi.structural_equal(pa, pb) or _ANALYZER.can_prove_equal(pa, pb):
         return True
-    # shapes' floor divisions are exact: compare with (x // d) * d rewritten to x
-    ea, eb = _exact(pa), _exact(pb)
-    if ea is pa and eb is pb:
+    # Shapes' floor divisions are exact (specialization checks it): compare as rational
+    # functions, by evaluating with true division at a few points (identity testing).
+    if not (floordivs(pa) or floordivs(pb)):
         return False
-    return bool(_ANALYZER.can_prove_equal(_as_prim(ea), _as_prim(eb)))
+    names = sorted(free_vars(pa) | free_vars(pb))
+    for point in _RATIONAL_POINTS:
+        env = {n: point[i % len(point)] + i for i, n in enumerate(names)}
+        try:
+            if _eval_rational(pa, env) != _eval_rational(pb, env):
+                return False
+        except (SymbolicError, ZeroDivisionError):
+            return False
+    return True
 
 
-def _exact(e):
-    """Rewrite ``(x // d) * y`` to ``x * (y // d)`` where d divides y (exact-division shapes)."""
+_RATIONAL_POINTS = ((1009, 2003), (3001, 4001), (5003, 7001), (7919, 104729))
+
+
+def _eval_rational(e, env):
+    from fractions import Fraction
+
+    if isinstance(e, int):
+        return Fraction(e)
+    if isinstance(e, _pe.IntImm):
+        return Fraction(int(e.value))
+    if isinstance(e, tirx.Var):
+        return Fraction(env[str(e.name)])
     t = type(e)
+    if t is _pe.Add:
+        return _eval_rational(e.a, env) + _eval_rational(e.b, env)
+    if t is _pe.Sub:
+        return _eval_rational(e.a, env) - _eval_rational(e.b, env)
     if t is _pe.Mul:
-        a, b = _exact(e.a), _exact(e.b)
-        for p, q in ((a, b), (b, a)):
-            if isinstance(p, _pe.FloorDiv) and prove_divisible(normalize(q), normalize(p.b)):
-                return _as_prim(normalize(p.a * _as_prim(floordiv(normalize(q), normalize(p.b)))))
-        return e if (a is e.a and b is e.b) else a * b
-    if t in (_pe.Add, _pe.Sub, _pe.FloorDiv, _pe.FloorMod, _pe.Min, _pe.Max):
-        a, b = _exact(e.a), _exact(e.b)
-        return e if (a is e.a and b is e.b) else _REBUILD[t](a, b)
-    return e
+        return _eval_rational(e.a, env) * _eval_rational(e.b, env)
+    if t is _pe.FloorDiv:
+        return _eval_rational(e.a, env) / _eval_rational(e.b, env)
+    if t is _pe.Cast:
+        return _eval_rational(e.value, env)
+    raise SymbolicError(f"not a rational shape expression: {e}")
 
 
 def prove(cond: PrimExpr) -> bool:

@@ -57,7 +57,7 @@ def _allgather_infer(types, attrs):
     _check_axis(attrs, "ccl.allgather")
     ax = norm_axis(attrs["axis"], x.ndim, "ccl.allgather")
     shape = list(x.shape)
-    shape[ax] = sym.mul(shape[ax], attrs["num_workers"])
+    shape[ax] = sym.mul_exact(shape[ax], attrs["num_workers"])
     return TensorType(tuple(shape), x.dtype)
 
 
@@ -186,7 +186,7 @@ def _all_to_all_infer(types, attrs):
     c = norm_axis(attrs["concat_axis"], x.ndim, "ccl.all_to_all")
     shape = list(x.shape)
     shape[s] = sym.floordiv(shape[s], attrs["num_workers"])
-    shape[c] = sym.mul(shape[c], attrs["num_workers"])
+    shape[c] = sym.mul_exact(shape[c], attrs["num_workers"])
     return TensorType(tuple(shape), x.dtype)
 
 

@@ -52,7 +52,7 @@ def _params(kind):
     return tuple(ps)
 
 
-for _kind in _DOCS:
+for _kind, _doc in _DOCS.items():
     register_op(
         OpDef(
             name=f"dist.{_kind}",
@@ -60,7 +60,7 @@ for _kind in _DOCS:
             infer=_infer(_kind),
             numpy=lambda xs, attrs, ctx: xs[0],
             dist_aware=True,
-            doc=_DOCS[_kind],
+            doc=_doc,
             tvm_compatible=False,
         )
     )

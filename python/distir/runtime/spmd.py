@@ -14,11 +14,11 @@ cost model in :mod:`distir.ir.transitions` predicts.
 
 from __future__ import annotations
 
-import itertools
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -26,10 +26,9 @@ from ..errors import DistirError
 from ..ir import sym
 from ..ir.expr import Call, Constant, Expr, IRModule, PrimValue, ShapeExpr, Tuple, TupleGetItem, Var
 from ..ir.layout import WORKER_ID, block_index, concrete_mesh_shape, local_shape, mesh_coords
-from ..ir.placement import Partial, Shard
 from ..ir.types import DTensorType, TensorType, TupleType, Type
 
-__all__ = ["run_spmd", "SpmdStats", "CollectiveRecord", "SpmdError"]
+__all__ = ["CollectiveRecord", "SpmdError", "SpmdStats", "run_spmd"]
 
 
 class SpmdError(DistirError):
@@ -254,7 +253,7 @@ def run_spmd(
         raise SpmdError(f"a device mesh is still symbolic ({err}); specialize the module first") from None
     workers = range(total)
     rng = np.random.default_rng(seed)
-    envs: list[dict[Var, Any]] = [dict() for _ in workers]
+    envs: list[dict[Var, Any]] = [{} for _ in workers]
     for i, (p, t, a) in enumerate(zip(f.params, gparams, arrays)):
         if isinstance(t, DTensorType):
             pieces = _shard_input(t, a, values, total, rng)

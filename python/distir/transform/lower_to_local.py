@@ -17,12 +17,12 @@ from typing import ClassVar
 from ..errors import DiagnosticError, DistirError
 from ..ir import sym
 from ..ir.expr import Binding, Block, Call, Expr, Function, IRModule, Tuple, TupleGetItem, Var
-from ..ir.layout import WORKER_ID, coord_expr, local_shape, local_type
+from ..ir.layout import WORKER_ID, coord_expr, local_type
 from ..ir.op import get_op
 from ..ir.types import DTensorType, TupleType, Type
 from .pass_infra import FunctionPass, PassContext, register_pass
 
-__all__ = ["LowerGlobalViewToLocalView", "to_local_type", "GLOBAL_PARAMS", "GLOBAL_RESULT"]
+__all__ = ["GLOBAL_PARAMS", "GLOBAL_RESULT", "LowerGlobalViewToLocalView", "to_local_type"]
 
 GLOBAL_PARAMS = "distir.global_params"
 GLOBAL_RESULT = "distir.global_result"
@@ -83,10 +83,9 @@ class _Lowerer:
             return Call(get_op("ccl.local_partial"), (x,), {"op_type": call.attrs["op_type"], **common}, call.span)
         if kind == "local_shard":
             dim = call.attrs["dim"]
-            extent = local_shape(src.shape, mesh, src.placement)[dim]
-            piece = sym.floordiv(extent, n)
+            piece = local_type(call.type).shape[dim]
             begin = sym.mul(coord_expr(mesh, axis, sym.var(WORKER_ID)), piece)
-            attrs = {"axes": (dim,), "begin": (begin,), "end": (sym.add(begin, piece),)}
+            attrs = {"axes": (dim,), "begin": (begin,), "end": (sym.add(begin, piece),), "assume_inbound": True}
             return Call(get_op("strided_slice"), (x,), attrs, call.span)
         self.fail(b, f"unknown redistribution step R.{call.op.name}")
 

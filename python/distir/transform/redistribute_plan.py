@@ -176,4 +176,4 @@ def plan_cost_formula(plan: tuple[Step, ...], src: Placement, mesh: DeviceMesh, 
     return total
 
 
-__all__ = ["Step", "plan_redistribute", "plan_cost", "optimal_cost", "plan_cost_formula", "step_cost", "Replicate"]
+__all__ = ["Replicate", "Step", "optimal_cost", "plan_cost", "plan_cost_formula", "plan_redistribute", "step_cost"]

@@ -9,8 +9,9 @@ garbage).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 from ..errors import SpecializeError
 from ..ir import sym
