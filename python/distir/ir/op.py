@@ -29,6 +29,7 @@ ATTR_KINDS = (
     "ints",  # a list of ints
     "dims",  # a list of ints / symbolic expressions
     "dim",  # one int / symbolic expression
+    "int_or_dims",  # an int, or a list of ints / symbolic expressions (R.split's indices_or_sections)
     "mesh",  # a device mesh of the module ("mesh[0]")
     "placement",  # "S[0], R"
     "choice",  # one of Param.choices

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -13,7 +13,7 @@ from ..ir.sharding import ShardingRule
 from ..ir.sym import Dim
 from ..ir.types import TensorType, Type
 
-__all__ = ["OpDef", "Param", "register_op", "ShardingRule", "Dim", "TensorType"]
+__all__ = ["Dim", "OpDef", "Param", "ShardingRule", "TensorType", "register_op"]
 
 
 def np_dtype(dtype: str):
@@ -100,3 +100,105 @@ def same_dims_rule(ndim: int, n_inputs: int = 1, partial=None, blocked=()) -> Sh
     return ShardingRule(
         inputs=(f,) * n_inputs, outputs=(f,), partial=dict(partial or {}), blocked=frozenset(f"d{i}" for i in blocked)
     )
+
+
+# ---------------------------------------------------------------- shared partial-passing tables
+
+#: A layout-only op (reshape, permute, slice...) moves elements without combining them, so
+#: every reduction of partial values commutes with it.
+LAYOUT_PARTIALS = {"sum": "one", "avg": "one", "max": "one", "min": "one"}
+
+
+def dims_factors(ndim: int, prefix: str = "d") -> tuple[tuple[str, ...], ...]:
+    """One factor per dim: ``((d0,), (d1,), ...)``."""
+    return tuple((f"{prefix}{i}",) for i in range(ndim))
+
+
+# ---------------------------------------------------------------- symbolic helpers
+
+_NONNEG = None
+_NONNEG_VARS: set[str] = set()
+
+
+def nonneg_analyzer(*exprs):
+    """A TVM analyzer that knows every symbolic variable in ``exprs`` is >= 0.
+
+    distir's symbolic variables are sizes and worker ids, never negative; telling the
+    analyzer so turns ``T.max(n, 0)`` into ``n`` when clamping slice bounds.
+    """
+    global _NONNEG
+    from tvm import sym as tvm_sym
+
+    if _NONNEG is None:
+        _NONNEG = tvm_sym.Analyzer()
+    for e in exprs:
+        for name in sym.free_vars(e):
+            if name not in _NONNEG_VARS:
+                _NONNEG.update(sym.var(name), tvm_sym.ConstIntBound(0, tvm_sym.ConstIntBound.POS_INF))
+                _NONNEG_VARS.add(name)
+    return _NONNEG
+
+
+def prim(x: Dim):
+    """``x`` as a TVM PrimExpr (ints become int64 immediates)."""
+    from tvm import tirx
+
+    if isinstance(x, int):
+        return tirx.IntImm("int64", x)
+    return x
+
+
+def simplify_nonneg(e) -> Dim:
+    """Simplify a PrimExpr assuming its variables are non-negative; ints come back as ints."""
+    if isinstance(e, int):
+        return e
+    out = nonneg_analyzer(e).simplify(e)
+    return sym.normalize(out)
+
+
+def prove_ge(a: Dim, b: Dim) -> bool:
+    """Prove ``a >= b`` assuming every variable in them is non-negative."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a >= b
+    return bool(nonneg_analyzer(a, b).can_prove(prim(a) >= prim(b)))
+
+
+def is_one(d: Dim) -> bool:
+    return isinstance(d, int) and d == 1
+
+
+def dim_value(ctx, d: Dim) -> int:
+    """The integer value of a dim: ints as they are, symbolic ones through the run context."""
+    if isinstance(d, int):
+        return d
+    if ctx is None:
+        raise TypeInferenceError(f"symbolic value {sym.to_str(d)} needs a run context to evaluate")
+    return ctx.dim(d)
+
+
+def shape_str(shape: Sequence[Dim]) -> str:
+    return _shape(shape)
+
+
+# ---------------------------------------------------------------- numpy helpers
+
+_HALF = ("float16", "bfloat16")
+
+
+def compute_dtype(dtype) -> np.dtype:
+    """The dtype a numpy reference computes in: float64 for floats (accuracy), else as is."""
+    if np.issubdtype(np.dtype(dtype), np.floating) or str(dtype) in _HALF:
+        return np.dtype(np.float64)
+    return np.dtype(dtype)
+
+
+def as_compute(x: np.ndarray) -> np.ndarray:
+    return x.astype(compute_dtype(x.dtype), copy=False)
+
+
+def is_float_dtype(dtype: str) -> bool:
+    return dtype in ("float16", "bfloat16", "float32", "float64")
+
+
+def is_int_dtype(dtype: str) -> bool:
+    return dtype in ("int8", "int32", "int64", "uint8")

@@ -2,17 +2,32 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..errors import TypeInferenceError
-from ._common import OpDef, Param, TensorType, broadcast_rule, broadcast_shapes, expect_tensor, register_op
+from ._common import (
+    OpDef,
+    Param,
+    TensorType,
+    as_compute,
+    broadcast_rule,
+    broadcast_shapes,
+    expect_tensor,
+    is_float_dtype,
+    register_op,
+)
 
 # How a partial input passes through each binary op: add/subtract are linear in all
 # inputs jointly; multiply is linear in each; divide only in its numerator; max/min
-# commute with a max/min reduction when both sides are partial alike.
+# commute with a max/min reduction when both sides are partial alike. partial_inputs
+# (third entry) limits which input may be the lone partial in "one" mode.
 _BINARY = {
-    "add": (np.add, {"sum": "all", "avg": "all"}, None),
-    "subtract": (np.subtract, {"sum": "all", "avg": "all"}, None),
+    # add/subtract: also max(p_i + r) = max(p_i) + r, so a lone P[max]/P[min] passes (only as
+    # subtract's lhs: r - p flips max into min)
+    "add": (np.add, {"sum": "all", "avg": "all", "max": "one", "min": "one"}, None),
+    "subtract": (np.subtract, {"sum": "all", "avg": "all", "max": "one", "min": "one"}, (0,)),
     "multiply": (np.multiply, {"sum": "one", "avg": "one"}, None),
     "divide": (np.divide, {"sum": "one", "avg": "one"}, (0,)),
     "maximum": (np.maximum, {"max": "all"}, None),
@@ -47,13 +62,21 @@ def _binary_rule(partial, partial_inputs):
     return rule
 
 
+def _binary_numpy(fn, keep_dtype: bool):
+    def numpy(xs, attrs, ctx):
+        out = np.asarray(fn(xs[0], xs[1]))
+        return out.astype(xs[0].dtype, copy=False) if keep_dtype else out
+
+    return numpy
+
+
 for _name, (_fn, _partial, _pin) in _BINARY.items():
     register_op(
         OpDef(
             name=_name,
             params=(Param("x1", "tensor"), Param("x2", "tensor")),
             infer=_binary_infer(_name),
-            numpy=(lambda fn: lambda xs, attrs, ctx: fn(xs[0], xs[1]).astype(xs[0].dtype, copy=False))(_fn),
+            numpy=_binary_numpy(_fn, keep_dtype=True),
             sharding=_binary_rule(_partial, _pin),
             doc=f"Elementwise {_name} with numpy-style broadcasting.",
         )
@@ -65,7 +88,7 @@ for _name, _fn in _COMPARE.items():
             name=_name,
             params=(Param("x1", "tensor"), Param("x2", "tensor")),
             infer=_binary_infer(_name, "bool"),
-            numpy=(lambda fn: lambda xs, attrs, ctx: fn(xs[0], xs[1]))(_fn),
+            numpy=_binary_numpy(_fn, keep_dtype=False),
             sharding=_binary_rule({}, None),
             doc=f"Elementwise comparison ({_name}); the result is bool.",
         )
@@ -86,72 +109,108 @@ register_op(
         name="where",
         params=(Param("condition", "tensor"), Param("x1", "tensor"), Param("x2", "tensor")),
         infer=_where_infer,
-        numpy=lambda xs, attrs, ctx: np.where(xs[0], xs[1], xs[2]),
+        numpy=lambda xs, attrs, ctx: np.asarray(np.where(xs[0], xs[1], xs[2])),
         sharding=lambda types, attrs, outs: broadcast_rule([t.shape for t in types], outs[0].ndim),
         doc="Select from x1 where condition holds, else from x2.",
     )
 )
 
 
-def _erf(x):
-    import math
+_ERF = np.frompyfunc(math.erf, 1, 1)
 
-    return np.vectorize(math.erf, otypes=[np.float64])(x)
+
+def _erf64(x64: np.ndarray) -> np.ndarray:
+    """erf in float64, exact (math.erf per element; numpy has no erf and scipy is not a dependency)."""
+    return np.asarray(_ERF(x64), dtype=np.float64)
+
+
+def _f64(fn):
+    """Compute ``fn`` in float64 for float inputs, then cast back to the input dtype."""
+
+    def run(x: np.ndarray) -> np.ndarray:
+        return np.asarray(fn(as_compute(x))).astype(x.dtype, copy=False)
+
+    return run
 
 
 def _gelu(x):
-    x64 = x.astype(np.float64)
-    return (0.5 * x64 * (1.0 + _erf(x64 / np.sqrt(2.0)))).astype(x.dtype)
+    return 0.5 * x * (1.0 + _erf64(x / np.sqrt(2.0)))
 
 
 def _gelu_tanh(x):
-    x64 = x.astype(np.float64)
-    return (0.5 * x64 * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x64 + 0.044715 * x64**3)))).astype(x.dtype)
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
 
 
-def _silu(x):
-    x64 = x.astype(np.float64)
-    return (x64 / (1.0 + np.exp(-x64))).astype(x.dtype)
+def _sigmoid(x):
+    return 0.5 * (1.0 + np.tanh(0.5 * x))  # no overflow in exp for large |x|
 
 
-def _rsqrt(x):
-    return (1.0 / np.sqrt(x.astype(np.float64))).astype(x.dtype)
+_MONOTONE = {"max": "one", "min": "one"}  # increasing f: f(max p_i) = max f(p_i)
 
-
-# name -> (numpy function, partial reductions it passes through)
+# name -> (numpy function (float64 in, any out), partial reductions it passes through, param name)
+# nn.* ops name their input "data" and the others "x", as TVM Relax does.
 _UNARY = {
-    "nn.gelu": (_gelu, {}),
-    "nn.gelu_tanh": (_gelu_tanh, {}),
-    "nn.relu": (lambda x: np.maximum(x, 0).astype(x.dtype), {"max": "one", "min": "one"}),
-    "nn.silu": (_silu, {}),
-    "exp": (np.exp, {"max": "one", "min": "one"}),
-    "log": (np.log, {"max": "one", "min": "one"}),
-    "sqrt": (np.sqrt, {"max": "one", "min": "one"}),
-    "rsqrt": (_rsqrt, {}),
-    "tanh": (np.tanh, {"max": "one", "min": "one"}),
-    "sigmoid": (lambda x: (1.0 / (1.0 + np.exp(-x.astype(np.float64)))).astype(x.dtype), {"max": "one", "min": "one"}),
-    "negative": (np.negative, {"sum": "one", "avg": "one"}),
-    "abs": (np.abs, {}),
+    "nn.gelu": (_gelu, {}, "data"),
+    "nn.gelu_tanh": (_gelu_tanh, {}, "data"),
+    "nn.relu": (lambda x: np.maximum(x, 0), _MONOTONE, "data"),
+    "nn.silu": (lambda x: x * _sigmoid(x), {}, "data"),
+    "exp": (np.exp, _MONOTONE, "x"),
+    "log": (np.log, _MONOTONE, "x"),
+    "sqrt": (np.sqrt, _MONOTONE, "x"),
+    "rsqrt": (lambda x: 1.0 / np.sqrt(x), {}, "x"),
+    "tanh": (np.tanh, _MONOTONE, "x"),
+    "sigmoid": (_sigmoid, _MONOTONE, "x"),
+    "erf": (_erf64, _MONOTONE, "x"),
+    "sin": (np.sin, {}, "x"),
+    "cos": (np.cos, {}, "x"),
+    "square": (np.square, {}, "x"),
+    "negative": (np.negative, {"sum": "one", "avg": "one"}, "x"),
+    "abs": (np.abs, {}, "x"),
 }
 
 
+# ops defined on any numeric dtype; every other unary op needs floats (as in TVM Relax)
+_ANY_DTYPE = {"nn.relu", "negative", "abs", "square"}
+
+
 def _unary_infer(name):
+    needs_float = name not in _ANY_DTYPE
+
     def infer(types, attrs):
-        return expect_tensor(types[0], name)
+        x = expect_tensor(types[0], name)
+        if needs_float and not is_float_dtype(x.dtype):
+            raise TypeInferenceError(f"R.{name}: needs a floating-point tensor, got {x.dtype}; use R.astype first")
+        if x.dtype == "bool":
+            raise TypeInferenceError(f"R.{name}: does not apply to bool tensors")
+        return x
 
     return infer
 
 
-for _name, (_fn, _partial) in _UNARY.items():
+def _unary_numpy(fn):
+    run = _f64(fn)
+
+    def numpy(xs, attrs, ctx):
+        return run(xs[0])
+
+    return numpy
+
+
+def _unary_rule(partial):
+    def rule(types, attrs, outs):
+        return broadcast_rule([types[0].shape], outs[0].ndim, partial=partial)
+
+    return rule
+
+
+for _name, (_fn, _partial, _pname) in _UNARY.items():
     register_op(
         OpDef(
             name=_name,
-            params=(Param("x", "tensor"),),
+            params=(Param(_pname, "tensor"),),
             infer=_unary_infer(_name),
-            numpy=(lambda fn: lambda xs, attrs, ctx: np.asarray(fn(xs[0])).astype(xs[0].dtype, copy=False))(_fn),
-            sharding=(lambda p: lambda types, attrs, outs: broadcast_rule([types[0].shape], outs[0].ndim, partial=p))(
-                _partial
-            ),
+            numpy=_unary_numpy(_fn),
+            sharding=_unary_rule(_partial),
             doc=f"Elementwise {_name}.",
         )
     )

@@ -1,14 +1,33 @@
-"""Shape manipulation: reshape, permute_dims, astype."""
+"""Shape manipulation: reshape, permute_dims, astype, expand_dims, squeeze, concat, split."""
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 
 from ..errors import TypeInferenceError
 from ..ir import sym
 from ..ir.expr import ShapeExpr
-from ..ir.types import ShapeType
-from ._common import OpDef, Param, ShardingRule, TensorType, expect_tensor, np_dtype, register_op
+from ..ir.types import ShapeType, TupleType
+from ._common import (
+    LAYOUT_PARTIALS,
+    OpDef,
+    Param,
+    ShardingRule,
+    TensorType,
+    dim_value,
+    dims_factors,
+    expect_tensor,
+    is_float_dtype,
+    is_int_dtype,
+    is_one,
+    norm_axes,
+    norm_axis,
+    np_dtype,
+    register_op,
+    shape_str,
+)
 
 
 def _target_shape(x: TensorType, shape_t) -> tuple:
@@ -99,7 +118,7 @@ def _reshape_rule(types, attrs, outs):
                 out[d] = (f"g{g}_out{j}",)
                 blocked.add(f"g{g}_out{j}")
     return ShardingRule(
-        inputs=(tuple(ins), ()), outputs=(tuple(out),), blocked=frozenset(blocked), partial={"sum": "one", "avg": "one", "max": "one", "min": "one"}
+        inputs=(tuple(ins), ()), outputs=(tuple(out),), blocked=frozenset(blocked), partial=LAYOUT_PARTIALS
     )
 
 
@@ -153,7 +172,7 @@ def _permute_rule(types, attrs, outs):
     axes = _permute_axes(attrs, x.ndim)
     ins = tuple((f"d{i}",) for i in range(x.ndim))
     out = tuple((f"d{a}",) for a in axes)
-    return ShardingRule(inputs=(ins,), outputs=(out,), partial={"sum": "one", "avg": "one", "max": "one", "min": "one"})
+    return ShardingRule(inputs=(ins,), outputs=(out,), partial=LAYOUT_PARTIALS)
 
 
 register_op(
@@ -173,17 +192,243 @@ def _astype_infer(types, attrs):
     return TensorType(x.shape, attrs["dtype"])
 
 
+def _astype_rule(types, attrs, outs):
+    # sum(cast(p_i)) = cast(sum(p_i)) only for casts that do not round: into a float, or int to int;
+    # max/min commute with any monotone cast (not with bool, which is not monotone over negatives)
+    src, dst = types[0].dtype, attrs["dtype"]
+    partial = {}
+    if is_float_dtype(dst) or (is_int_dtype(src) and is_int_dtype(dst)):
+        partial.update({"sum": "one", "avg": "one"})
+    if dst != "bool" and src != "bool":
+        partial.update({"max": "one", "min": "one"})
+    f = dims_factors(types[0].ndim)
+    return ShardingRule(inputs=(f,), outputs=(f,), partial=partial)
+
+
 register_op(
     OpDef(
         name="astype",
         params=(Param("x", "tensor"), Param("dtype", "dtype")),
         infer=_astype_infer,
         numpy=lambda xs, attrs, ctx: xs[0].astype(np_dtype(attrs["dtype"])),
-        sharding=lambda types, attrs, outs: ShardingRule(
-            inputs=(tuple((f"d{i}",) for i in range(types[0].ndim)),),
-            outputs=(tuple((f"d{i}",) for i in range(types[0].ndim)),),
-            partial={"sum": "one", "avg": "one", "max": "one", "min": "one"},
-        ),
+        sharding=_astype_rule,
         doc="Convert the element type.",
+    )
+)
+
+
+# ---------------------------------------------------------------- expand_dims / squeeze
+
+
+def _expand_axes(attrs, ndim: int) -> tuple[list[int], int]:
+    axis = attrs["axis"]
+    axes = [axis] if isinstance(axis, int) else list(axis or [])
+    out_nd = ndim + len(axes)
+    return norm_axes(axes, out_nd, "expand_dims"), out_nd
+
+
+def _expand_infer(types, attrs):
+    x = expect_tensor(types[0], "expand_dims")
+    axes, out_nd = _expand_axes(attrs, x.ndim)
+    src = iter(x.shape)
+    return TensorType(tuple(1 if i in axes else next(src) for i in range(out_nd)), x.dtype)
+
+
+def _expand_rule(types, attrs, outs):
+    x = types[0]
+    axes, out_nd = _expand_axes(attrs, x.ndim)
+    ins = dims_factors(x.ndim)
+    src = iter(ins)
+    out = tuple(() if i in axes else next(src) for i in range(out_nd))
+    return ShardingRule(inputs=(ins,), outputs=(out,), partial=LAYOUT_PARTIALS)
+
+
+def _expand_numpy(xs, attrs, ctx):
+    axes, _ = _expand_axes(attrs, xs[0].ndim)
+    return np.expand_dims(xs[0], tuple(axes))
+
+
+register_op(
+    OpDef(
+        name="expand_dims",
+        params=(Param("x", "tensor"), Param("axis", "axes")),
+        infer=_expand_infer,
+        numpy=_expand_numpy,
+        sharding=_expand_rule,
+        doc="Insert size-1 dims at `axis` (positions in the output). Every dim of x passes its sharding.",
+    )
+)
+
+
+def _squeeze_axes(x: TensorType, attrs) -> list[int]:
+    if attrs["axis"] is None:
+        return [i for i, d in enumerate(x.shape) if is_one(d)]
+    axes = norm_axes(attrs["axis"], x.ndim, "squeeze")
+    for a in axes:
+        if not is_one(x.shape[a]):
+            raise TypeInferenceError(
+                f"R.squeeze: axis {a} has size {sym.to_str(x.shape[a])}, not 1, in a tensor of shape {shape_str(x.shape)}"
+            )
+    return axes
+
+
+def _squeeze_infer(types, attrs):
+    x = expect_tensor(types[0], "squeeze")
+    axes = _squeeze_axes(x, attrs)
+    return TensorType(tuple(d for i, d in enumerate(x.shape) if i not in axes), x.dtype)
+
+
+def _squeeze_rule(types, attrs, outs):
+    x = types[0]
+    axes = _squeeze_axes(x, attrs)
+    ins = tuple(() if i in axes else (f"d{i}",) for i in range(x.ndim))
+    out = tuple((f"d{i}",) for i in range(x.ndim) if i not in axes)
+    return ShardingRule(inputs=(ins,), outputs=(out,), partial=LAYOUT_PARTIALS)
+
+
+def _squeeze_numpy(xs, attrs, ctx):
+    x = xs[0]
+    if attrs["axis"] is None:
+        return np.squeeze(x)
+    return np.squeeze(x, axis=tuple(norm_axes(attrs["axis"], x.ndim, "squeeze")))
+
+
+register_op(
+    OpDef(
+        name="squeeze",
+        params=(Param("x", "tensor"), Param("axis", "axes", None)),
+        infer=_squeeze_infer,
+        numpy=_squeeze_numpy,
+        sharding=_squeeze_rule,
+        doc="Remove size-1 dims (all statically size-1 dims when axis is None). Other dims pass their sharding.",
+    )
+)
+
+
+# ---------------------------------------------------------------- concat
+
+
+def _concat_fields(types) -> list[TensorType]:
+    t = types[0]
+    if not isinstance(t, TupleType):
+        raise TypeInferenceError(f"R.concat: the first argument must be a tuple of tensors, got {t}")
+    if not t.fields:
+        raise TypeInferenceError("R.concat: needs at least one tensor")
+    return [expect_tensor(f, "concat", f"tensor {i}") for i, f in enumerate(t.fields)]
+
+
+def _concat_infer(types, attrs):
+    fields = _concat_fields(types)
+    first = fields[0]
+    if first.ndim == 0:
+        raise TypeInferenceError("R.concat: cannot concatenate rank-0 tensors")
+    axis = norm_axis(attrs["axis"], first.ndim, "concat")
+    total = first.shape[axis]
+    for i, f in enumerate(fields[1:], start=1):
+        if f.ndim != first.ndim:
+            raise TypeInferenceError(f"R.concat: tensor {i} has rank {f.ndim} but tensor 0 has rank {first.ndim}")
+        if f.dtype != first.dtype:
+            raise TypeInferenceError(f"R.concat: tensor {i} has dtype {f.dtype} but tensor 0 has {first.dtype}")
+        for d in range(first.ndim):
+            if d != axis and not sym.equal(f.shape[d], first.shape[d]):
+                raise TypeInferenceError(
+                    f"R.concat: tensor {i} has shape {shape_str(f.shape)} and tensor 0 {shape_str(first.shape)}; "
+                    f"they must agree on every dim but the concat axis {axis} (dim {d} differs)"
+                )
+        total = sym.add(total, f.shape[axis])
+    return TensorType(tuple(total if d == axis else s for d, s in enumerate(first.shape)), first.dtype)
+
+
+def _concat_rule(types, attrs, outs):
+    # types: the flattened tensors of the tuple
+    ndim = types[0].ndim
+    axis = norm_axis(attrs["axis"], ndim, "concat")
+    f = dims_factors(ndim)
+    # a partial value concatenated with partials of the same reduction stays partial: the
+    # reduction is elementwise and concat only places elements
+    return ShardingRule(
+        inputs=(f,) * len(types),
+        outputs=(f,),
+        blocked=frozenset({f"d{axis}"}),
+        partial={"sum": "all", "avg": "all", "max": "all", "min": "all"},
+    )
+
+
+register_op(
+    OpDef(
+        name="concat",
+        params=(Param("tensors", "tuple"), Param("axis", "int", 0)),
+        infer=_concat_infer,
+        numpy=lambda xs, attrs, ctx: np.concatenate(list(xs[0]), axis=attrs["axis"]),
+        sharding=_concat_rule,
+        doc="Concatenate a tuple of tensors along `axis`; that axis must be whole, the others pass.",
+    )
+)
+
+
+# ---------------------------------------------------------------- split
+
+
+def _split_sizes(x: TensorType, attrs) -> tuple[int, list]:
+    """The split axis and the length of each piece (TVM's rule: n sections of ceil(dim / n), the last smaller)."""
+    axis = norm_axis(attrs["axis"], x.ndim, "split")
+    dim = x.shape[axis]
+    ios = attrs["indices_or_sections"]
+    if isinstance(ios, int):
+        if ios < 1:
+            raise TypeInferenceError(f"R.split: indices_or_sections={ios}: the number of sections must be at least 1")
+        each = sym.floordiv(sym.add(dim, ios - 1), ios)
+        if isinstance(dim, int) and ios > 1 and each * (ios - 1) > dim:
+            raise TypeInferenceError(f"R.split: cannot split a dim of size {dim} into {ios} sections")
+        return axis, [each] * (ios - 1) + [sym.sub(dim, sym.mul(each, ios - 1))]
+    points = list(ios)
+    if isinstance(dim, int) and all(isinstance(p, int) for p in points):
+        bounds = [0] + points + [dim]
+        return axis, [len(range(dim)[a:b]) for a, b in itertools.pairwise(bounds)]
+    for a, b in itertools.pairwise(points):
+        if isinstance(a, int) and isinstance(b, int) and b < a:
+            raise TypeInferenceError(f"R.split: indices {[sym.to_str(p) for p in points]} must be increasing")
+    # symbolic: indices are taken to be in range and increasing
+    bounds = [0] + points + [dim]
+    return axis, [sym.sub(b, a) for a, b in itertools.pairwise(bounds)]
+
+
+def _split_infer(types, attrs):
+    x = expect_tensor(types[0], "split")
+    if x.ndim == 0:
+        raise TypeInferenceError("R.split: cannot split a rank-0 tensor")
+    axis, sizes = _split_sizes(x, attrs)
+    return TupleType(
+        tuple(TensorType(tuple(n if d == axis else s for d, s in enumerate(x.shape)), x.dtype) for n in sizes)
+    )
+
+
+def _split_rule(types, attrs, outs):
+    x = types[0]
+    axis = norm_axis(attrs["axis"], x.ndim, "split")
+    f = dims_factors(x.ndim)
+    return ShardingRule(inputs=(f,), outputs=(f,) * len(outs), blocked=frozenset({f"d{axis}"}), partial=LAYOUT_PARTIALS)
+
+
+def _split_numpy(xs, attrs, ctx):
+    x = xs[0]
+    axis = norm_axis(attrs["axis"], x.ndim, "split")
+    ios = attrs["indices_or_sections"]
+    if isinstance(ios, int):
+        each = -(-x.shape[axis] // ios)
+        points = [each * i for i in range(1, ios)]
+    else:
+        points = [dim_value(ctx, p) for p in ios]
+    return tuple(np.split(x, points, axis=axis))
+
+
+register_op(
+    OpDef(
+        name="split",
+        params=(Param("x", "tensor"), Param("indices_or_sections", "int_or_dims"), Param("axis", "int", 0)),
+        infer=_split_infer,
+        numpy=_split_numpy,
+        sharding=_split_rule,
+        doc="Split along `axis` into n sections or at the given indices; a tuple of tensors. The axis must be whole.",
     )
 )

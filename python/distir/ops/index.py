@@ -1,0 +1,255 @@
+"""Indexing: strided_slice and take (gather, e.g. an embedding lookup).
+
+A sliced axis stays whole (a worker's shard of a slice is not the slice of its shard)
+unless the slice covers the axis, in which case the op is an identity there and a
+sharding passes; `localize` then rewrites the slice's end to the per-worker size. In
+take, the gathered axis of the table must be whole; its other dims, and every dim of
+the indices, pass.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from tvm import tirx
+
+from ..errors import TypeInferenceError
+from ..ir import sym
+from ._common import (
+    LAYOUT_PARTIALS,
+    Dim,
+    OpDef,
+    Param,
+    ShardingRule,
+    TensorType,
+    dim_value,
+    dims_factors,
+    expect_tensor,
+    is_int_dtype,
+    norm_axis,
+    prim,
+    prove_ge,
+    register_op,
+    shape_str,
+    simplify_nonneg,
+)
+
+# ---------------------------------------------------------------- strided_slice
+
+# An int bound at least this large means "to the end" (as in ONNX/TVM imports that write INT_MAX).
+_BIG = 2**31 - 1
+
+
+def _slice_spec(x: TensorType, attrs) -> list[tuple[int, Dim, Dim, int]]:
+    """(axis, begin, end, stride) per sliced axis, checked."""
+    axes = list(attrs["axes"])
+    begin = list(attrs["begin"])
+    end = list(attrs["end"])
+    strides = list(attrs["strides"]) if attrs["strides"] is not None else [1] * len(axes)
+    if not (len(begin) == len(end) == len(strides) == len(axes)):
+        raise TypeInferenceError(
+            f"R.strided_slice: axes, begin, end and strides must have one entry per sliced axis; got "
+            f"{len(axes)} axes, {len(begin)} begin, {len(end)} end, {len(strides)} strides"
+        )
+    out = []
+    seen = set()
+    for a, b, e, s in zip(axes, begin, end, strides):
+        ax = norm_axis(a, x.ndim, "strided_slice")
+        if ax in seen:
+            raise TypeInferenceError(f"R.strided_slice: axis {ax} is sliced twice")
+        seen.add(ax)
+        if not isinstance(s, int):
+            raise TypeInferenceError(f"R.strided_slice: stride {sym.to_str(s)} on axis {ax} must be an integer constant")
+        if s == 0:
+            raise TypeInferenceError(f"R.strided_slice: stride on axis {ax} is 0")
+        out.append((ax, b, e, s))
+    return out
+
+
+def _slice_len(dim: Dim, b: Dim, e: Dim, s: int) -> Dim:
+    """Length of ``range(dim)[b:e:s]``: exact (clamped as numpy does) when everything is an int.
+
+    With symbolic values, negative int indices count from the end, an int end of at least
+    2**31 - 1 means "to the end", a bound provably past the end is clamped, and otherwise the
+    bounds are taken to be in range (the interpreter checks that at run time). This keeps
+    ``x[1:n]`` at length ``n - 1`` and a worker's block ``[w * p, w * p + p)`` at ``p``,
+    instead of TVM's ``T.max(T.min(...), 0)`` forms.
+    """
+    if isinstance(dim, int) and isinstance(b, int) and isinstance(e, int):
+        return len(range(dim)[b:e:s])
+    if isinstance(b, int) and b < 0:
+        b = sym.add(dim, b)
+    if isinstance(e, int):
+        if s > 0 and e >= _BIG:
+            e = dim
+        elif s < 0 and e <= -_BIG:
+            e = -1
+        elif e < 0:
+            e = sym.add(dim, e)
+    if s > 0:
+        if prove_ge(e, dim):
+            e = dim
+        if prove_ge(b, dim):
+            b = dim
+        n = tirx.floordiv(prim(e) - prim(b) + (s - 1), s)
+    else:
+        last = sym.sub(dim, 1)
+        if prove_ge(b, last):
+            b = last
+        n = tirx.floordiv(prim(b) - prim(e) + (-s - 1), -s)
+    return simplify_nonneg(n)
+
+
+def _covers(dim: Dim, b: Dim, e: Dim, s: int) -> bool:
+    """True when the slice provably keeps the whole axis in order (an identity on it)."""
+    if s != 1 or not sym.equal(b, 0):
+        return False
+    if isinstance(e, int) and e >= _BIG:
+        return True
+    if isinstance(e, int) and isinstance(dim, int):
+        return e >= dim
+    return sym.equal(e, dim) or prove_ge(e, dim)
+
+
+def _slice_infer(types, attrs):
+    x = expect_tensor(types[0], "strided_slice")
+    shape = list(x.shape)
+    for ax, b, e, s in _slice_spec(x, attrs):
+        shape[ax] = _slice_len(x.shape[ax], b, e, s)
+    return TensorType(tuple(shape), x.dtype)
+
+
+def _slice_rule(types, attrs, outs):
+    x = types[0]
+    f = dims_factors(x.ndim)
+    blocked = frozenset(f"d{ax}" for ax, b, e, s in _slice_spec(x, attrs) if not _covers(x.shape[ax], b, e, s))
+    return ShardingRule(inputs=(f,), outputs=(f,), blocked=blocked, partial=LAYOUT_PARTIALS)
+
+
+def _slice_localize(args, attrs, local_out):
+    """A covering slice of a sharded axis ends at the per-worker size of that axis."""
+    x = args[0].type
+    end = list(attrs["end"])
+    changed = False
+    for i, (ax, b, e, s) in enumerate(_slice_spec(x, attrs)):
+        local = x.shape[ax]
+        if s == 1 and sym.equal(b, 0) and sym.equal(local_out.shape[ax], local) and not sym.equal(e, local):
+            end[i] = local
+            changed = True
+    if not changed:
+        return args, attrs
+    new = dict(attrs)
+    new["end"] = type(attrs["end"])(end) if isinstance(attrs["end"], (list, tuple)) else end
+    return args, new
+
+
+def _slice_numpy(xs, attrs, ctx):
+    x = xs[0]
+    index = [slice(None)] * x.ndim
+    strides = attrs["strides"] if attrs["strides"] is not None else [1] * len(attrs["axes"])
+    for a, b, e, s in zip(attrs["axes"], attrs["begin"], attrs["end"], strides):
+        index[a % x.ndim] = slice(dim_value(ctx, b), dim_value(ctx, e), dim_value(ctx, s))
+    return x[tuple(index)]
+
+
+register_op(
+    OpDef(
+        name="strided_slice",
+        params=(
+            Param("x", "tensor"),
+            Param("axes", "ints"),
+            Param("begin", "dims"),
+            Param("end", "dims"),
+            Param("strides", "dims", None),
+            Param("assume_inbound", "bool", False),
+        ),
+        infer=_slice_infer,
+        numpy=_slice_numpy,
+        sharding=_slice_rule,
+        localize=_slice_localize,
+        doc="x[begin:end:stride] on each of `axes`. A sliced axis must be whole unless the slice covers it.",
+    )
+)
+
+
+# ---------------------------------------------------------------- take
+
+_TAKE_MODES = ("fast", "nan", "wrap", "clip")
+
+
+def _take_axis(x: TensorType, attrs) -> int:
+    axis = attrs["axis"]
+    if axis is None:
+        if x.ndim != 1:
+            raise TypeInferenceError(
+                f"R.take: without an axis the source must be 1-D, got shape {shape_str(x.shape)}; pass axis=0 "
+                "for an embedding lookup"
+            )
+        return 0
+    if not isinstance(axis, int):
+        raise TypeInferenceError(f"R.take: axis must be one integer or None, got {axis}")
+    return norm_axis(axis, x.ndim, "take")
+
+
+def _take_infer(types, attrs):
+    x = expect_tensor(types[0], "take", "source")
+    idx = expect_tensor(types[1], "take", "indices")
+    if x.ndim == 0:
+        raise TypeInferenceError("R.take: the source must have rank at least 1")
+    if not is_int_dtype(idx.dtype):
+        raise TypeInferenceError(f"R.take: indices must be integers, got {idx.dtype}")
+    if attrs["mode"] not in _TAKE_MODES:
+        raise TypeInferenceError(f"R.take: mode must be one of {', '.join(_TAKE_MODES)}, got '{attrs['mode']}'")
+    axis = _take_axis(x, attrs)
+    return TensorType(x.shape[:axis] + idx.shape + x.shape[axis + 1 :], x.dtype)
+
+
+def _take_rule(types, attrs, outs):
+    x, idx = types
+    axis = _take_axis(x, attrs)
+    x_dims = tuple(("gathered",) if i == axis else (f"d{i}",) for i in range(x.ndim))
+    i_dims = dims_factors(idx.ndim, "i")
+    out = x_dims[:axis] + i_dims + x_dims[axis + 1 :]
+    # take is linear in the table (it only picks elements), so a partial table passes;
+    # partial indices mean nothing
+    return ShardingRule(
+        inputs=(x_dims, i_dims),
+        outputs=(out,),
+        blocked=frozenset({"gathered"}),
+        partial=LAYOUT_PARTIALS,
+        partial_inputs=(0,),
+    )
+
+
+def _take_numpy(xs, attrs, ctx):
+    x, idx = xs
+    axis = 0 if attrs["axis"] is None else attrs["axis"]
+    mode = attrs["mode"]
+    if mode in ("wrap", "clip"):
+        return np.take(x, idx, axis=axis, mode=mode)
+    if mode == "nan":
+        n = x.shape[axis]
+        bad = (idx < -n) | (idx >= n)
+        out = np.take(x, np.where(bad, 0, idx), axis=axis)
+        if bad.any():
+            out = out.astype(np.result_type(out.dtype, np.float32), copy=True)
+            mask = bad.reshape((1,) * axis + bad.shape + (1,) * (x.ndim - axis - 1))
+            out = np.where(mask, np.nan, out).astype(x.dtype)
+        return out
+    return np.take(x, idx, axis=axis)
+
+
+register_op(
+    OpDef(
+        name="take",
+        params=(
+            Param("x", "tensor"),
+            Param("indices", "tensor"),
+            Param("axis", "axes", None),
+            Param("mode", "choice", "fast", choices=_TAKE_MODES),
+        ),
+        infer=_take_infer,
+        numpy=_take_numpy,
+        sharding=_take_rule,
+        doc="Gather slices of x along `axis` at `indices` (an embedding lookup with axis=0).",
+    )
+)
