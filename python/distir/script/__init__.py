@@ -1,0 +1,11 @@
+"""The text format: a TVMScript-style parser and printer, and the ``I``/``R``/``T`` decorators.
+
+``from distir.script import ir as I, relax as R, tirx as T`` gives the names used in
+IR files and in Python test files (``@I.ir_module class Module: ...``).
+"""
+
+from . import ir, relax, tirx
+from .parser import parse, parse_source
+from .printer import print_function, print_module, print_type
+
+__all__ = ["ir", "parse", "parse_source", "print_function", "print_module", "print_type", "relax", "tirx"]
