@@ -12,6 +12,7 @@ from ..ir.op import OpDef, Param, register_op
 from ..ir.sharding import ShardingRule
 from ..ir.sym import Dim
 from ..ir.types import TensorType, Type
+from ..ir.types import shape_str as _types_shape_str
 
 __all__ = ["Dim", "OpDef", "Param", "ShardingRule", "TensorType", "register_op"]
 
@@ -177,7 +178,8 @@ def dim_value(ctx, d: Dim) -> int:
 
 
 def shape_str(shape: Sequence[Dim]) -> str:
-    return _shape(shape)
+    """``(n, 64)``; one-dim shapes as ``(64,)``, as the text format writes them."""
+    return _types_shape_str(tuple(shape))
 
 
 # ---------------------------------------------------------------- numpy helpers
