@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from distir import examples
 from distir.ir import (
     Binding,
     Block,
@@ -20,6 +21,9 @@ from distir.ir import (
     sym,
     verify,
 )
+from distir.script import ir as I
+from distir.script import relax as R
+from distir.script import tirx as T
 from distir.transform import Canonicalize, get_pass, map_bindings
 
 N = sym.var("num_workers")
@@ -54,52 +58,119 @@ def run(mod: IRModule) -> IRModule:
 
 
 def test_trivial_redistribute_is_removed():
-    def before():
-        x = Var("x", D((128, 64), "S[0]"))
-        a = let("a", redistribute(x, "S[0]"))  # already S[0]: a no-op
-        b = let("b", call("nn.relu", a.var))
-        c = let("c", redistribute(b.var, "R"))  # a real layout change stays
-        return module(Function("main", (x,), (Block((a, b, c), True, (c.var,)),), c.var, c.var.type))
+    @I.ir_module
+    class Before:
+        I.module_global_infos({"mesh": [R.device_mesh(("num_workers",), I.Range(0, "num_workers"))]})
 
-    def expected():
-        x = Var("x", D((128, 64), "S[0]"))
-        b = let("b", call("nn.relu", x))
-        c = let("c", redistribute(b.var, "R"))
-        return module(Function("main", (x,), (Block((b, c), True, (c.var,)),), c.var, c.var.type))
+        @R.function
+        def main(
+            x: R.DTensor((128, 64), "float32", "mesh[0]", "S[0]"),
+        ) -> R.DTensor((128, 64), "float32", "mesh[0]", "R"):
+            with R.dataflow():
+                a = R.dist.redistribute(x, device_mesh="mesh[0]", placement="S[0]")  # already S[0]
+                b = R.nn.relu(a)
+                c = R.dist.redistribute(b, device_mesh="mesh[0]", placement="R")  # a real change stays
+                R.output(c)
+            return c
 
-    assert_structural_equal(run(before()), expected())
+    @I.ir_module
+    class Expected:
+        I.module_global_infos({"mesh": [R.device_mesh(("num_workers",), I.Range(0, "num_workers"))]})
+
+        @R.function
+        def main(
+            x: R.DTensor((128, 64), "float32", "mesh[0]", "S[0]"),
+        ) -> R.DTensor((128, 64), "float32", "mesh[0]", "R"):
+            with R.dataflow():
+                b = R.nn.relu(x)
+                c = R.dist.redistribute(b, device_mesh="mesh[0]", placement="R")
+                R.output(c)
+            return c
+
+    assert_structural_equal(run(Before), Expected)
 
 
 def test_chain_of_trivial_redistributes_collapses_to_the_parameter():
-    def before():
-        x = Var("x", D((8, 8), "R"))
-        a = let("a", redistribute(x, "R"))
-        b = let("b", redistribute(a.var, "R"))
-        return module(Function("main", (x,), (Block((a, b), True, (b.var,)),), b.var))
+    @I.ir_module
+    class Before:
+        I.module_global_infos({"mesh": [R.device_mesh((2, "num_workers"), I.Range(0, "2 * num_workers"))]})
 
-    def expected():
-        x = Var("x", D((8, 8), "R"))
-        return module(Function("main", (x,), (), x))
+        @R.function
+        def main(x: R.DTensor((8, 8), "float32", "mesh[0]", "S[1], P")):
+            with R.dataflow():
+                a = R.dist.redistribute(x, device_mesh="mesh[0]", placement="S[1], P")
+                b = R.dist.redistribute(a, device_mesh="mesh[0]", placement="S[1], P[sum]")
+                R.output(b)
+            return b
 
-    assert_structural_equal(run(before()), expected())
+    @I.ir_module
+    class Expected:
+        I.module_global_infos({"mesh": [R.device_mesh((2, "num_workers"), I.Range(0, "2 * num_workers"))]})
+
+        @R.function
+        def main(x: R.DTensor((8, 8), "float32", "mesh[0]", "S[1], P")):
+            return x
+
+    assert_structural_equal(run(Before), Expected)
 
 
 def test_dead_code_is_removed_transitively():
-    def before():
-        x = Var("x", TensorType((4, 4), "float32"))
-        y = let("y", call("nn.relu", x))
-        d1 = let("d1", call("add", x, x))
-        d2 = let("d2", call("multiply", d1.var, y.var))  # uses y, but is itself dead
-        z = let("z", call("exp", y.var))
-        return module(Function("main", (x,), (Block((y, d1, d2, z), True, (z.var, d2.var)),), z.var))
+    @I.ir_module
+    class Before:
+        @R.function
+        def main(x: R.Tensor((4, 4), "float32")):
+            with R.dataflow():
+                y = R.nn.relu(x)
+                d1 = R.add(x, x)
+                d2 = R.multiply(d1, y)  # uses y, but is itself dead
+                z = R.exp(y)
+                R.output(z, d2)
+            return z
 
-    def expected():
-        x = Var("x", TensorType((4, 4), "float32"))
-        y = let("y", call("nn.relu", x))
-        z = let("z", call("exp", y.var))
-        return module(Function("main", (x,), (Block((y, z), True, (z.var,)),), z.var))
+    @I.ir_module
+    class Expected:
+        @R.function
+        def main(x: R.Tensor((4, 4), "float32")):
+            with R.dataflow():
+                y = R.nn.relu(x)
+                z = R.exp(y)
+                R.output(z)
+            return z
 
-    assert_structural_equal(run(before()), expected())
+    assert_structural_equal(run(Before), Expected)
+
+
+def test_dead_code_across_blocks_and_symbolic_shapes():
+    @I.ir_module
+    class Before:
+        @R.function
+        def main(x: R.Tensor(("n", 4), "float32")):
+            n = T.int64()
+            with R.dataflow():
+                a = R.exp(x)
+                unused = R.negative(a)
+                R.output(a, unused)
+            b = R.add(a, x)
+            dead = R.sum(b, axis=[0], keepdims=False)
+            return b
+
+    @I.ir_module
+    class Expected:
+        @R.function
+        def main(x: R.Tensor(("n", 4), "float32")):
+            n = T.int64()
+            with R.dataflow():
+                a = R.exp(x)
+                R.output(a)
+            b = R.add(a, x)
+            return b
+
+    assert_structural_equal(run(Before), Expected)
+
+
+def test_canonicalize_on_the_bundled_mlp_keeps_everything():
+    mod = examples.load("mlp")
+    assert run(mod) is mod
 
 
 def test_uses_through_tuples_keep_bindings_alive():
