@@ -232,3 +232,27 @@ def test_verify_is_reachable_from_distir_ir():
 
     mod, _ = mlp()
     assert ir.verify(mod) is None
+
+
+def test_problems_in_parsed_text_carry_file_line_and_column():
+    import distir
+
+    text = """\
+@I.ir_module
+class Module:
+    I.module_global_infos({"mesh": [R.device_mesh(("num_workers",), I.Range(0, "num_workers"))]})
+
+    @R.function
+    def main(x: R.DTensor((8, 16), "float32", "mesh[0]", "S[0]"), w: R.Tensor((16, 4), "float32")):
+        with R.dataflow():
+            h: R.Tensor((8, 16), dtype="float32") = R.matmul(x, w)
+            s: R.DTensor((8, 16), "float32", "mesh[0]", "R") = R.dist.redistribute(x, device_mesh="mesh[0]", placement="S[1]")
+            R.output(h, s)
+        return s
+"""
+    mod = distir.parse(text, source_name="bad_types.py")
+    problems = collect_problems(mod)
+    assert len(problems) == 2, problems
+    h, s = problems
+    assert "binding 'h'" in h and "bad_types.py:8:" in h
+    assert "binding 's'" in s and "bad_types.py:9:" in s and "S[1]" in s
