@@ -140,15 +140,15 @@ class _FunctionVerifier:
             self.check_call_attrs(b.value, what, span)
         inferred = self.type_of(b.value, what, span)
         if inferred is not None and not _types_match(var.type, inferred):
-            self.report(what, f"recorded type {var.type} but {self.describe(b.value)} gives {inferred}", span)
+            self.report(what, f"recorded type {var.type}, but {self.describe(b.value)} {inferred}", span)
         self.defined.add(var)
 
     def describe(self, value: Expr) -> str:
         if isinstance(value, Call):
             return f"R.{value.op.name} infers"
         if isinstance(value, Var):
-            return f"'{value.name}' has"
-        return f"the {type(value).__name__} value has"
+            return f"'{value.name}' has type"
+        return f"the {type(value).__name__} value has type"
 
     def uses(self, value: Expr, what: str, span: Span | None) -> None:
         for v in leaf_vars(value):
