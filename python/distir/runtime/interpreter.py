@@ -160,7 +160,7 @@ class _Binder:
                             f"(with {_bound_str(d, self.values)}), got {actual}"
                         )
                     progress = True
-                elif len(unknown) == 1 and (v := _solve(d, unknown[0], actual, self.values)) is not None:
+                elif len(unknown) == 1 and (v := self.solve(d, unknown[0], actual, where)) is not None:
                     self.values[unknown[0]] = v
                     self.origin[unknown[0]] = where
                     progress = True
@@ -175,13 +175,31 @@ class _Binder:
                 )
             pending = left
 
+    def solve(self, d, name: str, actual: int, where: str) -> int | None:
+        try:
+            return _solve(d, name, actual, self.values)
+        except _NoSolution:
+            known = _bound_str(d, self.values)
+            raise RunError(
+                f"{where}: no value of '{name}' gives {sym.to_str(d)} = {actual}" + (f" (with {known})" if known else "")
+            ) from None
+
 
 def _bound_str(d, values) -> str:
-    return ", ".join(f"{n}={values[n]}" for n in sorted(sym.free_vars(d)))
+    """``m=3, n=4``: the bound variables of ``d``."""
+    return ", ".join(f"{n}={values[n]}" for n in sorted(sym.free_vars(d)) if n in values)
+
+
+class _NoSolution(Exception):
+    pass
 
 
 def _solve(d, name: str, actual: int, values: Mapping[str, int]) -> int | None:
-    """The value of ``name`` making ``d`` equal ``actual``, when ``d`` is affine in it (``m * W``, ``n + 1``)."""
+    """The value of ``name`` making ``d`` equal ``actual`` when ``d`` is affine in it (``m * W``, ``n + 1``).
+
+    None when ``d`` is not affine in it; :class:`_NoSolution` when it is but no
+    non-negative integer fits.
+    """
     try:
         f1 = sym.evaluate(d, {**values, name: 1})
         f2 = sym.evaluate(d, {**values, name: 2})
@@ -189,14 +207,18 @@ def _solve(d, name: str, actual: int, values: Mapping[str, int]) -> int | None:
     except sym.SymbolicError:
         return None
     slope = f2 - f1
-    if slope == 0 or f3 - f2 != slope or (actual - f1) % slope:
+    if slope == 0 or f3 - f2 != slope:
         return None
+    if (actual - f1) % slope:
+        raise _NoSolution
     v = 1 + (actual - f1) // slope
     try:
         ok = v >= 0 and sym.evaluate(d, {**values, name: v}) == actual
     except sym.SymbolicError:
         ok = False
-    return v if ok else None
+    if not ok:
+        raise _NoSolution
+    return v
 
 
 def bind_params(
