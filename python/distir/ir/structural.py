@@ -91,7 +91,7 @@ class _Comparer:
             elif mapped is not b:
                 self.fail(path, a.name, b.name)
         elif isinstance(a, Constant):
-            if a.data.dtype != b.data.dtype or a.data.shape != b.data.shape or not np.array_equal(a.data, b.data):
+            if a.data.dtype != b.data.dtype or a.data.shape != b.data.shape or not np.array_equal(a.data, b.data, equal_nan=a.data.dtype.kind in "fc"):
                 self.fail(path, a.data, b.data)
         elif isinstance(a, PrimValue):
             if a.dtype != b.dtype or not sym.equal(a.value, b.value):

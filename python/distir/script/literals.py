@@ -349,6 +349,10 @@ def attr_from_ast(param: Param, node: ast.AST, meshes: MeshTable) -> Any:
         return dims_from_ast(node, f"'{name}'")
     if kind == "dim":
         return dim_from_ast(node)
+    if kind == "int_or_dims":
+        if isinstance(node, (ast.List, ast.Tuple)):
+            return dims_from_ast(node, f"'{name}'")
+        return int_from_ast(node, f"an integer or a list of dimensions for '{name}'")
     if kind == "mesh":
         return meshes.resolve(node)
     if kind == "placement":
@@ -381,8 +385,10 @@ def attr_text(param: Param, value: Any, meshes: MeshTable) -> str:
         if isinstance(value, (list, tuple)):
             return _list_text(value, lambda v: str(int(v)))
         return str(int(value))
-    if kind == "dims":
+    if kind == "dims" or (kind == "int_or_dims" and isinstance(value, (list, tuple))):
         return _list_text(value, lambda d: dim_text(d, True))
+    if kind == "int_or_dims":
+        return str(int(value))
     if kind == "dim":
         return dim_text(value, True)
     if kind == "mesh":

@@ -303,7 +303,7 @@ def _expr_vars(e: Expr, out: set[str]) -> None:
             if not isinstance(a, Var):
                 _expr_vars(a, out)
         for p in e.op.attr_params:
-            if p.kind in ("dims", "dim", "mesh") and p.name in e.attrs:
+            if p.kind in ("dims", "dim", "int_or_dims", "mesh") and p.name in e.attrs:
                 v = e.attrs[p.name]
                 if p.kind == "mesh":
                     if isinstance(v, DeviceMesh):
