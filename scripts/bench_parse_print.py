@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
-import distir  # noqa: E402
-from distir.script.printer import print_module  # noqa: E402
+import distir
+from distir.script.printer import print_module
 
 BAR_SECONDS = 2.0
 
@@ -33,8 +33,10 @@ def generate(n: int, symbolic: bool) -> str:
         "@I.ir_module",
         "class Module:",
         "    @R.function",
-        f"    def main(x: R.Tensor(({rows}, {cols}), dtype=\"float32\"), "
-        f"w: R.Tensor(({cols}, {cols}), dtype=\"float32\")):",
+        (
+            f"    def main(x: R.Tensor(({rows}, {cols}), dtype=\"float32\"), "
+            f"w: R.Tensor(({cols}, {cols}), dtype=\"float32\")):"
+        ),
         "        with R.dataflow():",
         "            lv0 = R.add(x, x)",
     ]
