@@ -44,7 +44,7 @@ def _slice_spec(x: TensorType, attrs) -> list[tuple[int, Dim, Dim, int]]:
     axes = list(attrs["axes"])
     begin = list(attrs["begin"])
     end = list(attrs["end"])
-    strides = list(attrs["strides"]) if attrs["strides"] is not None else [1] * len(axes)
+    strides = list(attrs["strides"]) if attrs.get("strides") is not None else [1] * len(axes)
     if not (len(begin) == len(end) == len(strides) == len(axes)):
         raise TypeInferenceError(
             f"R.strided_slice: axes, begin, end and strides must have one entry per sliced axis; got "
@@ -126,7 +126,10 @@ def _slice_rule(types, attrs, outs):
 
 
 def _slice_localize(args, attrs, local_out):
-    """A covering slice of a sharded axis ends at the per-worker size of that axis."""
+    """A covering slice of a sharded axis ends at the per-worker size of that axis.
+
+    ``attrs`` are the call's own (defaults not filled in), and so is what comes back.
+    """
     x = args[0].type
     end = list(attrs["end"])
     changed = False
@@ -145,7 +148,7 @@ def _slice_localize(args, attrs, local_out):
 def _slice_numpy(xs, attrs, ctx):
     x = xs[0]
     index = [slice(None)] * x.ndim
-    strides = attrs["strides"] if attrs["strides"] is not None else [1] * len(attrs["axes"])
+    strides = attrs["strides"] if attrs.get("strides") is not None else [1] * len(attrs["axes"])
     for a, b, e, s in zip(attrs["axes"], attrs["begin"], attrs["end"], strides):
         index[a % x.ndim] = slice(dim_value(ctx, b), dim_value(ctx, e), dim_value(ctx, s))
     return x[tuple(index)]
