@@ -51,10 +51,11 @@ class RunError(DistirError):
 class RunContext:
     """What a numpy reference may ask of the run: the values of the symbolic variables."""
 
-    __slots__ = ("values",)
+    __slots__ = ("_shapes", "values")
 
     def __init__(self, values: Mapping[str, int]):
         self.values = dict(values)
+        self._shapes: dict[int, tuple[int, ...]] = {}  # the plan's expected shapes, evaluated once per run
 
     def dim(self, d) -> int:
         """The integer value of a dim (an int, or a symbolic expression over bound variables)."""
@@ -317,14 +318,19 @@ def _has_symbolic(v) -> bool:
     return sym.is_symbolic(v)
 
 
-def _expected(t: Type):
-    """What to check a result against: (dtype, dims, static) for tensors, a list for tuples, None to skip."""
+def _expected(t: Type, interned: dict):
+    """What to check a result against: (dtype, dims, static) for tensors, a list for tuples, None to skip.
+
+    Equal symbolic shapes share one dims tuple (``interned``), so a run evaluates each once.
+    """
     if isinstance(t, (TensorType, DTensorType)):
         dims = tuple(t.shape)
         static = all(isinstance(d, int) for d in dims)
+        if not static:
+            dims = interned.setdefault(tuple(sym.key(d) for d in dims), dims)
         return (np_dtype(t.dtype), dims, static)
     if isinstance(t, TupleType):
-        return [_expected(f) for f in t.fields]
+        return [_expected(f, interned) for f in t.fields]
     return None
 
 
@@ -372,6 +378,7 @@ class Plan:
         c = _Compiler(func)
         self.param_slots = [c.slot(p) for p in func.params]
         self.steps: list[_Step] = []
+        interned: dict = {}
         for binding in func.bindings():
             value = binding.value
             if isinstance(value, Call):
@@ -380,7 +387,8 @@ class Plan:
             else:
                 runner = c.getter(value)
                 what = type(value).__name__
-            self.steps.append(_Step(c.slot(binding.var), binding.var.name, what, runner, _expected(binding.var.type)))
+            expect = _expected(binding.var.type, interned)
+            self.steps.append(_Step(c.slot(binding.var), binding.var.name, what, runner, expect))
         self.result = c.getter(func.result)
         self.n_slots = len(c.names)
 
@@ -419,7 +427,12 @@ def _check(step: _Step, expect, out, ctx: RunContext, path: str):
     dtype, dims, static = expect
     if type(out) is not np.ndarray:
         out = np.asarray(out)
-    shape = dims if static else ctx.shape(dims)
+    if static:
+        shape = dims
+    else:  # dims belongs to the plan, so its id is stable for the run
+        shape = ctx._shapes.get(id(dims))
+        if shape is None:
+            shape = ctx._shapes[id(dims)] = ctx.shape(dims)
     if out.shape != shape or out.dtype != dtype:
         raise RunError(
             f"binding '{step.name}'{path} = {step.what}: produced an array of shape {out.shape} and dtype {out.dtype}, "
