@@ -121,7 +121,7 @@ class Placement:
         if len(self.specs) != mesh_ndim:
             raise PlacementError(
                 f"{what} \"{self}\" has {len(self.specs)} entr{'y' if len(self.specs) == 1 else 'ies'} "
-                f"but the mesh has {mesh_ndim} axis{'es' if mesh_ndim != 1 else ''}: give one of R, S[d], P per mesh axis"
+                f"but the mesh has {mesh_ndim} {'axes' if mesh_ndim != 1 else 'axis'}: give one of R, S[d], P per mesh axis"
             )
         if tensor_ndim is None:
             return

@@ -333,9 +333,9 @@ class _Parser:
             if kw.arg is None:
                 self.fail(kw.value, f"'**' is not allowed in {what}")
             if kw.arg not in names:
-                self.fail(kw.value, f"{what} has no argument '{kw.arg}' (it takes {', '.join(names)})")
+                self.fail(kw, f"{what} has no argument '{kw.arg}' (it takes {', '.join(names)})")
             if kw.arg in out:
-                self.fail(kw.value, f"{what} got argument '{kw.arg}' twice")
+                self.fail(kw, f"{what} got argument '{kw.arg}' twice")
             out[kw.arg] = kw.value
         for n in names[:required]:
             if n not in out:
@@ -505,7 +505,7 @@ class _Parser:
             out = {}
             for kw in d.keywords:
                 if kw.arg not in DECORATOR_ATTRS:
-                    self.fail(kw.value, "R.function takes only the keywords private= and pure=")
+                    self.fail(kw, "R.function takes only the keywords private= and pure=")
                 if not (isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, bool)):
                     self.fail(kw.value, f"expected True or False for '{kw.arg}'")
                 out[kw.arg] = kw.value.value
@@ -753,12 +753,12 @@ class _Parser:
             p = op.param(kw.arg)
             if p is None:
                 self.fail(
-                    kw.value,
+                    kw,
                     f"R.{name} has no parameter '{kw.arg}' (its parameters are {', '.join(q.name for q in params)})"
                     + self.suggest(kw.arg, [q.name for q in params]),
                 )
             if kw.arg in given:
-                self.fail(kw.value, f"R.{name} got parameter '{kw.arg}' twice")
+                self.fail(kw, f"R.{name} got parameter '{kw.arg}' twice")
             given[kw.arg] = kw.value
         args: list[Expr] = []
         attrs: dict[str, Any] = {}
