@@ -34,6 +34,7 @@ from distir.transform import (
 @pytest.fixture(autouse=True)
 def clean_registry():
     """Passes registered by a test do not leak into others."""
+    list_passes()  # load the built-in passes first, so that the snapshot holds them
     passes, pipelines = dict(pass_infra._PASSES), dict(pass_infra._PIPELINES)
     yield
     pass_infra._PASSES.clear()
