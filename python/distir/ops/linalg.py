@@ -62,9 +62,14 @@ def _rule(types, attrs, outs):
 
 
 def _numpy(xs, attrs, ctx):
-    out = np.matmul(xs[0], xs[1])
+    a, b = xs
+    if str(a.dtype) in ("float16", "bfloat16"):
+        # numpy has no fast or well-accumulated half matmul: compute in float32, round once
+        out = np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(a.dtype)
+    else:
+        out = np.matmul(a, b)
     dtype = attrs.get("out_dtype")
-    return out.astype(np_dtype(dtype)) if dtype else out
+    return np.asarray(out.astype(np_dtype(dtype)) if dtype else out)
 
 
 register_op(

@@ -262,6 +262,11 @@ register_op(
 
 def _squeeze_axes(x: TensorType, attrs) -> list[int]:
     if attrs["axis"] is None:
+        if any(sym.is_symbolic(d) for d in x.shape):
+            # a symbolic dim might be 1 at run time; TVM gives up on the rank here, we ask
+            raise TypeInferenceError(
+                f"R.squeeze: the shape {shape_str(x.shape)} has symbolic dims, so say which axes to remove (axis=[...])"
+            )
         return [i for i, d in enumerate(x.shape) if is_one(d)]
     axes = norm_axes(attrs["axis"], x.ndim, "squeeze")
     for a in axes:
@@ -293,6 +298,22 @@ def _squeeze_numpy(xs, attrs, ctx):
     return np.squeeze(x, axis=tuple(norm_axes(attrs["axis"], x.ndim, "squeeze")))
 
 
+def _squeeze_localize(args, attrs, local_out):
+    """``axis=None`` becomes the explicit axes: per-worker shapes are symbolic, which None refuses."""
+    if attrs.get("axis") is not None:
+        return args, attrs
+    x = args[0].type
+    ones = [i for i, d in enumerate(x.shape) if is_one(d)]
+    if len(ones) != x.ndim - local_out.ndim:
+        raise TypeInferenceError(
+            f"R.squeeze: cannot tell which size-1 dims of the per-worker shape {shape_str(x.shape)} to remove; "
+            "give axis=[...] explicitly"
+        )
+    new = dict(attrs)
+    new["axis"] = ones
+    return args, new
+
+
 register_op(
     OpDef(
         name="squeeze",
@@ -300,6 +321,7 @@ register_op(
         infer=_squeeze_infer,
         numpy=_squeeze_numpy,
         sharding=_squeeze_rule,
+        localize=_squeeze_localize,
         doc="Remove size-1 dims (all statically size-1 dims when axis is None). Other dims pass their sharding.",
     )
 )

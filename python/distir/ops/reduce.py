@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import OpDef, Param, ShardingRule, TensorType, expect_tensor, norm_axes, register_op
+from ._common import OpDef, Param, ShardingRule, TensorType, as_compute, expect_tensor, norm_axes, register_op
 
 # name -> (numpy function, partial kind produced by reducing a sharded dim, partial kinds passed through)
 _REDUCE = {
@@ -45,11 +45,12 @@ def _rule(name, produced, passes):
     return rule
 
 
-def _numpy(fn):
+def _numpy(fn, wide: bool):
     def run(xs, attrs, ctx):
         x = xs[0]
         axes = tuple(norm_axes(attrs["axis"], x.ndim, "reduce"))
-        return np.asarray(fn(x, axis=axes, keepdims=attrs["keepdims"])).astype(x.dtype, copy=False)
+        src = as_compute(x) if wide else x  # sums accumulate in float64; max/min are exact anyway
+        return np.asarray(fn(src, axis=axes, keepdims=attrs["keepdims"])).astype(x.dtype, copy=False)
 
     return run
 
@@ -60,7 +61,7 @@ for _name, (_fn, _produced, _passes) in _REDUCE.items():
             name=_name,
             params=(Param("x", "tensor"), Param("axis", "axes", None), Param("keepdims", "bool", False)),
             infer=_infer(_name),
-            numpy=_numpy(_fn),
+            numpy=_numpy(_fn, wide=_name in ("sum", "mean", "prod")),
             sharding=_rule(_name, _produced, _passes),
             doc=f"Reduce by {_name} over `axis` (all axes when None).",
         )
