@@ -381,3 +381,20 @@ def test_plans_are_cached_and_long_chains_run_fast():
         run(mod, xv)
     per_run = (time.perf_counter() - start) / 3
     assert per_run < 0.5, f"{per_run:.3f}s for 3000 bindings"
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_half_precision_models_run(dtype):
+    from distir.ops._common import np_dtype
+
+    x = Var("x", TensorType((4, 16), dtype))
+    w = Var("w", TensorType((16, 8), dtype))
+    b = Builder()
+    h = b.op("h", "matmul", x, w)
+    s = b.op("s", "nn.softmax", b.op("g", "nn.silu", h))
+    m = b.op("m", "mean", s, axis=[1])
+    mod = b.module((x, w), m)
+    xv, wv = rand(4, 16).astype(np_dtype(dtype)), rand(16, 8).astype(np_dtype(dtype))
+    out = run(mod, xv, wv)
+    assert out.dtype == np_dtype(dtype) and out.shape == (4,)
+    np.testing.assert_allclose(out.astype("float64"), np.full(4, 1 / 8), rtol=1e-2)
