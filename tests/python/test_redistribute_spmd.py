@@ -28,7 +28,7 @@ from distir.ir.placement import Partial, Replicate, Shard
 from distir.ir.types import dtype_bytes
 from distir.runtime.spmd import SpmdStats, run_spmd
 from distir.transform import get_pass
-from distir.transform.redistribute_plan import optimal_cost, plan_cost, plan_redistribute
+from distir.transform.redistribute_plan import is_optimal_everywhere, optimal_cost, plan_cost, plan_redistribute
 from distir.transform.specialize import specialize
 
 W = sym.var("num_workers")
@@ -99,9 +99,12 @@ def test_every_redistribute_moves_the_data_and_the_optimal_bytes(case, seed):
     plan = plan_redistribute(redistribute_module(mesh_shape, shape, dtype, src, dst).meshes()[0], len(shape), src, dst)
     # the simulator moves exactly what the cost model says the chosen plan moves
     assert stats.bytes_per_worker == plan_cost(plan, src, sizes) * nbytes, (str(src), str(dst), sizes, stats.summary())
-    if workers >= 2 or mesh.ndim == 1:
+    global_mesh = redistribute_module(mesh_shape, shape, dtype, src, dst).meshes()[0]
+    universal = is_optimal_everywhere(global_mesh, len(shape), src, dst)
+    if universal and (workers >= 2 or mesh.ndim == 1):
         # and that plan is optimal at every specialized size (symbolic axes are planned for sizes >= 2;
-        # an N-D mesh whose symbolic axis is specialized to 1 may have a cheaper route, see docs)
+        # an N-D mesh whose symbolic axis is specialized to 1 may have a cheaper route; and for a few
+        # N-D transitions no plan is best at every size: the planner says so, see docs/redistribute.md)
         assert plan_cost(plan, src, sizes) == optimal_cost(sizes, len(shape), src, dst), (str(src), str(dst), sizes)
 
 
@@ -117,6 +120,14 @@ def test_plans_for_the_issue_examples():
     assert [(s.kind, s.mesh_axis) for s in plan] == [("all_gather", 1), ("all_gather", 0)]
     # P -> S is a reduce-scatter, never an all-reduce followed by a slice
     assert [s.kind for s in plan_redistribute(mesh, 2, P("P, R"), P("S[1], R"))] == ["reduce_scatter"]
+
+
+def test_one_d_plans_are_optimal_everywhere():
+    mesh = DeviceMesh((W,), Range(0, W))
+    specs = ["R", "S[0]", "S[1]", "P", "P[max]"]
+    for a in specs:
+        for b in specs:
+            assert is_optimal_everywhere(mesh, 2, Placement.parse(a), Placement.parse(b)), (a, b)
 
 
 def test_legalize_is_idempotent():

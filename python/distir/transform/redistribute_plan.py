@@ -159,6 +159,16 @@ class _ShapeBox(tuple):
         return isinstance(other, tuple) and len(self) == len(other) and all(sym.equal(a, b) for a, b in zip(self, other))
 
 
+def is_optimal_everywhere(mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement) -> bool:
+    """Whether the chosen plan is optimal at every sampled size of the mesh's symbols.
+
+    For a few transitions on N-D meshes with symbolic sizes no single plan is best at
+    every size; the planner then takes the one with the smallest total excess."""
+    plan = plan_redistribute(mesh, ndim, src, dst)
+    points = _sample_points(tuple(mesh.shape))
+    return all(plan_cost(plan, src, p) == plan_cost(_dijkstra(src, dst, ndim, p), src, p) for p in points)
+
+
 def optimal_cost(mesh_sizes: tuple[int, ...], ndim: int, src: Placement, dst: Placement) -> Fraction:
     """The cost model's optimum at concrete mesh sizes (per worker, per byte of the tensor)."""
     return plan_cost(_dijkstra(src, dst, ndim, mesh_sizes), src, mesh_sizes)
