@@ -8,7 +8,6 @@ node is only inspected, and a symbolic dimension is built by :mod:`distir.ir.sym
 from __future__ import annotations
 
 import ast
-import json
 import math
 import re
 from collections.abc import Callable
@@ -227,8 +226,24 @@ def str_from_ast(node: ast.AST, what: str = "a string") -> str:
 
 
 def quote(s: str) -> str:
-    """A double-quoted Python string literal (JSON escapes are valid Python escapes)."""
-    return json.dumps(s)
+    """A double-quoted Python string literal that reads back as exactly ``s``.
+
+    Printable characters stay as they are (the text is UTF-8); quotes, backslashes,
+    control characters and lone surrogates are escaped the way Python's repr does.
+    """
+    if s.isascii() and s.isprintable() and '"' not in s and "\\" not in s:
+        return f'"{s}"'
+    out = []
+    for ch in s:
+        if ch == '"':
+            out.append('\\"')
+        elif ch == "\\":
+            out.append("\\\\")
+        elif ch.isprintable() and not 0xD800 <= ord(ch) <= 0xDFFF:
+            out.append(ch)
+        else:
+            out.append(repr(ch)[1:-1])
+    return '"' + "".join(out) + '"'
 
 
 def dtype_from_ast(node: ast.AST) -> str:

@@ -174,19 +174,22 @@ class _Printer:
     # ------------------------------------------------------------ functions
 
     def function(self, func: Function, lines: list[str], ind: str) -> None:
+        if not func.name.isidentifier() or keyword.iskeyword(func.name):
+            raise DistirError(f"function name '{func.name}' is not a valid Python identifier, so it cannot be printed")
         symvars = self.function_symvars(func)
         names = _Namer(symvars)
         params = []
         for p in func.params:
             params.append(f"{names.define(p)}: {self.type_text(p.var_type, False)}")
-        deco = [f"{k}={func.attrs[k]!r}" for k in DECORATOR_ATTRS if k in func.attrs]
+        in_deco = [k for k in DECORATOR_ATTRS if isinstance(func.attrs.get(k), bool)]
+        deco = [f"{k}={func.attrs[k]!r}" for k in in_deco]
         lines.append(f"{ind}@R.function" + (f"({', '.join(deco)})" if deco else ""))
         ret = "" if func.ret_type is None else f" -> {self.type_text(func.ret_type, False)}"
         lines.append(f"{ind}def {func.name}({', '.join(params)}){ret}:")
         body = ind + "    "
         for v in sorted(symvars):
             lines.append(f"{body}{v} = T.int64()")
-        attrs = {k: v for k, v in func.attrs.items() if k not in DECORATOR_ATTRS}
+        attrs = {k: v for k, v in func.attrs.items() if k not in in_deco}
         if attrs:
             lines.append(f"{body}R.func_attr({self.attrs_text(attrs)})")
         outputs = _block_outputs(func)
@@ -364,8 +367,9 @@ class _Namer:
 
     def define(self, v: Var) -> str:
         base = v.name
-        if not base.isidentifier():
-            base = _NOT_IDENT.sub("_", base) or "v"
+        # ASCII only: Python folds non-ASCII identifiers (NFKC), which would rename on reparse
+        if not (base.isascii() and base.isidentifier()):
+            base = _NOT_IDENT.sub("_", base.encode("ascii", "replace").decode().replace("?", "_")) or "v"
             if not base.isidentifier():
                 base = "v_" + base
         name = base
