@@ -473,3 +473,13 @@ def test_sym_parse_handles_mesh_size_expressions():
     assert sym.equal(sym.parse("2 * tp"), sym.mul(2, sym.var("tp")))
     assert sym.equal(sym.parse("m * num_workers"), sym.mul(sym.var("m"), sym.var("num_workers")))
     assert sym.parse("128 // 4") == 32
+
+
+def test_function_script_is_print_function():
+    mod = distir.parse(SYMBOLIC_1D)
+    text = mod["main"].script(mod)
+    assert text.startswith("@R.function\ndef main(") and '"mesh[0]"' in text
+    # without a module, the function's meshes are numbered in order of appearance
+    assert mod["main"].script() == text
+    plain = distir.parse(SEVERAL_FUNCTIONS)["second"]
+    assert_structural_equal(distir.parse(plain.script())["second"], plain)

@@ -187,6 +187,11 @@ class Function(Expr):
         for block in self.blocks:
             yield from block.bindings
 
+    def script(self, mod: IRModule | None = None) -> str:
+        from ..script.printer import print_function
+
+        return print_function(self, mod)
+
     def replace(self, **changes) -> "Function":
         values = dict(
             name=self.name,
