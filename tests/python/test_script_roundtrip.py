@@ -483,3 +483,26 @@ def test_function_script_is_print_function():
     assert mod["main"].script() == text
     plain = distir.parse(SEVERAL_FUNCTIONS)["second"]
     assert_structural_equal(distir.parse(plain.script())["second"], plain)
+
+
+def test_leaf_values_of_every_kind_round_trip():
+    text = '''
+@I.ir_module
+class Module:
+    @R.function
+    def main(x: R.Tensor(("n", 4), dtype="float32")) -> R.Tuple(R.Shape([8, "n"]), R.Prim("int64"), R.Prim("int32")):
+        n = T.int64()
+        s = R.shape([8, n])
+        p = R.prim_value(n * 2)
+        q = R.prim_value(T.int32(3))
+        w = R.str("a \\"quoted\\" string")
+        y = x
+        return (s, p, q)
+'''
+    mod = distir.parse(text)
+    out = roundtrip(mod)
+    assert "s: R.Shape([8, n]) = R.shape([8, n])" in out
+    assert 'p: R.Prim("int64") = R.prim_value(n * 2)' in out
+    assert 'q: R.Prim("int32") = R.prim_value(T.int32(3))' in out
+    assert 'w: R.Prim("str") = R.str("a \\"quoted\\" string")' in out
+    assert 'y: R.Tensor((n, 4), dtype="float32") = x' in out

@@ -69,10 +69,11 @@ _IMPORT_FROM = {
     "distir.script": {("ir", "I"), ("relax", "R"), ("tirx", "T")},
     "tvm.script": {("ir", "I"), ("relax", "R"), ("tirx", "T"), ("tir", "T")},
 }
-_IMPORT = {("tvm", None), ("distir", None), ("numpy", "np")}
+_IMPORT = {("tvm", None)}
 _LITERAL_CALLS = frozenset({"R.const", "R.shape", "R.prim_value", "R.str"})
 _TYPE_CALLS = frozenset({"R.Tensor", "R.DTensor", "R.Tuple", "R.Shape", "R.Prim"})
-_PRIM_DTYPES = frozenset({"int64", "int32", "int16", "int8", "uint8", "bool"})
+_PRIM_INT_DTYPES = frozenset({"int64", "int32", "int16", "int8", "uint8"})  # R.prim_value(T.int32(3))
+_PRIM_DTYPES = frozenset(DTYPES) | _PRIM_INT_DTYPES | {"str"}  # "str" is the type of R.str(...)
 
 
 def parse(
@@ -402,7 +403,7 @@ class _Parser:
             return ShapeType(self.form(int_from_ast, a["ndim"], "an integer ndim"))
         a = self.bind_args(node, ("dtype",), 1, name)
         dt = self.form(str_from_ast, a["dtype"], "a dtype string")
-        if dt not in DTYPES and dt not in _PRIM_DTYPES:
+        if dt not in _PRIM_DTYPES:
             self.fail(a["dtype"], f"unknown dtype \"{dt}\" (known: {', '.join(DTYPES)})")
         return PrimType(dt)
 
@@ -715,7 +716,7 @@ class _Parser:
         dtype = "int64"
         if isinstance(v, ast.Call):
             name = dotted_name(v.func)
-            if name is not None and name.startswith("T.") and name[2:] in _PRIM_DTYPES:
+            if name is not None and name.startswith("T.") and name[2:] in _PRIM_INT_DTYPES:
                 if len(v.args) != 1 or v.keywords:
                     self.fail(v, f"{name} takes one value")
                 dtype, v = name[2:], v.args[0]
