@@ -558,6 +558,8 @@ class _Parser:
                     self.fail(body[i + 1], "R.output(...) must be the last statement of a dataflow block")
                 outputs = self.outputs(s.value, scope, set(names_here))
                 break
+            if self.is_symvar_decl(s):
+                continue
             if isinstance(s, ast.With):
                 self.fail(s, "dataflow blocks cannot be nested")
             if isinstance(s, ast.Return):
@@ -580,9 +582,10 @@ class _Parser:
             if not isinstance(a, ast.Name):
                 self.fail(a, "R.output takes the names of variables defined in the dataflow block")
             if a.id not in defined_here:
+                msg = f"R.output lists '{a.id}', which is not defined in this dataflow block"
                 if a.id in scope.vars:
-                    self.fail(a, f"R.output lists '{a.id}', which is not defined in this dataflow block")
-                self.fail(a, f"R.output lists '{a.id}', which is not defined in this dataflow block" + self.suggest(a.id, defined_here))
+                    self.fail(a, msg + " (it is defined before the block; list only the block's own variables)")
+                self.fail(a, msg + self.suggest(a.id, defined_here))
             out.append(scope.vars[a.id])
         return out
 
