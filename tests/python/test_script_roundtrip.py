@@ -506,3 +506,27 @@ class Module:
     assert 'q: R.Prim("int32") = R.prim_value(T.int32(3))' in out
     assert 'w: R.Prim("str") = R.str("a \\"quoted\\" string")' in out
     assert 'y: R.Tensor((n, 4), dtype="float32") = x' in out
+
+
+@pytest.mark.parametrize("src,dst", [("S[0]", "R"), ("P", "S[1]"), ("S[0]", "S[1]"), ("R", "S[0]")])
+def test_pass_outputs_round_trip(src, dst):
+    from distir.transform import get_pass
+    from distir.transform.specialize import Specialize
+
+    text = f'''
+@I.ir_module
+class Module:
+    I.module_global_infos({{"mesh": [R.device_mesh(("num_workers",), I.Range(0, "num_workers"))]}})
+
+    @R.function
+    def main(x: R.DTensor((128, 64), "float32", "mesh[0]", "{src}")):
+        with R.dataflow():
+            y = R.dist.redistribute(x, device_mesh="mesh[0]", placement="{dst}")
+            R.output(y)
+        return y
+'''
+    mod = distir.parse(text)
+    for name in ("legalize-redistribute", "lower-global-view-to-local-view"):
+        mod = get_pass(name)(mod)
+        roundtrip(mod)
+    roundtrip(Specialize({"num_workers": 4})(mod))
