@@ -126,7 +126,15 @@ def forward(rule: ShardingRule, placements: Sequence[Placement], mesh_ndim: int,
                     raise TypeInferenceError(f"{where}: input {k} cannot be partial (P[{op}]); all-reduce it first")
             for o in range(len(rule.outputs)):
                 outs[o][axis] = Partial(op)
-    return [Placement(tuple(o)) for o in outs]
+    result = [Placement(tuple(o)) for o in outs]
+    for o, p in enumerate(result):
+        kinds = sorted({s.op for s in p.specs if isinstance(s, Partial)})
+        if len(kinds) > 1:
+            raise TypeInferenceError(
+                f"R.{op_name}: output {o} would be \"{p}\", partial under different reductions {kinds}; "
+                "reduce the partial input first"
+            )
+    return result
 
 
 def _plain(t: Type) -> Type:
