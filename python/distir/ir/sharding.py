@@ -14,12 +14,12 @@ inputs partial alike: add), keyed by reduction op.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 from ..errors import TypeInferenceError
 from .mesh import DeviceMesh
-from .placement import Partial, Placement, Replicate, Shard, R
+from .placement import Partial, Placement, R, Replicate, Shard
 from .types import DTensorType, TensorType, TupleType, Type
 
 Factors = tuple[tuple[str, ...], ...]  # per dim, the factors it holds (major first)
