@@ -31,7 +31,8 @@ STEPS = ("all_gather", "all_reduce", "reduce_scatter", "all_to_all", "local_shar
 COLLECTIVES = ("all_gather", "all_reduce", "reduce_scatter", "all_to_all")
 
 
-def _innermost(placement: Placement, dim: int, axis: int, adding: bool) -> bool:
+def _innermost(placement: Placement, dim: int, axis: int) -> bool:
+    """True when no mesh axis after ``axis`` shards ``dim`` (so ``axis`` may add or drop it)."""
     axes = [a for a in placement.mesh_axes_of(dim) if a != axis]
     return all(a < axis for a in axes)
 
@@ -45,7 +46,7 @@ def apply_step(kind: str, placement: Placement, axis: int, dim: int | None = Non
     if kind == "all_gather":
         if not isinstance(spec, Shard):
             raise PlacementError(f"{where}: needs S[d] on that axis, found {spec}")
-        if not _innermost(placement, spec.dim, axis, False):
+        if not _innermost(placement, spec.dim, axis):
             raise PlacementError(f"{where}: dim {spec.dim} is also sharded on a later mesh axis; gather that one first")
         return placement.replace(axis, Replicate())
     if kind == "all_reduce":
@@ -55,7 +56,7 @@ def apply_step(kind: str, placement: Placement, axis: int, dim: int | None = Non
     if kind == "reduce_scatter":
         if not isinstance(spec, Partial):
             raise PlacementError(f"{where}: needs P on that axis, found {spec}")
-        if dim is None or not _innermost(placement, dim, axis, True):
+        if dim is None or not _innermost(placement, dim, axis):
             raise PlacementError(f"{where}: dim {dim} is already sharded on a later mesh axis")
         return placement.replace(axis, Shard(dim))
     if kind == "all_to_all":
@@ -63,13 +64,13 @@ def apply_step(kind: str, placement: Placement, axis: int, dim: int | None = Non
             raise PlacementError(f"{where}: needs S[d] on that axis, found {spec}")
         if dim is None or dim == spec.dim:
             raise PlacementError(f"{where}: needs a different target dim, got {dim}")
-        if not _innermost(placement, spec.dim, axis, False) or not _innermost(placement, dim, axis, True):
+        if not _innermost(placement, spec.dim, axis) or not _innermost(placement, dim, axis):
             raise PlacementError(f"{where}: the mesh axis is not the innermost for dim {spec.dim} or dim {dim}")
         return placement.replace(axis, Shard(dim))
     if kind == "local_shard":
         if not isinstance(spec, Replicate):
             raise PlacementError(f"{where}: needs R on that axis, found {spec}")
-        if dim is None or not _innermost(placement, dim, axis, True):
+        if dim is None or not _innermost(placement, dim, axis):
             raise PlacementError(f"{where}: dim {dim} is already sharded on a later mesh axis")
         return placement.replace(axis, Shard(dim))
     if kind == "local_partial":

@@ -49,6 +49,25 @@ def _groups(attrs, env):
     return mesh_groups(attrs["device_mesh"], attrs["mesh_axis"], env.values)
 
 
+def _exchange(xs, group, axis):
+    """Each worker cuts its value into one block per peer along ``axis``; block j goes to
+    worker j. Returns the blocks and the bytes sent (every block but a worker's own)."""
+    pieces = {w: np.split(xs[w], len(group), axis=axis) for w in group}
+    sent = sum(p.nbytes for w in group for j, p in enumerate(pieces[w]) if group[j] != w)
+    return pieces, sent
+
+
+def _same_type_infer(name: str):
+    """Type rule of a collective whose output is shaped like its input."""
+
+    def infer(types, attrs):
+        x = expect_tensor(types[0], name)
+        _check_axis(attrs, name)
+        return x
+
+    return infer
+
+
 # ------------------------------------------------------------------ allgather
 
 
@@ -87,12 +106,6 @@ register_op(
 # ------------------------------------------------------------------ allreduce
 
 
-def _allreduce_infer(types, attrs):
-    x = expect_tensor(types[0], "ccl.allreduce")
-    _check_axis(attrs, "ccl.allreduce")
-    return x
-
-
 def _ring_chunks(flat_size: int, n: int) -> list[slice]:
     base, extra = divmod(flat_size, n)
     out, start = [], 0
@@ -129,7 +142,7 @@ register_op(
     OpDef(
         name="ccl.allreduce",
         params=_group_params(Param("op_type", "choice", "sum", choices=_OP_TYPES)),
-        infer=_allreduce_infer,
+        infer=_same_type_infer("ccl.allreduce"),
         doc="Reduce the workers' values (sum, max, min or avg); every worker gets the result.",
         tvm_compatible=False,
         extra={"spmd": _allreduce_spmd, "collective": "all_reduce"},
@@ -153,12 +166,10 @@ def _reduce_scatter_spmd(xs, attrs, env):
     op, axis = attrs["op_type"], attrs["axis"]
     out, sent = {}, 0
     for group in _groups(attrs, env):
-        n = len(group)
-        pieces = {w: np.split(xs[w], n, axis=axis) for w in group}
+        pieces, group_sent = _exchange(xs, group, axis)
         for j, w in enumerate(group):
             out[w] = _reduce(op, [pieces[v][j] for v in group])
-        for w in group:
-            sent += sum(p.nbytes for j, p in enumerate(pieces[w]) if group[j] != w)
+        sent += group_sent
     return out, sent
 
 
@@ -194,12 +205,10 @@ def _all_to_all_spmd(xs, attrs, env):
     s, c = attrs["split_axis"], attrs["concat_axis"]
     out, sent = {}, 0
     for group in _groups(attrs, env):
-        n = len(group)
-        pieces = {w: np.split(xs[w], n, axis=s) for w in group}
+        pieces, group_sent = _exchange(xs, group, s)
         for j, w in enumerate(group):
             out[w] = np.concatenate([pieces[v][j] for v in group], axis=c)
-        for w in group:
-            sent += sum(p.nbytes for j, p in enumerate(pieces[w]) if group[j] != w)
+        sent += group_sent
     return out, sent
 
 
@@ -218,12 +227,6 @@ register_op(
 # ------------------------------------------------------------------ local partial (no communication)
 
 
-def _local_partial_infer(types, attrs):
-    x = expect_tensor(types[0], "ccl.local_partial")
-    _check_axis(attrs, "ccl.local_partial")
-    return x
-
-
 def _local_partial_numpy(xs, attrs, ctx):
     x = xs[0]
     if attrs["op_type"] != "sum":
@@ -236,7 +239,7 @@ register_op(
     OpDef(
         name="ccl.local_partial",
         params=_group_params(Param("op_type", "choice", "sum", choices=_OP_TYPES)),
-        infer=_local_partial_infer,
+        infer=_same_type_infer("ccl.local_partial"),
         numpy=_local_partial_numpy,
         doc="Turn a replicated value into a partial one without communication: for sum, only coordinate 0 keeps it.",
         tvm_compatible=False,

@@ -121,7 +121,7 @@ def _sample_points(mesh_shape: tuple[Dim, ...]) -> list[tuple[int, ...]]:
 
 
 @lru_cache(maxsize=4096)
-def _plan_cached(shape_key, mesh_shape, ndim: int, src: Placement, dst: Placement) -> tuple[Step, ...]:
+def _plan_cached(mesh_shape, ndim: int, src: Placement, dst: Placement) -> tuple[Step, ...]:
     points = _sample_points(mesh_shape)
     candidates: list[tuple[Step, ...]] = []
     for p in points:
@@ -142,8 +142,7 @@ def plan_redistribute(mesh: DeviceMesh, ndim: int, src: Placement, dst: Placemen
     """The cheapest steps from ``src`` to ``dst`` on ``mesh`` for a tensor of rank ``ndim``."""
     if src == dst:
         return ()
-    key = tuple(sym.key(d) for d in mesh.shape)
-    return _plan_cached(key, _ShapeBox(mesh.shape), ndim, src, dst)
+    return _plan_cached(_ShapeBox(mesh.shape), ndim, src, dst)
 
 
 class _ShapeBox(tuple):
