@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from distir.errors import TypeInferenceError
+from distir.errors import DistirError, TypeInferenceError
 from distir.ir import (
     Call,
     Constant,
@@ -117,12 +117,13 @@ def test_slice_localize_rewrites_a_covering_end():
     local_x = T(sym.floordiv(N, W), 64)
     attrs = op.full_attrs({"axes": [0, 1], "begin": [0, 0], "end": [N, 32]})
     local_out = TensorType((sym.floordiv(N, W), 32), "float32")
-    args, new = op.localize((local_x,), attrs, local_out)
-    assert sym.equal(new["end"][0], sym.floordiv(N, W)) and new["end"][1] == 32
-    assert Call(op, args, new).type == local_out
+    local = op.localize(Call(op, (D((N, 64), "S[0]"),), attrs), (local_x,), local_out)
+    assert sym.equal(local.attrs["end"][0], sym.floordiv(N, W)) and local.attrs["end"][1] == 32
+    assert local.op is op and local.type == local_out
     # nothing to do when nothing is sharded
     attrs = op.full_attrs({"axes": [1], "begin": [0], "end": [32]})
-    assert op.localize((T(N, 64),), attrs, TensorType((N, 32), "float32"))[1] is attrs
+    same = op.localize(Call(op, (D((N, 64), "S[1]"),), attrs), (T(N, 64),), TensorType((N, 32), "float32"))
+    assert dict(same.attrs) == attrs
 
 
 def test_slice_reference_with_symbolic_bounds():
@@ -158,9 +159,14 @@ def test_take_sharding_embedding_lookup():
     # batch-sharded ids with a replicated table: data parallel
     assert call("take", D((1000, 64), "R"), D((2, N), "S[0]", "int32"), axis=0).type.placement == P("S[0]")
     assert call("take", D((1000, 64), "R"), D((2, N), "S[1]", "int32"), axis=0).type.placement == P("S[1]")
-    # a vocab-sharded table would need masking and a sum: not done, so blocked
+    # a vocab-sharded table: each worker looks up its own rows, zeros elsewhere, so a partial sum
+    assert call("take", D((1000, 64), "S[0]"), ids_r, axis=0).type.placement == P("P")
+    # other modes need the whole axis (to wrap, clip or flag an index)
     with pytest.raises(TypeInferenceError, match="needs whole"):
-        _ = call("take", D((1000, 64), "S[0]"), ids_r, axis=0).type
+        _ = call("take", D((1000, 64), "S[0]"), ids_r, axis=0, mode="clip").type
+    # ids sharded on the same mesh axis as the vocabulary do not match up
+    with pytest.raises(TypeInferenceError, match="do not correspond"):
+        _ = call("take", D((1000, 64), "S[0]"), D((2, N), "S[1]", "int32"), axis=0).type
     # a partial table passes (take is linear in it); partial indices do not
     assert call("take", D((1000, 64), "P"), ids_r, axis=0).type.placement == P("P")
     with pytest.raises(TypeInferenceError, match="input 1 cannot be partial"):
@@ -179,6 +185,46 @@ def test_take_reference():
     assert np.isnan(out[1]).all()
     out = ref("take", table, np.array([1, 9]), axis=1, mode="nan")
     assert np.isnan(out[:, 1]).all() and (out[:, 0] == table[:, 1]).all()
+    # mode "fast" promises in-range indices (TVM does not check); the reference does
+    for bad in (-1, 6):
+        with pytest.raises(DistirError, match=rf"R.take: index {bad} is out of range \[0, 6\)"):
+            ref("take", table, np.array([0, bad]), axis=0)
+
+
+def test_take_localize_of_a_vocab_sharded_table_offsets_by_the_worker_rows():
+    op = get_op("take")
+    ids = D((2, N), "R", "int32")
+    glob = Call(op, (D((1000, 64), "S[0]"), ids), {"axis": 0})
+    rows = sym.floordiv(1000, W)
+    local_out = TensorType((2, N, 64), "float32")
+    local = op.localize(glob, (T(rows, 64), T(2, N, dtype="int32")), local_out)
+    assert local.op is get_op("shard_take") and local.attrs["axis"] == 0
+    assert sym.equal(local.attrs["offset"], sym.mul(sym.var("worker_id"), rows))
+    assert local.type == local_out
+    # a hidden-sharded table stays a plain take
+    glob = Call(op, (D((1000, 64), "S[1]"), ids), {"axis": 0})
+    local = op.localize(glob, (T(1000, sym.floordiv(64, W)), T(2, N, dtype="int32")), local_out)
+    assert local.op is op
+
+
+def test_shard_take_reference_looks_up_its_own_rows_and_zeros_the_rest():
+    table = np.arange(24, dtype="float32").reshape(8, 3) + 1
+    ids = np.array([[0, 7, 3], [4, 5, 2]], dtype="int32")
+    parts = []
+    for w in range(4):
+        ctx = RunContext({"worker_id": w, "num_workers": 4})
+        offset = sym.mul(sym.var("worker_id"), 2)
+        part = ref("shard_take", table[2 * w : 2 * w + 2], ids, axis=0, offset=offset, ctx=ctx)
+        mine = (ids >= 2 * w) & (ids < 2 * w + 2)
+        np.testing.assert_array_equal(part[~mine], 0)
+        np.testing.assert_array_equal(part[mine], table[ids[mine]])
+        parts.append(part)
+    np.testing.assert_array_equal(sum(parts), table[ids])
+    # along a middle axis too
+    t3 = np.arange(2 * 6 * 2, dtype="float32").reshape(2, 6, 2)
+    got = sum(ref("shard_take", t3[:, 3 * w : 3 * w + 3], np.array([5, 0, 3]), axis=1, offset=3 * w) for w in range(2))
+    np.testing.assert_array_equal(got, t3[:, [5, 0, 3]])
+    assert call("shard_take", T(4, 8), T(N, dtype="int64"), axis=1, offset=8).type == TensorType((4, N), "float32")
 
 
 # ---------------------------------------------------------------- full / zeros / ones
@@ -202,8 +248,8 @@ def test_creation_localize_and_reference():
     local = TensorType((sym.floordiv(N, W), 4), "float32")
     for name, extra in (("zeros", ()), ("ones", ()), ("full", (Constant(np.array(2.0, dtype="float32")),))):
         op = get_op(name)
-        args, attrs = op.localize((ShapeExpr((N, 4)), *extra), {"dtype": "float32"}, local)
-        assert Call(op, args, attrs).type == local
+        glob = Call(op, (ShapeExpr((N, 4)), *extra), {"dtype": "float32"})
+        assert op.localize(glob, (ShapeExpr((N, 4)), *extra), local).type == local
     ctx = RunContext({"n": 3})
     out = ref("full", (N, 2), np.array(2.5, dtype="float32"), ctx=ctx)
     np.testing.assert_array_equal(out, np.full((3, 2), 2.5, dtype="float32"))
@@ -226,12 +272,28 @@ def test_tri(name, fn):
     assert call(name, T(2, N, N)).type == TensorType((2, N, N), "float32")
     with pytest.raises(TypeInferenceError, match=f"R.{name}: needs a tensor of rank at least 2"):
         _ = call(name, T(N)).type
-    # batch / head dims pass, the matrix dims stay whole
+    # every dim passes: batch / head dims, and rows or columns (localize shifts k)
     assert call(name, D((4, N, N), "S[0]")).type.placement == P("S[0]")
     assert call(name, D((4, N, N), "P")).type.placement == P("P")
-    with pytest.raises(TypeInferenceError, match="needs whole"):
-        _ = call(name, D((4, N, N), "S[1]")).type
+    assert call(name, D((4, N, N), "S[1]")).type.placement == P("S[1]")
+    assert call(name, D((4, N, N), "S[2]")).type.placement == P("S[2]")
     x = np.ones((2, 4, 5), dtype="float32")
     for k in (-1, 0, 2):
         np.testing.assert_array_equal(ref(name, x, k=k), fn(x, k))
     np.testing.assert_array_equal(ref(name, x, k=N, ctx=RunContext({"n": 1})), fn(x, 1))
+
+
+@pytest.mark.parametrize("name", ["tril", "triu"])
+def test_tri_localize_shifts_k_by_the_row_and_column_block_starts(name):
+    op = get_op(name)
+    mesh2 = DeviceMesh((2, W), Range(0, sym.mul(2, W)))
+    x = Var("x", DTensorType((4, N, N), "float32", mesh2, P("S[1], S[2]")))
+    local_x = T(4, sym.floordiv(N, 2), sym.floordiv(N, W))
+    local = op.localize(Call(op, (x,), {"k": 1}), (local_x,), local_x.type)
+    wid = sym.var("worker_id")
+    r0 = sym.mul(sym.floordiv(wid, W), sym.floordiv(N, 2))
+    c0 = sym.mul(sym.floormod(wid, W), sym.floordiv(N, W))
+    assert sym.equal(local.attrs["k"], sym.sub(sym.add(1, r0), c0))
+    # batch-sharded: nothing to shift
+    xb = D((4, N, N), "S[0]")
+    assert dict(op.localize(Call(op, (xb,), {"k": 1}), (T(sym.floordiv(4, W), N, N),), None).attrs) == {"k": 1}

@@ -59,6 +59,22 @@ def coord_expr(mesh: DeviceMesh, mesh_axis: int, worker: Dim) -> Dim:
     return sym.floormod(c, mesh.shape[mesh_axis])
 
 
+def block_start_expr(mesh: DeviceMesh, placement: Placement, dim: int, local_extent: Dim, worker: Dim | None = None) -> Dim:
+    """Symbolic global index where the running worker's block of tensor dim ``dim`` starts.
+
+    ``local_extent`` is the per-worker size of that dim; ``worker`` defaults to the
+    ``worker_id`` variable. 0 when the dim is not sharded. The symbolic twin of :func:`block_index`.
+    """
+    axes = placement.mesh_axes_of(dim)
+    if not axes:
+        return 0
+    who = sym.var(WORKER_ID) if worker is None else worker
+    index: Dim = 0
+    for axis in axes:
+        index = sym.add(sym.mul(index, mesh.shape[axis]), coord_expr(mesh, axis, who))
+    return sym.mul(index, local_extent)
+
+
 def block_index(placement: Placement, dim: int, coords: Sequence[int], mesh_shape: Sequence[int]) -> tuple[int, int]:
     """(index, count) of the block of tensor dim ``dim`` held at mesh ``coords``."""
     index, count = 0, 1

@@ -62,7 +62,9 @@ class OpDef:
     infer: Callable[[list[Type], Mapping[str, Any]], Type]
     numpy: Callable | None = None
     sharding: Callable | None = None  # (tensor input types, attrs, output types) -> ShardingRule
-    localize: Callable | None = None  # (local args, attrs, local output type) -> (args, attrs)
+    # (global-view call, its local args, local output type) -> the call one worker runs; the
+    # global call gives the hook its inputs' placements (e.g. to offset by the worker's block)
+    localize: Callable | None = None
     dist_aware: bool = False  # infer() handles DTensor inputs itself
     doc: str = ""
     tvm_compatible: bool = True  # TVM's own parser knows this op with these attrs

@@ -3,7 +3,8 @@
 full/zeros/ones read no tensor (full reads a scalar), so their outputs start replicated;
 their shape argument is a global shape, which `localize` replaces by the per-worker one
 so that a worker makes just its shard when the output is sharded. tril/triu look at
-element positions in the last two dims, so those stay whole; leading (batch) dims pass.
+element positions in the last two dims; any dim may be sharded, and `localize` shifts the
+diagonal offset k by the worker's row and column block starts.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import TypeInferenceError
-from ..ir.expr import ShapeExpr
-from ..ir.types import ShapeType
+from ..ir import sym
+from ..ir.expr import Call, ShapeExpr
+from ..ir.layout import block_start_expr
+from ..ir.types import DTensorType, ShapeType
 from ._common import (
     LAYOUT_PARTIALS,
     OpDef,
@@ -59,8 +62,8 @@ def _create_rule(types, attrs, outs):
     return ShardingRule(inputs=((),) * len(types), outputs=(dims_factors(outs[0].ndim),), partial=LAYOUT_PARTIALS)
 
 
-def _create_localize(args, attrs, local_out):
-    return (ShapeExpr(local_out.shape), *args[1:]), attrs
+def _create_localize(call, args, local_out):
+    return Call(call.op, (ShapeExpr(local_out.shape), *args[1:]), call.attrs, call.span)
 
 
 def _shape_value(ctx, shape) -> tuple[int, ...]:
@@ -122,12 +125,29 @@ def _tri_infer(op: str):
 
 
 def _tri_rule(types, attrs, outs):
-    x = types[0]
-    f = dims_factors(x.ndim)
-    # masking zeroes the same positions on every worker, so partials of any reduction pass
-    return ShardingRule(
-        inputs=(f,), outputs=(f,), blocked=frozenset({f"d{x.ndim - 2}", f"d{x.ndim - 1}"}), partial=LAYOUT_PARTIALS
-    )
+    f = dims_factors(types[0].ndim)
+    # Every dim passes: a worker holding rows [r0, ...) and columns [c0, ...) keeps its element
+    # (i, j) where (j + c0) - (i + r0) is on the right side of k, i.e. it masks its block with
+    # k + r0 - c0 (see _tri_localize). Masking zeroes the same positions on every worker, so
+    # partials of any reduction pass.
+    return ShardingRule(inputs=(f,), outputs=(f,), partial=LAYOUT_PARTIALS)
+
+
+def _tri_localize(call, args, local_out):
+    """Shift the diagonal by the worker's block offsets in the last two dims."""
+    x = call.args[0].type
+    if not isinstance(x, DTensorType):
+        return Call(call.op, args, call.attrs, call.span)
+    local = args[0].type.shape
+    row, col = x.ndim - 2, x.ndim - 1
+    r0 = block_start_expr(x.mesh, x.placement, row, local[row])
+    c0 = block_start_expr(x.mesh, x.placement, col, local[col])
+    if sym.equal(r0, 0) and sym.equal(c0, 0):
+        return Call(call.op, args, call.attrs, call.span)
+    k = call.op.full_attrs(call.attrs)["k"]
+    attrs = dict(call.attrs)
+    attrs["k"] = sym.sub(sym.add(k, r0), c0)
+    return Call(call.op, args, attrs, call.span)
 
 
 def _tri_numpy(fn):
@@ -145,7 +165,8 @@ for _name, _fn in (("tril", np.tril), ("triu", np.triu)):
             infer=_tri_infer(_name),
             numpy=_tri_numpy(_fn),
             sharding=_tri_rule,
-            doc=f"{'Lower' if _name == 'tril' else 'Upper'} triangle of the last two dims (diagonal offset k); "
-            "those two dims must be whole, batch dims pass.",
+            localize=_tri_localize,
+            doc=f"{'Lower' if _name == 'tril' else 'Upper'} triangle of the last two dims (diagonal offset k). "
+            "Every dim may be sharded: a worker shifts k by its row and column block offsets.",
         )
     )

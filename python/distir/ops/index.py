@@ -3,8 +3,9 @@
 A sliced axis stays whole (a worker's shard of a slice is not the slice of its shard)
 unless the slice covers the axis, in which case the op is an identity there and a
 sharding passes; `localize` then rewrites the slice's end to the per-worker size. In
-take, the gathered axis of the table must be whole; its other dims, and every dim of
-the indices, pass.
+take, the table's other dims and every dim of the indices pass; a table sharded on the
+gathered axis (a vocab-parallel embedding) gives a partial sum, and each worker runs
+R.shard_take: a lookup in its own rows, with zeros for indices outside them.
 """
 
 from __future__ import annotations
@@ -12,8 +13,12 @@ from __future__ import annotations
 import numpy as np
 from tvm import tirx
 
-from ..errors import TypeInferenceError
+from ..errors import DistirError, TypeInferenceError
 from ..ir import sym
+from ..ir.expr import Call
+from ..ir.layout import block_start_expr
+from ..ir.op import get_op
+from ..ir.types import DTensorType
 from ._common import (
     LAYOUT_PARTIALS,
     Dim,
@@ -125,11 +130,12 @@ def _slice_rule(types, attrs, outs):
     return ShardingRule(inputs=(f,), outputs=(f,), blocked=blocked, partial=LAYOUT_PARTIALS)
 
 
-def _slice_localize(args, attrs, local_out):
+def _slice_localize(call, args, local_out):
     """A covering slice of a sharded axis ends at the per-worker size of that axis.
 
-    ``attrs`` are the call's own (defaults not filled in), and so is what comes back.
+    The call's own attrs (defaults not filled in) are kept, with only ``end`` changed.
     """
+    attrs = call.attrs
     x = args[0].type
     end = list(attrs["end"])
     changed = False
@@ -139,10 +145,10 @@ def _slice_localize(args, attrs, local_out):
             end[i] = local
             changed = True
     if not changed:
-        return args, attrs
+        return Call(call.op, args, attrs, call.span)
     new = dict(attrs)
     new["end"] = type(attrs["end"])(end) if isinstance(attrs["end"], (list, tuple)) else end
-    return args, new
+    return Call(call.op, args, new, call.span)
 
 
 def _slice_numpy(xs, attrs, ctx):
@@ -212,15 +218,41 @@ def _take_rule(types, attrs, outs):
     x_dims = tuple(("gathered",) if i == axis else (f"d{i}",) for i in range(x.ndim))
     i_dims = dims_factors(idx.ndim, "i")
     out = x_dims[:axis] + i_dims + x_dims[axis + 1 :]
-    # take is linear in the table (it only picks elements), so a partial table passes;
-    # partial indices mean nothing
+    # A table sharded on the gathered axis (vocab-parallel embedding): each worker looks up
+    # the indices in its own rows and gives zeros for the rest, so the output is P[sum].
+    # Only for mode "fast" (indices in range); the other modes need the whole axis to wrap,
+    # clip or flag an index. take is linear in the table (it only picks elements), so a
+    # partial table passes; partial indices mean nothing.
+    vocab_parallel = attrs["mode"] == "fast"
     return ShardingRule(
         inputs=(x_dims, i_dims),
         outputs=(out,),
-        blocked=frozenset({"gathered"}),
+        reductions={"gathered": "sum"} if vocab_parallel else {},
+        blocked=frozenset() if vocab_parallel else frozenset({"gathered"}),
         partial=LAYOUT_PARTIALS,
         partial_inputs=(0,),
     )
+
+
+def _take_localize(call, args, local_out):
+    """A table sharded on the gathered axis becomes R.shard_take from the worker's own rows."""
+    x = call.args[0].type
+    attrs = call.op.full_attrs(call.attrs)
+    if not isinstance(x, DTensorType) or not x.placement.mesh_axes_of(axis := _take_axis(x.tensor, attrs)):
+        return Call(call.op, args, call.attrs, call.span)
+    rows = args[0].type.shape[axis]
+    offset = block_start_expr(x.mesh, x.placement, axis, rows)
+    return Call(get_op("shard_take"), args, {"axis": axis, "offset": offset}, call.span)
+
+
+def _check_fast_indices(idx: np.ndarray, n: int, op: str) -> None:
+    """Mode "fast" means in-range indices (TVM does not check them); the reference does."""
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        bad = int(idx.min()) if idx.min() < 0 else int(idx.max())
+        raise DistirError(
+            f"R.{op}: index {bad} is out of range [0, {n}) (mode \"fast\" needs in-range indices; "
+            "use mode=\"wrap\" or \"clip\" to map others)"
+        )
 
 
 def _take_numpy(xs, attrs, ctx):
@@ -238,6 +270,7 @@ def _take_numpy(xs, attrs, ctx):
             mask = bad.reshape((1,) * axis + bad.shape + (1,) * (x.ndim - axis - 1))
             out = np.where(mask, np.nan, out).astype(x.dtype)
         return out
+    _check_fast_indices(idx, x.shape[axis], "take")
     return np.take(x, idx, axis=axis)
 
 
@@ -253,6 +286,47 @@ register_op(
         infer=_take_infer,
         numpy=_take_numpy,
         sharding=_take_rule,
-        doc="Gather slices of x along `axis` at `indices` (an embedding lookup with axis=0).",
+        localize=_take_localize,
+        doc="Gather slices of x along `axis` at `indices` (an embedding lookup with axis=0). "
+        "With x sharded on `axis` (mode \"fast\"), the output is P[sum].",
+    )
+)
+
+
+# ---------------------------------------------------------------- shard_take (local view)
+
+
+def _shard_take_infer(types, attrs):
+    x = expect_tensor(types[0], "shard_take", "source")
+    idx = expect_tensor(types[1], "shard_take", "indices")
+    if not is_int_dtype(idx.dtype):
+        raise TypeInferenceError(f"R.shard_take: indices must be integers, got {idx.dtype}")
+    if not isinstance(attrs["axis"], int):
+        raise TypeInferenceError(f"R.shard_take: axis must be one integer, got {attrs['axis']}")
+    axis = norm_axis(attrs["axis"], x.ndim, "shard_take")
+    return TensorType(x.shape[:axis] + idx.shape + x.shape[axis + 1 :], x.dtype)
+
+
+def _shard_take_numpy(xs, attrs, ctx):
+    x, idx = xs
+    axis = attrs["axis"] % x.ndim
+    rows = x.shape[axis]
+    local = idx.astype(np.int64) - dim_value(ctx, attrs["offset"])
+    mine = (local >= 0) & (local < rows)
+    out = np.take(x, np.where(mine, local, 0), axis=axis)
+    mask = mine.reshape((1,) * axis + mine.shape + (1,) * (x.ndim - axis - 1))
+    return np.where(mask, out, np.zeros((), dtype=x.dtype)).astype(x.dtype, copy=False)
+
+
+register_op(
+    OpDef(
+        name="shard_take",
+        params=(Param("x", "tensor"), Param("indices", "tensor"), Param("axis", "int", 0), Param("offset", "dim", 0)),
+        infer=_shard_take_infer,
+        numpy=_shard_take_numpy,
+        doc="Per-worker form of R.take from a table sharded on `axis`: x holds the table's rows "
+        "[offset, offset + x.shape[axis]); indices in that range are looked up, the others give zeros. "
+        "Summing over the workers gives the take. Local view only (not a TVM op).",
+        tvm_compatible=False,
     )
 )

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..errors import TypeInferenceError
 from ..ir import sym
-from ..ir.expr import ShapeExpr
+from ..ir.expr import Call, ShapeExpr
 from ..ir.types import ShapeType, TupleType
 from ._common import (
     LAYOUT_PARTIALS,
@@ -122,8 +122,8 @@ def _reshape_rule(types, attrs, outs):
     )
 
 
-def _reshape_localize(args, attrs, local_out):
-    return (args[0], ShapeExpr(local_out.shape)), attrs
+def _reshape_localize(call, args, local_out):
+    return Call(call.op, (args[0], ShapeExpr(local_out.shape)), call.attrs, call.span)
 
 
 register_op(
@@ -298,10 +298,11 @@ def _squeeze_numpy(xs, attrs, ctx):
     return np.squeeze(x, axis=tuple(norm_axes(attrs["axis"], x.ndim, "squeeze")))
 
 
-def _squeeze_localize(args, attrs, local_out):
+def _squeeze_localize(call, args, local_out):
     """``axis=None`` becomes the explicit axes: per-worker shapes are symbolic, which None refuses."""
+    attrs = call.attrs
     if attrs.get("axis") is not None:
-        return args, attrs
+        return Call(call.op, args, attrs, call.span)
     x = args[0].type
     ones = [i for i, d in enumerate(x.shape) if is_one(d)]
     if len(ones) != x.ndim - local_out.ndim:
@@ -311,7 +312,7 @@ def _squeeze_localize(args, attrs, local_out):
         )
     new = dict(attrs)
     new["axis"] = ones
-    return args, new
+    return Call(call.op, args, new, call.span)
 
 
 register_op(

@@ -104,10 +104,10 @@ class _Lowerer:
             if name.startswith("dist.") and isinstance(value.args[0].type, DTensorType):
                 new = self.step(b, value, args[0])
             else:
-                attrs = dict(value.attrs)
                 if value.op.localize is not None and _has_dtensor(gtype):
-                    args, attrs = value.op.localize(args, attrs, ltype)
-                new = Call(value.op, tuple(args), attrs, value.span)
+                    new = value.op.localize(value, args, ltype)
+                else:
+                    new = Call(value.op, tuple(args), dict(value.attrs), value.span)
         else:
             new = self.expr(value)
         try:
