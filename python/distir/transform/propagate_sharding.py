@@ -1,0 +1,490 @@
+"""PropagateSharding: give every tensor a placement, inserting redistributes where needed.
+
+Input: a global-view function with plain tensors, ``R.dist.annotate_sharding`` hints,
+DTensor-typed parameters (or vars). Output: every tensor computed from a distributed value
+is a DTensor, hints are gone, and ``R.dist.redistribute`` sits wherever a producer and a
+consumer disagree, ready for ``legalize-redistribute``.
+
+Two steps:
+
+1. :func:`~distir.transform.sharding_graph.preferred_placements` spreads the seeds through
+   the ops' sharding rules (forwards and backwards) to a preferred placement per tensor.
+2. Materialization walks the bindings in order. For each op it enumerates the input
+   layouts its sharding rule accepts (all replicated; each sharded factor of its inputs or
+   preferred output; partial inputs passed through where the op is linear) and takes the
+   one that moves the fewest bytes by the legalize cost model, ties going to the layout
+   whose output matches the preference, then to the one that keeps inputs as they are.
+   A contraction over a sharded dim therefore yields a partial, reduced only where a
+   consumer needs it. A tensor may end up held in several layouts (versions). When a
+   consumer needs a layout no version has, the pass either redistributes the cheapest
+   version or, for cheap ops without reductions (reshape, permute, elementwise), recomputes
+   the op from inputs in matching layouts when that moves fewer bytes: a replicated
+   ``[8, 8]`` reshaped to ``[64]`` that is needed both sharded and replicated is reshaped
+   twice locally instead of all-gathering the sharded result (XLA's reshape reshard cache).
+
+Byte counts need sizes: each symbolic mesh size is taken as 4 and every other symbolic dim
+as 512 (``PassContext(config={"propagate-sharding.size_hints": {"s": 2048}})`` changes
+them). Results that come out partial are all-reduced (a function returns true values);
+sharded results stay sharded (their global type records it). Where propagation met
+disagreeing shardings for a tensor no hint fixes, a :class:`ShardingAmbiguityWarning`
+names it: one ``annotate_sharding`` on it settles the choice.
+"""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from collections.abc import Mapping
+from fractions import Fraction
+from typing import Any, ClassVar
+
+from ..errors import DiagnosticError, DistirError, TypeInferenceError
+from ..ir import sym
+from ..ir.expr import Binding, Block, Call, Constant, Expr, Function, IRModule, Tuple, TupleGetItem, Var
+from ..ir.mesh import DeviceMesh
+from ..ir.op import get_op
+from ..ir.placement import Partial, Placement, Replicate, Shard
+from ..ir.sharding import forward
+from ..ir.types import DTensorType, TensorType, TupleType, dtype_bytes
+from .pass_infra import FunctionPass, PassContext, register_pass
+from .redistribute_plan import plan_cost, plan_redistribute
+from .sharding_graph import Graph, Preferences, Site, Slot, build_graph, preferred_placements
+
+__all__ = ["PropagateSharding", "ShardingAmbiguityWarning"]
+
+MESH_SIZE_HINT = 4
+DIM_SIZE_HINT = 512
+RECOMPUTE_DEPTH = 3
+INF = Fraction(10**30)
+
+
+class ShardingAmbiguityWarning(UserWarning):
+    """Propagation met two shardings for one tensor and chose; a hint on that tensor decides."""
+
+
+def _tag(p: Placement | None) -> str:
+    if p is None:
+        return "plain"
+    out = []
+    for s in p.specs:
+        out.append("r" if isinstance(s, Replicate) else f"s{s.dim}" if isinstance(s, Shard) else "p")
+    return "".join(out)
+
+
+def _without_partials(p: Placement) -> Placement:
+    return Placement(tuple(Replicate() if isinstance(s, Partial) else s for s in p.specs))
+
+
+class _Materializer:
+    def __init__(self, graph: Graph, prefs: Preferences, size_hints: Mapping[str, int]):
+        self.g = graph
+        self.prefs = prefs
+        self.mesh: DeviceMesh = graph.mesh
+        self.env_sizes = dict(size_hints)
+        self.mesh_sizes = tuple(self._eval(d, MESH_SIZE_HINT) for d in self.mesh.shape)
+        self.versions: dict[int, dict[Placement | None, Expr]] = {}
+        self.primary: dict[int, Placement | None] = {}
+        self.emitted: list[Binding] = []
+        self.names = {p.name for p in graph.func.params} | {b.var.name for b in graph.func.bindings()}
+        self.nbytes_cache: dict[int, int] = {}
+        self.memo: dict[tuple[int, Placement], Fraction] = {}
+        self.redistribute = get_op("dist.redistribute")
+
+    # -- sizes and costs ------------------------------------------------------------------
+    def _eval(self, d, default: int) -> int:
+        if isinstance(d, int):
+            return d
+        env = {name: self.env_sizes.get(name, default) for name in sym.free_vars(d)}
+        try:
+            return max(int(sym.evaluate(d, env)), 1)
+        except DistirError:
+            return default
+
+    def nbytes(self, s: Slot) -> int:
+        n = self.nbytes_cache.get(s.id)
+        if n is None:
+            mesh_names = set().union(*(sym.free_vars(d) for d in self.mesh.shape))
+            n = dtype_bytes(s.tensor.dtype)
+            for d in s.tensor.shape:
+                names = sym.free_vars(d) if not isinstance(d, int) else set()
+                n *= self._eval(d, MESH_SIZE_HINT if names and names <= mesh_names else DIM_SIZE_HINT)
+            self.nbytes_cache[s.id] = n
+        return n
+
+    def redistribute_cost(self, s: Slot, src: Placement | None, dst: Placement) -> Fraction:
+        if src is None:
+            return Fraction(0) if dst.is_replicated else INF  # a plain value is the same everywhere
+        if src == dst:
+            return Fraction(0)
+        try:
+            plan = plan_redistribute(self.mesh, s.tensor.ndim, src, dst)
+        except DistirError:
+            return INF
+        return plan_cost(plan, src, self.mesh_sizes) * self.nbytes(s)
+
+    def request_cost(self, s: Slot, q: Placement, depth: int = 0) -> Fraction:
+        """Bytes to get slot ``s`` in layout ``q`` from what exists (without emitting anything)."""
+        vs = self.versions[s.id]
+        if q in vs or (None in vs and q.is_replicated):
+            return Fraction(0)
+        key = (s.id, q)
+        if depth == 0 and key in self.memo:
+            return self.memo[key]
+        cost = min(self.redistribute_cost(s, src, q) for src in vs)
+        if cost > 0:
+            cost = min(cost, self.recompute_plan(s, q, depth)[0])
+        if depth == 0:
+            self.memo[key] = cost
+        return cost
+
+    def recompute_plan(self, s: Slot, q: Placement, depth: int) -> tuple[Fraction, tuple[Placement, ...] | None]:
+        """Cheapest input layouts that make ``s``'s producer compute ``s`` in layout ``q`` directly."""
+        site = s.producer
+        if (
+            depth >= RECOMPUTE_DEPTH
+            or site is None
+            or site.rule is None
+            or site.rule.reductions
+            or len(site.outs) != 1
+            or not site.ins
+        ):
+            return INF, None
+        best: tuple[Fraction, tuple[Placement, ...] | None] = (INF, None)
+        for placements, outs in self.candidates(site, [q]):
+            if outs[0] != q:
+                continue
+            cost = sum((self.request_cost(x, p, depth + 1) for x, p in zip(site.ins, placements)), Fraction(0))
+            if cost < best[0]:
+                best = (cost, placements)
+        return best
+
+    # -- candidate layouts of one op ----------------------------------------------------------
+    def axis_options(self, site: Site, a: int, out_hints) -> list[tuple]:
+        n = len(site.ins)
+        options: list[tuple] = [(Replicate(),) * n]
+        factors: list[str] = []
+
+        def add_factor(f):
+            if f is not None and f not in factors and f not in site.rule.blocked:
+                factors.append(f)
+
+        for k, s in enumerate(site.ins):
+            seen = [self.primary.get(s.id), self.prefs.placement(s)] + [p for p in self.versions.get(s.id, {}) if p]
+            for p in seen:
+                if p is not None and isinstance(p.specs[a], Shard) and p.specs[a].dim < len(site.lead_in[k]):
+                    add_factor(site.lead_in[k][p.specs[a].dim])
+        for o, p in enumerate(out_hints):
+            if p is not None and isinstance(p.specs[a], Shard) and p.specs[a].dim < len(site.lead_out[o]):
+                add_factor(site.lead_out[o][p.specs[a].dim])
+        for f in factors:
+            specs = []
+            for k, s in enumerate(site.ins):
+                d = site.input_dim(k, f)
+                specs.append(Shard(d) if d is not None else Replicate())
+            options.append(tuple(specs))
+        partial = []
+        for s in site.ins:
+            p = self.primary.get(s.id)
+            partial.append(p.specs[a] if p is not None and isinstance(p.specs[a], Partial) else Replicate())
+        if any(isinstance(x, Partial) for x in partial):
+            options.append(tuple(partial))
+        unique = []
+        for opt in options:
+            if opt not in unique:
+                unique.append(opt)
+        return unique
+
+    def candidates(self, site: Site, out_hints):
+        """(input placements, output placements) pairs the op's rule accepts."""
+        per_axis = [self.axis_options(site, a, out_hints) for a in range(self.mesh.ndim)]
+        for combo in itertools.product(*per_axis):
+            placements = tuple(Placement(tuple(combo[a][k] for a in range(self.mesh.ndim))) for k in range(len(site.ins)))
+            if any(not s.distributable and not p.is_replicated for s, p in zip(site.ins, placements)):
+                continue
+            try:
+                for s, p in zip(site.ins, placements):
+                    p.validate(self.mesh.ndim, s.tensor.ndim)
+                outs = forward(site.rule, placements, self.mesh.ndim, site.op.name)
+            except (TypeInferenceError, DistirError):
+                continue
+            yield placements, outs
+
+    # -- emitting ---------------------------------------------------------------------------
+    def fresh(self, base: str) -> str:
+        name, k = base, 1
+        while name in self.names:
+            name = f"{base}_{k}"
+            k += 1
+        self.names.add(name)
+        return name
+
+    def emit(self, name: str, call: Call, span) -> Var:
+        try:
+            t = call.type
+        except DistirError as err:
+            raise DiagnosticError(f"propagate-sharding: '{name}' does not type after propagation: {err}", span) from None
+        var = Var(name, t, span)
+        self.emitted.append(Binding(var, call, span))
+        return var
+
+    def as_var(self, s: Slot, q: Placement | None) -> Expr:
+        e = self.versions[s.id][q]
+        if isinstance(e, TupleGetItem):
+            var = self.emit_value(self.fresh(s.name), e, s.span)
+            self.versions[s.id][q] = var
+            return var
+        return e
+
+    def emit_value(self, name: str, value: Expr, span) -> Var:
+        var = Var(name, value.type, span)
+        self.emitted.append(Binding(var, value, span))
+        return var
+
+    def obtain(self, s: Slot, q: Placement, depth: int = 0, name: str | None = None) -> Expr:
+        """Slot ``s`` in layout ``q``: an existing version, a recomputation or a redistribute.
+
+        ``name`` names a new binding (a hint's var keeps its name for the value it stood for)."""
+        vs = self.versions[s.id]
+        if q in vs:
+            return self.as_var(s, q)
+        if None in vs and q.is_replicated:
+            return vs[None]
+        src = min(vs, key=lambda p: self.redistribute_cost(s, p, q))
+        cost = self.redistribute_cost(s, src, q)
+        if cost > 0:
+            rc, placements = self.recompute_plan(s, q, depth)
+            if placements is not None and rc < cost:
+                site = s.producer
+                args = self.rebuild_args(site, placements, depth + 1)
+                call = Call(site.op, args, site.binding.value.attrs, site.binding.span)
+                var = self.emit(name or self.fresh(f"{s.name}_{_tag(q)}"), call, site.binding.span)
+                vs[q] = var
+                return var
+        if cost >= INF or src is None:
+            raise DiagnosticError(
+                f"propagate-sharding: no way to lay out '{s.name}' as \"{q}\" on mesh {self.mesh.shape_str()}", s.span
+            )
+        x = self.as_var(s, src)
+        call = Call(self.redistribute, (x,), {"device_mesh": self.mesh, "placement": q}, s.span)
+        var = self.emit(name or self.fresh(f"{s.name}_{_tag(q)}"), call, s.span)
+        vs[q] = var
+        return var
+
+    def rebuild_args(self, site: Site, placements, depth: int = 0) -> tuple[Expr, ...]:
+        it = iter(zip(site.ins, placements))
+
+        def take() -> Expr:
+            s, p = next(it)
+            return self.obtain(s, p, depth)
+
+        def rebuild(e: Expr) -> Expr:
+            if isinstance(e, Constant):
+                next(it)
+                return e
+            if isinstance(e, Tuple):
+                return Tuple(tuple(rebuild(f) for f in e.fields), e.span)
+            if isinstance(e, (Var, TupleGetItem)):
+                t = e.type
+                if isinstance(t, TupleType):
+                    return Tuple(tuple(take() for _ in t.fields))
+                if isinstance(t, (TensorType, DTensorType)):
+                    return take()
+            return e
+
+        return tuple(rebuild(a) for a in site.binding.value.args)
+
+    # -- the walk ---------------------------------------------------------------------------
+    def initial_placement(self, s: Slot) -> Placement | None:
+        if not s.distributable:
+            return None
+        if s.fixed is not None:
+            return s.fixed
+        return _without_partials(self.prefs.placement(s))
+
+    def op_site(self, site: Site) -> None:
+        self.memo.clear()
+        b = site.binding
+        if not any(s.distributable for s in site.ins) and not any(s.fixed for s in site.outs):
+            args = self.rebuild_plain_args(site)
+            var = self.emit(b.var.name, Call(site.op, args, b.value.attrs, b.span), b.span)
+            self.set_outputs(site, var, [None] * len(site.outs))
+            return
+        if site.rule is None:
+            if site.op.sharding is not None or not site.outs:
+                raise DiagnosticError(f"propagate-sharding: cannot place the inputs of R.{site.op.name}", b.span)
+            choice = tuple(Placement.replicated(self.mesh.ndim) for _ in site.ins)
+            outs = [Placement.replicated(self.mesh.ndim)] * len(site.outs)
+        else:
+            hints = [s.fixed or self.prefs.placement(s) for s in site.outs]
+            best, choice, outs = None, None, None
+            for index, (placements, out_pls) in enumerate(self.candidates(site, hints)):
+                cost = sum((self.request_cost(s, p) for s, p in zip(site.ins, placements)), Fraction(0))
+                for s, p in zip(site.outs, out_pls):
+                    if s.fixed is not None and s.fixed != p:
+                        cost += self.redistribute_cost(s, p, s.fixed)
+                mismatch = sum(
+                    a != b for s, p, h in zip(site.outs, out_pls, hints) for a, b in zip(p.specs, h.specs)
+                )
+                moved = sum(p != self.primary.get(s.id) for s, p in zip(site.ins, placements) if s.distributable)
+                key = (cost, mismatch, moved, index)
+                if best is None or key < best:
+                    best, choice, outs = key, placements, out_pls
+            if choice is None:
+                raise DiagnosticError(
+                    f"propagate-sharding: no layout of the inputs of R.{site.op.name} fits its sharding rule "
+                    f"for '{b.var.name}'",
+                    b.span,
+                )
+        args = self.rebuild_args(site, choice)
+        var = self.emit(b.var.name, Call(site.op, args, b.value.attrs, b.span), b.span)
+        self.set_outputs(site, var, list(outs))
+        for s in site.outs:
+            if s.fixed is not None and self.primary[s.id] != s.fixed:
+                self.obtain(s, s.fixed)
+                self.primary[s.id] = s.fixed
+
+    def rebuild_plain_args(self, site: Site) -> tuple[Expr, ...]:
+        return self.rebuild_args(site, [None] * len(site.ins))
+
+    def set_outputs(self, site: Site, var: Var, placements) -> None:
+        if isinstance(var.type, TupleType):
+            for i, (s, p) in enumerate(zip(site.outs, placements)):
+                self.versions[s.id] = {p: TupleGetItem(var, i)}
+                self.primary[s.id] = p
+        else:
+            for s, p in zip(site.outs, placements):
+                self.versions[s.id] = {p: var}
+                self.primary[s.id] = p
+
+    def hint_site(self, site: Site) -> None:
+        b = site.binding
+        x, y = site.ins[0], site.outs[0]
+        q = b.value.attrs["placement"]
+        if not x.distributable:
+            raise DiagnosticError(
+                f"propagate-sharding: '{b.var.name}' lays out a value computed from constants only; it is the same on "
+                "every worker, so a hint on it has no effect",
+                b.span,
+            )
+        value = self.obtain(x, q, name=b.var.name)
+        self.versions[y.id] = {q: value}
+        self.primary[y.id] = q
+
+    def result(self, e: Expr, ret_type) -> Expr:
+        if isinstance(e, Var):
+            slots = self.g.var_slots.get(e, [])
+            if isinstance(e.type, TupleType):
+                fields = ret_type.fields if isinstance(ret_type, TupleType) else [None] * len(slots)
+                return Tuple(tuple(self.result_slot(s, r) for s, r in zip(slots, fields)))
+            if slots:
+                return self.result_slot(slots[0], ret_type)
+            return e
+        if isinstance(e, Tuple):
+            fields = ret_type.fields if isinstance(ret_type, TupleType) else [None] * len(e.fields)
+            return Tuple(tuple(self.result(f, r) for f, r in zip(e.fields, fields)), e.span)
+        if isinstance(e, TupleGetItem):
+            s = self.g.var_slots[e.tuple_value][e.index] if isinstance(e.tuple_value, Var) else None
+            return self.result_slot(s, ret_type) if s is not None else e
+        return e
+
+    def result_slot(self, s: Slot, ret_type) -> Expr:
+        p = self.primary.get(s.id)
+        if p is None:
+            return self.versions[s.id][None]
+        q = ret_type.placement if isinstance(ret_type, DTensorType) else _without_partials(p)
+        return self.obtain(s, q)
+
+    def run(self) -> Function:
+        f = self.g.func
+        params = []
+        for p in f.params:
+            slots = self.g.var_slots[p]
+            if isinstance(p.type, TupleType):
+                raise DiagnosticError(f"propagate-sharding: parameter '{p.name}' is a tuple; pass its tensors", p.span)
+            if not slots:
+                params.append(p)
+                continue
+            s = slots[0]
+            pl = self.initial_placement(s)
+            t = DTensorType(s.tensor.shape, s.tensor.dtype, self.mesh, pl)
+            var = p if p.type == t else Var(p.name, t, p.span)
+            self.versions[s.id] = {pl: var}
+            self.primary[s.id] = pl
+            params.append(var)
+        for s in self.g.constants.values():
+            self.versions[s.id] = {None: s.constant}
+            self.primary[s.id] = None
+        sites = {id(site.binding): site for site in self.g.sites}
+        blocks = []
+        for block in f.blocks:
+            self.emitted = []
+            for b in block.bindings:
+                site = sites.get(id(b))
+                if site is None:
+                    continue  # aliases, tuples and item reads: their slots are the fields themselves
+                if site.is_hint:
+                    self.hint_site(site)
+                else:
+                    self.op_site(site)
+            blocks.append((block, self.emitted))
+        self.emitted = blocks[-1][1] if blocks else []  # the result's reductions join the last block
+        result = self.result(f.result, f.ret_type)
+        if not blocks and self.emitted:
+            blocks.append((None, self.emitted))
+        return f.replace(params=tuple(params), blocks=_blocks(blocks, result), result=result, ret_type=result.type)
+
+
+def _blocks(parts, result: Expr) -> tuple[Block, ...]:
+    """Blocks in the original order, with dataflow outputs recomputed from the uses outside each block."""
+    from ..ir.expr import leaf_vars
+
+    used_after: list[set[Var]] = []
+    later: set[Var] = set(leaf_vars(result))
+    for _, bindings in reversed(parts):
+        used_after.append(set(later))
+        for b in bindings:
+            later.update(leaf_vars(b.value))
+    used_after.reverse()
+    out = []
+    for (block, bindings), after in zip(parts, used_after):
+        if not bindings:
+            continue
+        dataflow = block.is_dataflow if block is not None else False
+        outputs = None
+        if dataflow:
+            defined = [b.var for b in bindings]
+            outputs = tuple(v for v in defined if v in after)
+        out.append(Block(tuple(bindings), dataflow, outputs))
+    return tuple(out)
+
+
+@register_pass
+class PropagateSharding(FunctionPass):
+    """Lay out every tensor from a few hints, choosing by communication cost; insert redistributes."""
+
+    name: ClassVar[str] = "propagate-sharding"
+
+    def transform_function(self, func: Function, mod: IRModule, ctx: PassContext) -> Function:
+        graph = build_graph(func)
+        if graph.mesh is None:
+            return func  # nothing is distributed
+        prefs = preferred_placements(graph)
+        hints: dict[str, Any] = dict(ctx.config.get("propagate-sharding.size_hints", {}) or {})
+        new = _Materializer(graph, prefs, hints).run()
+        _warn_ambiguities(graph, prefs)
+        return new
+
+
+def _warn_ambiguities(graph: Graph, prefs: Preferences) -> None:
+    reported = set()
+    for c in prefs.conflicts:
+        if c.slot.id in reported:
+            continue
+        reported.add(c.slot.id)
+        where = f" ({c.slot.span})" if c.slot.span else ""
+        warnings.warn(
+            f"propagate-sharding: '{c.slot.name}'{where} could be {c.kept} (kept) or {c.offered} (from "
+            f"'{c.site.name}') on mesh axis {c.mesh_axis}; add R.dist.annotate_sharding on '{c.slot.name}' to choose",
+            ShardingAmbiguityWarning,
+            stacklevel=2,
+        )

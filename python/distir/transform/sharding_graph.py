@@ -1,0 +1,363 @@
+"""The dataflow graph that sharding propagation works on, and the preferred placements.
+
+Propagation thinks in *slots*: one per tensor value (a parameter, one output of an op, a
+constant). A tuple is just its fields' slots, so ``t = (a, b)``, ``y = t[1]`` and ``y = x``
+add no slots, only aliases. Each binding that computes is a :class:`Site` whose inputs and
+outputs are slots, with the op's sharding rule (factors per dim, see
+:mod:`distir.ir.sharding`).
+
+:func:`preferred_placements` is the first half of the pass: starting from the seeds
+(DTensor-typed parameters, ``annotate_sharding`` hints, explicit redistributes; the types
+of other vars are re-derived, since the parser infers them from the parameters anyway),
+it spreads shardings forwards and backwards through the rules, one mesh axis at a time,
+until nothing changes. A sharded dim carries its factor to every dim that shares it; a
+contraction over a sharded factor makes its output partial. Seeds never change; what
+propagation found first stays (a replicate found by propagation is weak and gives way to a
+shard). Where two paths disagree about a tensor that no seed fixes, the disagreement is
+recorded so the pass can name the tensor that one more hint would settle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import DiagnosticError, DistirError, Span, TypeInferenceError
+from ..ir.expr import Binding, Call, Constant, Expr, Function, Tuple, TupleGetItem, Var
+from ..ir.mesh import DeviceMesh
+from ..ir.op import OpDef
+from ..ir.placement import Partial, Placement, Replicate, Shard, Spec
+from ..ir.sharding import ShardingRule, forward
+from ..ir.types import DTensorType, TensorType, TupleType, Type
+
+__all__ = ["Conflict", "Graph", "Preferences", "Site", "Slot", "build_graph", "preferred_placements"]
+
+HINT_OPS = ("dist.annotate_sharding", "dist.redistribute")
+
+
+@dataclass(eq=False)
+class Slot:
+    """One tensor value of the function."""
+
+    id: int
+    name: str
+    tensor: TensorType  # global shape and dtype
+    distributable: bool  # False for constants and values computed from constants only (kept plain)
+    fixed: Placement | None = None  # from a DTensor type or a hint: propagation keeps it
+    producer: Site | None = None
+    field_index: int | None = None  # which output of a tuple-valued op
+    span: Span | None = None
+    constant: Constant | None = None  # the literal, for constant slots
+
+
+@dataclass(eq=False)
+class Site:
+    """One binding that computes (an op call) or pins a layout (a hint, a redistribute)."""
+
+    binding: Binding
+    op: OpDef
+    ins: list[Slot]
+    outs: list[Slot]
+    rule: ShardingRule | None = None
+    lead_in: list[tuple[str | None, ...]] = field(default_factory=list)  # leading factor of each input dim
+    lead_out: list[tuple[str | None, ...]] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.binding.var.name
+
+    @property
+    def is_hint(self) -> bool:
+        return self.op.name in HINT_OPS
+
+    def input_dim(self, k: int, factor: str) -> int | None:
+        lead = self.lead_in[k]
+        return lead.index(factor) if factor in lead else None
+
+    def output_dim(self, o: int, factor: str) -> int | None:
+        lead = self.lead_out[o]
+        return lead.index(factor) if factor in lead else None
+
+
+@dataclass
+class Graph:
+    func: Function
+    mesh: DeviceMesh | None
+    slots: list[Slot]
+    sites: list[Site]
+    var_slots: dict[Var, list[Slot]]  # every tensor or tuple var (and alias) -> its slots
+    constants: dict[int, Slot]  # id(Constant expr) -> slot
+
+
+def _lead(dims) -> tuple[str | None, ...]:
+    return tuple(fs[0] if fs else None for fs in dims)
+
+
+def _plain(t: Type) -> TensorType | None:
+    if isinstance(t, DTensorType):
+        return t.tensor
+    if isinstance(t, TensorType):
+        return t
+    return None
+
+
+class _Builder:
+    def __init__(self, func: Function):
+        self.func = func
+        self.slots: list[Slot] = []
+        self.sites: list[Site] = []
+        self.var_slots: dict[Var, list[Slot]] = {}
+        self.constants: dict[int, Slot] = {}
+        self.meshes: list[tuple[DeviceMesh, str, Span | None]] = []
+
+    def fail(self, b: Binding | None, msg: str):
+        raise DiagnosticError(f"propagate-sharding: {msg}", (b.span or b.var.span) if b else self.func.span)
+
+    def new_slot(self, name, t: TensorType, distributable: bool, span=None, fixed=None) -> Slot:
+        s = Slot(len(self.slots), name, t, distributable, fixed=fixed, span=span)
+        self.slots.append(s)
+        return s
+
+    def note_mesh(self, mesh: DeviceMesh, where: str, span) -> None:
+        self.meshes.append((mesh, where, span))
+
+    def slots_of_type(
+        self, name: str, t: Type, distributable: bool, b: Binding | None, span, seed: bool = False
+    ) -> list[Slot]:
+        """Slots for a value of type ``t``; ``seed``: its DTensor placement is given (a parameter's)."""
+        if isinstance(t, TupleType):
+            out = []
+            for i, f in enumerate(t.fields):
+                if isinstance(f, TupleType):
+                    self.fail(b, f"'{name}' is a nested tuple; propagation handles tuples of tensors only")
+                out.extend(self.slots_of_type(f"{name}_{i}", f, distributable, b, span, seed))
+            return out
+        plain = _plain(t)
+        if plain is None:
+            return []
+        fixed = None
+        if isinstance(t, DTensorType) and seed:
+            fixed = t.placement
+            self.note_mesh(t.mesh, f"the type of '{name}'", span)
+        return [self.new_slot(name, plain, distributable, span, fixed)]
+
+    def arg_slots(self, e: Expr, b: Binding) -> list[Slot]:
+        if isinstance(e, Var):
+            if e not in self.var_slots:
+                self.fail(b, f"'{e.name}' is used before it is defined")
+            return list(self.var_slots[e])
+        if isinstance(e, Tuple):
+            return [s for f in e.fields for s in self.arg_slots(f, b)]
+        if isinstance(e, Constant):
+            slot = self.constants.get(id(e))
+            if slot is None:
+                slot = self.new_slot("const", e.type, False)
+                slot.constant = e
+                self.constants[id(e)] = slot
+            return [slot]
+        if isinstance(e, TupleGetItem):
+            return [self.arg_slots(e.tuple_value, b)[e.index]]
+        return []
+
+    def binding(self, b: Binding) -> None:
+        value = b.value
+        if isinstance(value, (Var, Tuple, TupleGetItem)):
+            self.var_slots[b.var] = self.arg_slots(value, b)
+            return
+        if isinstance(value, Constant):
+            self.var_slots[b.var] = self.arg_slots(value, b)
+            return
+        if not isinstance(value, Call):
+            self.var_slots[b.var] = []
+            return
+        op = value.op
+        ins = [s for a in value.args for s in self.arg_slots(a, b)]
+        if op.dist_aware and op.name not in HINT_OPS:
+            self.fail(b, f"R.{op.name} belongs to a later stage; run propagate-sharding on the global view, before "
+                      "legalize-redistribute and lowering")
+        distributable = any(s.distributable for s in ins)
+        outs = self.slots_of_type(b.var.name, b.var.type, distributable, b, b.span)
+        for i, s in enumerate(outs):
+            s.field_index = i if isinstance(b.var.type, TupleType) else None
+        site = Site(b, op, ins, outs)
+        if op.name in HINT_OPS:
+            mesh, placement = value.attrs["device_mesh"], value.attrs["placement"]
+            self.note_mesh(mesh, f"the hint on '{b.var.name}'", b.span)
+            outs[0].fixed = placement
+            outs[0].distributable = True
+            if op.name == "dist.annotate_sharding" and ins and ins[0].fixed is None and ins[0].distributable:
+                ins[0].fixed = placement  # the hint is about the annotated tensor itself
+        elif op.sharding is not None and outs:
+            tensors = [s.tensor for s in ins]
+            try:
+                site.rule = op.sharding(tensors, dict(op.full_attrs(value.attrs)), [s.tensor for s in outs])
+            except (DistirError, IndexError) as err:
+                self.fail(b, f"the sharding rule of R.{op.name} does not apply here: {err}")
+            site.lead_in = [_lead(d) for d in site.rule.inputs]
+            site.lead_out = [_lead(d) for d in site.rule.outputs]
+        for s in outs:
+            s.producer = site
+        self.var_slots[b.var] = outs
+        self.sites.append(site)
+
+    def build(self) -> Graph:
+        for p in self.func.params:
+            self.var_slots[p] = self.slots_of_type(p.name, p.type, True, None, p.span, seed=True)
+        for b in self.func.bindings():
+            self.binding(b)
+        mesh = None
+        for m, where, span in self.meshes:
+            if mesh is None:
+                mesh = m
+                first = where
+            elif m != mesh:
+                raise DiagnosticError(
+                    f"propagate-sharding: {where} uses mesh {m.shape_str()} but {first} uses mesh {mesh.shape_str()}; "
+                    "propagation works on one device mesh per function (write the DTensor types of the other stage "
+                    "and its redistributes explicitly)",
+                    span,
+                )
+        return Graph(self.func, mesh, self.slots, self.sites, self.var_slots, self.constants)
+
+
+def build_graph(func: Function) -> Graph:
+    """Slots and sites of ``func``; DiagnosticError for what propagation cannot handle."""
+    return _Builder(func).build()
+
+
+# ---------------------------------------------------------------------------------------------
+# preferred placements
+
+WEAK, FIRM, SEED = 1, 2, 3  # strength of what is known about one mesh axis of a slot
+
+
+@dataclass(frozen=True)
+class Conflict:
+    slot: Slot
+    mesh_axis: int
+    kept: Spec
+    offered: Spec
+    site: Site
+
+
+@dataclass
+class Preferences:
+    """Per slot and mesh axis: the spec propagation prefers (None: nothing known, i.e. R)."""
+
+    specs: dict[int, list[Spec | None]]
+    conflicts: list[Conflict]
+
+    def placement(self, slot: Slot) -> Placement:
+        return Placement(tuple(s if s is not None else Replicate() for s in self.specs[slot.id]))
+
+
+class _Propagator:
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self.ndim = graph.mesh.ndim
+        self.specs: dict[int, list[Spec | None]] = {}
+        self.strength: dict[int, list[int]] = {}
+        self.conflicts: list[Conflict] = []
+        for s in graph.slots:
+            if s.fixed is not None:
+                self.specs[s.id] = list(s.fixed.specs)
+                self.strength[s.id] = [SEED] * self.ndim
+            elif not s.distributable:
+                self.specs[s.id] = [Replicate()] * self.ndim
+                self.strength[s.id] = [SEED] * self.ndim
+            else:
+                self.specs[s.id] = [None] * self.ndim
+                self.strength[s.id] = [0] * self.ndim
+
+    def propose(self, s: Slot, a: int, spec: Spec, site: Site) -> bool:
+        cur, st = self.specs[s.id][a], self.strength[s.id][a]
+        if cur == spec:
+            return False
+        if cur is None or (st == WEAK and not isinstance(spec, Replicate)):
+            self.specs[s.id][a] = spec
+            self.strength[s.id][a] = WEAK if isinstance(spec, Replicate) else FIRM
+            return True
+        if st != SEED and not isinstance(spec, Replicate):
+            self.conflicts.append(Conflict(s, a, cur, spec, site))
+        return False
+
+    def shard_factor(self, site: Site, a: int, sources) -> str | None:
+        """The one factor the given (slot, lead) pairs shard on axis ``a``, or None if none or several."""
+        found = []
+        for s, lead in sources:
+            spec = self.specs[s.id][a]
+            if isinstance(spec, Shard) and self.strength[s.id][a] >= FIRM and spec.dim < len(lead):
+                f = lead[spec.dim]
+                if f is not None and f not in site.rule.blocked and f not in found:
+                    found.append(f)
+        return found[0] if len(found) == 1 else None
+
+    def forward_site(self, site: Site, a: int) -> bool:
+        changed = False
+        rule = site.rule
+        f = self.shard_factor(site, a, zip(site.ins, site.lead_in))
+        if f is not None:
+            for k, s in enumerate(site.ins):
+                d = site.input_dim(k, f)
+                if d is not None and s.distributable:
+                    changed |= self.propose(s, a, Shard(d), site)
+            for o, s in enumerate(site.outs):
+                d = site.output_dim(o, f)
+                if d is not None:
+                    changed |= self.propose(s, a, Shard(d), site)
+                elif f in rule.reductions:
+                    changed |= self.propose(s, a, Partial(rule.reductions[f]), site)
+            return changed
+        specs = [self.specs[s.id][a] for s in site.ins]
+        if any(sp is None for sp in specs) or any(isinstance(sp, Shard) for sp in specs):
+            return False
+        try:
+            outs = forward(rule, [Placement((sp,)) for sp in specs], 1, site.op.name)
+        except TypeInferenceError:
+            return False
+        for s, p in zip(site.outs, outs):
+            changed |= self.propose(s, a, p.specs[0], site)
+        return changed
+
+    def backward_site(self, site: Site, a: int) -> bool:
+        f = self.shard_factor(site, a, zip(site.outs, site.lead_out))
+        if f is None:
+            return False
+        changed = False
+        for k, s in enumerate(site.ins):
+            d = site.input_dim(k, f)
+            if d is not None and s.distributable:
+                changed |= self.propose(s, a, Shard(d), site)
+        return changed
+
+    def hint_site(self, site: Site, a: int) -> bool:
+        # annotate_sharding is the identity: what is known of one side is known of the other
+        if site.op.name != "dist.annotate_sharding" or not site.ins:
+            return False
+        x, y = site.ins[0], site.outs[0]
+        changed = False
+        for src, dst in ((x, y), (y, x)):
+            spec = self.specs[src.id][a]
+            if spec is not None and dst.distributable:
+                changed |= self.propose(dst, a, spec, site)
+        return changed
+
+    def run(self) -> Preferences:
+        sites = [s for s in self.graph.sites if s.rule is not None or s.is_hint]
+        for _ in range(4 * len(sites) + 8):
+            changed = False
+            for site in sites:
+                for a in range(self.ndim):
+                    changed |= self.hint_site(site, a) if site.is_hint else self.forward_site(site, a)
+            for site in reversed(sites):
+                for a in range(self.ndim):
+                    if not site.is_hint:
+                        changed |= self.backward_site(site, a)
+            if not changed:
+                break
+        return Preferences(self.specs, self.conflicts)
+
+
+def preferred_placements(graph: Graph) -> Preferences:
+    """Spread the seeds' shardings through the graph (see the module docstring)."""
+    return _Propagator(graph).run()
+
