@@ -7,6 +7,11 @@ op type rule, tuples, tuple items, aliases, constants); DTensor placements fit t
 and tensor rank; every mesh a type or attribute uses is one of the module's
 ``global_infos["mesh"]``; the result matches the declared return type. Each problem names
 the function, the binding's var and its source position when known.
+
+Before sharding propagation, a global-view function may read DTensor parameters into
+bindings recorded with plain tensor types: such a binding is *unplaced* (propagate-sharding
+decides its layout), so only its shape and dtype are checked, by the op's rule on the
+arguments' global types with their placements left out.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from .expr import (
 )
 from .mesh import DeviceMesh
 from .placement import Placement, PlacementError
-from .types import DTensorType, ShapeType, TupleType, Type
+from .types import DTensorType, ShapeType, TensorType, TupleType, Type
 
 __all__ = ["collect_problems", "verify"]
 
@@ -75,6 +80,37 @@ def _types_match(recorded: Type, inferred: Type) -> bool:
             _types_match(a, b) for a, b in zip(recorded.fields, inferred.fields)
         )
     return recorded == inferred
+
+
+def _has_placement(t: Type) -> bool:
+    if isinstance(t, DTensorType):
+        return True
+    return isinstance(t, TupleType) and any(_has_placement(f) for f in t.fields)
+
+
+def _has_tensor_only(t: Type) -> bool:
+    """A plain tensor, or a tuple whose tensors are all plain (and at least one)."""
+    if isinstance(t, TensorType):
+        return True
+    return isinstance(t, TupleType) and any(_has_tensor_only(f) for f in t.fields) and not _has_placement(t)
+
+
+def _without_placement(t: Type) -> Type:
+    if isinstance(t, DTensorType):
+        return t.tensor
+    if isinstance(t, TupleType):
+        return TupleType(tuple(_without_placement(f) for f in t.fields))
+    return t
+
+
+def _is_unplaced(recorded: Type, value: Expr) -> bool:
+    """A plain-typed binding of a compute op reading DTensors: its layout is propagation's to decide."""
+    return (
+        isinstance(value, Call)
+        and not value.op.dist_aware
+        and _has_tensor_only(recorded)
+        and any(_has_placement(a.type) for a in value.args)
+    )
 
 
 class _FunctionVerifier:
@@ -138,7 +174,10 @@ class _FunctionVerifier:
         self.check_type(var.type, what, span)
         if isinstance(b.value, Call):
             self.check_call_attrs(b.value, what, span)
-        inferred = self.type_of(b.value, what, span)
+        if _is_unplaced(var.type, b.value):
+            inferred = self.type_of_unplaced(b.value, what, span)
+        else:
+            inferred = self.type_of(b.value, what, span)
         if inferred is not None and not _types_match(var.type, inferred):
             self.report(what, f"recorded type {var.type}, but {self.describe(b.value)} {inferred}", span)
         self.defined.add(var)
@@ -175,6 +214,16 @@ class _FunctionVerifier:
         except Exception as err:  # noqa: BLE001 -- a type rule that crashes is a bug there, but still a finding here
             op = f"R.{value.op.name}: " if isinstance(value, Call) else ""
             self.report(what, f"{op}type inference failed ({type(err).__name__}: {err})", span)
+        return None
+
+    def type_of_unplaced(self, call: Call, what: str, span: Span | None) -> Type | None:
+        """What ``call`` infers to on its arguments' global types, placements left out."""
+        try:
+            return call.op.infer_from_types([_without_placement(a.type) for a in call.args], call.attrs)
+        except DistirError as err:
+            self.report(what, str(err), span)
+        except Exception as err:  # noqa: BLE001 -- as in type_of
+            self.report(what, f"R.{call.op.name}: type inference failed ({type(err).__name__}: {err})", span)
         return None
 
     def check_call_attrs(self, call: Call, what: str, span: Span | None) -> None:
