@@ -2,19 +2,24 @@
 
 Each op works within the groups of workers that differ only in their coordinate on
 ``mesh_axis`` of ``device_mesh``; ``num_workers`` is that axis's size and may be
-symbolic until specialization. Besides type inference, each op declares ``spmd``: the
-collective itself over all simulated workers, returning the outputs and the bytes sent
-(summed over workers), which the SPMD simulator measures.
+symbolic until specialization. ``R.ccl.transfer`` is the exception: point-to-point sends
+between two meshes (``src_mesh`` -> ``dst_mesh``), with no mesh axis. Besides type
+inference, each op declares ``extra["spmd"]``: the collective itself over all simulated
+workers, ``spmd(inputs by device, full attrs, context) -> (outputs by device, bytes sent
+summed over workers)``; a device absent from the outputs holds no value afterwards. And
+``extra["collective"]`` names its kind for the byte counts.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..errors import TypeInferenceError
+from ..errors import DistirError, TypeInferenceError
 from ..ir import sym
-from ..ir.layout import coord_expr, mesh_groups
-from ..ir.types import TensorType
+from ..ir.layout import concrete_mesh_shape, coord_expr, local_shape, mesh_coords, mesh_groups
+from ..ir.placement import PlacementError
+from ..ir.transfer import block_bounds, check_transfer, transfer_routes
+from ..ir.types import TensorType, shape_str
 from ._common import OpDef, Param, expect_tensor, norm_axis, register_op
 
 _REDUCE = {"sum": np.add, "max": np.maximum, "min": np.minimum, "avg": np.add}
@@ -243,5 +248,88 @@ register_op(
         numpy=_local_partial_numpy,
         doc="Turn a replicated value into a partial one without communication: for sum, only coordinate 0 keeps it.",
         tvm_compatible=False,
+    )
+)
+
+
+# ------------------------------------------------------------------ transfer between meshes
+
+
+def _transfer_infer(types, attrs):
+    x = expect_tensor(types[0], "ccl.transfer")
+    shape = tuple(attrs["shape"])
+    src_mesh, src_p = attrs["src_mesh"], attrs["src_placement"]
+    dst_mesh, dst_p = attrs["dst_mesh"], attrs["dst_placement"]
+    try:
+        src_p.validate(src_mesh.ndim, len(shape), "src_placement")
+        dst_p.validate(dst_mesh.ndim, len(shape), "dst_placement")
+        check_transfer(src_mesh, src_p, dst_mesh, dst_p)
+    except PlacementError as err:
+        raise TypeInferenceError(f"R.ccl.transfer: {err}") from None
+    want = local_shape(shape, src_mesh, src_p)
+    if x.ndim != len(want) or not all(sym.equal(a, b) for a, b in zip(x.shape, want)):
+        raise TypeInferenceError(
+            f"R.ccl.transfer: the input's per-worker shape {shape_str(x.shape)} is not the piece "
+            f"{shape_str(want)} of a {shape_str(shape)} tensor laid out \"{src_p}\" on mesh {src_mesh.shape_str()}"
+        )
+    return TensorType(local_shape(shape, dst_mesh, dst_p), x.dtype)
+
+
+def _integral(bounds, what: str) -> list[int]:
+    out = []
+    for b in bounds:
+        if b.denominator != 1:
+            raise DistirError(f"R.ccl.transfer: {what} does not fall on whole elements; the mesh sizes must divide the dims")
+        out.append(int(b))
+    return out
+
+
+def _transfer_spmd(xs, attrs, env):
+    values = env.values
+    shape = [sym.evaluate(d, values) for d in attrs["shape"]]
+    src_mesh, src_p = attrs["src_mesh"], attrs["src_placement"]
+    dst_mesh, dst_p = attrs["dst_mesh"], attrs["dst_placement"]
+    src_sizes, dst_sizes = concrete_mesh_shape(src_mesh, values), concrete_mesh_shape(dst_mesh, values)
+    src_devices, dst_devices = src_mesh.device_list(values), dst_mesh.device_list(values)
+    routes = transfer_routes(shape, src_sizes, src_devices, src_p, dst_sizes, dst_devices, dst_p)
+    out_shape = tuple(sym.evaluate(d, values) for d in local_shape(tuple(shape), dst_mesh, dst_p))
+    out, sent = {}, 0
+    for r in routes:
+        x = xs.get(r.src_device)
+        if x is None:
+            raise DistirError(f"R.ccl.transfer: source device {r.src_device} holds no value to send")
+        s_lo = [lo for lo, _ in block_bounds(shape, src_p, mesh_coords(r.src, src_sizes), src_sizes)]
+        d_lo = [lo for lo, _ in block_bounds(shape, dst_p, mesh_coords(r.dst, dst_sizes), dst_sizes)]
+        lo = _integral([b for b, _ in r.bounds], "a piece")
+        hi = _integral([b for _, b in r.bounds], "a piece")
+        s_off, d_off = _integral(s_lo, "a source block"), _integral(d_lo, "a target block")
+        piece = x[tuple(slice(a - o, b - o) for a, b, o in zip(lo, hi, s_off))]
+        buf = out.get(r.dst_device)
+        if buf is None:
+            buf = out[r.dst_device] = np.empty(out_shape, dtype=x.dtype)
+        buf[tuple(slice(a - o, b - o) for a, b, o in zip(lo, hi, d_off))] = piece
+        if not r.is_local:
+            sent += piece.nbytes
+    return out, sent
+
+
+register_op(
+    OpDef(
+        name="ccl.transfer",
+        params=(
+            Param("x", "tensor"),
+            Param("shape", "dims"),
+            Param("src_mesh", "mesh"),
+            Param("src_placement", "placement"),
+            Param("dst_mesh", "mesh"),
+            Param("dst_placement", "placement"),
+        ),
+        infer=_transfer_infer,
+        doc="Point-to-point sends from the workers of `src_mesh` to those of `dst_mesh`: each target worker "
+        "receives its block of the `shape` tensor laid out `dst_placement`, cut from the `src_placement` pieces "
+        "(see distir.ir.transfer for who sends what). Workers of `src_mesh` only send; only workers of "
+        "`dst_mesh` hold the result.",
+        tvm_compatible=False,
+        extra={"spmd": _transfer_spmd, "collective": "transfer"},
     )
 )

@@ -1,7 +1,8 @@
 """Global-view redistribution steps: what legalize-redistribute writes for a redistribute.
 
 Each step changes the placement on one mesh axis (see distir.ir.transitions for the
-table and costs). Their value in the global view is the input's value: they only move
+table and costs); ``R.dist.transfer`` moves a value to another mesh (see
+distir.ir.transfer). Their value in the global view is the input's value: they only move
 data between workers, which the local view makes explicit.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 from ..errors import TypeInferenceError
 from ..ir.placement import PlacementError
+from ..ir.transfer import check_transfer
 from ..ir.transitions import apply_step
 from ..ir.types import DTensorType
 from ._common import OpDef, Param, register_op
@@ -64,3 +66,34 @@ for _kind, _doc in _DOCS.items():
             tvm_compatible=False,
         )
     )
+
+
+# ------------------------------------------------------------------ between meshes
+
+
+def _transfer_infer(types, attrs):
+    x = types[0]
+    if not isinstance(x, DTensorType):
+        raise TypeInferenceError(f"R.dist.transfer: input must be a DTensor, got {x}")
+    mesh, placement = attrs["device_mesh"], attrs["placement"]
+    try:
+        placement.validate(mesh.ndim, x.ndim)
+        check_transfer(x.mesh, x.placement, mesh, placement)
+    except PlacementError as err:
+        raise TypeInferenceError(f"R.dist.transfer: {err}") from None
+    return DTensorType(x.shape, x.dtype, mesh, placement)
+
+
+register_op(
+    OpDef(
+        name="dist.transfer",
+        params=(Param("x", "tensor"), Param("device_mesh", "mesh"), Param("placement", "placement")),
+        infer=_transfer_infer,
+        numpy=lambda xs, attrs, ctx: xs[0],
+        dist_aware=True,
+        doc="Move a DTensor to another mesh (pipeline stages), laid out there as `placement`: point-to-point "
+        "pieces, each target worker receiving its block once; a partial value only as an aligned copy "
+        "between meshes of the same shape.",
+        tvm_compatible=False,
+    )
+)

@@ -1,15 +1,29 @@
 """The SPMD simulator: W workers in one process, running a specialized local-view module.
 
-Inputs are given as global arrays and cut into each worker's piece by the function's
-recorded global signature (a partial input is split into random parts whose reduction
-is the value, spread over all workers so that a wrong reduction shows). Every binding
-runs on every worker in lock step; a collective gets all workers' inputs at once and
-returns all their outputs, counting the bytes each worker sends. Outputs are
-reassembled into global arrays (partials reduced, replicas checked to agree).
+The workers are devices ``0 .. D-1``, D = 1 + the largest device id of the module's meshes
+(a device in no mesh idles). Inputs are given as global arrays and cut into each worker's
+piece by the function's recorded global signature (a partial input is split into random
+parts whose reduction is the value, spread over all workers so that a wrong reduction
+shows). Bindings run in lock step.
+
+Which worker computes what (several meshes, e.g. pipeline stages): a worker outside a
+tensor's mesh holds **no value** for it (``None`` here). A parameter laid out on a mesh
+is given to that mesh's devices only; a plain tensor or scalar parameter to every worker.
+An ordinary op runs on a worker when every argument has a value there (so it runs on the
+workers of its inputs' mesh; an op without tensor arguments, e.g. a constant, runs on
+all). A collective (``R.ccl.*`` with ``extra["spmd"]``) gets all workers' inputs at once
+and returns the outputs of the workers that take part: the devices of its
+``device_mesh``, or for ``R.ccl.transfer`` the devices of ``dst_mesh``; every other
+worker holds no value afterwards. Every device of the sending mesh (``device_mesh``, or
+``src_mesh`` for a transfer) must hold a value, else SpmdError names the binding.
+Outputs are reassembled from the devices of the mesh in the recorded global result type,
+whichever mesh that is (partials reduced, replicas checked to agree).
 
 Byte counts: ``stats.total_bytes`` is the sum over workers of bytes sent;
-``stats.bytes_per_worker`` divides it by the number of workers, which is what the
-cost model in :mod:`distir.ir.transitions` predicts.
+``stats.bytes_per_worker`` divides it by D. On one mesh of D devices that is what the
+per-worker cost model in :mod:`distir.ir.transitions` predicts; a redistribute between
+meshes is planned by total bytes (:func:`distir.transform.redistribute_plan.plan_cross_mesh`),
+which ``total_bytes`` measures.
 """
 
 from __future__ import annotations
@@ -25,7 +39,7 @@ import numpy as np
 from ..errors import DistirError
 from ..ir import sym
 from ..ir.expr import Call, Constant, Expr, IRModule, PrimValue, ShapeExpr, Tuple, TupleGetItem, Var
-from ..ir.layout import WORKER_ID, block_index, concrete_mesh_shape, local_shape, mesh_coords
+from ..ir.layout import WORKER_ID, block_index, concrete_mesh_shape, mesh_coords
 from ..ir.types import DTensorType, TensorType, TupleType, Type
 
 __all__ = ["CollectiveRecord", "SpmdError", "SpmdStats", "run_spmd"]
@@ -139,7 +153,8 @@ def _split_partial(value: np.ndarray, op: str, n: int, rng: np.random.Generator)
     return parts
 
 
-def _shard_input(t: DTensorType, value: np.ndarray, values, devices_total: int, rng) -> dict[int, np.ndarray]:
+def _shard_input(t: DTensorType, value: np.ndarray, values, rng) -> dict[int, np.ndarray]:
+    """Each device of ``t``'s mesh and its piece; devices outside the mesh get nothing."""
     sizes = _mesh_sizes(t, values)
     devices = t.mesh.device_list(values)
     paxes = t.placement.partial_axes()
@@ -162,10 +177,6 @@ def _shard_input(t: DTensorType, value: np.ndarray, values, devices_total: int, 
             step = extent // count
             index.append(slice(b * step, (b + 1) * step))
         out[dev] = np.ascontiguousarray(full[tuple(index)])
-    lshape = tuple(sym.evaluate(d, values) for d in local_shape(t.shape, t.mesh, t.placement))
-    for w in range(devices_total):
-        if w not in out:
-            out[w] = np.zeros(lshape, dtype=value.dtype)
     return out
 
 
@@ -175,11 +186,14 @@ _COMBINE = {"sum": np.add, "max": np.maximum, "min": np.minimum, "avg": np.add}
 def _assemble(t: Type, per_worker: dict[int, Any], values, what: str, rtol: float, atol: float):
     if isinstance(t, TupleType):
         return tuple(
-            _assemble(f, {w: v[i] for w, v in per_worker.items()}, values, f"{what}[{i}]", rtol, atol)
+            _assemble(f, {w: None if v is None else v[i] for w, v in per_worker.items()}, values, f"{what}[{i}]", rtol, atol)
             for i, f in enumerate(t.fields)
         )
     if not isinstance(t, DTensorType):
-        return per_worker[0]
+        held = [v for v in per_worker.values() if v is not None]
+        if not held:
+            raise SpmdError(f"{what}: no worker holds a value")
+        return held[0]
     sizes = _mesh_sizes(t, values)
     devices = t.mesh.device_list(values)
     shape = tuple(sym.evaluate(d, values) for d in t.shape)
@@ -187,6 +201,8 @@ def _assemble(t: Type, per_worker: dict[int, Any], values, what: str, rtol: floa
     blocks: dict[tuple, dict[tuple, np.ndarray]] = {}
     for pos, dev in enumerate(devices):
         coords = mesh_coords(pos, sizes)
+        if per_worker.get(dev) is None:
+            raise SpmdError(f"{what}: device {dev} of its mesh holds no value")
         local = np.asarray(per_worker[dev])
         key = tuple(block_index(t.placement, d, coords, sizes) for d in range(t.ndim))
         pkey = tuple(coords[a] for a in paxes)
@@ -213,6 +229,13 @@ def _assemble(t: Type, per_worker: dict[int, Any], values, what: str, rtol: floa
         )
         out[index] = value
     return out
+
+
+def _holds_nothing(value: Any) -> bool:
+    """Whether a worker lacks (part of) an argument: it is outside that value's mesh."""
+    if value is None:
+        return True
+    return isinstance(value, tuple) and any(_holds_nothing(v) for v in value)
 
 
 def run_spmd(
@@ -256,9 +279,9 @@ def run_spmd(
     envs: list[dict[Var, Any]] = [{} for _ in workers]
     for i, (p, t, a) in enumerate(zip(f.params, gparams, arrays)):
         if isinstance(t, DTensorType):
-            pieces = _shard_input(t, a, values, total, rng)
+            pieces = _shard_input(t, a, values, rng)
             for w in workers:
-                envs[w][p] = pieces[w]
+                envs[w][p] = pieces.get(w)
         else:
             for w in workers:
                 envs[w][p] = a
@@ -272,7 +295,8 @@ def run_spmd(
         if isinstance(e, Tuple):
             return tuple(ev(x, w) for x in e.fields)
         if isinstance(e, TupleGetItem):
-            return ev(e.tuple_value, w)[e.index]
+            t = ev(e.tuple_value, w)
+            return None if t is None else t[e.index]
         if isinstance(e, ShapeExpr):
             return tuple(ctxs[w].dim(v) for v in e.values)
         if isinstance(e, PrimValue):
@@ -290,9 +314,17 @@ def run_spmd(
                 if spmd is not None:
                     attrs = v.op.full_attrs(v.attrs)
                     xs = {w: ev(v.args[0], w) for w in workers}
+                    sender = attrs.get("src_mesh", attrs.get("device_mesh"))
+                    if sender is not None:
+                        missing = [d for d in sender.device_list(values) if xs.get(d) is None]
+                        if missing:
+                            raise SpmdError(
+                                f"R.{v.op.name} (binding '{b.var.name}'): devices {missing} of its mesh "
+                                "hold no value for the input (is the input on another mesh?)"
+                            )
                     outs, sent = spmd(xs, attrs, ctxs[0])
                     for w in workers:
-                        envs[w][b.var] = outs.get(w, xs[w])
+                        envs[w][b.var] = outs.get(w)
                     if stats is not None:
                         stats.records.append(CollectiveRecord(b.var.name, v.op.name, v.op.extra["collective"], int(sent)))
                     continue
@@ -301,7 +333,7 @@ def run_spmd(
                 attrs = v.op.full_attrs(v.attrs)
                 for w in workers:
                     args = [ev(a, w) for a in v.args]
-                    envs[w][b.var] = v.op.numpy(args, attrs, ctxs[w])
+                    envs[w][b.var] = None if any(_holds_nothing(a) for a in args) else v.op.numpy(args, attrs, ctxs[w])
             else:
                 for w in workers:
                     envs[w][b.var] = ev(v, w)

@@ -4,26 +4,31 @@ Each step is a global-view op (``R.dist.all_gather``, ``all_reduce``, ``reduce_s
 ``all_to_all``, ``local_shard``, ``local_partial``) acting on one mesh axis and typed
 with DTensors, so the result stays printable and checkable. The plan comes from
 :mod:`distir.transform.redistribute_plan`; a redistribute to the same layout becomes the
-value itself. The pass is an epilogue: run it again after any pass that adds
-redistributes; on a legalized module it changes nothing.
+value itself. A redistribute onto another mesh (pipeline stages) becomes steps on the
+source mesh, one ``R.dist.transfer`` and steps on the target mesh, chosen together by
+bytes sent (:func:`~distir.transform.redistribute_plan.plan_cross_mesh`). The pass is an
+epilogue: run it again after any pass that adds redistributes; on a legalized module it
+changes nothing.
 """
 
 from __future__ import annotations
 
 from typing import ClassVar
 
-from ..errors import DiagnosticError
+from ..errors import DiagnosticError, DistirError
 from ..ir.expr import Binding, Call, Function, IRModule, Var
 from ..ir.op import get_op
 from ..ir.types import DTensorType
 from .pass_infra import FunctionPass, PassContext, register_pass
-from .redistribute_plan import plan_redistribute
+from .redistribute_plan import Transfer, plan_cross_mesh, plan_redistribute
 from .rewrite import Env, map_bindings
 
 __all__ = ["LegalizeRedistribute"]
 
 
-def _step_call(step, x: Var, span) -> Call:
+def _step_call(step, x: Var, target_mesh, span) -> Call:
+    if isinstance(step, Transfer):
+        return Call(get_op("dist.transfer"), (x,), {"device_mesh": target_mesh, "placement": step.placement}, span)
     attrs = {"mesh_axis": step.mesh_axis}
     if step.dim is not None:
         attrs["dim"] = step.dim
@@ -52,20 +57,24 @@ class LegalizeRedistribute(FunctionPass):
                     f"R.dist.redistribute of '{b.var.name}': input must be a DTensor, got {src}", b.span
                 )
             mesh, dst = value.attrs["device_mesh"], value.attrs["placement"]
-            if mesh != src.mesh:
+            try:
+                if mesh == src.mesh:
+                    plan = plan_redistribute(mesh, src.ndim, src.placement, dst)
+                else:
+                    plan = plan_cross_mesh(src.mesh, src.placement, mesh, dst, src.ndim)
+            except DistirError as err:
                 raise DiagnosticError(
-                    f"R.dist.redistribute of '{b.var.name}' moves a tensor from mesh {src.mesh.shape_str()} to mesh "
-                    f"{mesh.shape_str()}; transfers between meshes are not supported yet",
+                    f"R.dist.redistribute of '{b.var.name}' from mesh {src.mesh.shape_str()} \"{src.placement}\" to "
+                    f"mesh {mesh.shape_str()} \"{dst}\": {err}",
                     b.span,
-                )
-            plan = plan_redistribute(mesh, src.ndim, src.placement, dst)
+                ) from None
             if not plan:
                 env[b.var] = x
                 return []
             out: list[Binding] = []
             cur = x
             for k, step in enumerate(plan):
-                call = _step_call(step, cur, b.span)
+                call = _step_call(step, cur, mesh, b.span)
                 if k == len(plan) - 1:
                     var = b.var
                 else:

@@ -5,7 +5,9 @@ Every DTensor becomes a per-worker tensor whose shape is a formula in the mesh s
 pieces (a sharded contraction leaves each worker a partial sum, exactly what the
 placement says); redistribution steps become ``R.ccl.*`` collectives over one mesh
 axis, or an ``R.strided_slice`` at ``worker_id``'s block (``worker_id`` is the
-symbolic id of the running worker, bound by the runtime). Each function remembers
+symbolic id of the running worker, bound by the runtime); a transfer between meshes
+becomes ``R.ccl.transfer``. Every worker of the device set runs the function; a worker
+outside a tensor's mesh holds no value for it (see distir.runtime.spmd). Each function remembers
 its global signature in the ``distir.global_params`` / ``distir.global_result``
 attributes, so inputs can be sharded and outputs reassembled by any runner.
 """
@@ -64,6 +66,15 @@ class _Lowerer:
     def step(self, b: Binding, call: Call, x: Expr) -> Call:
         src: DTensorType = call.args[0].type  # global type before the step
         kind = call.op.name.split(".", 1)[1]
+        if kind == "transfer":
+            attrs = {
+                "shape": src.shape,
+                "src_mesh": src.mesh,
+                "src_placement": src.placement,
+                "dst_mesh": call.attrs["device_mesh"],
+                "dst_placement": call.attrs["placement"],
+            }
+            return Call(get_op("ccl.transfer"), (x,), attrs, call.span)
         axis = call.attrs["mesh_axis"]
         mesh = src.mesh
         n = mesh.shape[axis]

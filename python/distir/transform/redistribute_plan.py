@@ -15,15 +15,18 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
+from typing import ClassVar
 
 from ..errors import DistirError
 from ..ir import sym
-from ..ir.mesh import DeviceMesh
+from ..ir.mesh import DeviceMesh, Range
 from ..ir.placement import Partial, Placement, PlacementError, Replicate, Shard
 from ..ir.sym import Dim
+from ..ir.transfer import route_bytes, transfer_routes
 from ..ir.transitions import apply_step, cost_factor, cost_formula
 
 SAMPLE_SIZES = (2, 3, 4, 8)
@@ -83,9 +86,10 @@ def plan_cost(plan: tuple[Step, ...], src: Placement, sizes: tuple[int, ...]) ->
     return total
 
 
-def _dijkstra(src: Placement, dst: Placement, ndim: int, sizes: tuple[int, ...]) -> tuple[Step, ...]:
+def _shortest(src, dst, moves):
+    """Dijkstra over layouts: ``moves(state)`` yields (step, next state, cost); ties go to fewer steps."""
     counter = itertools.count()
-    best: dict[Placement, tuple[Fraction, int]] = {src: (Fraction(0), 0)}
+    best: dict = {src: (Fraction(0), 0)}
     heap = [(Fraction(0), 0, next(counter), src, ())]
     while heap:
         cost, nsteps, _, state, plan = heapq.heappop(heap)
@@ -93,13 +97,24 @@ def _dijkstra(src: Placement, dst: Placement, ndim: int, sizes: tuple[int, ...])
             return plan
         if best.get(state, (cost, nsteps)) < (cost, nsteps):
             continue
-        for step, nxt in _moves(state, ndim, dst):
-            c = cost + step_cost(step, state, sizes)
+        for step, nxt, step_c in moves(state):
+            c = cost + step_c
             key = (c, nsteps + 1)
             if nxt not in best or key < best[nxt]:
                 best[nxt] = key
                 heapq.heappush(heap, (c, nsteps + 1, next(counter), nxt, plan + (step,)))
-    raise DistirError(f"no sequence of steps turns \"{src}\" into \"{dst}\"")
+    return None
+
+
+def _dijkstra(src: Placement, dst: Placement, ndim: int, sizes: tuple[int, ...]) -> tuple[Step, ...]:
+    def moves(state):
+        for step, nxt in _moves(state, ndim, dst):
+            yield step, nxt, step_cost(step, state, sizes)
+
+    plan = _shortest(src, dst, moves)
+    if plan is None:
+        raise DistirError(f"no sequence of steps turns \"{src}\" into \"{dst}\"")
+    return plan
 
 
 def _sample_points(mesh_shape: tuple[Dim, ...]) -> list[tuple[int, ...]]:
@@ -185,4 +200,222 @@ def plan_cost_formula(plan: tuple[Step, ...], src: Placement, mesh: DeviceMesh, 
     return total
 
 
-__all__ = ["Replicate", "Step", "optimal_cost", "plan_cost", "plan_cost_formula", "plan_redistribute", "step_cost"]
+# ---------------------------------------------------------------- between two meshes
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """Move the value to the target mesh, laid out there as ``placement`` (``R.dist.transfer``)."""
+
+    placement: Placement
+    kind: ClassVar[str] = "transfer"
+
+    def __str__(self) -> str:
+        return f"transfer(placement=\"{self.placement}\")"
+
+
+CrossStep = Step | Transfer
+
+
+@dataclass(frozen=True)
+class MeshPoint:
+    """The source and target meshes at concrete sizes: their shapes and device ids."""
+
+    src_sizes: tuple[int, ...]
+    src_devices: tuple[int, ...]
+    dst_sizes: tuple[int, ...]
+    dst_devices: tuple[int, ...]
+
+    @staticmethod
+    def of(src_mesh: DeviceMesh, dst_mesh: DeviceMesh, values: Mapping[str, int] | None = None) -> MeshPoint:
+        values = values or {}
+        return MeshPoint(
+            tuple(sym.evaluate(d, values) for d in src_mesh.shape),
+            tuple(src_mesh.device_list(values)),
+            tuple(sym.evaluate(d, values) for d in dst_mesh.shape),
+            tuple(dst_mesh.device_list(values)),
+        )
+
+    @property
+    def disjoint(self) -> bool:
+        return not set(self.src_devices) & set(self.dst_devices)
+
+
+def _mesh_symbols(mesh: DeviceMesh) -> set[str]:
+    names: set[str] = set().union(*(sym.free_vars(d) for d in mesh.shape))
+    if isinstance(mesh.device_ids, Range):
+        names |= sym.free_vars(mesh.device_ids.start) | sym.free_vars(mesh.device_ids.stop)
+    return names
+
+
+def _cross_points(src_mesh: DeviceMesh, dst_mesh: DeviceMesh) -> list[MeshPoint]:
+    names = sorted(_mesh_symbols(src_mesh) | _mesh_symbols(dst_mesh))
+    if not names:
+        envs: list[dict[str, int]] = [{}]
+    elif len(names) <= 3:
+        envs = [dict(zip(names, vs)) for vs in itertools.product(SAMPLE_SIZES, repeat=len(names))]
+    else:
+        envs = [dict.fromkeys(names, v) for v in SAMPLE_SIZES]
+    points = []
+    for env in envs:
+        try:
+            point = MeshPoint.of(src_mesh, dst_mesh, env)
+        except sym.SymbolicError:
+            continue
+        sizes_ok = all(s >= 1 for s in point.src_sizes + point.dst_sizes)
+        if sizes_ok and min(point.src_devices + point.dst_devices) >= 0:
+            points.append(point)
+    if not points:
+        raise DistirError(
+            f"meshes {src_mesh.shape_str()} and {dst_mesh.shape_str()}: no sample size "
+            f"({', '.join(map(str, SAMPLE_SIZES))} for {', '.join(names)}) gives valid meshes "
+            "(positive sizes, non-negative device ids)"
+        )
+    return points
+
+
+def _partial_free(mesh_ndim: int, ndim: int) -> list[Placement]:
+    specs = [Replicate()] + [Shard(d) for d in range(ndim)]
+    return [Placement(tuple(c)) for c in itertools.product(specs, repeat=mesh_ndim)]
+
+
+def _product(sizes) -> int:
+    out = 1
+    for s in sizes:
+        out *= s
+    return out
+
+
+@lru_cache(maxsize=65536)
+def transfer_cost(src: Placement, dst: Placement, point: MeshPoint, ndim: int) -> Fraction | None:
+    """Bytes all workers send for one transfer, per byte of the tensor; None when not expressible."""
+    aligned = src == dst and point.src_sizes == point.dst_sizes
+    if not aligned and (src.has_partial or dst.has_partial):
+        return None
+    if point.disjoint:
+        count = _product(point.dst_sizes[a] for a, s in enumerate(dst.specs) if isinstance(s, Shard))
+        return Fraction(len(point.dst_devices), count)
+    routes = transfer_routes(
+        [Fraction(1)] * ndim, point.src_sizes, point.src_devices, src, point.dst_sizes, point.dst_devices, dst
+    )
+    return route_bytes(routes)
+
+
+def _cross_moves(point: MeshPoint, ndim: int, dst: Placement, aligned_ok: bool):
+    src_total, dst_total = len(point.src_devices), len(point.dst_devices)
+    no_partial_hint = Placement.replicated(len(point.src_sizes))
+    targets = _partial_free(len(point.dst_sizes), ndim)
+
+    def moves(state):
+        side, p = state
+        if side == 0:
+            for step, nxt in _moves(p, ndim, no_partial_hint):
+                yield step, (0, nxt), src_total * step_cost(step, p, point.src_sizes)
+            if p.has_partial:
+                choices = [p] if aligned_ok else []
+            else:
+                choices = targets
+            for q in choices:
+                c = transfer_cost(p, q, point, ndim)
+                if c is not None:
+                    yield Transfer(q), (1, q), c
+        else:
+            for step, nxt in _moves(p, ndim, dst):
+                yield step, (1, nxt), dst_total * step_cost(step, p, point.dst_sizes)
+
+    return moves
+
+
+def _cross_dijkstra(src: Placement, dst: Placement, ndim: int, point: MeshPoint, aligned_ok: bool):
+    plan = _shortest((0, src), (1, dst), _cross_moves(point, ndim, dst, aligned_ok))
+    if plan is None:
+        raise DistirError(f"no sequence of steps and transfers turns \"{src}\" into \"{dst}\" on the other mesh")
+    return plan
+
+
+def cross_plan_cost(plan: tuple[CrossStep, ...], src: Placement, point: MeshPoint, ndim: int) -> Fraction:
+    """Bytes all workers send for a cross-mesh ``plan``, per byte of the tensor, at ``point``."""
+    total, state, on_target = Fraction(0), src, False
+    for step in plan:
+        if isinstance(step, Transfer):
+            c = transfer_cost(state, step.placement, point, ndim)
+            if c is None:
+                raise DistirError(f"{step} from \"{state}\" is not expressible")
+            total += c
+            state, on_target = step.placement, True
+        else:
+            sizes = point.dst_sizes if on_target else point.src_sizes
+            total += _product(sizes) * step_cost(step, state, sizes)
+            state = step.apply(state)
+    return total
+
+
+def _aligned_ok(src_mesh: DeviceMesh, dst_mesh: DeviceMesh) -> bool:
+    return src_mesh.ndim == dst_mesh.ndim and all(sym.equal(a, b) for a, b in zip(src_mesh.shape, dst_mesh.shape))
+
+
+@lru_cache(maxsize=4096)
+def _plan_cross_cached(src_mesh: DeviceMesh, dst_mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement):
+    points = _cross_points(src_mesh, dst_mesh)
+    aligned_ok = _aligned_ok(src_mesh, dst_mesh)
+    candidates: list[tuple[CrossStep, ...]] = []
+    for p in points:
+        plan = _cross_dijkstra(src, dst, ndim, p, aligned_ok)
+        if plan not in candidates:
+            candidates.append(plan)
+    if len(candidates) == 1:
+        return candidates[0]
+    optimum = {p: cross_plan_cost(_cross_dijkstra(src, dst, ndim, p, aligned_ok), src, p, ndim) for p in points}
+
+    def excess(plan):
+        return sum(cross_plan_cost(plan, src, p, ndim) - optimum[p] for p in points)
+
+    return min(candidates, key=lambda plan: (excess(plan), len(plan), candidates.index(plan)))
+
+
+def plan_cross_mesh(
+    src_mesh: DeviceMesh, src: Placement, dst_mesh: DeviceMesh, dst: Placement, ndim: int
+) -> tuple[CrossStep, ...]:
+    """The cheapest way from ``src`` on ``src_mesh`` to ``dst`` on ``dst_mesh`` (rank ``ndim``).
+
+    Steps on the source mesh, one :class:`Transfer`, steps on the target mesh; cost = bytes
+    sent by all workers together (see docs/redistribute.md). Optimal at every sampled size of
+    the meshes' symbols when such a plan exists; else the smallest total excess."""
+    return _plan_cross_cached(src_mesh, dst_mesh, ndim, src, dst)
+
+
+def cross_optimal_cost(
+    src_mesh: DeviceMesh, src: Placement, dst_mesh: DeviceMesh, dst: Placement, ndim: int, point: MeshPoint
+) -> Fraction:
+    """The cost model's optimum for a cross-mesh redistribute at concrete sizes."""
+    plan = _cross_dijkstra(src, dst, ndim, point, _aligned_ok(src_mesh, dst_mesh))
+    return cross_plan_cost(plan, src, point, ndim)
+
+
+def is_cross_optimal_everywhere(
+    src_mesh: DeviceMesh, src: Placement, dst_mesh: DeviceMesh, dst: Placement, ndim: int
+) -> bool:
+    plan = plan_cross_mesh(src_mesh, src, dst_mesh, dst, ndim)
+    return all(
+        cross_plan_cost(plan, src, p, ndim) == cross_optimal_cost(src_mesh, src, dst_mesh, dst, ndim, p)
+        for p in _cross_points(src_mesh, dst_mesh)
+    )
+
+
+__all__ = [
+    "CrossStep",
+    "MeshPoint",
+    "Replicate",
+    "Step",
+    "Transfer",
+    "cross_optimal_cost",
+    "cross_plan_cost",
+    "is_cross_optimal_everywhere",
+    "optimal_cost",
+    "plan_cost",
+    "plan_cost_formula",
+    "plan_cross_mesh",
+    "plan_redistribute",
+    "step_cost",
+    "transfer_cost",
+]
