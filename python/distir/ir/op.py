@@ -9,8 +9,9 @@ declared in :mod:`distir.ops`; adding an op means writing one declaration there.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from ..errors import DistirError, TypeInferenceError
 from .types import DTensorType, TensorType, TupleType, Type
@@ -104,18 +105,18 @@ class OpDef:
 
     def infer_from_types(self, arg_types: list[Type], attrs: Mapping[str, Any]) -> Type:
         attrs = self.full_attrs(attrs)
-        if self.dist_aware or not any(_has_dtensor(t) for t in arg_types):
+        if self.dist_aware or not any(has_dtensor(t) for t in arg_types):
             return self.infer(arg_types, attrs)
         from .sharding import infer_dtensor_output
 
         return infer_dtensor_output(self, arg_types, attrs)
 
 
-def _has_dtensor(t: Type) -> bool:
+def has_dtensor(t: Type) -> bool:
     if isinstance(t, DTensorType):
         return True
     if isinstance(t, TupleType):
-        return any(_has_dtensor(f) for f in t.fields)
+        return any(has_dtensor(f) for f in t.fields)
     return False
 
 

@@ -137,12 +137,26 @@ def forward(rule: ShardingRule, placements: Sequence[Placement], mesh_ndim: int,
     return result
 
 
-def _plain(t: Type) -> Type:
+def without_placement(t: Type) -> Type:
+    """``t`` with every DTensor replaced by its plain tensor (global shape and dtype)."""
     if isinstance(t, DTensorType):
         return t.tensor
     if isinstance(t, TupleType):
-        return TupleType(tuple(_plain(f) for f in t.fields))
+        return TupleType(tuple(without_placement(f) for f in t.fields))
     return t
+
+
+def infer_unplaced(op, arg_types: list[Type], attrs) -> Type:
+    """The plain type ``op`` gives its arguments with placements left out.
+
+    Before propagate-sharding, a value computed from DTensors whose layouts do not fit the
+    op's sharding rule (a plain activation meeting a partial, say) has no layout yet; its
+    type is this, and propagation decides the layout.
+    """
+    return op.infer_from_types([without_placement(t) for t in arg_types], attrs)
+
+
+_plain = without_placement
 
 
 def _flatten(t: Type, out: list) -> None:

@@ -44,8 +44,9 @@ from ..ir.expr import (
     Var,
 )
 from ..ir.mesh import DeviceMesh, Range
-from ..ir.op import OpDef, Param, all_ops, get_op
+from ..ir.op import OpDef, Param, all_ops, get_op, has_dtensor
 from ..ir.placement import Placement, PlacementError
+from ..ir.sharding import infer_unplaced
 from ..ir.types import DTYPES, DTensorType, PrimType, ShapeType, TensorType, TupleType, Type
 from .literals import (
     FormError,
@@ -611,7 +612,9 @@ class _Parser:
             try:
                 ty = expr.type
             except TypeInferenceError as err:
-                self.fail(value, str(err))
+                ty = self.unplaced_type(expr)
+                if ty is None:
+                    self.fail(value, str(err))
             except DistirError as err:
                 self.fail(value, f"cannot infer the type: {err}")
         name = target.id
@@ -619,6 +622,17 @@ class _Parser:
         scope.vars[name] = var
         scope.local_to.pop(name, None)
         return Binding(var, expr, self.span(stmt))
+
+    @staticmethod
+    def unplaced_type(expr: Expr) -> Type | None:
+        """The layout-free type of a compute op on DTensors whose placements do not fit its rule
+        (propagate-sharding decides the layout), or None if the op fails on plain types too."""
+        if not (isinstance(expr, Call) and not expr.op.dist_aware and any(has_dtensor(a.type) for a in expr.args)):
+            return None
+        try:
+            return infer_unplaced(expr.op, [a.type for a in expr.args], expr.attrs)
+        except DistirError:
+            return None
 
     def statement_hint(self, stmt: ast.stmt) -> str:
         if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):

@@ -431,7 +431,8 @@ class _Materializer:
         result = self.result(f.result, f.ret_type)
         if not blocks and self.emitted:
             blocks.append((None, self.emitted))
-        return f.replace(params=tuple(params), blocks=_blocks(blocks, result), result=result, ret_type=result.type)
+        ret_type = result.type if f.ret_type is not None else None  # a declared return type follows the layout
+        return f.replace(params=tuple(params), blocks=_blocks(blocks, result), result=result, ret_type=ret_type)
 
 
 def _blocks(parts, result: Expr) -> tuple[Block, ...]:
@@ -482,9 +483,13 @@ def _warn_ambiguities(graph: Graph, prefs: Preferences) -> None:
             continue
         reported.add(c.slot.id)
         where = f" ({c.slot.span})" if c.slot.span else ""
+        if c.other is not None:
+            why = f"'{c.site.name}' reads it together with '{c.other.name}', which is {c.offered}"
+        else:
+            why = f"'{c.site.name}' would make it {c.offered}"
         warnings.warn(
-            f"propagate-sharding: '{c.slot.name}'{where} could be {c.kept} (kept) or {c.offered} (from "
-            f"'{c.site.name}') on mesh axis {c.mesh_axis}; add R.dist.annotate_sharding on '{c.slot.name}' to choose",
+            f"propagate-sharding: '{c.slot.name}'{where} was laid out {c.kept} on mesh axis {c.mesh_axis}, but {why}; "
+            f"add R.dist.annotate_sharding on '{c.slot.name}' to choose",
             ShardingAmbiguityWarning,
             stacklevel=2,
         )

@@ -237,6 +237,7 @@ class Conflict:
     kept: Spec
     offered: Spec
     site: Site
+    other: Slot | None = None  # the tensor whose layout disagrees, when the clash is between two inputs
 
 
 @dataclass
@@ -281,15 +282,24 @@ class _Propagator:
         return False
 
     def shard_factor(self, site: Site, a: int, sources) -> str | None:
-        """The one factor the given (slot, lead) pairs shard on axis ``a``, or None if none or several."""
-        found = []
+        """The one factor the given (slot, lead) pairs shard on axis ``a``, or None if none or several.
+
+        Several is a disagreement: each slot that propagation (not a seed) sharded is recorded,
+        since a hint on it would settle which layout the op runs in."""
+        found: dict[str, Slot] = {}
         for s, lead in sources:
             spec = self.specs[s.id][a]
             if isinstance(spec, Shard) and self.strength[s.id][a] >= FIRM and spec.dim < len(lead):
                 f = lead[spec.dim]
-                if f is not None and f not in site.rule.blocked and f not in found:
-                    found.append(f)
-        return found[0] if len(found) == 1 else None
+                if f is not None and f not in site.rule.blocked:
+                    found.setdefault(f, s)
+        if len(found) > 1:
+            owners = list(found.values())
+            for s in owners:
+                if self.strength[s.id][a] != SEED:
+                    other = next(o for o in owners if o is not s)
+                    self.conflicts.append(Conflict(s, a, self.specs[s.id][a], self.specs[other.id][a], site, other))
+        return next(iter(found)) if len(found) == 1 else None
 
     def forward_site(self, site: Site, a: int) -> bool:
         changed = False

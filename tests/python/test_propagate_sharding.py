@@ -1,0 +1,354 @@
+"""PropagateSharding: TVM-style Before/Expected per op family, TVM's MLP answer, the seed reshape, numerics."""
+
+from __future__ import annotations
+
+import warnings
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import distir
+from distir.errors import DiagnosticError
+from distir.ir import assert_structural_equal
+from distir.runtime.spmd import SpmdStats, run_spmd
+from distir.testing import assert_sharded_equivalent
+from distir.transform import get_pass
+from distir.transform.pipelines import distribute_pipeline
+from distir.transform.propagate_sharding import ShardingAmbiguityWarning
+from distir.transform.specialize import specialize
+
+HEADER = '''
+@I.ir_module
+class Module:
+    I.module_global_infos({"mesh": [R.device_mesh(("num_workers",), I.Range(0, "num_workers")), R.device_mesh((2, "num_workers"), I.Range(0, "2 * num_workers"))]})
+
+    @R.function
+'''
+
+
+def propagate(mod):
+    return get_pass("propagate-sharding")(mod)
+
+
+def check(before: str, expected: str):
+    after = propagate(distir.parse(HEADER + before))
+    assert_structural_equal(after, distir.parse(HEADER + expected))
+    return after
+
+
+# --- TVM's own answer: MLP with one hint on the hidden activation ------------------------------
+
+MLP_BEFORE = '''    def main(x: R.Tensor(({m}, {k0}), "float32"), w1: R.Tensor(({k0}, {k1}), "float32"), w2: R.Tensor(({k1}, {n}), "float32")):
+{decls}        with R.dataflow():
+            h = R.matmul(x, w1)
+            a = R.nn.gelu(h)
+            a_s = R.dist.annotate_sharding(a, device_mesh="{mesh}", placement="S[1]")
+            y = R.matmul(a_s, w2)
+            R.output(y)
+        return y
+'''
+
+MLP_EXPECTED = '''    def main(x: R.DTensor(({m}, {k0}), "float32", "{mesh}", "R"), w1: R.DTensor(({k0}, {k1}), "float32", "{mesh}", "S[1]"), w2: R.DTensor(({k1}, {n}), "float32", "{mesh}", "S[0]")):
+{decls}        with R.dataflow():
+            h = R.matmul(x, w1)
+            a = R.nn.gelu(h)
+            y = R.matmul(a, w2)
+            y_r: R.DTensor(({m2}, {n2}), "float32", "{mesh}", "R") = R.dist.redistribute(y, device_mesh="{mesh}", placement="R")
+            R.output(y_r)
+        return y_r
+'''
+
+STATIC = {"m": 128, "k0": 128, "k1": 128, "n": 128, "m2": 128, "n2": 128, "decls": ""}
+DYNAMIC = {
+    "m": '"m"', "k0": '"k0"', "k1": '"k1"', "n": '"n"', "m2": "m", "n2": "n",
+    "decls": "".join(f"        {v} = T.int64()\n" for v in ("m", "k0", "k1", "n")),
+}
+
+
+@pytest.mark.parametrize("shapes", [STATIC, DYNAMIC], ids=["static", "dynamic"])
+@pytest.mark.parametrize("mesh", ["mesh[0]", "two"], ids=["symbolic-mesh", "two-devices"])
+def test_mlp_matches_tvm_propagation(shapes, mesh):
+    header = HEADER
+    if mesh == "two":
+        header = HEADER.replace('R.device_mesh(("num_workers",), I.Range(0, "num_workers"))', "R.device_mesh((2,), I.Range(0, 2))")
+        mesh = "mesh[0]"
+    before = distir.parse(header + MLP_BEFORE.format(mesh=mesh, **shapes))
+    after = propagate(before)
+    assert_structural_equal(after, distir.parse(header + MLP_EXPECTED.format(mesh=mesh, **shapes)))
+    # x replicated, w1 by columns, w2 by rows, one all-reduce of the partial sum
+    assert [str(p.type.placement) for p in after["main"].params] == ["R", "S[1]", "S[0]"]
+
+
+def test_mlp_numerics_from_one_symbolic_run():
+    mod = distir.parse(HEADER + MLP_BEFORE.format(mesh="mesh[0]", **DYNAMIC))
+    rng = np.random.default_rng(0)
+    x, w1, w2 = (rng.standard_normal(s).astype("float32") for s in ((16, 32), (32, 64), (64, 24)))
+    stats = assert_sharded_equivalent(mod, [x, w1, w2])
+    for w, st in stats.items():
+        assert st.counts == {"all_reduce": 1}, (w, st.counts)  # one all-reduce of the partial sum, no more
+        assert (st.total_bytes == 0) == (w == 1)
+
+
+# --- one case per op family ------------------------------------------------------------------
+
+def test_elementwise_broadcast_shards_the_bias_alike():
+    check(
+        '''    def main(x: R.Tensor((128, 64), "float32"), w: R.DTensor((64, 256), "float32", "mesh[0]", "S[1]"), b: R.Tensor((256,), "float32")):
+        with R.dataflow():
+            h = R.matmul(x, w)
+            y = R.add(h, b)
+            R.output(y)
+        return y
+''',
+        '''    def main(x: R.DTensor((128, 64), "float32", "mesh[0]", "R"), w: R.DTensor((64, 256), "float32", "mesh[0]", "S[1]"), b: R.DTensor((256,), "float32", "mesh[0]", "S[0]")):
+        with R.dataflow():
+            h = R.matmul(x, w)
+            y = R.add(h, b)
+            R.output(y)
+        return y
+''',
+    )
+
+
+def test_reduction_over_sharded_axis_stays_partial_through_linear_ops():
+    check(
+        '''    def main(x: R.DTensor((128, 64), "float32", "mesh[0]", "S[1]")):
+        with R.dataflow():
+            s = R.sum(x, axis=[1], keepdims=True)
+            y = R.multiply(s, R.const(2.0, "float32"))
+            z = R.exp(y)
+            R.output(z)
+        return z
+''',
+        '''    def main(x: R.DTensor((128, 64), "float32", "mesh[0]", "S[1]")):
+        with R.dataflow():
+            s: R.DTensor((128, 1), "float32", "mesh[0]", "P") = R.sum(x, axis=[1], keepdims=True)
+            y = R.multiply(s, R.const(2.0, "float32"))
+            y_r = R.dist.redistribute(y, device_mesh="mesh[0]", placement="R")
+            z = R.exp(y_r)
+            R.output(z)
+        return z
+''',
+    )
+
+
+def test_softmax_needs_its_axis_whole_but_passes_other_dims():
+    check(
+        '''    def main(x: R.DTensor((128, 64), "float32", "mesh[0]", "S[1]"), u: R.DTensor((128, 64), "float32", "mesh[0]", "S[0]")):
+        with R.dataflow():
+            y = R.nn.softmax(x, axis=-1)
+            v = R.nn.softmax(u, axis=-1)
+            R.output(y, v)
+        return (y, v)
+''',
+        '''    def main(x: R.DTensor((128, 64), "float32", "mesh[0]", "S[1]"), u: R.DTensor((128, 64), "float32", "mesh[0]", "S[0]")):
+        with R.dataflow():
+            x_r = R.dist.redistribute(x, device_mesh="mesh[0]", placement="R")
+            y = R.nn.softmax(x_r, axis=-1)
+            v = R.nn.softmax(u, axis=-1)
+            R.output(y, v)
+        return (y, v)
+''',
+    )
+
+
+def test_reshape_and_permute_carry_split_and_merged_dims():
+    check(
+        '''    def main(x: R.DTensor(("s", 128), "float32", "mesh[0]", "S[1]")):
+        s = T.int64()
+        with R.dataflow():
+            y = R.reshape(x, R.shape([s, 8, 16]))
+            z = R.permute_dims(y, axes=[1, 0, 2])
+            u = R.permute_dims(z, axes=[1, 0, 2])
+            v = R.reshape(u, R.shape([s, 128]))
+            R.output(v)
+        return v
+''',
+        '''    def main(x: R.DTensor(("s", 128), "float32", "mesh[0]", "S[1]")):
+        s = T.int64()
+        with R.dataflow():
+            y: R.DTensor((s, 8, 16), "float32", "mesh[0]", "S[1]") = R.reshape(x, R.shape([s, 8, 16]))
+            z: R.DTensor((8, s, 16), "float32", "mesh[0]", "S[0]") = R.permute_dims(y, axes=[1, 0, 2])
+            u: R.DTensor((s, 8, 16), "float32", "mesh[0]", "S[1]") = R.permute_dims(z, axes=[1, 0, 2])
+            v: R.DTensor((s, 128), "float32", "mesh[0]", "S[1]") = R.reshape(u, R.shape([s, 128]))
+            R.output(v)
+        return v
+''',
+    )
+
+
+def test_a_hint_propagates_backwards_through_matmul_and_norm():
+    check(
+        '''    def main(x: R.Tensor((16, 64), "float32"), g: R.Tensor((64,), "float32"), w: R.Tensor((64, 128), "float32")):
+        with R.dataflow():
+            n = R.nn.rms_norm(x, g, axes=[-1])
+            h = R.matmul(n, w)
+            h_s = R.dist.annotate_sharding(h, device_mesh="mesh[0]", placement="S[0]")
+            R.output(h_s)
+        return h_s
+''',
+        '''    def main(x: R.DTensor((16, 64), "float32", "mesh[0]", "S[0]"), g: R.DTensor((64,), "float32", "mesh[0]", "R"), w: R.DTensor((64, 128), "float32", "mesh[0]", "R")):
+        with R.dataflow():
+            n = R.nn.rms_norm(x, g, axes=[-1])
+            h = R.matmul(n, w)
+            R.output(h)
+        return h
+''',
+    )
+
+
+def test_split_and_concat_keep_the_other_dims_sharding():
+    check(
+        '''    def main(x: R.DTensor((16, 64), "float32", "mesh[0]", "S[0]")):
+        with R.dataflow():
+            t = R.split(x, indices_or_sections=2, axis=1)
+            a = t[0]
+            b = t[1]
+            c = R.concat((b, a), axis=1)
+            R.output(c)
+        return c
+''',
+        '''    def main(x: R.DTensor((16, 64), "float32", "mesh[0]", "S[0]")):
+        with R.dataflow():
+            t = R.split(x, indices_or_sections=2, axis=1)
+            b = t[1]
+            a = t[0]
+            c = R.concat((b, a), axis=1)
+            R.output(c)
+        return c
+''',
+    )
+
+
+def test_vocab_parallel_embedding_is_a_partial_sum():
+    check(
+        '''    def main(table: R.DTensor((1000, 64), "float32", "mesh[0]", "S[0]"), ids: R.Tensor(("s",), "int64")):
+        s = T.int64()
+        with R.dataflow():
+            e = R.take(table, ids, axis=0)
+            R.output(e)
+        return e
+''',
+        '''    def main(table: R.DTensor((1000, 64), "float32", "mesh[0]", "S[0]"), ids: R.DTensor(("s",), "int64", "mesh[0]", "R")):
+        s = T.int64()
+        with R.dataflow():
+            e: R.DTensor((s, 64), "float32", "mesh[0]", "P") = R.take(table, ids, axis=0)
+            e_r = R.dist.redistribute(e, device_mesh="mesh[0]", placement="R")
+            R.output(e_r)
+        return e_r
+''',
+    )
+
+
+def test_two_d_mesh_batched_matmul():
+    check(
+        '''    def main(q: R.DTensor((8, 32, 16), "float32", "mesh[1]", "R, S[0]"), k: R.Tensor((8, 16, 32), "float32")):
+        with R.dataflow():
+            s = R.matmul(q, k)
+            p = R.nn.softmax(s, axis=-1)
+            R.output(p)
+        return p
+''',
+        '''    def main(q: R.DTensor((8, 32, 16), "float32", "mesh[1]", "R, S[0]"), k: R.DTensor((8, 16, 32), "float32", "mesh[1]", "R, S[0]")):
+        with R.dataflow():
+            s = R.matmul(q, k)
+            p = R.nn.softmax(s, axis=-1)
+            R.output(p)
+        return p
+''',
+    )
+
+
+# --- the seed: reshape of a replicated value needed both sharded and replicated ---------------
+
+SEED_RESHAPE = '''
+@I.ir_module
+class Module:
+    I.module_global_infos({"mesh": [R.device_mesh((4,), I.Range(0, 4))]})
+
+    @R.function
+    def main(p0: R.DTensor((8, 8), "bfloat16", "mesh[0]", "R")):
+        with R.dataflow():
+            r = R.reshape(p0, R.shape([64]))
+            r_s = R.dist.annotate_sharding(r, device_mesh="mesh[0]", placement="S[0]")
+            a = R.abs(r)
+            a_r = R.dist.annotate_sharding(a, device_mesh="mesh[0]", placement="R")
+            R.output(r_s, a_r)
+        return (r_s, a_r)
+'''
+
+
+def test_seed_reshape_moves_zero_bytes():
+    mod = distir.parse(SEED_RESHAPE)
+    after = propagate(mod)
+    text = after.script()
+    # the replicated use reshapes the replicated parameter again instead of all-gathering
+    assert text.count("R.reshape(") == 2 and "R.abs(r_r)" in text, text
+    local = specialize(distribute_pipeline()(mod), {})
+    assert "R.ccl." not in local.script()
+    x = np.random.default_rng(1).standard_normal((8, 8)).astype(ml_dtypes.bfloat16)
+    stats = SpmdStats()
+    sharded, replicated = run_spmd(local, x, stats=stats)
+    assert stats.total_bytes == 0 and stats.counts == {}
+    np.testing.assert_array_equal(np.asarray(sharded), x.reshape(64))
+    np.testing.assert_array_equal(np.asarray(replicated), np.abs(x.reshape(64)))
+
+
+# --- choices, warnings, errors, idempotence ---------------------------------------------------
+
+CONFLICT = '''    def main(x: R.Tensor((64, 64), "float32"), a: R.DTensor((64, 64), "float32", "mesh[0]", "S[0]"), b: R.DTensor((64, 64), "float32", "mesh[0]", "S[1]")):
+        with R.dataflow():
+            y = R.add(x, a)
+            z = R.add(x, b)
+            R.output(y, z)
+        return (y, z)
+'''
+
+
+def test_disagreement_is_named_and_one_hint_settles_it():
+    mod = distir.parse(HEADER + CONFLICT)
+    with pytest.warns(ShardingAmbiguityWarning, match="'x'.*annotate_sharding on 'x'"):
+        after = propagate(mod)
+    assert str(after["main"].params[0].type.placement) == "S[0]"
+    hinted = CONFLICT.replace("            y = R.add(x, a)", '            x = R.dist.annotate_sharding(x, device_mesh="mesh[0]", placement="S[1]")\n            y = R.add(x, a)')
+    hinted = hinted.replace("def main(x: ", "def main(x0: ").replace('x = R.dist.annotate_sharding(x,', 'x = R.dist.annotate_sharding(x0,')
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ShardingAmbiguityWarning)
+        settled = propagate(distir.parse(HEADER + hinted))
+    assert str(settled["main"].params[0].type.placement) == "S[1]"
+    rng = np.random.default_rng(2)
+    inputs = [rng.standard_normal((64, 64)).astype("float32") for _ in range(3)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ShardingAmbiguityWarning)
+        assert_sharded_equivalent(mod, inputs, num_workers=(1, 2, 4))
+
+
+def test_propagation_is_idempotent():
+    for src in (HEADER + MLP_BEFORE.format(mesh="mesh[0]", **DYNAMIC), SEED_RESHAPE):
+        once = propagate(distir.parse(src))
+        assert_structural_equal(propagate(once), once)
+
+
+def test_two_meshes_in_hints_is_an_error_naming_both():
+    src = HEADER + '''    def main(x: R.DTensor((64, 64), "float32", "mesh[0]", "S[0]"), y: R.Tensor((64, 64), "float32")):
+        with R.dataflow():
+            y2 = R.dist.annotate_sharding(y, device_mesh="mesh[1]", placement="R, S[0]")
+            z = R.add(x, y2)
+            R.output(z)
+        return z
+'''
+    with pytest.raises(DiagnosticError, match="one device mesh per function") as err:
+        propagate(distir.parse(src))
+    assert "y2" in str(err.value)
+
+
+def test_module_without_hints_is_unchanged():
+    src = HEADER + '''    def main(x: R.Tensor((64, 64), "float32")):
+        with R.dataflow():
+            y = R.exp(x)
+            R.output(y)
+        return y
+'''
+    mod = distir.parse(src)
+    assert propagate(mod) is mod
