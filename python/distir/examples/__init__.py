@@ -2,7 +2,7 @@
 
 Each ``<name>.py`` here is distir IR in TVMScript syntax: read by :func:`distir.parse`,
 never imported. They are package data so that ``distir demo`` and the docs work from a
-plain ``pip install``.
+plain ``pip install``. :func:`llama_stack` generates the text of Llama-like models of any depth.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from importlib import resources
 from pathlib import Path
 
 from ..errors import DistirError
+from ._stack import llama_stack
 
-__all__ = ["load", "names", "path", "text"]
+__all__ = ["llama_stack", "load", "names", "path", "text"]
 
 
 def _dir():
