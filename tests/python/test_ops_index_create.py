@@ -225,6 +225,11 @@ def test_shard_take_reference_looks_up_its_own_rows_and_zeros_the_rest():
     got = sum(ref("shard_take", t3[:, 3 * w : 3 * w + 3], np.array([5, 0, 3]), axis=1, offset=3 * w) for w in range(2))
     np.testing.assert_array_equal(got, t3[:, [5, 0, 3]])
     assert call("shard_take", T(4, 8), T(N, dtype="int64"), axis=1, offset=8).type == TensorType((4, N), "float32")
+    # the window's axis cannot be sharded again; the other dims pass as in take
+    ids_r = D((3,), "R", "int32")
+    assert call("shard_take", D((8, 64), "S[1]"), ids_r, axis=0).type.placement == P("S[1]")
+    with pytest.raises(TypeInferenceError, match="needs whole"):
+        _ = call("shard_take", D((8, 64), "S[0]"), ids_r, axis=0).type
 
 
 # ---------------------------------------------------------------- full / zeros / ones

@@ -214,7 +214,10 @@ def _take_infer(types, attrs):
 
 def _take_rule(types, attrs, outs):
     x, idx = types
-    axis = _take_axis(x, attrs)
+    return _gather_rule(x, idx, _take_axis(x, attrs), vocab_parallel=attrs["mode"] == "fast")
+
+
+def _gather_rule(x: TensorType, idx: TensorType, axis: int, vocab_parallel: bool) -> ShardingRule:
     x_dims = tuple(("gathered",) if i == axis else (f"d{i}",) for i in range(x.ndim))
     i_dims = dims_factors(idx.ndim, "i")
     out = x_dims[:axis] + i_dims + x_dims[axis + 1 :]
@@ -223,7 +226,6 @@ def _take_rule(types, attrs, outs):
     # Only for mode "fast" (indices in range); the other modes need the whole axis to wrap,
     # clip or flag an index. take is linear in the table (it only picks elements), so a
     # partial table passes; partial indices mean nothing.
-    vocab_parallel = attrs["mode"] == "fast"
     return ShardingRule(
         inputs=(x_dims, i_dims),
         outputs=(out,),
@@ -324,6 +326,10 @@ register_op(
         params=(Param("x", "tensor"), Param("indices", "tensor"), Param("axis", "int", 0), Param("offset", "dim", 0)),
         infer=_shard_take_infer,
         numpy=_shard_take_numpy,
+        # its rows are a window at a fixed offset, so the gathered axis cannot be sharded again
+        sharding=lambda types, attrs, outs: _gather_rule(
+            types[0], types[1], norm_axis(attrs["axis"], types[0].ndim, "shard_take"), vocab_parallel=False
+        ),
         doc="Per-worker form of R.take from a table sharded on `axis`: x holds the table's rows "
         "[offset, offset + x.shape[axis]); indices in that range are looked up, the others give zeros. "
         "Summing over the workers gives the take. Local view only (not a TVM op).",
