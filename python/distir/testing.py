@@ -2,15 +2,59 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from .errors import DistirError
 from .ir.expr import IRModule
 from .runtime.spmd import SpmdStats, run_spmd
 from .transform.specialize import specialize
 
-__all__ = ["assert_sharded_equivalent"]
+__all__ = ["assert_sharded_equivalent", "random_inputs"]
+
+
+def random_inputs(
+    mod: IRModule,
+    func: str = "main",
+    dims: Mapping[str, int] | None = None,
+    *,
+    seed: int = 0,
+    default_dim: int = 16,
+    int_high: int = 4,
+) -> list[np.ndarray]:
+    """Random global inputs for ``func``'s parameters (its global signature when lowered).
+
+    Symbolic dims take their value from ``dims``, else ``default_dim``. Floats are standard
+    normal scaled by 0.5 (keeps softmax and silu in range); integers are uniform in
+    ``[0, int_high)`` (valid indices into any table with at least that many rows); bools are
+    fair coins.
+    """
+    from .ir import sym
+    from .ir.types import DTensorType, TensorType
+    from .ops._common import np_dtype
+    from .transform.lower_to_local import GLOBAL_PARAMS
+
+    if func not in mod.functions:
+        raise DistirError(f"no function '{func}' in the module (it has: {', '.join(mod.functions)})")
+    f = mod[func]
+    types = list(f.attrs.get(GLOBAL_PARAMS, [p.type for p in f.params]))
+    rng = np.random.default_rng(seed)
+    values = dict(dims or {})
+    out = []
+    for p, t in zip(f.params, types):
+        if not isinstance(t, (TensorType, DTensorType)):
+            raise DistirError(f"parameter '{p.name}' of '{func}' is {t}; random inputs exist for tensors only")
+        env = {name: values.get(name, default_dim) for d in t.shape for name in sym.free_vars(d)}
+        shape = tuple(sym.evaluate(d, env) for d in t.shape)
+        dtype = np_dtype(t.dtype)
+        if t.dtype == "bool":
+            out.append(rng.random(shape) < 0.5)
+        elif np.issubdtype(np.dtype(dtype), np.integer):
+            out.append(rng.integers(0, int_high, shape).astype(dtype))
+        else:
+            out.append((rng.standard_normal(shape) * 0.5).astype(dtype))
+    return out
 
 
 def _as_tuple(x):
