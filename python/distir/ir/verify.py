@@ -35,7 +35,9 @@ from .expr import (
     leaf_vars,
 )
 from .mesh import DeviceMesh
+from .op import has_dtensor
 from .placement import Placement, PlacementError
+from .sharding import infer_unplaced
 from .types import DTensorType, ShapeType, TensorType, TupleType, Type
 
 __all__ = ["collect_problems", "verify"]
@@ -82,25 +84,11 @@ def _types_match(recorded: Type, inferred: Type) -> bool:
     return recorded == inferred
 
 
-def _has_placement(t: Type) -> bool:
-    if isinstance(t, DTensorType):
-        return True
-    return isinstance(t, TupleType) and any(_has_placement(f) for f in t.fields)
-
-
 def _has_tensor_only(t: Type) -> bool:
     """A plain tensor, or a tuple whose tensors are all plain (and at least one)."""
     if isinstance(t, TensorType):
         return True
-    return isinstance(t, TupleType) and any(_has_tensor_only(f) for f in t.fields) and not _has_placement(t)
-
-
-def _without_placement(t: Type) -> Type:
-    if isinstance(t, DTensorType):
-        return t.tensor
-    if isinstance(t, TupleType):
-        return TupleType(tuple(_without_placement(f) for f in t.fields))
-    return t
+    return isinstance(t, TupleType) and any(_has_tensor_only(f) for f in t.fields) and not has_dtensor(t)
 
 
 def _is_unplaced(recorded: Type, value: Expr) -> bool:
@@ -109,7 +97,7 @@ def _is_unplaced(recorded: Type, value: Expr) -> bool:
         isinstance(value, Call)
         and not value.op.dist_aware
         and _has_tensor_only(recorded)
-        and any(_has_placement(a.type) for a in value.args)
+        and any(has_dtensor(a.type) for a in value.args)
     )
 
 
@@ -219,7 +207,7 @@ class _FunctionVerifier:
     def type_of_unplaced(self, call: Call, what: str, span: Span | None) -> Type | None:
         """What ``call`` infers to on its arguments' global types, placements left out."""
         try:
-            return call.op.infer_from_types([_without_placement(a.type) for a in call.args], call.attrs)
+            return infer_unplaced(call.op, [a.type for a in call.args], call.attrs)
         except DistirError as err:
             self.report(what, str(err), span)
         except Exception as err:  # noqa: BLE001 -- as in type_of
