@@ -1,0 +1,322 @@
+"""distir.analysis: communication and memory formulas in num_workers, checked against what the SPMD
+runtime measures at each specialized count, against hand counts, and against an independent
+(quadratic, by definition) liveness count."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import distir
+from distir import examples
+from distir.analysis import (
+    AnalysisError,
+    CommModel,
+    Maximum,
+    Rational,
+    comm_time,
+    comm_time_formula,
+    comm_volume,
+    evaluate,
+    memory_footprint,
+)
+from distir.ir import (
+    Binding,
+    Block,
+    Call,
+    DeviceMesh,
+    DTensorType,
+    Function,
+    IRModule,
+    Placement,
+    Range,
+    Var,
+    get_op,
+    sym,
+)
+from distir.ir.expr import Tuple, TupleGetItem
+from distir.ir.placement import Partial, Replicate, Shard
+from distir.runtime.spmd import SpmdStats, run_spmd
+from distir.transform.pipelines import distribute_pipeline
+from distir.transform.specialize import specialize
+
+W = sym.var("num_workers")
+COUNTS = (1, 2, 3, 4, 8)
+HIDDEN = 384  # divides by 1, 2, 3, 4 and 8
+
+
+def mlp_text() -> str:
+    """The bundled MLP with a hidden size every count in COUNTS divides."""
+    return examples.text("mlp").replace("512", str(HIDDEN))
+
+
+@pytest.fixture(scope="module")
+def mlp_local():
+    return distribute_pipeline()(distir.parse(mlp_text()))
+
+
+def mlp_inputs(seed=0):
+    rng = np.random.default_rng(seed)
+    return [
+        rng.standard_normal((128, 256)).astype("float32"),
+        rng.standard_normal((256, HIDDEN)).astype("float32"),
+        rng.standard_normal((HIDDEN, 256)).astype("float32"),
+    ]
+
+
+def measured(local, inputs, w) -> SpmdStats:
+    stats = SpmdStats()
+    run_spmd(specialize(local, {"num_workers": w}), *inputs, stats=stats)
+    return stats
+
+
+def assert_matches(volume, values, stats: SpmdStats):
+    got = volume.evaluate(values)
+    assert got.num_workers == stats.num_workers
+    assert got.counts == stats.counts
+    assert got.bytes_by_kind == stats.bytes_by_kind
+    assert got.total_bytes == stats.total_bytes
+    assert got.bytes_per_worker == stats.bytes_per_worker
+
+
+# ---------------------------------------------------------------- communication
+
+
+@pytest.mark.parametrize("w", COUNTS)
+def test_mlp_comm_formula_equals_measured_bytes_and_hand_count(mlp_local, w):
+    volume = comm_volume(mlp_local)
+    stats = measured(mlp_local, mlp_inputs(), w)
+    assert_matches(volume, {"num_workers": w}, stats)
+    # by hand: one all-reduce of y (128 x 256 float32); a ring all-reduce sends 2 (n - 1) / n of it per worker
+    y_bytes = 128 * 256 * 4
+    assert stats.counts == {"all_reduce": 1}
+    assert stats.total_bytes == 2 * (w - 1) * y_bytes
+    assert volume.bytes_per_worker.evaluate({"num_workers": w}) == Fraction(2 * (w - 1) * y_bytes, w)
+    # the specialized module gives the same numbers directly
+    assert_matches(comm_volume(specialize(mlp_local, {"num_workers": w})), {}, stats)
+
+
+def test_mlp_comm_formulas_are_symbolic_and_simplified(mlp_local):
+    volume = comm_volume(mlp_local)
+    assert volume.free_vars() == {"num_workers"}
+    assert sym.to_str(volume.total_bytes) == "num_workers * 262144 - 262144"
+    assert str(volume.bytes_per_worker) == "(num_workers * 262144 - 262144) / num_workers"
+    (c,) = volume.collectives
+    assert (c.binding, c.op, c.kind, c.mesh_axis) == ("y_r_1", "ccl.allreduce", "all_reduce", 0)
+    assert sym.to_str(c.input_bytes) == "131072" and sym.to_str(c.steps) == "num_workers * 2 - 2"
+
+
+MESHES = {1: [(W,)], 2: [(2, W), (W, 2)]}
+
+
+def chain_module(mesh_shape, shape, dtype, placements) -> IRModule:
+    """x laid out as placements[0], redistributed through the rest in turn."""
+    mesh = DeviceMesh(tuple(mesh_shape), Range(0, sym.product(mesh_shape)))
+    x = Var("x", DTensorType(tuple(shape), dtype, mesh, placements[0]))
+    bindings, cur = [], x
+    for i, p in enumerate(placements[1:]):
+        call = Call(get_op("dist.redistribute"), (cur,), {"device_mesh": mesh, "placement": p})
+        v = Var(f"y{i}", call.type)
+        bindings.append(Binding(v, call))
+        cur = v
+    f = Function("main", (x,), (Block(tuple(bindings), True, (cur,) if bindings else None),), cur)
+    return IRModule({"main": f}, {"mesh": [mesh]})
+
+
+@st.composite
+def chains(draw):
+    mesh_shape = draw(st.sampled_from(MESHES[draw(st.sampled_from([1, 2]))]))
+    fixed = sym.product(d for d in mesh_shape if isinstance(d, int))
+    ndim = draw(st.integers(1, 2))
+    op = draw(st.sampled_from(["sum", "max"]))  # one reduction per example: a placement may not mix them
+
+    def spec():
+        return st.one_of(st.just(Replicate()), st.builds(Shard, st.integers(0, ndim - 1)), st.just(Partial(op)))
+
+    ok = [Placement(tuple(draw(spec()) for _ in mesh_shape)) for _ in range(draw(st.integers(2, 4)))]
+    workers = draw(st.sampled_from([w for w in (1, 2, 3, 4) if w * fixed <= 8]))
+    dtype = draw(st.sampled_from(["float32", "int32"]))
+    shape = tuple(24 * draw(st.integers(1, 2)) for _ in range(ndim))
+    return mesh_shape, workers, shape, dtype, ok
+
+
+KINDS_SEEN: set = set()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(chains(), st.integers(0, 2**16))
+def test_comm_formulas_equal_measured_bytes_for_redistribute_chains(case, seed):
+    mesh_shape, workers, shape, dtype, placements = case
+    local = distribute_pipeline()(chain_module(mesh_shape, shape, dtype, placements))
+    KINDS_SEEN.update(c.kind for c in comm_volume(local).collectives)
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-5, 5, size=shape).astype(dtype)
+    stats = measured(local, [x], workers)
+    assert_matches(comm_volume(local), {"num_workers": workers}, stats)
+    assert_matches(comm_volume(specialize(local, {"num_workers": workers})), {}, stats)
+
+
+def test_the_chains_exercised_every_kind_of_collective():
+    # runs after the property test above (pytest keeps file order)
+    assert KINDS_SEEN >= {"all_gather", "all_reduce", "reduce_scatter", "all_to_all"}, KINDS_SEEN
+
+
+def test_two_d_mesh_collectives_count_every_group():
+    # on a (2, n) mesh, gathering mesh axis 1 runs two groups of n workers
+    mod = chain_module((2, W), (48, 48), "float32", [Placement.parse("S[0], S[1]"), Placement.parse("S[0], R")])
+    local = distribute_pipeline()(mod)
+    volume = comm_volume(local)
+    (c,) = volume.collectives
+    assert c.kind == "all_gather" and sym.to_str(c.groups) == "2" and sym.to_str(c.group_size) == "num_workers"
+    for w in (1, 3, 4):
+        piece = (48 // 2) * (48 // w) * 4
+        stats = measured(local, [np.ones((48, 48), "float32")], w)
+        assert stats.total_bytes == 2 * w * (w - 1) * piece  # every one of the 2w workers sends (w - 1) pieces
+        assert_matches(volume, {"num_workers": w}, stats)
+
+
+def test_comm_time_is_latency_times_steps_plus_bytes_over_bandwidth(mlp_local):
+    volume = comm_volume(mlp_local)
+    model = CommModel(latency=1e-5, bandwidth=1e9)
+    y_bytes = 128 * 256 * 4
+    for w in (1, 2, 4):
+        want = 2 * (w - 1) * 1e-5 + 2 * (w - 1) * y_bytes / w / 1e9
+        assert comm_time(volume, model, {"num_workers": w}) == pytest.approx(want)
+        assert model.collective(volume.collectives[0], {"num_workers": w}) == pytest.approx(want)
+    t = comm_time_formula(volume)
+    assert "latency * (num_workers * 2 - 2)" in str(t)
+    with pytest.raises(AnalysisError, match="bandwidth"):
+        CommModel(bandwidth=0)
+
+
+def test_global_view_module_is_refused_with_a_hint():
+    mod = chain_module((W,), (8, 8), "float32", [Placement.parse("S[0]"), Placement.parse("R")])
+    with pytest.raises(AnalysisError, match="binding 'y0' is R.dist.redistribute.*distribute pipeline"):
+        comm_volume(mod)
+
+
+def test_unknown_function_and_missing_value_are_errors(mlp_local):
+    with pytest.raises(AnalysisError, match="no function 'nope'.*main"):
+        comm_volume(mlp_local, "nope")
+    with pytest.raises(AnalysisError, match="no value for symbolic variable 'num_workers'"):
+        comm_volume(mlp_local).evaluate({})
+
+
+# ---------------------------------------------------------------- memory
+
+
+def brute_force_peak(f: Function) -> tuple[int, int]:
+    """(parameter bytes, peak live intermediate bytes) of a specialized function, straight from the
+    definition: at binding i, every computed value j <= i that is read at or after i (or is the result)."""
+
+    def nbytes(t) -> int:
+        if hasattr(t, "fields"):
+            return sum(nbytes(x) for x in t.fields)
+        if hasattr(t, "shape"):
+            return int(np.prod([int(d) for d in t.shape], dtype=np.int64)) * np.dtype(
+                "uint16" if t.dtype == "bfloat16" else t.dtype
+            ).itemsize
+        return 0
+
+    bindings = list(f.bindings())
+    refers: dict = {p: set() for p in f.params}
+
+    def refs(e) -> set:
+        if isinstance(e, Var):
+            return refers[e]
+        if isinstance(e, Tuple):
+            return set().union(*(refs(x) for x in e.fields)) if e.fields else set()
+        if isinstance(e, TupleGetItem):
+            return refs(e.tuple_value)
+        if isinstance(e, Call):
+            return set().union(*(refs(a) for a in e.args)) if e.args else set()
+        return set()
+
+    computed = {}
+    for j, b in enumerate(bindings):
+        if isinstance(b.value, Call):
+            computed[j] = nbytes(b.var.type)
+            refers[b.var] = {j}
+        else:
+            refers[b.var] = refs(b.value)
+    reads = [refs(b.value) for b in bindings]
+    result = refs(f.result)
+    peak = 0
+    for i in range(len(bindings)):
+        live = [j for j in computed if j <= i and (j == i or j in result or any(j in reads[k] for k in range(i, len(bindings))))]
+        peak = max(peak, sum(computed[j] for j in live))
+    return sum(nbytes(p.type) for p in f.params), peak
+
+
+@pytest.mark.parametrize("w", COUNTS)
+def test_mlp_memory_formula_equals_hand_count_and_brute_force(mlp_local, w):
+    fp = memory_footprint(mlp_local)
+    got = fp.evaluate({"num_workers": w})
+    h = HIDDEN // w
+    # by hand: x replicated, w1 and w2 each a 1/n slice of the hidden dim
+    assert got.param_bytes == 128 * 256 * 4 + 2 * 256 * h * 4
+    # live: {h, a} while gelu runs, {a, y} during the second matmul, {y, y_r} during the all-reduce
+    assert got.peak_bytes == max(2 * 128 * h * 4, 128 * h * 4 + 128 * 256 * 4, 2 * 128 * 256 * 4)
+    local = specialize(mlp_local, {"num_workers": w})
+    assert (got.param_bytes, got.peak_bytes) == brute_force_peak(local["main"])
+    direct = memory_footprint(local).evaluate()
+    assert (direct.param_bytes, direct.peak_bytes) == (got.param_bytes, got.peak_bytes)
+
+
+def test_mlp_memory_formula_text(mlp_local):
+    fp = memory_footprint(mlp_local)
+    assert sym.to_str(fp.param_bytes) == "384 // num_workers * 2048 + 131072"
+    assert str(fp.peak_bytes) == "max(384 // num_workers * 1024, 384 // num_workers * 512 + 131072, 262144)"
+    assert fp.peak_bytes.labels == ("a", "y", "y_r_1")
+    assert fp.evaluate({"num_workers": 1}).peak_at == "a"
+    assert fp.evaluate({"num_workers": 8}).peak_at == "y_r_1"
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(chains())
+def test_memory_formula_equals_brute_force_for_redistribute_chains(case):
+    mesh_shape, workers, shape, dtype, placements = case
+    local = distribute_pipeline()(chain_module(mesh_shape, shape, dtype, placements))
+    got = memory_footprint(local).evaluate({"num_workers": workers})
+    assert (got.param_bytes, got.peak_bytes) == brute_force_peak(specialize(local, {"num_workers": workers})["main"])
+
+
+def test_aliases_allocate_nothing_and_keep_their_source_alive():
+    t = distir.ir.TensorType((4, 8), "float32")
+    x = Var("x", t)
+    a = Var("a", t)
+    b = Var("b", t)
+    pair = Var("pair", distir.ir.TupleType((t, t)))
+    first = Var("first", t)
+    c = Var("c", t)
+    relu, add = get_op("nn.relu"), get_op("add")
+    bindings = (
+        Binding(a, Call(relu, (x,))),
+        Binding(b, Call(relu, (x,))),
+        Binding(pair, Tuple((a, b))),
+        Binding(first, TupleGetItem(pair, 0)),
+        Binding(c, Call(add, (first, x))),
+    )
+    f = Function("main", (x,), (Block(bindings, True, (c,)),), c)
+    fp = memory_footprint(IRModule({"main": f}))
+    # a and b stay alive through c (via the tuple), so c runs with a, b and c live: 3 * 128 bytes
+    assert fp.evaluate().peak_bytes == 3 * 128 == brute_force_peak(f)[1]
+    assert fp.evaluate().param_bytes == 128
+
+
+# ---------------------------------------------------------------- formulas
+
+
+def test_rational_and_maximum_evaluate_exactly():
+    n = sym.var("num_workers")
+    r = Rational.of(sym.mul(4, sym.sub(n, 1)), n) + Rational.of(sym.mul(8, n), n) + Rational.of(6)
+    assert r.evaluate({"num_workers": 3}) == Fraction(8, 3) + 8 + 6
+    assert str(r) == "14 + (num_workers * 4 - 4) / num_workers"  # 8 * n / n simplified to 8
+    m = Maximum((sym.floordiv(64, n), 16), ("p", "q"))
+    assert evaluate(m, {"num_workers": 2}) == 32 and evaluate(m, {"num_workers": 8}) == 16
+    assert m.labels[m.argmax({"num_workers": 8})] == "q"
+    assert str(m) == "max(64 // num_workers, 16)"
