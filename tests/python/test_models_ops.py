@@ -210,3 +210,33 @@ def test_spmd_of_a_specialized_mask_matches_numpy_directly():
     for w in (1, 2, 3, 6):
         got = run_spmd(specialize(lowered, {"num_workers": w}), x_v, stats=SpmdStats())
         np.testing.assert_array_equal(got, np.tril(x_v, -1))
+
+
+def test_vocab_parallel_embedding_from_a_parameter_layout_through_propagation():
+    """Only the table's layout is given; the lookup comes out partial and one all-reduce fixes it."""
+    from distir import parse
+
+    mod = parse(
+        """
+@I.ir_module
+class Module:
+    I.module_global_infos({"mesh": [R.device_mesh(("num_workers",), I.Range(0, "num_workers"))]})
+
+    @R.function
+    def main(
+        ids: R.Tensor((2, "s"), dtype="int32"),
+        table: R.DTensor((64, 32), "float32", "mesh[0]", "S[0]"),
+        w: R.Tensor((32,), dtype="float32"),
+    ):
+        s = T.int64()
+        with R.dataflow():
+            e = R.take(table, ids, axis=0)
+            y = R.nn.rms_norm(e, w, axes=[-1])
+            R.output(y)
+        return y
+"""
+    )
+    rng = np.random.default_rng(11)
+    inputs = [_ids((2, 5), 64, 12), rng.standard_normal((64, 32)).astype("float32"), np.ones(32, "float32")]
+    stats = assert_sharded_equivalent(mod, inputs, rtol=1e-5, atol=1e-6)
+    assert all(st.counts == {"all_reduce": 1} for st in stats.values())
