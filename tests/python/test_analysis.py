@@ -320,3 +320,59 @@ def test_rational_and_maximum_evaluate_exactly():
     assert evaluate(m, {"num_workers": 2}) == 32 and evaluate(m, {"num_workers": 8}) == 16
     assert m.labels[m.argmax({"num_workers": 8})] == "q"
     assert str(m) == "max(64 // num_workers, 16)"
+
+
+# ---------------------------------------------------------------- the Llama layer
+
+
+def llama_layer_inputs(s: int, hidden: int, heads: int, ffn: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    hd = hidden // heads
+
+    def w(*shape):
+        return (rng.standard_normal(shape) / np.sqrt(shape[0])).astype("float32")
+
+    norm = (np.ones(hidden) + 0.1 * rng.standard_normal(hidden)).astype("float32")
+    pos = np.arange(s)[:, None] * (10000.0 ** (-np.arange(0, hd, 2) / hd))[None, :]
+    emb = np.concatenate([pos, pos], axis=-1)
+    x = rng.standard_normal((s, hidden)).astype("float32")
+    weights = [norm, w(hidden, hidden), w(hidden, hidden), w(hidden, hidden), w(hidden, hidden), norm,
+               w(hidden, ffn), w(hidden, ffn), w(ffn, hidden)]
+    return [x, np.cos(emb).astype("float32"), np.sin(emb).astype("float32"), *weights]
+
+
+LLAMA_CASES = {
+    # name: (module text, hidden, heads, ffn, counts); 24 heads of 2 divide by 3 as well
+    "bundled": (lambda: examples.text("llama"), 128, 8, 256, (1, 2, 4, 8)),
+    "generated": (lambda: examples.llama_stack(1, hidden=48, heads=24, ffn=96), 48, 24, 96, COUNTS),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LLAMA_CASES))
+def test_llama_layer_formulas_equal_measured_bytes_hand_count_and_brute_force(case):
+    text, hidden, heads, ffn, counts = LLAMA_CASES[case]
+    local = distribute_pipeline()(distir.parse(text()))
+    volume, fp = comm_volume(local), memory_footprint(local)
+    assert volume.free_vars() == {"num_workers", "s"}
+    s = 8
+    inputs = llama_layer_inputs(s, hidden, heads, ffn)
+    for w in counts:
+        values = {"num_workers": w, "s": s}
+        stats = measured(local, inputs, w)
+        assert_matches(volume, values, stats)
+        # by hand: one all-reduce of the (s, hidden) activation after attention and one after the MLP
+        assert stats.counts == {"all_reduce": 2}
+        assert stats.total_bytes == 2 * 2 * (w - 1) * s * hidden * 4
+        # parameters by hand: two norms and x, cos, sin whole; Q, K, V, O, gate, up, down a 1/w slice
+        hd = hidden // heads
+        want_params = (2 * hidden + s * hidden + 2 * s * hd + (4 * hidden * hidden + 3 * hidden * ffn) // w) * 4
+        got = fp.evaluate(values)
+        assert got.param_bytes == want_params
+        specialized = specialize(specialize(local, {"s": s}), {"num_workers": w})
+        assert (got.param_bytes, got.peak_bytes) == brute_force_peak(specialized["main"])
+
+
+def test_bundled_llama_does_not_specialize_to_three_workers():
+    local = distribute_pipeline()(examples.load("llama"))
+    with pytest.raises(distir.errors.SpecializeError, match="does not divide evenly by 3"):
+        specialize(local, {"num_workers": 3})
