@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence, Union
 
 from ..errors import DistirError
 from . import sym
@@ -37,7 +37,7 @@ class DeviceMesh:
     """``shape``: devices per mesh axis; ``device_ids``: a Range or an explicit tuple of ints."""
 
     shape: tuple[Dim, ...]
-    device_ids: Union[Range, tuple[int, ...]]
+    device_ids: Range | tuple[int, ...]
     axis_names: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
@@ -51,6 +51,9 @@ class DeviceMesh:
             raise MeshError(f"mesh has {len(self.shape)} axes but {len(self.axis_names)} axis names")
         total = self.size
         if isinstance(self.device_ids, Range):
+            start = self.device_ids.start
+            if isinstance(start, int) and start < 0:
+                raise MeshError(f"mesh device ids start at {start}; device ids must be non-negative")
             if not sym.equal(self.device_ids.size, total):
                 raise MeshError(
                     f"mesh of shape {self.shape_str()} has {sym.to_str(total)} devices but its device range "
@@ -63,6 +66,8 @@ class DeviceMesh:
                 raise MeshError("a mesh with symbolic size needs its device ids as a range, e.g. I.Range(0, \"num_workers\")")
             if len(ids) != total:
                 raise MeshError(f"mesh of shape {self.shape_str()} has {total} devices but {len(ids)} device ids are listed")
+            if any(i < 0 for i in ids):
+                raise MeshError(f"mesh device ids {list(ids)} include a negative id; device ids must be non-negative")
             if len(set(ids)) != len(ids):
                 raise MeshError(f"mesh device ids {list(ids)} repeat a device")
 
@@ -102,7 +107,7 @@ class DeviceMesh:
         ids = self.device_ids if isinstance(self.device_ids, Range) else tuple(self.device_ids)
         return hash((tuple(sym.key(s) for s in self.shape), ids, self.axis_names))
 
-    def substitute(self, values) -> "DeviceMesh":
+    def substitute(self, values) -> DeviceMesh:
         ids = self.device_ids
         if isinstance(ids, Range):
             ids = Range(sym.substitute(ids.start, values), sym.substitute(ids.stop, values))

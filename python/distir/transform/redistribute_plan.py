@@ -30,6 +30,7 @@ from ..ir.transfer import route_bytes, transfer_routes
 from ..ir.transitions import apply_step, cost_factor, cost_formula
 
 SAMPLE_SIZES = (2, 3, 4, 8)
+LARGE_SAMPLE_SIZES = (16, 32, 64, 128)
 
 
 @dataclass(frozen=True)
@@ -249,29 +250,32 @@ def _mesh_symbols(mesh: DeviceMesh) -> set[str]:
 
 
 def _cross_points(src_mesh: DeviceMesh, dst_mesh: DeviceMesh) -> list[MeshPoint]:
+    """Concrete meshes at sample sizes of their symbols; larger sizes only when no small one is valid
+    (e.g. device ids ``Range(n - 10, 2 * n - 10)``)."""
     names = sorted(_mesh_symbols(src_mesh) | _mesh_symbols(dst_mesh))
-    if not names:
-        envs: list[dict[str, int]] = [{}]
-    elif len(names) <= 3:
-        envs = [dict(zip(names, vs)) for vs in itertools.product(SAMPLE_SIZES, repeat=len(names))]
-    else:
-        envs = [dict.fromkeys(names, v) for v in SAMPLE_SIZES]
-    points = []
-    for env in envs:
-        try:
-            point = MeshPoint.of(src_mesh, dst_mesh, env)
-        except sym.SymbolicError:
-            continue
-        sizes_ok = all(s >= 1 for s in point.src_sizes + point.dst_sizes)
-        if sizes_ok and min(point.src_devices + point.dst_devices) >= 0:
-            points.append(point)
-    if not points:
-        raise DistirError(
-            f"meshes {src_mesh.shape_str()} and {dst_mesh.shape_str()}: no sample size "
-            f"({', '.join(map(str, SAMPLE_SIZES))} for {', '.join(names)}) gives valid meshes "
-            "(positive sizes, non-negative device ids)"
-        )
-    return points
+    for samples in (SAMPLE_SIZES, LARGE_SAMPLE_SIZES):
+        if not names:
+            envs: list[dict[str, int]] = [{}]
+        elif len(names) <= 3:
+            envs = [dict(zip(names, vs)) for vs in itertools.product(samples, repeat=len(names))]
+        else:
+            envs = [dict.fromkeys(names, v) for v in samples]
+        points = []
+        for env in envs:
+            try:
+                point = MeshPoint.of(src_mesh, dst_mesh, env)
+            except sym.SymbolicError:
+                continue
+            sizes_ok = all(s >= 1 for s in point.src_sizes + point.dst_sizes)
+            if sizes_ok and min(point.src_devices + point.dst_devices) >= 0:
+                points.append(point)
+        if points:
+            return points
+    tried = ", ".join(map(str, SAMPLE_SIZES + LARGE_SAMPLE_SIZES))
+    raise DistirError(
+        f"no size of {', '.join(names) or 'the meshes'} among {tried} gives both meshes positive sizes and "
+        "non-negative device ids, so the transfer cannot be planned; check the meshes' I.Range bounds"
+    )
 
 
 def _partial_free(mesh_ndim: int, ndim: int) -> list[Placement]:
