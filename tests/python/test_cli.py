@@ -201,9 +201,26 @@ def test_distir_passes_lists_registered_passes(capsys):
 def test_distir_demo(capsys):
     assert distir_main.main(["demo"]) == 0
     out = capsys.readouterr().out
-    assert "OK" in out and "mlp" in out
+    # the Llama layer, distributed once symbolically, specialized to 4, one all-reduce per block
+    assert "'llama'" in out and "num_workers=4" in out and "simulated 4 workers" in out
+    assert "all_reduce x2" in out and "result matches the single-device run" in out and out.endswith("OK\n")
     assert distir_main.main(["demo", "--list"]) == 0
-    assert "mlp" in capsys.readouterr().out.split()
+    assert {"mlp", "attention", "llama"} <= set(capsys.readouterr().out.split())
+
+
+def test_distir_demo_other_model_and_count(capsys):
+    assert distir_main.main(["demo", "--example", "attention", "-n", "2", "--seq-len", "8", "--print-ir"]) == 0
+    out = capsys.readouterr().out
+    assert "all_reduce x1" in out and "R.ccl.allreduce" in out and "num_workers=2" in out
+
+
+def test_distir_demo_count_that_does_not_divide(capsys):
+    assert distir_main.main(["demo", "--example", "mlp", "-n", "3"]) == 1
+    err = capsys.readouterr().err
+    assert "does not divide evenly by 3" in err and "Traceback" not in err
+    with pytest.raises(SystemExit) as info:
+        distir_main.main(["demo", "-n", "0"])
+    assert info.value.code == 2
 
 
 def test_distir_demo_unknown_example(capsys):

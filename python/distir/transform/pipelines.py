@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .pass_infra import Pass, Sequential, get_pass, list_passes, register_pipeline
+from .pass_infra import Pass, Sequential, get_pass, register_pipeline
 
 __all__ = ["distribute_pipeline"]
 
@@ -17,12 +17,11 @@ _DISTRIBUTE = (
 def distribute_pipeline() -> Pass:
     """Global view in, local view out, with ``num_workers`` still symbolic.
 
-    Propagate shardings (when that pass is available), legalize every redistribute,
+    Propagate shardings from hints and parameter layouts, legalize every redistribute,
     clean up, and lower to what each worker runs. Specialize afterwards, once per
     device count.
     """
-    known = list_passes()
-    return Sequential([get_pass(n) for n in _DISTRIBUTE if n in known], name="distribute")
+    return Sequential([get_pass(n) for n in _DISTRIBUTE], name="distribute")
 
 
 register_pipeline("distribute", distribute_pipeline)
