@@ -1,0 +1,216 @@
+"""Per-device-count sweeps: one pipeline run, then a cheap specialization per count.
+
+:func:`sweep` runs the distribute pipeline once with ``num_workers`` symbolic, reads the
+communication and memory formulas off the local-view module, and then, per count,
+specializes the module (which checks that every sharded dim divides), evaluates the
+formulas, and optionally builds the specialized module with TVM. A count that does not
+divide is reported in its row and the others go on.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from ..errors import DistirError
+from ..ir.expr import IRModule
+from .comm import CommVolume, comm_volume
+from .common import AnalysisError
+from .formula import to_str
+from .memory import MemoryFootprint, memory_footprint
+from .timing import CommModel, CommTime, comm_time_formula
+
+__all__ = ["SweepResult", "SweepRow", "parse_counts", "sweep", "tvm_builder"]
+
+
+@dataclass
+class SweepRow:
+    """The numbers at one device count (``error`` set, numbers None, when it did not specialize)."""
+
+    num_workers: int
+    param_bytes: int | None = None
+    peak_bytes: int | None = None
+    peak_at: str = ""
+    comm_bytes_per_worker: Fraction | None = None
+    comm_total_bytes: int | None = None
+    collectives: dict[str, int] = field(default_factory=dict)
+    comm_bytes_by_kind: dict[str, int] = field(default_factory=dict)
+    comm_seconds: float | None = None
+    specialize_seconds: float = 0.0
+    build_seconds: float | None = None
+    error: str | None = None
+
+
+@dataclass
+class SweepResult:
+    symbol: str
+    bound: dict[str, int]
+    model: CommModel
+    volume: CommVolume
+    memory: MemoryFootprint
+    time: CommTime
+    pipeline_seconds: float
+    analysis_seconds: float
+    rows: list[SweepRow]
+
+    def formulas(self) -> dict[str, str]:
+        """The formulas, simplified, as text (one entry per quantity and per collective kind)."""
+        out = {
+            "param_bytes": to_str(self.memory.param_bytes),
+            "peak_bytes": to_str(self.memory.peak_bytes),
+            "comm_bytes_per_worker": to_str(self.volume.bytes_per_worker),
+            "comm_total_bytes": to_str(self.volume.total_bytes),
+        }
+        for kind, r in self.volume.per_worker_by_kind().items():
+            out[f"{kind}_bytes_per_worker"] = to_str(r)
+        out["comm_seconds"] = str(self.time)
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        rows = []
+        for r in self.rows:
+            d = asdict(r)
+            if r.comm_bytes_per_worker is not None:
+                d["comm_bytes_per_worker"] = float(r.comm_bytes_per_worker)
+            rows.append(d)
+        return {
+            "symbol": self.symbol,
+            "bound": dict(self.bound),
+            "model": {"latency_seconds": self.model.latency, "bandwidth_bytes_per_second": self.model.bandwidth},
+            "pipeline_seconds": self.pipeline_seconds,
+            "analysis_seconds": self.analysis_seconds,
+            "formulas": self.formulas(),
+            "peak_candidates": [
+                {"at": label, "bytes": to_str(o)} for o, label in zip(self.memory.peak_bytes.options, self.memory.peak_bytes.labels)
+            ],
+            "collectives": self.volume.counts,
+            "rows": rows,
+        }
+
+
+def parse_counts(text: str) -> list[int]:
+    """``"1,2,4,8"`` or ``"1-8"`` (powers of two from 1 to 8) or a mix -> sorted distinct counts."""
+    out: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, dash, hi = part.partition("-")
+        try:
+            if dash:
+                a, b = int(lo), int(hi)
+                if a < 1 or b < a:
+                    raise ValueError
+                k = a
+                while k <= b:
+                    out.add(k)
+                    k *= 2
+            else:
+                n = int(part)
+                if n < 1:
+                    raise ValueError
+                out.add(n)
+        except ValueError:
+            raise AnalysisError(
+                f"device counts: '{part}' is not a positive integer or a range like 1-128 (powers of two)"
+            ) from None
+    if not out:
+        raise AnalysisError("device counts: give at least one, e.g. 1,2,4,8")
+    return sorted(out)
+
+
+def tvm_builder() -> Callable[[IRModule], Any]:
+    """A build of a specialized local-view module with TVM (``distir.tvm.to_relax``, then
+    ``tvm.compile`` for the CPU); a clear error while ``distir.tvm`` is missing."""
+    import importlib
+
+    try:
+        dtvm = importlib.import_module("distir.tvm")
+    except ModuleNotFoundError as err:
+        if err.name not in ("distir.tvm", "tvm"):
+            raise
+        raise DistirError(
+            "--build needs distir.tvm (the export of local-view modules to TVM), which this version of "
+            "distir does not have yet; run the sweep without --build"
+        ) from None
+    to_relax = getattr(dtvm, "to_relax", None)
+    if to_relax is None:
+        raise DistirError("--build: this version of distir.tvm has no to_relax(mod) to export with")
+
+    def build(mod: IRModule):
+        import tvm
+
+        return tvm.compile(to_relax(mod), target="llvm")
+
+    return build
+
+
+def sweep(
+    mod: IRModule,
+    counts: Sequence[int],
+    *,
+    symbol: str = "num_workers",
+    bind: Mapping[str, int] | None = None,
+    model: CommModel | None = None,
+    func: str | None = None,
+    build: Callable[[IRModule], Any] | None = None,
+    pipeline=None,
+    on_row: Callable[[SweepRow], None] | None = None,
+) -> SweepResult:
+    """Distribute ``mod`` once, then specialize to each count; see the module docstring.
+
+    ``bind`` fixes other symbolic sizes first (a sequence length). ``build``, when given,
+    is called on each specialized module and timed. ``on_row`` is called after each count
+    (for a progress bar).
+    """
+    from ..transform.pipelines import distribute_pipeline
+    from ..transform.specialize import specialize
+
+    model = model or CommModel()
+    bound = dict(bind or {})
+    if symbol in bound:
+        raise AnalysisError(f"'{symbol}' is the swept size; do not also bind it")
+    t0 = time.perf_counter()
+    local = (pipeline or distribute_pipeline())(mod)
+    if bound:
+        local = specialize(local, bound)
+    t1 = time.perf_counter()
+    volume, memory = comm_volume(local, func), memory_footprint(local, func)
+    ctime = comm_time_formula(volume)
+    unbound = (volume.free_vars() | memory.free_vars()) - {symbol}
+    if unbound:
+        names = ", ".join(sorted(unbound))
+        example = min(unbound)
+        raise AnalysisError(
+            f"the formulas also depend on {names}; give {'its value' if len(unbound) == 1 else 'their values'} "
+            f"with --bind (e.g. --bind {example}=128)"
+        )
+    t2 = time.perf_counter()
+    rows = []
+    for n in counts:
+        values = {symbol: n}
+        row = SweepRow(n)
+        s0 = time.perf_counter()
+        try:
+            specialized = specialize(local, values)
+        except DistirError as err:
+            row.error = str(err)
+        row.specialize_seconds = time.perf_counter() - s0
+        if row.error is None:
+            comm = volume.evaluate(values)
+            mem = memory.evaluate(values)
+            row.param_bytes, row.peak_bytes, row.peak_at = mem.param_bytes, mem.peak_bytes, mem.peak_at
+            row.comm_bytes_per_worker, row.comm_total_bytes = comm.bytes_per_worker, comm.total_bytes
+            row.collectives, row.comm_bytes_by_kind = comm.counts, comm.bytes_by_kind
+            row.comm_seconds = ctime.seconds(model, values)
+            if build is not None:
+                b0 = time.perf_counter()
+                build(specialized)
+                row.build_seconds = time.perf_counter() - b0
+        rows.append(row)
+        if on_row is not None:
+            on_row(row)
+    return SweepResult(symbol, bound, model, volume, memory, ctime, t1 - t0, t2 - t1, rows)

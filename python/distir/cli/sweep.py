@@ -1,0 +1,251 @@
+"""``distir sweep``: memory and communication per device count, from one pipeline run.
+
+Runs the distribute pipeline once with ``num_workers`` symbolic, prints the formulas read
+off the local-view module, then specializes to each count and prints a table (or JSON),
+optionally a PNG plot and TVM build times. See docs/analysis.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from fractions import Fraction
+from typing import TextIO
+
+HELP = "memory and communication per device count, as formulas in num_workers and a table"
+DESCRIPTION = """\
+Run the distribute pipeline once on FILE with num_workers symbolic, print the per-worker
+memory and communication formulas, then specialize to each device count and print a table:
+parameter bytes and peak live activation bytes per worker, bytes each worker sends, the
+collectives by kind, an alpha-beta estimate of communication time, and the time each
+specialization took."""
+EPILOG = """\
+examples:
+  distir sweep model.py --num-workers 1,2,4,8,16
+  distir sweep model.py --num-workers 1-128 --bind s=2048 --plot sweep.png
+  distir sweep model.py --json > sweep.json
+  distir sweep model.py --latency 2e-6 --bandwidth 100e9"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from .opt import parse_binding
+
+    parser.add_argument("file", metavar="FILE", help="global-view module to distribute ('-' for stdin)")
+    parser.add_argument(
+        "--num-workers", default="1,2,4,8", metavar="COUNTS",
+        help="device counts: comma-separated, or a range of powers of two like 1-128 (default 1,2,4,8)",
+    )
+    parser.add_argument(
+        "--bind", action="append", default=[], type=parse_binding, metavar="NAME=INT",
+        help="fix another symbolic size first, e.g. s=2048 for a sequence length (repeatable)",
+    )
+    parser.add_argument("--func", metavar="NAME", help="function to analyse (default: main)")
+    parser.add_argument("--symbol", default="num_workers", metavar="NAME", help="the swept size (default num_workers)")
+    parser.add_argument("--latency", type=float, default=5e-6, metavar="SECONDS",
+                        help="alpha: seconds per ring step (default 5e-6)")
+    parser.add_argument("--bandwidth", type=float, default=25e9, metavar="BYTES_PER_S",
+                        help="beta: link bandwidth in bytes per second (default 25e9)")
+    parser.add_argument("--json", action="store_true", help="print the formulas and rows as JSON instead of a table")
+    parser.add_argument("--plot", metavar="PNG", help="draw memory and communication against the count (matplotlib)")
+    parser.add_argument("--build", action="store_true", help="also compile each count with TVM (distir.tvm)")
+
+
+# ---------------------------------------------------------------- units
+
+
+def human_bytes(n: float | Fraction | None) -> str:
+    """``1536`` -> ``"1.5 KiB"``; binary units, three significant digits."""
+    if n is None:
+        return "-"
+    x = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(x) < 1024 or unit == "TiB":
+            if unit == "B":
+                return f"{x:.0f} B" if x == int(x) else f"{x:.1f} B"
+            return f"{x:.0f} {unit}" if abs(x) >= 100 else f"{x:.3g} {unit}"
+        x /= 1024
+    return f"{x} B"  # pragma: no cover
+
+
+def human_rate(bytes_per_second: float) -> str:
+    """Bandwidths in decimal units, as network links are quoted: ``25e9`` -> ``"25 GB/s"``."""
+    x = float(bytes_per_second)
+    for unit in ("B/s", "kB/s", "MB/s", "GB/s"):
+        if x < 1000:
+            return f"{x:.3g} {unit}"
+        x /= 1000
+    return f"{x:.3g} TB/s"
+
+
+def human_seconds(s: float | None) -> str:
+    if s is None:
+        return "-"
+    if s == 0:
+        return "0 s"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)):
+        if s >= scale or unit == "ns":
+            v = s / scale
+            return f"{v:.3g} {unit}"
+    return f"{s} s"  # pragma: no cover
+
+
+# ---------------------------------------------------------------- output
+
+
+def _collectives(counts: dict[str, int]) -> str:
+    return ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "none"
+
+
+def print_formulas(result, source: str, out: TextIO) -> None:
+    from ..analysis.formula import to_str
+
+    bound = ", ".join(f"{k} = {v}" for k, v in result.bound.items())
+    out.write(
+        f"distir sweep {source}: pipeline {human_seconds(result.pipeline_seconds)}, "
+        f"formulas {human_seconds(result.analysis_seconds)}{'; ' + bound if bound else ''}\n"
+    )
+    out.write(f"per-worker formulas in {result.symbol}:\n")
+    rows = [("parameters", to_str(result.memory.param_bytes))]
+    peak = result.memory.peak_bytes
+    if len(peak.options) <= 1:
+        rows.append(("peak activations", str(peak)))
+    else:
+        rows.append(("peak activations", f"the largest of {len(peak.options)}:"))
+        for option, label in zip(peak.options, peak.labels):
+            rows.append((f"  at '{label}'", to_str(option)))
+    rows.append(("bytes sent", to_str(result.volume.bytes_per_worker)))
+    counts = result.volume.counts
+    for kind, r in result.volume.per_worker_by_kind().items():
+        rows.append((f"  {kind} x{counts[kind]}", to_str(r)))
+    rows.append(("comm time", str(result.time)))
+    width = max(len(k) for k, _ in rows)
+    out.writelines(f"  {k.ljust(width)}  {v}\n" for k, v in rows)
+    out.write(
+        f"  (bytes each worker sends, which it also receives; time by ring algorithms with latency "
+        f"{human_seconds(result.model.latency)} per step, bandwidth {human_rate(result.model.bandwidth)})\n"
+    )
+
+
+def table(result):
+    """The rows as a rich Table."""
+    from rich import box
+    from rich.table import Table
+
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    build = any(r.build_seconds is not None for r in result.rows)
+    for name in ("workers", "params/worker", "peak activations", "sent/worker", "collectives", "est. comm time",
+                 "specialize") + (("build",) if build else ()):
+        t.add_column(name, justify="left" if name == "collectives" else "right")
+    for r in result.rows:
+        if r.error is not None:
+            cells = [str(r.num_workers), "-", "-", "-", "does not specialize (see below)", "-",
+                     human_seconds(r.specialize_seconds)]
+        else:
+            cells = [
+                str(r.num_workers),
+                human_bytes(r.param_bytes),
+                human_bytes(r.peak_bytes),
+                human_bytes(r.comm_bytes_per_worker),
+                _collectives(r.collectives),
+                human_seconds(r.comm_seconds),
+                human_seconds(r.specialize_seconds),
+            ]
+        if build:
+            cells.append(human_seconds(r.build_seconds))
+        t.add_row(*cells)
+    return t
+
+
+def write_plot(result, path: str) -> None:
+    """Memory (left) and communication (right) per worker against the device count, as a PNG."""
+    from ..errors import DistirError
+
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise DistirError("--plot needs matplotlib (pip install matplotlib)") from None
+    rows = [r for r in result.rows if r.error is None]
+    if not rows:
+        raise DistirError("--plot: no device count specialized, nothing to draw")
+    xs = [r.num_workers for r in rows]
+    mib = 1024 * 1024
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    left.plot(xs, [r.param_bytes / mib for r in rows], "o-", label="parameters")
+    left.plot(xs, [r.peak_bytes / mib for r in rows], "s-", label="peak activations")
+    left.plot(xs, [(r.param_bytes + r.peak_bytes) / mib for r in rows], "^--", label="sum")
+    left.set_title("memory per worker")
+    left.set_ylabel("MiB")
+    right.plot(xs, [float(r.comm_bytes_per_worker) / mib for r in rows], "o-", color="tab:red", label="bytes sent")
+    right.set_title("communication per worker")
+    right.set_ylabel("MiB sent", color="tab:red")
+    twin = right.twinx()
+    twin.plot(xs, [r.comm_seconds * 1e3 for r in rows], "s--", color="tab:purple", label="est. time")
+    twin.set_ylabel("estimated ms", color="tab:purple")
+    for ax in (left, right):
+        ax.set_xlabel(f"{result.symbol}")
+        if len(xs) > 1 and xs[-1] / xs[0] >= 8:
+            ax.set_xscale("log", base=2)
+        ax.set_xticks(xs)
+        ax.set_xticklabels([str(x) for x in xs])
+        ax.grid(True, alpha=0.3)
+    left.legend()
+    lines = right.get_lines() + twin.get_lines()
+    right.legend(lines, [ln.get_label() for ln in lines])
+    fig.tight_layout()
+    try:
+        fig.savefig(path, dpi=110)
+    except OSError as err:
+        raise DistirError(f"cannot write '{path}': {err}") from None
+    finally:
+        plt.close(fig)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ..analysis import CommModel
+    from ..analysis.sweep import parse_counts, sweep, tvm_builder
+    from ..ir.verify import verify
+    from . import EXIT_ERROR, EXIT_OK, read_module
+
+    counts = parse_counts(args.num_workers)
+    bind: dict[str, int] = {}
+    for b in args.bind:
+        bind.update(b)
+    model = CommModel(latency=args.latency, bandwidth=args.bandwidth)
+    build = tvm_builder() if args.build else None
+    mod = read_module(args.file)
+    verify(mod)
+
+    err_console = Console(file=sys.stderr)
+    progress = Progress(
+        TextColumn("specializing {task.fields[count]}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=err_console, transient=True, disable=not err_console.is_terminal,
+    )
+    with progress:
+        task = progress.add_task("sweep", total=len(counts), count="")
+
+        def on_row(row) -> None:
+            progress.update(task, advance=1, count=f"{args.symbol}={row.num_workers}")
+
+        result = sweep(mod, counts, symbol=args.symbol, bind=bind, model=model, func=args.func, build=build,
+                       on_row=on_row)
+    if args.json:
+        sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
+    else:
+        print_formulas(result, args.file, sys.stdout)
+        console = Console(file=sys.stdout, highlight=False, width=None if sys.stdout.isatty() else 200)
+        console.print(table(result))
+    if args.plot:
+        write_plot(result, args.plot)
+        if not args.json:
+            sys.stdout.write(f"wrote {args.plot}\n")
+    failed = [r for r in result.rows if r.error is not None]
+    for r in failed:
+        sys.stderr.write(f"distir sweep: error: {args.symbol}={r.num_workers}: {r.error}\n")
+    return EXIT_ERROR if failed else EXIT_OK
