@@ -16,6 +16,7 @@ COMMANDS: dict[str, str] = {
     "demo": "distir.cli.demo",
     "opt": "distir.cli.opt",
     "passes": "distir.cli.passes",
+    "sweep": "distir.cli.sweep",
 }
 
 EPILOG = """\
