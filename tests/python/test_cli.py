@@ -276,3 +276,26 @@ def test_distir_command_as_a_process(tmp_path):
 def test_usage_error_exits_2():
     proc = run_proc("-m", "distir.cli.opt")
     assert proc.returncode == 2 and "usage:" in proc.stderr
+
+
+AMBIGUOUS = """
+@I.ir_module
+class Module:
+    I.module_global_infos({"mesh": [R.device_mesh(("num_workers",), I.Range(0, "num_workers"))]})
+
+    @R.function
+    def main(x: R.Tensor((64, 64), "float32"), a: R.DTensor((64, 64), "float32", "mesh[0]", "S[0]"), b: R.DTensor((64, 64), "float32", "mesh[0]", "S[1]")):
+        with R.dataflow():
+            y = R.add(x, a)
+            z = R.add(x, b)
+            R.output(y, z)
+        return (y, z)
+"""
+
+
+def test_propagation_warning_is_one_line_naming_the_tensor(tmp_path):
+    proc = run_proc("-m", "distir.cli.opt", str(write(tmp_path, "amb.py", AMBIGUOUS)), "-p", "propagate-sharding")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.startswith("distir-opt: warning: propagate-sharding: 'x'")
+    assert "annotate_sharding on 'x'" in proc.stderr and "warnings.warn" not in proc.stderr
+    verify(distir.parse(proc.stdout))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
@@ -54,10 +55,22 @@ def write_text(text: str, output: str | None, stream: TextIO | None = None) -> N
         (stream or sys.stdout).write(text)
 
 
+def _show_warning(prog: str):
+    def show(message, category, filename, lineno, file=None, line=None):
+        sys.stderr.write(f"{prog}: warning: {message}\n")
+
+    return show
+
+
 def report_errors(prog: str, body: Callable[[], int]) -> int:
-    """Run ``body``; a DistirError becomes its message on stderr and exit status 1."""
+    """Run ``body``; a DistirError becomes its message on stderr and exit status 1.
+
+    Warnings (such as propagation naming a tensor that needs a hint) are printed as
+    ``prog: warning: ...`` lines, without Python's file and line of the warning call."""
     try:
-        return body()
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning(prog)
+            return body()
     except DistirError as err:
         msg = str(err)
         if not msg.startswith("error"):
