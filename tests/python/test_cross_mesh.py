@@ -487,3 +487,27 @@ def test_a_hand_written_ccl_transfer_checks_the_pieces():
         _ = Call(get_op("ccl.transfer"), (x,), attrs).type
     x = Var("x", TensorType((sym.floordiv(8, W), 8), "float32"))
     assert Call(get_op("ccl.transfer"), (x,), attrs).type == TensorType((8, 8), "float32")
+
+
+# (source, target placement, target mesh index, step kinds, total bytes / T as a function of n): docs/redistribute.md
+DOC_PLANS = [
+    ("S[0]", "S[0]", 1, ["transfer"], lambda n: 1),
+    ("R", "S[1]", 1, ["transfer"], lambda n: 1),
+    ("S[0]", "R", 1, ["transfer"], lambda n: n),
+    ("P", "P", 1, ["transfer"], lambda n: n),
+    ("P", "R", 1, ["reduce_scatter", "transfer"], lambda n: (n - 1) + n),
+    ("P", "S[1]", 1, ["reduce_scatter", "transfer"], lambda n: (n - 1) + 1),
+    ("R", "P", 1, ["transfer", "local_partial"], lambda n: n),
+    ("P", "S[0], R", 2, ["reduce_scatter", "transfer"], lambda n: (n - 1) + n),
+]
+
+
+@pytest.mark.parametrize("row", range(len(DOC_PLANS)))
+def test_the_documented_plans_and_costs(row):
+    src, dst, target, kinds, cost = DOC_PLANS[row]
+    meshes = distir.parse(module("R", "R", None)).meshes()
+    plan = plan_cross_mesh(meshes[0], Placement.parse(src), meshes[target], Placement.parse(dst), 2)
+    assert [s.kind for s in plan] == kinds
+    for n in (2, 3, 4, 8):
+        point = MeshPoint.of(meshes[0], meshes[target], {"num_workers": n})
+        assert cross_plan_cost(plan, Placement.parse(src), point, 2) == cost(n), n
