@@ -9,6 +9,7 @@ divide is reported in its row and the others go on.
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -190,27 +191,41 @@ def sweep(
         )
     t2 = time.perf_counter()
     rows = []
-    for n in counts:
-        values = {symbol: n}
-        row = SweepRow(n)
-        s0 = time.perf_counter()
-        try:
-            specialized = specialize(local, values)
-        except DistirError as err:
-            row.error = str(err)
-        row.specialize_seconds = time.perf_counter() - s0
-        if row.error is None:
-            comm = volume.evaluate(values)
-            mem = memory.evaluate(values)
-            row.param_bytes, row.peak_bytes, row.peak_at = mem.param_bytes, mem.peak_bytes, mem.peak_at
-            row.comm_bytes_per_worker, row.comm_total_bytes = comm.bytes_per_worker, comm.total_bytes
-            row.collectives, row.comm_bytes_by_kind = comm.counts, comm.bytes_by_kind
-            row.comm_seconds = ctime.seconds(model, values)
-            if build is not None:
-                b0 = time.perf_counter()
-                build(specialized)
-                row.build_seconds = time.perf_counter() - b0
-        rows.append(row)
-        if on_row is not None:
-            on_row(row)
+    gc_was_on = gc.isenabled()
+    gc.disable()  # specializing allocates many small acyclic nodes; full collections would dominate
+    try:
+        for n in counts:
+            rows.append(_row(local, n, symbol, volume, memory, ctime, model, build))
+            if on_row is not None:
+                on_row(rows[-1])
+    finally:
+        if gc_was_on:
+            gc.enable()
     return SweepResult(symbol, bound, model, volume, memory, ctime, t1 - t0, t2 - t1, rows)
+
+
+def _row(local: IRModule, n: int, symbol: str, volume: CommVolume, memory: MemoryFootprint, ctime: CommTime,
+         model: CommModel, build) -> SweepRow:
+    """Specialize to ``n`` (timed), then read the numbers off the formulas."""
+    from ..transform.specialize import specialize
+
+    values = {symbol: n}
+    row = SweepRow(n)
+    s0 = time.perf_counter()
+    try:
+        specialized = specialize(local, values)
+    except DistirError as err:
+        row.error = str(err)
+    row.specialize_seconds = time.perf_counter() - s0
+    if row.error is not None:
+        return row
+    comm, mem = volume.evaluate(values), memory.evaluate(values)
+    row.param_bytes, row.peak_bytes, row.peak_at = mem.param_bytes, mem.peak_bytes, mem.peak_at
+    row.comm_bytes_per_worker, row.comm_total_bytes = comm.bytes_per_worker, comm.total_bytes
+    row.collectives, row.comm_bytes_by_kind = comm.counts, comm.bytes_by_kind
+    row.comm_seconds = ctime.seconds(model, values)
+    if build is not None:
+        b0 = time.perf_counter()
+        build(specialized)
+        row.build_seconds = time.perf_counter() - b0
+    return row
