@@ -1,0 +1,172 @@
+"""distir sweep: one pipeline run, a row per device count whose numbers equal the analysis of the
+specialized module and a hand count; JSON, PNG, --build and the errors."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+import distir
+from distir import examples
+from distir.analysis import comm_volume, memory_footprint
+from distir.analysis.sweep import parse_counts, sweep, tvm_builder
+from distir.cli import main as distir_main
+from distir.cli.sweep import human_bytes, human_rate, human_seconds
+from distir.errors import DistirError
+from distir.transform.pipelines import distribute_pipeline
+from distir.transform.specialize import specialize
+
+HIDDEN = 384  # divides by 1, 2, 3, 4 and 8
+
+
+@pytest.fixture
+def mlp_file(tmp_path: Path) -> Path:
+    p = tmp_path / "mlp.py"
+    p.write_text(examples.text("mlp").replace("512", str(HIDDEN)))
+    return p
+
+
+def hand_params(w: int) -> int:
+    return 128 * 256 * 4 + 2 * 256 * (HIDDEN // w) * 4  # x whole, w1 and w2 a 1/w slice
+
+
+def hand_sent_per_worker(w: int) -> Fraction:
+    return Fraction(2 * (w - 1) * 128 * 256 * 4, w)  # one ring all-reduce of y
+
+
+def test_rows_equal_the_analysis_of_each_specialized_module(mlp_file):
+    mod = distir.parse(mlp_file.read_text())
+    seen = []
+    result = sweep(mod, [1, 2, 3, 4, 8], on_row=lambda r: seen.append(r.num_workers))
+    assert seen == [1, 2, 3, 4, 8]
+    local = distribute_pipeline()(mod)
+    for row in result.rows:
+        specialized = specialize(local, {"num_workers": row.num_workers})
+        comm, mem = comm_volume(specialized).evaluate(), memory_footprint(specialized).evaluate()
+        assert row.error is None
+        assert (row.param_bytes, row.peak_bytes, row.peak_at) == (mem.param_bytes, mem.peak_bytes, mem.peak_at)
+        assert row.comm_bytes_per_worker == comm.bytes_per_worker and row.comm_total_bytes == comm.total_bytes
+        assert row.collectives == comm.counts == {"all_reduce": 1}
+        assert row.param_bytes == hand_params(row.num_workers)
+        assert row.comm_bytes_per_worker == hand_sent_per_worker(row.num_workers)
+        assert row.specialize_seconds > 0 and row.build_seconds is None
+    assert result.formulas()["comm_bytes_per_worker"] == "(num_workers * 262144 - 262144) / num_workers"
+    assert result.formulas()["param_bytes"] == "384 // num_workers * 2048 + 131072"
+
+
+def test_a_count_that_does_not_divide_gets_an_error_row_and_the_others_go_on():
+    result = sweep(examples.load("mlp"), [2, 3, 4])
+    ok = {r.num_workers: r for r in result.rows if r.error is None}
+    assert sorted(ok) == [2, 4]
+    (bad,) = [r for r in result.rows if r.error is not None]
+    assert bad.num_workers == 3 and "does not divide evenly by 3" in bad.error and bad.param_bytes is None
+
+
+def test_other_symbolic_sizes_must_be_bound():
+    with pytest.raises(DistirError, match=r"depend on s; give its value with --bind \(e.g. --bind s=128\)"):
+        sweep(examples.load("llama"), [1, 2])
+    result = sweep(examples.load("llama"), [1, 2], bind={"s": 16})
+    assert result.bound == {"s": 16}
+    assert result.rows[1].comm_total_bytes == 2 * 2 * 1 * 16 * 128 * 4  # two all-reduces of (16, 128) at 2 workers
+    with pytest.raises(DistirError, match="'num_workers' is the swept size"):
+        sweep(examples.load("mlp"), [1], bind={"num_workers": 2})
+
+
+def test_parse_counts():
+    assert parse_counts("1,2,4,8,16") == [1, 2, 4, 8, 16]
+    assert parse_counts("1-128") == [1, 2, 4, 8, 16, 32, 64, 128]
+    assert parse_counts("3, 1-4, 3") == [1, 2, 3, 4]
+    for bad in ("0", "x", "4-2", ""):
+        with pytest.raises(DistirError, match="device counts"):
+            parse_counts(bad)
+
+
+def test_human_units():
+    assert human_bytes(0) == "0 B" and human_bytes(1023) == "1023 B"
+    assert human_bytes(1536) == "1.5 KiB" and human_bytes(655360) == "640 KiB"
+    assert human_bytes(Fraction(393216, 3)) == "128 KiB" and human_bytes(3 * 2**30) == "3 GiB"
+    assert human_bytes(None) == "-"
+    assert human_seconds(0) == "0 s" and human_seconds(2.5e-5) == "25 µs" and human_seconds(0.0123) == "12.3 ms"
+    assert human_rate(25e9) == "25 GB/s"
+
+
+def run_cli(argv, capsys):
+    code = distir_main.main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_table_shows_the_formulas_once_then_a_row_per_count(mlp_file, capsys):
+    code, out, err = run_cli(["sweep", str(mlp_file), "--num-workers", "1,2,4"], capsys)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith(f"distir sweep {mlp_file}: pipeline ")
+    assert "  parameters        384 // num_workers * 2048 + 131072" in lines
+    assert "  bytes sent        (num_workers * 262144 - 262144) / num_workers" in lines
+    assert "    all_reduce x1   (num_workers * 262144 - 262144) / num_workers" in lines
+    assert any(line.startswith("  peak activations  the largest of 3:") for line in lines)
+    assert out.count("num_workers * 262144 - 262144") == 3  # the formulas are printed once (bytes, by kind, time)
+    header = next(line for line in lines if "params/worker" in line)
+    for name in ("workers", "peak activations", "sent/worker", "collectives", "est. comm time", "specialize"):
+        assert name in header
+    rows = {line.split()[0]: line for line in lines if line.strip() and line.split()[0] in ("1", "2", "4")}
+    assert human_bytes(hand_params(2)) in rows["2"] and human_bytes(hand_sent_per_worker(2)) in rows["2"]
+    assert "1 all_reduce" in rows["4"] and "0 B" in rows["1"]
+
+
+def test_cli_json_has_formulas_and_rows(mlp_file, capsys):
+    code, out, _ = run_cli(["sweep", str(mlp_file), "--num-workers", "1-8", "--json", "--latency", "1e-5",
+                            "--bandwidth", "1e9"], capsys)
+    assert code == 0
+    data = json.loads(out)
+    assert [r["num_workers"] for r in data["rows"]] == [1, 2, 4, 8]
+    assert data["formulas"]["param_bytes"] == "384 // num_workers * 2048 + 131072"
+    assert data["model"] == {"latency_seconds": 1e-5, "bandwidth_bytes_per_second": 1e9}
+    for r in data["rows"]:
+        w = r["num_workers"]
+        assert r["param_bytes"] == hand_params(w)
+        assert r["comm_bytes_per_worker"] == pytest.approx(float(hand_sent_per_worker(w)))
+        assert r["comm_seconds"] == pytest.approx(2 * (w - 1) * 1e-5 + float(hand_sent_per_worker(w)) / 1e9)
+        assert r["collectives"] == {"all_reduce": 1} and r["error"] is None
+    assert {c["at"] for c in data["peak_candidates"]} == {"a", "y", "y_r_1"}
+
+
+def test_cli_plot_writes_a_png(mlp_file, tmp_path, capsys):
+    png = tmp_path / "sweep.png"
+    code, out, _ = run_cli(["sweep", str(mlp_file), "--num-workers", "1,2,4,8", "--plot", str(png)], capsys)
+    assert code == 0 and f"wrote {png}" in out
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+def test_cli_errors(mlp_file, tmp_path, capsys):
+    code, out, err = run_cli(["sweep", str(examples.path("mlp")), "--num-workers", "2,3"], capsys)
+    assert code == 1 and "does not specialize (see below)" in out
+    assert "distir sweep: error: num_workers=3: specialize num_workers=3: tensor 'w1'" in err
+    code, _, err = run_cli(["sweep", str(examples.path("llama"))], capsys)
+    assert code == 1 and "--bind s=128" in err and "Traceback" not in err
+    code, _, err = run_cli(["sweep", str(mlp_file), "--num-workers", "two"], capsys)
+    assert code == 1 and "'two' is not a positive integer" in err
+    code, _, err = run_cli(["sweep", str(tmp_path / "missing.py")], capsys)
+    assert code == 1 and "no such file" in err
+
+
+def test_build_without_distir_tvm_is_a_clear_error(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "distir.tvm", None)
+    with pytest.raises(DistirError, match="--build needs distir.tvm"):
+        tvm_builder()
+
+
+def test_build_compiles_each_count_with_tvm(mlp_file, capsys):
+    pytest.importorskip("distir.tvm", reason="distir.tvm (the TVM export) is not in this version")
+    code, out, err = run_cli(["sweep", str(mlp_file), "--num-workers", "1,2", "--build"], capsys)
+    assert code == 0, err
+    header = next(line for line in out.splitlines() if "params/worker" in line)
+    assert header.split()[-1] == "build"
+    result = sweep(distir.parse(mlp_file.read_text()), [2], build=tvm_builder())
+    assert result.rows[0].build_seconds > 0
