@@ -12,14 +12,17 @@ on another mesh (any shapes, any device ids). Two kinds:
   the piece comes from the least-loaded holder among the source replicas (ties: lowest
   position), so a replicated source spreads the sending over its workers.
 
-Routes are computed at concrete mesh sizes with exact fractions, so the same function gives
-the simulator its slices (integer extents) and the planner its costs (unit extents). With
+Routes are computed at concrete mesh sizes with exact arithmetic, so the same function gives
+the simulator its slices (the tensor's extents) and the planner its costs (extents that
+the block counts divide, then divided by the tensor's volume). With
 disjoint device sets every legal transfer sends exactly ``|target mesh| x (target local
 bytes)`` in total: each target worker receives its own block once.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -78,8 +81,8 @@ class Route:
     bounds: Bounds
 
     @property
-    def volume(self) -> Fraction:
-        v = Fraction(1)
+    def volume(self) -> int | Fraction:
+        v = 1
         for lo, hi in self.bounds:
             v *= hi - lo
         return v
@@ -89,12 +92,18 @@ class Route:
         return self.src_device == self.dst_device
 
 
+def _bound(extent, b: int, count: int):
+    """``extent * b / count``: an int when it divides (the usual case, and fast), else a Fraction."""
+    q, r = divmod(extent * b, count)
+    return q if r == 0 else Fraction(extent * b, count)
+
+
 def block_bounds(extents: Sequence, placement: Placement, coords: Sequence[int], sizes: Sequence[int]) -> Bounds:
-    """Global [lo, hi) of the block held at mesh ``coords``, per tensor dim (exact fractions)."""
+    """Global [lo, hi) of the block held at mesh ``coords``, per tensor dim (exact)."""
     out = []
     for d, extent in enumerate(extents):
         b, count = block_index(placement, d, coords, sizes)
-        out.append((Fraction(extent) * b / count, Fraction(extent) * (b + 1) / count))
+        out.append((_bound(extent, b, count), _bound(extent, b + 1, count)))
     return tuple(out)
 
 
@@ -119,8 +128,8 @@ def transfer_routes(
 ) -> list[Route]:
     """The pieces of one transfer at concrete sizes; see the module docstring for the rules.
 
-    ``extents`` are the tensor's global dims (ints for real data, ``Fraction(1)`` each for
-    costs per byte of the tensor); bounds scale with them, so both give the same routes.
+    ``extents`` are the tensor's global dims (or, for costs per byte of the tensor, any
+    extents the block counts divide); bounds scale with them, so both give the same routes.
     """
     if src.has_partial or dst.has_partial:
         if tuple(src_sizes) != tuple(dst_sizes) or src != dst:
@@ -130,32 +139,38 @@ def transfer_routes(
             coords = mesh_coords(k, dst_sizes)
             routes.append(Route(k, k, src_devices[k], dev, block_bounds(extents, dst, coords, dst_sizes)))
         return routes
-    groups: dict[Bounds, list[int]] = {}
+    # source blocks by their index along each dim; a target block overlaps a box of them
+    counts = [block_index(src, d, (0,) * len(src_sizes), src_sizes)[1] for d in range(len(extents))]
+    holders: dict[tuple[int, ...], list[int]] = {}
     for pos in range(len(src_devices)):
-        groups.setdefault(block_bounds(extents, src, mesh_coords(pos, src_sizes), src_sizes), []).append(pos)
+        coords = mesh_coords(pos, src_sizes)
+        holders.setdefault(tuple(block_index(src, d, coords, src_sizes)[0] for d in range(len(extents))), []).append(pos)
     position_of = {dev: pos for pos, dev in enumerate(src_devices)}
     loads = [Fraction(0)] * len(src_devices)
     routes = []
     for t, dev in enumerate(dst_devices):
         want = block_bounds(extents, dst, mesh_coords(t, dst_sizes), dst_sizes)
         own = position_of.get(dev)
-        for have, holders in groups.items():
+        spans = [range(math.floor(lo * c / e), math.ceil(hi * c / e)) for (lo, hi), e, c in zip(want, extents, counts)]
+        for key in itertools.product(*spans):
+            have = tuple((_bound(e, b, c), _bound(e, b + 1, c)) for e, b, c in zip(extents, key, counts))
             piece = _intersect(want, have)
             if piece is None:
                 continue
-            if own is not None and own in holders:
+            group = holders[key]
+            if own is not None and own in group:
                 routes.append(Route(own, t, dev, dev, piece))
                 continue
-            s = min(holders, key=lambda h: (loads[h], h))
+            s = min(group, key=lambda h: (loads[h], h))
             route = Route(s, t, src_devices[s], dev, piece)
             loads[s] += route.volume
             routes.append(route)
     return routes
 
 
-def route_bytes(routes: Sequence[Route]) -> Fraction:
+def route_bytes(routes: Sequence[Route]) -> int | Fraction:
     """Volume sent between different devices (summed over all workers)."""
-    return sum((r.volume for r in routes if not r.is_local), Fraction(0))
+    return sum(r.volume for r in routes if not r.is_local)
 
 
 def _provably_less(a: Dim, b: Dim, strict: bool) -> bool:

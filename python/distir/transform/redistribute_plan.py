@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
@@ -283,6 +284,10 @@ def _partial_free(mesh_ndim: int, ndim: int) -> list[Placement]:
     return [Placement(tuple(c)) for c in itertools.product(specs, repeat=mesh_ndim)]
 
 
+def _blocks_along(sizes: tuple[int, ...], placement: Placement, dim: int) -> int:
+    return _product(sizes[a] for a in placement.mesh_axes_of(dim))
+
+
 def _product(sizes) -> int:
     out = 1
     for s in sizes:
@@ -299,10 +304,12 @@ def transfer_cost(src: Placement, dst: Placement, point: MeshPoint, ndim: int) -
     if point.disjoint:
         count = _product(point.dst_sizes[a] for a, s in enumerate(dst.specs) if isinstance(s, Shard))
         return Fraction(len(point.dst_devices), count)
-    routes = transfer_routes(
-        [Fraction(1)] * ndim, point.src_sizes, point.src_devices, src, point.dst_sizes, point.dst_devices, dst
-    )
-    return route_bytes(routes)
+    # integer extents that every block count divides: exact and fast; then per byte of the tensor
+    extents = [
+        math.lcm(_blocks_along(point.src_sizes, src, d), _blocks_along(point.dst_sizes, dst, d)) for d in range(ndim)
+    ]
+    routes = transfer_routes(extents, point.src_sizes, point.src_devices, src, point.dst_sizes, point.dst_devices, dst)
+    return Fraction(route_bytes(routes), _product(extents))
 
 
 def _cross_moves(point: MeshPoint, ndim: int, dst: Placement, aligned_ok: bool):
