@@ -9,6 +9,11 @@ With symbolic mesh sizes the costs are formulas; the planner evaluates them at s
 sizes (2, 3, 4, 8 ... per symbol) and takes the plan that is optimal at every sample
 (such a plan exists for every transition we know of; if none did, the plan with the
 smallest total excess would be taken). Ties go to fewer steps, then to a fixed order.
+
+Between two meshes (:func:`plan_cross_mesh`) the path runs over (mesh, placement): steps
+on the source mesh, one :class:`Transfer` (see :mod:`distir.ir.transfer`), steps on the
+target mesh, weighted by the bytes all workers send together (a step on a mesh of D
+devices costs D times its per-worker cost), sampled over the symbols of both meshes.
 """
 
 from __future__ import annotations
