@@ -511,3 +511,28 @@ def test_the_documented_plans_and_costs(row):
     for n in (2, 3, 4, 8):
         point = MeshPoint.of(meshes[0], meshes[target], {"num_workers": n})
         assert cross_plan_cost(plan, Placement.parse(src), point, 2) == cost(n), n
+
+
+def test_outputs_on_both_stages_are_reassembled_from_their_own_meshes():
+    text = '''
+@I.ir_module
+class Module:
+    I.module_global_infos({"mesh": [R.device_mesh(("num_workers",), I.Range(0, "num_workers")), R.device_mesh((2, "num_workers"), I.Range("num_workers", "3 * num_workers"))]})
+
+    @R.function
+    def main(x: R.DTensor((16, 8), "float32", "mesh[0]", "S[0]")):
+        with R.dataflow():
+            a = R.exp(x)
+            b = R.dist.redistribute(a, device_mesh="mesh[1]", placement="S[1], S[0]")
+            c = R.negative(b)
+            R.output(a, c)
+        return (a, c)
+'''
+    mod = distir.parse(text)
+    x = np.random.default_rng(3).standard_normal((16, 8)).astype("float32")
+    want_a, want_c = run(mod, x)
+    lowered = lower(mod)
+    for n in (1, 2, 4):
+        got_a, got_c = run_spmd(specialize(lowered, {"num_workers": n}), x)
+        np.testing.assert_allclose(got_a, want_a, rtol=1e-6)
+        np.testing.assert_allclose(got_c, want_c, rtol=1e-6)
