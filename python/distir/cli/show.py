@@ -1,0 +1,123 @@
+"""``distir show``: draw how tensors lie over the device mesh, block by block.
+
+Reads a global-view module (laying out unplaced bindings with propagate-sharding first) or
+a local-view one (whose parameters and result keep their global layouts), picks tensors by
+name, specializes the mesh to ``--num-workers`` and draws each tensor's blocks labelled
+with the devices that hold them: in colour on a terminal, in plain text otherwise (or with
+``--plain``), and as a PNG with ``--png``. See docs/analysis.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import sys
+
+HELP = "draw a tensor's layout over the device mesh (blocks labelled with the devices holding them)"
+DESCRIPTION = """\
+Draw how tensors are laid out over the device mesh, like JAX's visualize_array_sharding:
+a grid of the tensor's blocks, each labelled with the devices that hold it (0-3: replicas;
+sum(0-1): partial values to be summed). Default: the parameters and the result of @main."""
+EPILOG = """\
+examples:
+  distir show model.py                          every parameter and the result, 4 workers
+  distir show model.py --tensor w1 --num-workers 8
+  distir show model.py --tensor h --tensor y --png layout.png"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from .opt import parse_binding
+
+    parser.add_argument("file", metavar="FILE", help="module to read ('-' for stdin)")
+    parser.add_argument("--tensor", action="append", default=[], metavar="NAME",
+                        help="a parameter or binding to draw (repeatable; default: the parameters and the result)")
+    parser.add_argument("--num-workers", type=int, default=4, metavar="N", help="mesh size to draw at (default 4)")
+    parser.add_argument("--symbol", default="num_workers", metavar="NAME", help="the mesh size variable (default num_workers)")
+    parser.add_argument("--bind", action="append", default=[], type=parse_binding, metavar="NAME=INT",
+                        help="values of other symbolic sizes, for the block shapes (repeatable)")
+    parser.add_argument("--func", metavar="NAME", help="function to read (default: main)")
+    parser.add_argument("--png", metavar="PNG", help="also draw the grids into this PNG file (matplotlib)")
+    parser.add_argument("--plain", action="store_true", help="plain ASCII even on a terminal")
+
+
+def layouts(mod, func: str | None = None) -> tuple[list[tuple[str, object]], str | None]:
+    """(name, global type) of every tensor that has a layout, parameters first, and the result's name."""
+    from ..analysis.common import pick_function
+    from ..ir.expr import Var
+    from ..ir.types import DTensorType
+    from ..transform import list_passes
+    from ..transform.lower_to_local import GLOBAL_PARAMS, GLOBAL_RESULT
+
+    f = pick_function(mod, func)
+    result = f.result.name if isinstance(f.result, Var) else None
+    if GLOBAL_PARAMS in f.attrs:  # local view: only the recorded global signature has layouts
+        out = [(p.name, t) for p, t in zip(f.params, f.attrs[GLOBAL_PARAMS])]
+        if result is not None and GLOBAL_RESULT in f.attrs:
+            out.append((result, f.attrs[GLOBAL_RESULT]))
+        return out, result
+    placed = all(isinstance(b.var.type, DTensorType) for b in f.bindings())
+    if not placed and "propagate-sharding" in list_passes():
+        from ..transform import get_pass
+
+        f = get_pass("propagate-sharding")(mod)[f.name]
+    out = [(p.name, p.type) for p in f.params] + [(b.var.name, b.var.type) for b in f.bindings()]
+    return out, f.result.name if isinstance(f.result, Var) else None
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from ..analysis.common import AnalysisError, pick_function
+    from ..analysis.layout_view import layout_grid, write_png
+    from ..ir.verify import verify
+    from . import read_module
+
+    if args.num_workers < 1:
+        raise AnalysisError(f"--num-workers must be at least 1, got {args.num_workers}")
+    values: dict[str, int] = {}
+    for b in args.bind:
+        values.update(b)
+    values[args.symbol] = args.num_workers
+    mod = read_module(args.file)
+    verify(mod)
+    f = pick_function(mod, args.func)
+    tensors, result = layouts(mod, args.func)
+    by_name = dict(tensors)
+    if args.tensor:
+        names = []
+        for n in args.tensor:
+            if n not in by_name:
+                close = difflib.get_close_matches(n, list(by_name), n=1)
+                hint = f"; did you mean '{close[0]}'?" if close else ""
+                raise AnalysisError(
+                    f"@{f.name} has no tensor '{n}' with a layout{hint} (it has: {', '.join(list(by_name)[:12])}"
+                    f"{', ...' if len(by_name) > 12 else ''})"
+                )
+            names.append(n)
+    else:
+        names = [p.name for p in f.params] + ([result] if result is not None and result not in (p.name for p in f.params) else [])
+    meshes = mod.meshes()
+    default_mesh = meshes[0] if meshes else None
+
+    def mesh_name(t) -> str:
+        mesh = getattr(t, "mesh", default_mesh)
+        for i, m in enumerate(meshes):
+            if m == mesh:
+                return f"mesh[{i}]"
+        return ""
+
+    grids = [layout_grid(n, by_name[n], values, mesh_name=mesh_name(by_name[n]), default_mesh=default_mesh)
+             for n in names]
+    console = Console(file=sys.stdout, highlight=False)
+    plain = args.plain or not console.is_terminal
+    for i, g in enumerate(grids):
+        if i:
+            sys.stdout.write("\n")
+        if plain:
+            sys.stdout.write(g.text() + "\n")
+        else:
+            console.print(g.rich())
+    if args.png:
+        write_png(grids, args.png)
+        sys.stdout.write(f"wrote {args.png}\n")
+    return 0
