@@ -17,6 +17,7 @@ COMMANDS: dict[str, str] = {
     "opt": "distir.cli.opt",
     "passes": "distir.cli.passes",
     "sweep": "distir.cli.sweep",
+    "show": "distir.cli.show",
 }
 
 EPILOG = """\
