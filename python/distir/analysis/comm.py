@@ -13,6 +13,11 @@ reduce_scatter  (n - 1) * L / n            G * (n - 1) * L              n - 1
 all_to_all      (n - 1) * L / n            G * (n - 1) * L              n - 1
 ==============  =========================  ===========================  ===========
 
+A ``transfer`` between two meshes (pipeline stages) is point to point: each worker of the
+target mesh receives its block once, so with disjoint meshes the sum over workers is
+``|target mesh| * (target local bytes)``, in one step (meshes that share devices move less;
+their bytes are computed from the routes, at concrete sizes only).
+
 The sums over workers are exactly what :class:`distir.runtime.spmd.SpmdStats` records for a
 run (``total_bytes``, ``bytes_by_kind``); bytes per worker are those sums over every
 worker the runtime starts (``bytes_per_worker``). With ``num_workers`` symbolic these are
@@ -35,7 +40,7 @@ from .formula import Rational, _eval, sum_dims
 
 __all__ = ["KINDS", "CollectiveCost", "CommNumbers", "CommVolume", "collective_cost", "comm_volume"]
 
-KINDS = ("all_gather", "all_reduce", "reduce_scatter", "all_to_all")
+KINDS = ("all_gather", "all_reduce", "reduce_scatter", "all_to_all", "transfer")
 
 
 @dataclass(frozen=True)
@@ -143,6 +148,33 @@ class CommVolume:
         return CommNumbers(devices, self.counts, by_kind, total, Fraction(total, devices or 1))
 
 
+def _transfer_cost(binding: str, op: str, attrs, x: TensorType) -> CollectiveCost:
+    """A point-to-point transfer between meshes: every target worker receives its block once."""
+    from ..ir.layout import local_shape
+    from ..ir.transfer import route_bytes, transfer_cost_formula, transfer_routes
+    from ..ir.types import dtype_bytes
+
+    shape, size = tuple(attrs["shape"]), dtype_bytes(x.dtype)
+    src, src_p, dst, dst_p = attrs["src_mesh"], attrs["src_placement"], attrs["dst_mesh"], attrs["dst_placement"]
+    received = sym.mul(sym.product(local_shape(shape, dst, dst_p)), size)  # by each target worker
+    try:
+        total = transfer_cost_formula(shape, size, src, src_p, dst, dst_p)
+    except ValueError:  # the meshes may share devices: what stays put is free, known only at concrete sizes
+        try:
+            ints = [sym.evaluate(d, {}) for d in shape]
+            routes = transfer_routes(ints, [sym.evaluate(d, {}) for d in src.shape], src.device_list(), src_p,
+                                     [sym.evaluate(d, {}) for d in dst.shape], dst.device_list(), dst_p)
+        except sym.SymbolicError:
+            raise AnalysisError(
+                f"binding '{binding}': R.{op} moves data between meshes that may share devices; its bytes are "
+                "known only at concrete sizes: specialize the module first"
+            ) from None
+        total = int(route_bytes(routes)) * size
+    n_dst = dst.size
+    member = Rational.of(total, n_dst)
+    return CollectiveCost(binding, op, "transfer", -1, n_dst, 1, received, total, member, 1)
+
+
 def comm_volume(mod: IRModule, func: str | None = None) -> CommVolume:
     """The collectives of ``mod[func]`` (a local-view function, symbolic or specialized)."""
     f = pick_function(mod, func)
@@ -163,6 +195,9 @@ def comm_volume(mod: IRModule, func: str | None = None) -> CommVolume:
         if not isinstance(x, TensorType):
             raise AnalysisError(f"binding '{b.var.name}': R.{v.op.name} takes {x}, not a local tensor")
         attrs = v.op.full_attrs(v.attrs)
+        if kind == "transfer":
+            out.append(_transfer_cost(b.var.name, v.op.name, attrs, x))
+            continue
         mesh, axis = attrs["device_mesh"], attrs["mesh_axis"]
         others = sym.product(s for i, s in enumerate(mesh.shape) if i != axis)
         out.append(

@@ -40,15 +40,16 @@ def device_count(mod: IRModule) -> Dim:
         ends.append(ids.stop if isinstance(ids, Range) else max(ids) + 1)
     if not ends:
         return 1
+    from .formula import prune_dominated
+
+    ends = [sym.normalize(e) for e in ends]
+    ends = [ends[i] for i in prune_dominated(ends)]  # (n, 3 * n) -> 3 * n: sizes are at least 1
     out = ends[0]
     for e in ends[1:]:
-        if isinstance(out, int) and isinstance(e, int):
-            out = max(out, e)
-        elif not sym.equal(out, e):
-            from tvm import tirx
+        from tvm import tirx
 
-            out = sym.normalize(tirx.max(_prim(out), _prim(e)))
-    return sym.normalize(out)
+        out = sym.normalize(tirx.max(_prim(out), _prim(e)))
+    return out
 
 
 def _prim(x: Dim):
