@@ -9,7 +9,6 @@ divide is reported in its row and the others go on.
 
 from __future__ import annotations
 
-import gc
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -191,16 +190,10 @@ def sweep(
         )
     t2 = time.perf_counter()
     rows = []
-    gc_was_on = gc.isenabled()
-    gc.disable()  # specializing allocates many small acyclic nodes; full collections would dominate
-    try:
-        for n in counts:
-            rows.append(_row(local, n, symbol, volume, memory, ctime, model, build))
-            if on_row is not None:
-                on_row(rows[-1])
-    finally:
-        if gc_was_on:
-            gc.enable()
+    for n in counts:
+        rows.append(_row(local, n, symbol, volume, memory, ctime, model, build))
+        if on_row is not None:
+            on_row(rows[-1])
     return SweepResult(symbol, bound, model, volume, memory, ctime, t1 - t0, t2 - t1, rows)
 
 

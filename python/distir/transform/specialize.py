@@ -17,6 +17,7 @@ only the nodes whose types or attributes change; nodes with static types are reu
 
 from __future__ import annotations
 
+import gc
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -486,6 +487,16 @@ def specialize(mod: IRModule, values: Mapping[str, int]) -> IRModule:
             raise SpecializeError(f"specialize: {k} must be an integer, got {v!r}")
         if v < 1:
             raise SpecializeError(f"specialize: {k}={v}; sizes must be at least 1")
+    gc_was_on = gc.isenabled()
+    gc.disable()  # the rebuild allocates many small acyclic nodes; collections would cost more than the work
+    try:
+        return _specialize(mod, values)
+    finally:
+        if gc_was_on:
+            gc.enable()
+
+
+def _specialize(mod: IRModule, values: dict[str, int]) -> IRModule:
     tpl = _template(mod)
     env = _Env(values)
     env.dims = [sym.substitute(d, values) for d in tpl.dims]
