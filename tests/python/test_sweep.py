@@ -170,3 +170,16 @@ def test_build_compiles_each_count_with_tvm(mlp_file, capsys):
     assert header.split()[-1] == "build"
     result = sweep(distir.parse(mlp_file.read_text()), [2], build=tvm_builder())
     assert result.rows[0].build_seconds > 0
+
+
+def test_sweep_of_the_bundled_llama_layer_prints_the_table_and_writes_a_png(tmp_path, capsys):
+    png = tmp_path / "llama.png"
+    code, out, err = run_cli(["sweep", str(examples.path("llama")), "--num-workers", "1-8", "--bind", "s=64",
+                              "--plot", str(png)], capsys)
+    assert code == 0, err
+    assert "; s = 64" in out.splitlines()[0] and "all_reduce x2" in out
+    rows = [line.split() for line in out.splitlines() if line.strip()[:1].isdigit()]
+    assert [r[0] for r in rows] == ["1", "2", "4", "8"]
+    # two all-reduces of the (64, 128) activation: 2 * 2 (w - 1) / w * 32 KiB sent per worker
+    assert human_bytes(Fraction(2 * 2 * 7 * 64 * 128 * 4, 8)) in " ".join(rows[-1])
+    assert png.read_bytes()[:4] == b"\x89PNG"
