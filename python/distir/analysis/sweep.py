@@ -3,7 +3,7 @@
 :func:`sweep` runs the distribute pipeline once with ``num_workers`` symbolic, reads the
 communication and memory formulas off the local-view module, and then, per count,
 specializes the module (which checks that every sharded dim divides), evaluates the
-formulas, and optionally builds the specialized module with TVM. A count that does not
+formulas, and optionally builds that count with TVM. A count that does not
 divide is reported in its row and the others go on.
 """
 
@@ -122,9 +122,14 @@ def parse_counts(text: str) -> list[int]:
     return sorted(out)
 
 
-def tvm_builder() -> Callable[[IRModule], Any]:
-    """A build of a specialized local-view module with TVM (``distir.tvm.to_relax``, then
-    ``tvm.compile`` for the CPU); a clear error while ``distir.tvm`` is missing."""
+def tvm_builder() -> Callable[[IRModule, Mapping[str, int]], Any]:
+    """``build(local, values)``: the TVM build of a symbolic local-view module at one count.
+
+    Exports ``local`` once with ``distir.tvm.to_relax`` (``num_workers`` stays a symbolic
+    shape variable) and, per count, binds it and compiles (``distir.tvm.specialize_and_build``:
+    ``BindSymbolicVars`` then ``tvm.compile`` for the CPU). A clear error while
+    ``distir.tvm`` is missing.
+    """
     import importlib
 
     try:
@@ -136,14 +141,17 @@ def tvm_builder() -> Callable[[IRModule], Any]:
             "--build needs distir.tvm (the export of local-view modules to TVM), which this version of "
             "distir does not have yet; run the sweep without --build"
         ) from None
-    to_relax = getattr(dtvm, "to_relax", None)
-    if to_relax is None:
-        raise DistirError("--build: this version of distir.tvm has no to_relax(mod) to export with")
+    try:
+        to_relax, specialize_and_build = dtvm.to_relax, dtvm.specialize_and_build
+    except AttributeError as err:
+        raise DistirError(f"--build: this version of distir.tvm lacks what the sweep needs ({err})") from None
+    exported: dict[int, tuple[IRModule, Any]] = {}
 
-    def build(mod: IRModule):
-        import tvm
-
-        return tvm.compile(to_relax(mod), target="llvm")
+    def build(local: IRModule, values: Mapping[str, int]):
+        hit = exported.get(id(local))
+        if hit is None or hit[0] is not local:
+            hit = exported[id(local)] = (local, to_relax(local))
+        return specialize_and_build(hit[1], dict(values))
 
     return build
 
@@ -156,15 +164,16 @@ def sweep(
     bind: Mapping[str, int] | None = None,
     model: CommModel | None = None,
     func: str | None = None,
-    build: Callable[[IRModule], Any] | None = None,
+    build: Callable[[IRModule, Mapping[str, int]], Any] | None = None,
     pipeline=None,
     on_row: Callable[[SweepRow], None] | None = None,
 ) -> SweepResult:
     """Distribute ``mod`` once, then specialize to each count; see the module docstring.
 
     ``bind`` fixes other symbolic sizes first (a sequence length). ``build``, when given,
-    is called on each specialized module and timed. ``on_row`` is called after each count
-    (for a progress bar).
+    is called as ``build(local, {symbol: count})`` on the symbolic local-view module once
+    the count specialized, and timed (see :func:`tvm_builder`). ``on_row`` is called after
+    each count (for a progress bar).
     """
     from ..transform.pipelines import distribute_pipeline
     from ..transform.specialize import specialize
@@ -206,7 +215,7 @@ def _row(local: IRModule, n: int, symbol: str, volume: CommVolume, memory: Memor
     row = SweepRow(n)
     s0 = time.perf_counter()
     try:
-        specialized = specialize(local, values)
+        specialize(local, values)
     except DistirError as err:
         row.error = str(err)
     row.specialize_seconds = time.perf_counter() - s0
@@ -219,6 +228,6 @@ def _row(local: IRModule, n: int, symbol: str, volume: CommVolume, memory: Memor
     row.comm_seconds = ctime.seconds(model, values)
     if build is not None:
         b0 = time.perf_counter()
-        build(specialized)
+        build(local, values)
         row.build_seconds = time.perf_counter() - b0
     return row
