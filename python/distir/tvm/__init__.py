@@ -1,0 +1,39 @@
+"""distir and Apache TVM: export to Relax, build, run on Disco, import TVM's DistIR.
+
+- :func:`to_relax`: a local-view module as a real ``tvm.IRModule`` of standard Relax ops,
+  collectives as calls to Disco's runtime functions, ``num_workers`` symbolic until
+  ``relax.transform.BindSymbolicVars`` specializes it;
+- :func:`run_disco`: run what ``tvm.compile`` built on a Disco ``ThreadedSession`` with
+  the project's CPU collectives, from and to global arrays;
+- :func:`from_relax`: a TVM Relax module using ``R.dist`` as a distir module.
+
+See docs/tvm.md.
+"""
+
+from __future__ import annotations
+
+from .errors import DiscoRunError, TvmExportError, TvmImportError
+from .export import DISCO_LAYOUT_FUNC, to_relax
+
+__all__ = [
+    "DISCO_LAYOUT_FUNC",
+    "DiscoRunError",
+    "TvmExportError",
+    "TvmImportError",
+    "from_relax",
+    "run_disco",
+    "specialize_and_build",
+    "to_relax",
+]
+
+
+def __getattr__(name: str):
+    if name in ("run_disco", "specialize_and_build"):
+        from . import disco
+
+        return getattr(disco, name)
+    if name == "from_relax":
+        from .importer import from_relax
+
+        return from_relax
+    raise AttributeError(f"module 'distir.tvm' has no attribute '{name}'")

@@ -1,0 +1,171 @@
+"""The ``R.ccl.*`` collectives as calls to Disco's runtime functions.
+
+Disco (TVM 0.27) offers ``runtime.disco.allreduce`` (sum, prod, min, max, avg),
+``allgather`` (concatenates the workers' flat buffers), ``broadcast_from_worker0``,
+``scatter_from_worker0``, ``gather_to_worker0`` and point-to-point send/recv; each
+collective runs over all workers or within the session's groups (see
+:mod:`distir.tvm.session`). distir's collectives become:
+
+- allreduce: ``runtime.disco.allreduce``;
+- allgather on axis a: ``runtime.disco.allgather`` into an ``(n, *x.shape)`` buffer, then
+  a permute and reshape that put the n pieces along axis a (free when a is 0);
+- reduce_scatter: an allreduce, then each worker slices its block. Disco has no
+  reduce-scatter; this moves 2(n-1)/n of the buffer per worker instead of (n-1)/n and
+  holds the whole reduced buffer for a moment;
+- all_to_all: an allgather, then each worker slices its block of the split axis from every
+  piece and concatenates them. Disco has no all-to-all; this moves (n-1) times the buffer
+  per worker instead of (n-1)/n of it, and holds n buffers;
+- local_partial (sum): coordinate 0 keeps its value, the others multiply by zero.
+
+An axis whose groups Disco cannot express ("gather" in :mod:`distir.tvm.session`) gathers
+from all workers and takes its own group's pieces, then reduces or concatenates them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tvm import relax, tirx
+
+from ..ir import sym
+from ..ir.expr import Call
+from ..ir.layout import WORKER_ID, coord_expr
+from ..ir.types import TensorType
+from .session import AxisGroups, SessionPlan
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .export import _FunctionExporter
+
+__all__ = ["COLLECTIVES", "REDUCE_KIND", "emit_collective", "needs_worker_id"]
+
+COLLECTIVES = ("ccl.allgather", "ccl.allreduce", "ccl.reduce_scatter", "ccl.all_to_all", "ccl.local_partial")
+
+#: Disco's ReduceKind codes (tvm/runtime/disco/builtin.h)
+REDUCE_KIND = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4}
+
+_REDUCE_OP = {"sum": relax.op.sum, "max": relax.op.max, "min": relax.op.min, "avg": relax.op.mean, "prod": relax.op.prod}
+
+
+def _groups(call: Call, plan: SessionPlan) -> AxisGroups:
+    attrs = call.op.full_attrs(call.attrs)
+    return plan.axis_groups(attrs["device_mesh"], attrs["mesh_axis"])
+
+
+def needs_worker_id(call: Call, plan: SessionPlan) -> bool:
+    """Does the Relax form of this collective read the worker's coordinate?"""
+    if call.op.name not in COLLECTIVES:
+        return False
+    groups = _groups(call, plan)
+    if groups.kind == "single":
+        return False
+    if call.op.name in ("ccl.reduce_scatter", "ccl.all_to_all"):
+        return True
+    if call.op.name == "ccl.local_partial":
+        return call.op.full_attrs(call.attrs)["op_type"] == "sum"
+    return groups.kind == "gather"
+
+
+def _p(d):
+    return tirx.IntImm("int64", d) if isinstance(d, int) else d
+
+
+def _bool(flag: bool) -> relax.Expr:
+    return relax.prim_value(tirx.IntImm("bool", int(flag)))
+
+
+class _Collective:
+    """Emits one collective call for an exporter."""
+
+    def __init__(self, ex: _FunctionExporter, call: Call):
+        self.ex = ex
+        self.call = call
+        self.attrs = call.op.full_attrs(call.attrs)
+        self.mesh = self.attrs["device_mesh"]
+        self.axis = self.attrs["mesh_axis"]
+        self.groups = ex.plan.axis_groups(self.mesh, self.axis)
+        self.x = ex.value(call.args[0])
+        self.xt: TensorType = call.args[0].type
+        self.out_t: TensorType = call.type
+
+    # ------------------------------------------------------------ building blocks
+
+    def coord(self):
+        """This worker's coordinate on the mesh axis, as a symbolic int of ``worker_id``."""
+        c = coord_expr(self.mesh, self.axis, sym.var(WORKER_ID))
+        if not self.ex.plan.every_mesh_covers_all:
+            # workers outside the mesh get an index past it; clamp so their (unused) slices stay in bounds
+            from .ops import _clamp
+
+            c = _clamp(c, sym.sub(self.groups.size, 1))
+        return c
+
+    def members(self) -> relax.Expr:
+        """``(n, *x.shape)``: the pieces of this worker's group, in coordinate order."""
+        ex, n = self.ex, self.groups.size
+        shape = [_p(d) for d in ex.dims([n, *self.xt.shape])]
+        if self.groups.kind in ("global", "group"):
+            out = relax.TensorType(shape, self.xt.dtype)
+            in_group = self.groups.kind == "group"
+            return ex.emit(relax.op.call_dps_packed("runtime.disco.allgather", [self.x, _bool(in_group)], out_ty=out))
+        # from every worker, then this group's members: ids worker - c*stride + k*stride
+        total = ex.plan.total
+        everyone = relax.TensorType([_p(d) for d in ex.dims([total, *self.xt.shape])], self.xt.dtype)
+        gathered = ex.emit(relax.op.call_dps_packed("runtime.disco.allgather", [self.x, _bool(False)], out_ty=everyone))
+        stride = self.groups.stride
+        first = sym.sub(sym.var(WORKER_ID), sym.mul(self.coord(), stride))
+        steps = ex.emit(relax.op.arange(0, ex.dim(sym.mul(n, stride)), ex.dim(stride), "int64"))
+        ids = ex.emit(relax.op.add(steps, ex.scalar(first)))
+        return ex.emit(relax.op.take(gathered, ids, axis=0, mode="clip"))
+
+    def merge(self, pieces: relax.Expr, axis: int, out_t: TensorType) -> relax.Expr:
+        """Concatenate the leading axis of ``(n, *y)`` into axis ``axis`` of y; shaped ``out_t``."""
+        ex = self.ex
+        ndim = out_t.ndim
+        if axis != 0:
+            order = list(range(1, axis + 1)) + [0] + list(range(axis + 1, ndim + 1))
+            pieces = ex.emit(relax.op.permute_dims(pieces, order))
+        return relax.op.reshape(pieces, relax.ShapeExpr([_p(d) for d in ex.dims(out_t.shape)]))
+
+    def reduced(self, op: str) -> relax.Expr:
+        ex = self.ex
+        if self.groups.kind in ("global", "group"):
+            args = [self.x, relax.ShapeExpr([REDUCE_KIND[op]]), _bool(self.groups.kind == "group")]
+            return relax.op.call_dps_packed("runtime.disco.allreduce", args, out_ty=ex.relax_type(self.xt))
+        return _REDUCE_OP[op](self.members(), axis=0)
+
+    def own_block(self, value: relax.Expr, axis: int, piece) -> relax.Expr:
+        begin = sym.mul(self.coord(), piece)
+        return relax.op.strided_slice(
+            value, axes=[axis], begin=[self.ex.dim(begin)], end=[self.ex.dim(sym.add(begin, piece))], assume_inbound=True
+        )
+
+    # ------------------------------------------------------------ the collectives
+
+    def emit(self) -> relax.Expr:
+        name = self.call.op.name
+        if self.groups.kind == "single":
+            return self.x  # one device on this axis: every collective is the identity
+        if name == "ccl.allreduce":
+            return self.reduced(self.attrs["op_type"])
+        if name == "ccl.allgather":
+            return self.merge(self.members(), self.attrs["axis"] % self.xt.ndim, self.out_t)
+        if name == "ccl.reduce_scatter":
+            axis = self.attrs["axis"] % self.xt.ndim
+            full = self.ex.emit(self.reduced(self.attrs["op_type"]))
+            return self.own_block(full, axis, self.out_t.shape[axis])
+        if name == "ccl.all_to_all":
+            split = self.attrs["split_axis"] % self.xt.ndim
+            concat = self.attrs["concat_axis"] % self.xt.ndim
+            piece = self.out_t.shape[split]
+            blocks = self.ex.emit(self.own_block(self.members(), split + 1, piece))
+            return self.merge(blocks, concat, self.out_t)
+        if name == "ccl.local_partial":
+            if self.attrs["op_type"] != "sum":
+                return self.x  # max/min/avg of identical copies is the value itself
+            keep = self.ex.emit(relax.op.equal(self.ex.scalar(self.coord()), self.ex.const(0, "int64")))
+            return relax.op.where(keep, self.x, self.ex.const(0, self.xt.dtype))
+        raise self.ex.error(f"R.{name} has no Disco form")
+
+
+def emit_collective(ex: _FunctionExporter, call: Call) -> relax.Expr:
+    return _Collective(ex, call).emit()

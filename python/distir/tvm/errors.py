@@ -1,0 +1,17 @@
+"""Errors of the TVM bridge: export, import and running on Disco."""
+
+from __future__ import annotations
+
+from ..errors import DiagnosticError, DistirError
+
+
+class TvmExportError(DiagnosticError):
+    """A distir module cannot be expressed as a TVM Relax module (unknown op, not lowered, ...)."""
+
+
+class TvmImportError(DiagnosticError):
+    """A TVM Relax module uses something distir does not know (an op, a type, a construct)."""
+
+
+class DiscoRunError(DistirError):
+    """Running on Disco failed: wrong inputs, a module built for other sizes, a collective that failed."""

@@ -1,0 +1,414 @@
+"""Export a local-view distir module as a real TVM Relax IRModule.
+
+Every op becomes the standard Relax op of the same name (``relax.op.*``), collectives
+become ``R.call_dps_packed("runtime.disco.<collective>", ...)`` (see
+:mod:`distir.tvm.collectives`), and the worker's id comes from
+``runtime.disco.worker_id``. Symbolic sizes stay symbolic: each function takes one
+``R.Shape([v])`` parameter per size variable ``v`` (named ``size_<v>``, before the tensor
+parameters), so ``relax.transform.BindSymbolicVars({"num_workers": 4})`` specializes the
+module inside TVM and ``tvm.compile`` builds it.
+
+The module also gets a function ``distir_disco_layout(size_...) -> R.Shape([workers,
+groups])``: the Disco session the module needs. A runner calls it in its own thread
+first, which also checks that the built module was specialized for the sizes it is given
+(an error inside a Disco worker thread would abort the process).
+
+Where Relax infers a shape it cannot prove equal to distir's, a ``R.match_cast`` to
+distir's type keeps the shapes exact.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import tvm
+from tvm import relax, tirx
+from tvm import sym as tvm_sym
+
+from ..ir import sym
+from ..ir.expr import (
+    Binding,
+    Call,
+    Constant,
+    Expr,
+    Function,
+    IRModule,
+    PrimValue,
+    ShapeExpr,
+    StringImm,
+    Tuple,
+    TupleGetItem,
+    Var,
+)
+from ..ir.layout import WORKER_ID
+from ..ir.mesh import DeviceMesh
+from ..ir.sym import Dim
+from ..ir.types import DTensorType, PrimType, ShapeType, TensorType, TupleType, Type
+from .errors import TvmExportError
+from .session import SessionPlan
+
+__all__ = ["DISCO_LAYOUT_FUNC", "SIZE_PREFIX", "to_relax"]
+
+DISCO_LAYOUT_FUNC = "distir_disco_layout"
+SIZE_PREFIX = "size_"
+
+
+def to_relax(local_mod: IRModule) -> tvm.IRModule:
+    """The TVM Relax form of a local-view module, symbolic or specialized (module docstring)."""
+    from .. import ops  # noqa: F401  (declares every op)
+    from .ops import emit_op  # noqa: F401  (the op table, loaded before the first binding)
+
+    check_local_view(local_mod)
+    plan = SessionPlan.for_module(local_mod)
+    bb = relax.BlockBuilder()
+    for func in local_mod.functions.values():
+        _FunctionExporter(bb, func, plan).run()
+    _emit_layout_function(bb, plan)
+    out = bb.finalize()
+    try:
+        relax.analysis.well_formed(out)
+    except Exception as err:  # noqa: BLE001 - TVM raises several error types
+        raise TvmExportError(f"TVM rejects the exported module: {_tvm_message(err)}") from None
+    return out
+
+
+def _tvm_message(err: Exception) -> str:
+    lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else type(err).__name__
+
+
+def size_names(exprs) -> list[str]:
+    """Sorted names of the size variables in ``exprs`` (every free variable but ``worker_id``)."""
+    names: set[str] = set()
+    for e in exprs:
+        names |= sym.free_vars(e)
+    names.discard(WORKER_ID)
+    return sorted(names)
+
+
+def _emit_layout_function(bb: relax.BlockBuilder, plan: SessionPlan) -> None:
+    total, groups = plan.total, plan.num_groups
+    names = size_names([total, groups])
+    fresh = {n: tirx.Var(n, "int64") for n in names}
+    params = [relax.Var(SIZE_PREFIX + n, relax.ShapeType([fresh[n]])) for n in names]
+    with bb.function(DISCO_LAYOUT_FUNC, params):
+        bb.emit_func_output(relax.ShapeExpr([_prim(sym.substitute(total, fresh)), _prim(sym.substitute(groups, fresh))]))
+
+
+def _prim(d: Dim):
+    return tirx.IntImm("int64", d) if isinstance(d, int) else d
+
+
+# ---------------------------------------------------------------- free variables of a function
+
+
+def _dims_of_type(t: Type | None):
+    if isinstance(t, (TensorType, DTensorType)):
+        yield from t.shape
+        if isinstance(t, DTensorType):
+            yield from t.mesh.shape
+    elif isinstance(t, TupleType):
+        for f in t.fields:
+            yield from _dims_of_type(f)
+    elif isinstance(t, ShapeType) and t.values is not None:
+        yield from t.values
+
+
+def _dims_of_value(v: Any):
+    if isinstance(v, (int, float, str, bool)) or v is None:
+        return
+    if isinstance(v, sym.PrimExpr):
+        yield v
+    elif isinstance(v, DeviceMesh):
+        yield from v.shape
+    elif isinstance(v, (list, tuple)):
+        for x in v:
+            yield from _dims_of_value(x)
+
+
+def _dims_of_expr(e: Expr):
+    if isinstance(e, PrimValue):
+        yield e.value
+    elif isinstance(e, ShapeExpr):
+        yield from e.values
+    elif isinstance(e, Tuple):
+        for f in e.fields:
+            yield from _dims_of_expr(f)
+    elif isinstance(e, Call):
+        for a in e.args:
+            yield from _dims_of_expr(a)
+        for v in e.attrs.values():
+            yield from _dims_of_value(v)
+
+
+def function_dims(func: Function):
+    """Every symbolic size a function mentions: types, shapes, attributes."""
+    for p in func.params:
+        yield from _dims_of_type(p.type)
+    for b in func.bindings():
+        yield from _dims_of_type(b.var.type)
+        yield from _dims_of_expr(b.value)
+
+
+# ---------------------------------------------------------------- one function
+
+
+class _FunctionExporter:
+    """Emits one distir function into a BlockBuilder; the op table calls back into it."""
+
+    def __init__(self, bb: relax.BlockBuilder, func: Function, plan: SessionPlan):
+        self.bb = bb
+        self.func = func
+        self.plan = plan
+        dims = list(function_dims(func))
+        self.uses_worker_id = any(WORKER_ID in sym.free_vars(d) for d in dims) or _needs_worker(func, plan)
+        self.names = size_names(dims)
+        self.vars: dict[str, tirx.Var] = {n: tirx.Var(n, "int64") for n in self.names}
+        self.env: dict[Var, relax.Expr] = {}
+        self.worker_var: tirx.Var | None = None
+        self._worker_tensor: relax.Expr | None = None
+        self._scalars: dict[Any, relax.Expr] = {}
+        self.analyzer = tvm_sym.Analyzer()
+        self.binding: Binding | None = None
+        self.in_dataflow = False
+
+    # -------------------------------------------------------------- helpers for the op table
+
+    def dim(self, d: Dim):
+        """A distir dim as a PrimExpr of this function's own TVM variables (ints stay ints)."""
+        if isinstance(d, int):
+            return d
+        values = dict(self.vars)
+        if self.worker_var is not None:
+            values[WORKER_ID] = self.worker_var
+        elif WORKER_ID in sym.free_vars(d):
+            raise self.error("uses the worker id, which this function does not read")
+        return sym.substitute(d, values)
+
+    def dims(self, ds) -> list:
+        return [self.dim(d) for d in ds]
+
+    def attr(self, v: Any) -> Any:
+        """Attribute values: dims become PrimExprs, lists stay lists."""
+        if isinstance(v, bool) or v is None or isinstance(v, (float, str)):
+            return v
+        if isinstance(v, (int, sym.PrimExpr)):
+            return self.dim(v)
+        if isinstance(v, (list, tuple)):
+            return [self.attr(x) for x in v]
+        return v
+
+    def emit(self, expr: relax.Expr, name: str = "") -> relax.Var:
+        try:
+            return self.bb.emit(expr, name_hint=name)
+        except Exception as err:  # noqa: BLE001 - TVM raises several error types
+            raise self.error(f"TVM rejects the Relax form of this op: {_tvm_message(err)}") from None
+
+    def const(self, value, dtype: str) -> relax.Expr:
+        return relax.const(np.array(value, dtype=_np_dtype(dtype)), dtype)
+
+    def scalar(self, d: Dim, dtype: str = "int64") -> relax.Expr:
+        """A 0-d tensor holding ``d``, which may depend on the worker id.
+
+        Relax TIR kernels taking the worker id as a scalar argument break TVM 0.27's
+        FuseTIR, so worker-dependent values are computed with tensor ops from the id tensor
+        (see docs/tvm.md); a value of sizes only goes through ``R.arange``.
+        """
+        key = (sym.key(d), dtype)
+        hit = self._scalars.get(key)
+        if hit is not None:
+            return hit
+        value = self._scalar_int64(d)
+        if dtype != "int64":
+            value = self.emit(relax.op.astype(value, dtype))
+        self._scalars[key] = value
+        return value
+
+    def _scalar_int64(self, d: Dim) -> relax.Expr:
+        if isinstance(d, int):
+            return self.const(d, "int64")
+        if WORKER_ID not in sym.free_vars(d):
+            e = self.dim(d)
+            ar = self.emit(relax.op.arange(e, e + 1, 1, "int64"))
+            return self.emit(relax.op.reshape(ar, relax.ShapeExpr([])))
+        if isinstance(d, tirx.Var):
+            return self.worker_tensor()
+        ops = {
+            "Add": relax.op.add,
+            "Sub": relax.op.subtract,
+            "Mul": relax.op.multiply,
+            "FloorDiv": relax.op.floor_divide,
+            "FloorMod": relax.op.floor_mod,
+            "Min": relax.op.minimum,
+            "Max": relax.op.maximum,
+        }
+        kind = type(d).__name__
+        if kind not in ops:
+            raise self.error(f"cannot compute {sym.to_str(d)} on the worker")
+        a, b = self._scalar_int64(sym.normalize(d.a)), self._scalar_int64(sym.normalize(d.b))
+        return self.emit(ops[kind](a, b))
+
+    def worker_tensor(self) -> relax.Expr:
+        if self._worker_tensor is None:
+            raise self.error("uses the worker id, which this function does not read")
+        return self._worker_tensor
+
+    def error(self, msg: str) -> TvmExportError:
+        b = self.binding
+        if b is None:
+            return TvmExportError(f"@{self.func.name}: {msg}", self.func.span)
+        what = f"R.{b.value.op.name}" if isinstance(b.value, Call) else type(b.value).__name__
+        return TvmExportError(f"@{self.func.name}, binding '{b.var.name}' ({what}): {msg}", b.span or b.var.span)
+
+    # -------------------------------------------------------------- types
+
+    def relax_type(self, t: Type) -> relax.Type:
+        if isinstance(t, TensorType):
+            return relax.TensorType(self.dims(t.shape), t.dtype)
+        if isinstance(t, TupleType):
+            return relax.TupleType([self.relax_type(f) for f in t.fields])
+        if isinstance(t, ShapeType):
+            return relax.ShapeType(self.dims(t.values)) if t.values is not None else relax.ShapeType(ndim=t.ndim)
+        if isinstance(t, PrimType):
+            return tvm.ir.PrimType(t.dtype)
+        if isinstance(t, DTensorType):
+            raise self.error(f"type {t} is still a distributed tensor; run the distribute pipeline first")
+        raise self.error(f"type {t} has no Relax form")
+
+    def _same(self, have: relax.Type, want: Type) -> bool:
+        """Is Relax's type ``have`` provably distir's ``want``? Raises if they disagree outright."""
+        if isinstance(want, TensorType):
+            if not isinstance(have, relax.TensorType):
+                raise self.error(f"TVM types the result as {have}, distir as {want}")
+            if str(have.dtype) != want.dtype or (have.ndim != -1 and have.ndim != want.ndim):
+                raise self.error(f"TVM types the result as {have}, distir as {want}")
+            shape = have.shape
+            if not isinstance(shape, relax.ShapeExpr):
+                return False
+            return all(
+                self.analyzer.can_prove_equal(tvm.tirx.IntImm("int64", w) if isinstance(w, int) else w, h)
+                for h, w in zip(shape.values, self.dims(want.shape))
+            )
+        if isinstance(want, TupleType):
+            if not isinstance(have, relax.TupleType) or len(have.fields) != len(want.fields):
+                raise self.error(f"TVM types the result as {have}, distir as {want}")
+            return all(self._same(h, w) for h, w in zip(have.fields, want.fields))
+        return True
+
+    # -------------------------------------------------------------- expressions and bindings
+
+    def value(self, e: Expr) -> relax.Expr:
+        """A distir leaf value (argument) in Relax."""
+        if isinstance(e, Var):
+            try:
+                return self.env[e]
+            except KeyError:
+                raise self.error(f"'{e.name}' is used before it is defined") from None
+        if isinstance(e, Constant):
+            return relax.const(e.data, str(e.data.dtype))
+        if isinstance(e, PrimValue):
+            return relax.prim_value(tirx.IntImm(e.dtype, e.value) if isinstance(e.value, int) else self.dim(e.value))
+        if isinstance(e, StringImm):
+            return relax.StringImm(e.value)
+        if isinstance(e, ShapeExpr):
+            return relax.ShapeExpr([_prim(d) for d in self.dims(e.values)])
+        if isinstance(e, Tuple):
+            return relax.Tuple([self.value(f) for f in e.fields])
+        if isinstance(e, TupleGetItem):
+            return relax.TupleGetItem(self.value(e.tuple_value), e.index)
+        raise self.error(f"{type(e).__name__} values have no Relax form here")
+
+    def bind(self, b: Binding, is_output: bool) -> None:
+        from .ops import emit_op
+
+        self.binding = b
+        if isinstance(b.value, Call):
+            expr = emit_op(self, b.value)
+        else:
+            expr = self.value(b.value)
+        var = self.emit(expr, b.var.name)
+        if not self._same(var.ty, b.var.type):
+            var = self.bb.match_cast(var, self.relax_type(b.var.type), name_hint=b.var.name)
+        if is_output and self.in_dataflow:
+            var = self.bb.emit_output(var, name_hint=b.var.name)
+        self.env[b.var] = var
+        self.binding = None
+
+    def _emit_worker_id(self) -> None:
+        shape = self.bb.emit(
+            relax.op.call_pure_packed("runtime.disco.worker_id", ty_args=relax.ShapeType(ndim=1)), name_hint="worker"
+        )
+        self.worker_var = tirx.Var(WORKER_ID, "int64")
+        self.bb.match_cast(shape, relax.ShapeType([self.worker_var]), name_hint="worker_shape")
+        # the id as a tensor too, from the shape value whose entries Relax does not know (a VM builtin)
+        ids = self.bb.emit(relax.op.shape_to_tensor(shape), name_hint="worker_ids")
+        self._worker_tensor = self.bb.emit(relax.op.reshape(ids, relax.ShapeExpr([])), name_hint="worker_index")
+
+    def run(self) -> None:
+        f = self.func
+        size_params = [relax.Var(SIZE_PREFIX + n, relax.ShapeType([self.vars[n]])) for n in self.names]
+        params = []
+        for p in f.params:
+            rv = relax.Var(p.name, self.relax_type(p.type))
+            self.env[p] = rv
+            params.append(rv)
+        used_later = _used_after_each_block(f)
+        with self.bb.function(f.name, size_params + params):
+            if self.uses_worker_id:
+                self._emit_worker_id()
+            for i, block in enumerate(f.blocks):
+                self._scalars.clear()  # values of one dataflow block are not visible in the next
+                if block.is_dataflow:
+                    self.in_dataflow = True
+                    with self.bb.dataflow():
+                        for b in block.bindings:
+                            self.bind(b, b.var in used_later[i])
+                    self.in_dataflow = False
+                else:
+                    for b in block.bindings:
+                        self.bind(b, False)
+            result = self.value(f.result)
+            self.bb.emit_func_output(result)
+
+
+def _np_dtype(dtype: str):
+    if dtype == "bfloat16":
+        import ml_dtypes
+
+        return ml_dtypes.bfloat16
+    return np.dtype(dtype)
+
+
+def _used_after_each_block(f: Function) -> list[set[Var]]:
+    """For block i: the vars bound in it that later blocks or the result read."""
+    from ..ir.expr import leaf_vars
+
+    out: list[set[Var]] = []
+    later: set[Var] = set(leaf_vars(f.result))
+    for block in reversed(f.blocks):
+        bound = {b.var for b in block.bindings}
+        out.append(bound & later)
+        for b in block.bindings:
+            later |= set(leaf_vars(b.value))
+    return list(reversed(out))
+
+
+def _needs_worker(func: Function, plan: SessionPlan) -> bool:
+    """Collectives whose Relax form reads the worker's own coordinate."""
+    from .collectives import needs_worker_id
+
+    return any(isinstance(b.value, Call) and needs_worker_id(b.value, plan) for b in func.bindings())
+
+
+def check_local_view(mod: IRModule) -> None:
+    """Raise when a module still has distributed tensors (export needs the local view)."""
+    for f in mod.functions.values():
+        for p in f.params:
+            if isinstance(p.type, DTensorType):
+                raise TvmExportError(
+                    f"@{f.name}: parameter '{p.name}' is a distributed tensor; run the distribute pipeline "
+                    "(propagate, legalize, lower to the local view) before exporting to TVM",
+                    p.span,
+                )
+
