@@ -257,9 +257,9 @@ class _Importer:
         ret = self.type(f.ret_ty) if getattr(f, "ret_ty", None) is not None else None
         attrs = {}
         if f.attrs is not None:
-            for k in f.attrs:
+            for k, v in f.attrs.items():
                 if str(k) not in _IGNORED_FUNC_ATTRS:
-                    attrs[str(k)] = self.attr_value(f.attrs[k], "str")
+                    attrs[str(k)] = self.attr_value(v, "str")
         return Function(name, tuple(params), tuple(blocks), result, ret, attrs)
 
     def binding(self, b, env: dict) -> list[Binding]:
