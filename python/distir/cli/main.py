@@ -16,6 +16,7 @@ COMMANDS: dict[str, str] = {
     "demo": "distir.cli.demo",
     "opt": "distir.cli.opt",
     "passes": "distir.cli.passes",
+    "run": "distir.cli.run",
     "sweep": "distir.cli.sweep",
     "show": "distir.cli.show",
 }
