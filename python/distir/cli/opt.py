@@ -28,6 +28,8 @@ examples:
                                                run a named pipeline, then specialize
   cat model.py | distir-opt - -p canonicalize --print-ir-after-change --time-passes
   distir passes                                list the pass and pipeline names
+  distir-opt model.py -p distribute --emit relax
+                                               the per-worker module as TVM Relax (num_workers symbolic)
 
 IR printed by --print-ir-after-* and the --time-passes table go to stderr; the final
 module goes to stdout (or -o). Errors go to stderr with exit status 1."""
@@ -60,6 +62,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="specialize a symbolic size at the end, e.g. num_workers=4 (repeatable; runs the 'specialize' pass)",
     )
     parser.add_argument("-o", "--output", metavar="OUT", help="write the result here instead of stdout")
+    parser.add_argument(
+        "--emit", choices=("distir", "relax"), default="distir",
+        help="print distir text (default) or, for a local-view module, the TVM Relax export (distir.tvm.to_relax)",
+    )
     parser.add_argument("--print-ir-after-all", action="store_true", help="print the module after every pass (stderr)")
     parser.add_argument(
         "--print-ir-after-change", action="store_true", help="print the module after each pass that changed it (stderr)"
@@ -161,7 +167,12 @@ def run(args: argparse.Namespace) -> int:
 
     mod = read_module(args.file)
     mod = run_opt(mod, OptOptions.from_args(args))
-    write_text(mod.script(), args.output)
+    if getattr(args, "emit", "distir") == "relax":
+        from ..tvm import to_relax
+
+        write_text(to_relax(mod).script(), args.output)
+    else:
+        write_text(mod.script(), args.output)
     return 0
 
 
