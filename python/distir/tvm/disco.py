@@ -142,7 +142,7 @@ def run_disco(
     ``num_workers`` is the value of ``symbol``. Pass a dict as ``stats`` to get the
     collectives' call counts and bytes sent.
     """
-    from ..runtime.spmd import _assemble, _bind_dims, _shard_input
+    from ..runtime.spmd import SpmdError, _assemble, _bind_dims
     from ..transform.lower_to_local import GLOBAL_PARAMS, GLOBAL_RESULT
 
     disco = load_disco()
@@ -159,9 +159,31 @@ def run_disco(
     except Exception as err:  # noqa: BLE001 - SpmdError and symbolic errors, reported the same way
         raise DiscoRunError(str(err)) from None
 
-    vm = relax.VirtualMachine(built, tvm.cpu())
-    size_names = _size_params(vm, func, len(f.params))
-    total, groups = _layout(vm, values)
+    with tempfile.TemporaryDirectory(prefix="distir-disco-") as tmp:
+        path = os.path.join(tmp, "module.so")
+        built.export_library(path)
+        # the local VM reads the shared library just written (no second code generation)
+        vm = relax.VirtualMachine(tvm.runtime.load_module(path), tvm.cpu())
+        size_names = _size_params(vm, func, len(f.params))
+        total, groups = _layout(vm, values)
+        pieces = _input_pieces(f, gparams, arrays, values, total, seed)
+        with cpu_ccl.session(total, groups) as state:
+            sess = disco.ThreadedSession(total, groups)
+            try:
+                outputs = _call(sess, state, path, func, size_names, values, pieces, total)
+            finally:
+                sess.shutdown()
+    if stats is not None:
+        stats.update(num_workers=total, num_groups=groups, calls=dict(state.calls), bytes_sent=state.bytes_sent)
+    try:
+        return _assemble(gresult.substitute(values), outputs, values, f"the result of @{func}", rtol, atol)
+    except SpmdError as err:
+        raise DiscoRunError(str(err)) from None
+
+
+def _input_pieces(f, gparams, arrays, values, total: int, seed: int) -> list[dict[int, np.ndarray]]:
+    """Each input cut into every worker's piece by the global signature (zeros outside its mesh)."""
+    from ..runtime.spmd import _shard_input
 
     rng = np.random.default_rng(seed)
     pieces: list[dict[int, np.ndarray]] = []
@@ -177,24 +199,7 @@ def run_disco(
         if any(per[w].shape != want for w in range(total)):
             raise DiscoRunError(f"input '{p.name}': pieces do not have the local shape {want}")
         pieces.append(per)
-
-    with tempfile.TemporaryDirectory(prefix="distir-disco-") as tmp:
-        path = os.path.join(tmp, "module.so")
-        built.export_library(path)
-        with cpu_ccl.session(total, groups) as state:
-            sess = disco.ThreadedSession(total, groups)
-            try:
-                outputs = _call(sess, state, path, func, size_names, values, pieces, total)
-            finally:
-                sess.shutdown()
-    if stats is not None:
-        stats.update(num_workers=total, num_groups=groups, calls=dict(state.calls), bytes_sent=state.bytes_sent)
-    from ..runtime.spmd import SpmdError
-
-    try:
-        return _assemble(gresult.substitute(values), outputs, values, f"the result of @{func}", rtol, atol)
-    except SpmdError as err:
-        raise DiscoRunError(str(err)) from None
+    return pieces
 
 
 def _call(sess, state, path: str, func: str, size_names, values, pieces, total: int) -> dict[int, Any]:

@@ -327,11 +327,20 @@ class _FunctionExporter:
             expr = emit_op(self, b.value)
         else:
             expr = self.value(b.value)
-        var = self.emit(expr, b.var.name)
-        if not self._same(var.ty, b.var.type):
-            var = self.bb.match_cast(var, self.relax_type(b.var.type), name_hint=b.var.name)
-        if is_output and self.in_dataflow:
-            var = self.bb.emit_output(var, name_hint=b.var.name)
+        name = b.var.name
+        expose = is_output and self.in_dataflow
+        try:
+            expr = self.bb.normalize(expr)
+        except Exception as err:  # noqa: BLE001 - TVM raises several error types
+            raise self.error(f"TVM rejects the Relax form of this op: {_tvm_message(err)}") from None
+        if self._same(expr.ty, b.var.type):
+            var = self.bb.emit_output(expr, name_hint=name) if expose else self.emit(expr, name)
+        else:
+            # Relax cannot prove the shape distir knows: check it at run time and keep distir's type
+            var = self.emit(expr, name + "_inferred" if expose else name)
+            var = self.bb.match_cast(var, self.relax_type(b.var.type), name_hint=name + "_cast" if expose else name)
+            if expose:
+                var = self.bb.emit_output(var, name_hint=name)
         self.env[b.var] = var
         self.binding = None
 
