@@ -15,7 +15,14 @@ collective runs over all workers or within the session's groups (see
 - all_to_all: an allgather, then each worker slices its block of the split axis from every
   piece and concatenates them. Disco has no all-to-all; this moves (n-1) times the buffer
   per worker instead of (n-1)/n of it, and holds n buffers;
-- local_partial (sum): coordinate 0 keeps its value, the others multiply by zero.
+- local_partial (sum): coordinate 0 keeps its value, the others multiply by zero;
+- transfer between two meshes (pipeline stages): an allgather over all workers, after
+  which each worker rebuilds the tensor from one holder of every source block and slices
+  its own target block (a partial value, which moves only between same-shaped meshes,
+  takes the piece of the worker at its position on the source mesh). One SPMD program
+  cannot pair Disco's point-to-point send/recv between chosen workers, so this moves every
+  worker's piece to every worker: total x (source piece) bytes per worker, against the
+  target's piece for point-to-point sends.
 
 An axis whose groups Disco cannot express ("gather" in :mod:`distir.tvm.session`) gathers
 from all workers and takes its own group's pieces, then reduces or concatenates them.
@@ -38,7 +45,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["COLLECTIVES", "REDUCE_KIND", "emit_collective", "needs_worker_id"]
 
-COLLECTIVES = ("ccl.allgather", "ccl.allreduce", "ccl.reduce_scatter", "ccl.all_to_all", "ccl.local_partial")
+COLLECTIVES = (
+    "ccl.allgather", "ccl.allreduce", "ccl.reduce_scatter", "ccl.all_to_all", "ccl.local_partial", "ccl.transfer",
+)  # fmt: skip
 
 #: Disco's ReduceKind codes (tvm/runtime/disco/builtin.h)
 REDUCE_KIND = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4}
@@ -55,6 +64,8 @@ def needs_worker_id(call: Call, plan: SessionPlan) -> bool:
     """Does the Relax form of this collective read the worker's coordinate?"""
     if call.op.name not in COLLECTIVES:
         return False
+    if call.op.name == "ccl.transfer":
+        return True
     groups = _groups(call, plan)
     if groups.kind == "single":
         return False
@@ -168,4 +179,89 @@ class _Collective:
 
 
 def emit_collective(ex: _FunctionExporter, call: Call) -> relax.Expr:
+    if call.op.name == "ccl.transfer":
+        return _emit_transfer(ex, call)
     return _Collective(ex, call).emit()
+
+
+def _gather_all(ex: _FunctionExporter, x: relax.Expr, xt: TensorType) -> relax.Expr:
+    """``(total, *x.shape)``: every worker's value, by worker id."""
+    shape = [_p(d) for d in ex.dims([ex.plan.total, *xt.shape])]
+    out = relax.TensorType(shape, xt.dtype)
+    return ex.emit(relax.op.call_dps_packed("runtime.disco.allgather", [x, _bool(False)], out_ty=out))
+
+
+def _clamped(ex: _FunctionExporter, value, high):
+    from .ops import _clamp
+
+    return value if ex.plan.every_mesh_covers_all else _clamp(value, high)
+
+
+def _holders(ex: _FunctionExporter, mesh, placement, counts) -> relax.Expr:
+    """Worker ids holding each block of a ``placement`` layout, as a ``(prod(counts),)`` tensor.
+
+    Block ``(b_0, ..., b_r-1)`` lies at the mesh coordinates that shard each dim (the lower
+    mesh axis the major split) and coordinate 0 on every other axis.
+    """
+    from .session import mesh_start
+
+    grid = None
+    ndim = len(counts)
+    for d, count in enumerate(counts):
+        blocks = ex.emit(relax.op.arange(0, ex.dim(count), 1, "int64"))
+        contrib = None
+        inner = 1
+        for axis in reversed(placement.mesh_axes_of(d)):
+            size = mesh.shape[axis]
+            coord = ex.emit(relax.op.floor_mod(ex.emit(relax.op.floor_divide(blocks, ex.scalar(inner))), ex.scalar(size)))
+            term = ex.emit(relax.op.multiply(coord, ex.scalar(sym.product(mesh.shape[axis + 1 :]))))
+            contrib = term if contrib is None else ex.emit(relax.op.add(contrib, term))
+            inner = sym.mul(inner, size)
+        if contrib is None:
+            continue
+        shape = [_p(1)] * ndim
+        shape[d] = _p(ex.dim(count))
+        contrib = ex.emit(relax.op.reshape(contrib, relax.ShapeExpr(shape)))
+        grid = contrib if grid is None else ex.emit(relax.op.add(grid, contrib))
+    start = ex.scalar(mesh_start(mesh))
+    if grid is None:
+        return ex.emit(relax.op.reshape(start, relax.ShapeExpr([_p(1)])))
+    grid = ex.emit(relax.op.add(grid, start))
+    return ex.emit(relax.op.reshape(grid, relax.ShapeExpr([_p(ex.dim(sym.product(counts)))])))
+
+
+def _emit_transfer(ex: _FunctionExporter, call: Call) -> relax.Expr:
+    from ..ir.layout import block_start_expr, shard_count
+    from .session import mesh_start
+
+    attrs = call.op.full_attrs(call.attrs)
+    shape = list(attrs["shape"])
+    src_mesh, src_p = attrs["src_mesh"], attrs["src_placement"]
+    dst_mesh, dst_p = attrs["dst_mesh"], attrs["dst_placement"]
+    x, xt, out_t = ex.value(call.args[0]), call.args[0].type, call.type
+    everyone = _gather_all(ex, x, xt)
+    worker = sym.var(WORKER_ID)
+    if src_p.has_partial:
+        # an aligned copy: the piece of the worker at this worker's position on the source mesh
+        source = sym.add(mesh_start(src_mesh), sym.sub(worker, mesh_start(dst_mesh)))
+        source = _clamped(ex, source, sym.sub(ex.plan.total, 1))
+        return relax.op.take(everyone, ex.scalar(source), axis=0, mode="clip")
+    counts = [shard_count(src_mesh, src_p, d) for d in range(len(shape))]
+    pieces = ex.emit(relax.op.take(everyone, _holders(ex, src_mesh, src_p, counts), axis=0, mode="clip"))
+    grid = ex.emit(relax.op.reshape(pieces, relax.ShapeExpr([_p(d) for d in ex.dims([*counts, *xt.shape])])))
+    ndim = len(shape)
+    order = [i for d in range(ndim) for i in (d, ndim + d)]
+    whole = ex.emit(relax.op.permute_dims(grid, order))
+    whole = ex.emit(relax.op.reshape(whole, relax.ShapeExpr([_p(d) for d in ex.dims(shape)])))
+    axes, begin, end = [], [], []
+    for d in range(ndim):
+        if not dst_p.mesh_axes_of(d):
+            continue
+        piece = out_t.shape[d]
+        start = _clamped(ex, block_start_expr(dst_mesh, dst_p, d, piece), sym.sub(shape[d], piece))
+        axes.append(d)
+        begin.append(ex.dim(start))
+        end.append(ex.dim(sym.add(start, piece)))
+    if not axes:
+        return whole
+    return relax.op.strided_slice(whole, axes=axes, begin=begin, end=end, assume_inbound=True)
