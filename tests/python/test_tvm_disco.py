@@ -1,0 +1,157 @@
+"""Run on TVM's Disco: one symbolic export per model, then per device count BindSymbolicVars,
+tvm.compile and a run on a ThreadedSession, equal to the single-device interpreter."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import distir
+from distir import examples
+from distir.ir import (
+    Binding,
+    Block,
+    Call,
+    DeviceMesh,
+    DTensorType,
+    Function,
+    IRModule,
+    Placement,
+    Range,
+    Var,
+    get_op,
+    sym,
+)
+from distir.runtime import run
+from distir.runtime.spmd import SpmdStats, run_spmd
+from distir.testing import random_inputs
+from distir.transform import Sequential, get_pass
+from distir.transform.pipelines import distribute_pipeline
+from distir.transform.specialize import specialize
+from distir.tvm import DiscoRunError, run_disco, specialize_and_build, to_relax
+
+W = sym.var("num_workers")
+COUNTS = (1, 2, 4)
+
+
+def assert_matches(got, expected, rtol=1e-5, atol=1e-5):
+    """Tight: rtol 1e-5 and an absolute 1e-5 of the largest expected magnitude (float32 sums)."""
+    got = got if isinstance(got, tuple) else (got,)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        g, e = np.asarray(g, np.float64), np.asarray(e, np.float64)
+        assert g.shape == e.shape
+        np.testing.assert_allclose(g, e, rtol=rtol, atol=atol * float(np.max(np.abs(e))))
+
+
+@pytest.fixture(scope="module", params=["mlp", "attention", "llama"])
+def model(request):
+    """(global module, symbolic local module, its one export, inputs, single-device result)."""
+    mod = examples.load(request.param)
+    local = distribute_pipeline()(mod)
+    inputs = random_inputs(mod, seed=7)
+    return mod, local, to_relax(local), inputs, run(mod, *inputs)
+
+
+@pytest.mark.parametrize("workers", COUNTS)
+def test_models_on_disco_equal_the_single_device_run(model, workers):
+    _mod, local, exported, inputs, expected = model
+    built = specialize_and_build(exported, {"num_workers": workers})
+    stats: dict = {}
+    got = run_disco(built, local, *inputs, num_workers=workers, stats=stats)
+    assert_matches(got, expected)
+    assert stats["num_workers"] == workers
+    # the same collectives move the same bytes as in distir's simulator (ring all-reduce, all-gather)
+    sim = SpmdStats()
+    run_spmd(specialize(local, {"num_workers": workers}), *inputs, stats=sim)
+    assert stats["bytes_sent"] == sim.total_bytes
+    assert sum(stats["calls"].values()) == sum(sim.counts.values())
+
+
+def redistribute_module(mesh: DeviceMesh, src: str, dst: str, dst_mesh: DeviceMesh | None = None) -> IRModule:
+    x = Var("x", DTensorType((8, 8), "float32", mesh, Placement.parse(src)))
+    call = Call(get_op("dist.redistribute"), (x,), {"device_mesh": dst_mesh or mesh, "placement": Placement.parse(dst)})
+    y = Var("y", call.type)
+    meshes = [mesh] if dst_mesh is None else [mesh, dst_mesh]
+    return IRModule({"main": Function("main", (x,), (Block((Binding(y, call),), True, (y,)),), y)}, {"mesh": meshes})
+
+
+LEGALIZE_AND_LOWER = ("legalize-redistribute", "canonicalize", "lower-global-view-to-local-view")
+
+ONE_D = DeviceMesh((W,), Range(0, W))
+TWO_BY_W = DeviceMesh((2, W), Range(0, 2 * W))  # axis 1: contiguous groups (Disco's in_group)
+W_BY_TWO = DeviceMesh((W, 2), Range(0, 2 * W))  # axis 0: strided groups (gathered, then taken)
+STAGE_0 = ONE_D
+STAGE_1 = DeviceMesh((W,), Range(W, 2 * W))
+
+TRANSITIONS = [
+    (ONE_D, "S[0]", "R", None),  # all-gather
+    (ONE_D, "S[1]", "R", None),  # all-gather on axis 1
+    (ONE_D, "P", "R", None),  # all-reduce
+    (ONE_D, "P[max]", "R", None),
+    (ONE_D, "P[avg]", "S[0]", None),  # reduce-scatter
+    (ONE_D, "S[0]", "S[1]", None),  # all-to-all
+    (ONE_D, "R", "S[1]", None),  # worker-indexed slice
+    (ONE_D, "R", "P", None),  # local partial
+    (TWO_BY_W, "S[0], R", "R, S[0]", None),
+    (TWO_BY_W, "P, P", "R, S[1]", None),
+    (W_BY_TWO, "S[1], S[0]", "R, R", None),
+    (W_BY_TWO, "P, R", "S[0], P", None),
+    (STAGE_0, "S[0]", "S[1]", STAGE_1),  # between pipeline stages
+    (STAGE_0, "P", "P", STAGE_1),  # a partial value: an aligned copy
+]
+
+
+@pytest.mark.parametrize("case", TRANSITIONS, ids=lambda c: f"{c[0].shape_str()}:{c[1]}->{c[2]}" + ("@1" if c[3] else ""))
+def test_every_kind_of_redistribution_runs_on_disco(case):
+    mesh, src, dst, dst_mesh = case
+    local = Sequential([get_pass(n) for n in LEGALIZE_AND_LOWER])(redistribute_module(mesh, src, dst, dst_mesh))
+    exported = to_relax(local)
+    x = np.random.default_rng(3).standard_normal((8, 8)).astype("float32")
+    for workers in (1, 2) if mesh.ndim == 2 or dst_mesh is not None else COUNTS:
+        got = run_disco(specialize_and_build(exported, {"num_workers": workers}), local, x, num_workers=workers, seed=5)
+        np.testing.assert_allclose(got, x, rtol=1e-6, atol=1e-6)
+
+
+def test_session_groups_follow_the_mesh():
+    local = Sequential([get_pass(n) for n in LEGALIZE_AND_LOWER])(redistribute_module(TWO_BY_W, "R, S[0]", "R, R"))
+    stats: dict = {}
+    x = np.arange(64, dtype="float32").reshape(8, 8)
+    got = run_disco(specialize_and_build(to_relax(local), {"num_workers": 4}), local, x, num_workers=4, stats=stats)
+    np.testing.assert_array_equal(got, x)
+    assert (stats["num_workers"], stats["num_groups"]) == (8, 2)
+    assert stats["calls"] == {"allgather": 2}  # one per group of 4
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    mod = examples.load("mlp")
+    local = distribute_pipeline()(mod)
+    return mod, local, to_relax(local), random_inputs(mod, seed=0)
+
+
+def test_a_build_for_other_sizes_is_refused_before_running(mlp):
+    _, local, exported, inputs = mlp
+    built = specialize_and_build(exported, {"num_workers": 2})
+    with pytest.raises(DiscoRunError, match="specialized for other sizes than num_workers=4"):
+        run_disco(built, local, *inputs, num_workers=4)
+
+
+def test_wrong_inputs_are_refused_before_running(mlp):
+    _, local, exported, inputs = mlp
+    built = specialize_and_build(exported, {"num_workers": 2})
+    with pytest.raises(DiscoRunError, match="input 'w1': expected dtype float32, got float64"):
+        run_disco(built, local, inputs[0], inputs[1].astype("float64"), inputs[2], num_workers=2)
+    with pytest.raises(DiscoRunError, match="expected size 256"):
+        run_disco(built, local, inputs[0][:, :128], inputs[1], inputs[2], num_workers=2)
+    with pytest.raises(DiscoRunError, match="takes 3 inputs"):
+        run_disco(built, local, *inputs[:2], num_workers=2)
+
+
+def test_a_module_built_from_another_export_is_refused(mlp):
+    _, local, _, inputs = mlp
+    other = distribute_pipeline()(distir.parse(examples.text("attention")))
+    built = specialize_and_build(to_relax(other), {"num_workers": 2})
+    with pytest.raises(DiscoRunError, match="do not fit the distir function"):
+        run_disco(built, local, *inputs, num_workers=2)
