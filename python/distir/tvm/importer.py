@@ -47,9 +47,6 @@ from .errors import TvmImportError
 
 __all__ = ["from_relax"]
 
-_IGNORED_FUNC_ATTRS = ("global_symbol",)
-
-
 def from_relax(tvm_mod: tvm.IRModule) -> IRModule:
     """The distir form of a TVM Relax module using ``R.dist`` (module docstring)."""
     return _Importer(tvm_mod).run()
@@ -58,6 +55,21 @@ def from_relax(tvm_mod: tvm.IRModule) -> IRModule:
 def _last_line(err: Exception) -> str:
     lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
     return lines[-1] if lines else type(err).__name__
+
+
+def _python_value(v) -> Any:
+    """A TVM attribute value (containers, immediates, strings) as plain Python."""
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, tvm.tirx.IntImm):
+        return bool(v.value) if str(v.ty) == "bool" else int(v.value)
+    if isinstance(v, tvm.tirx.FloatImm):
+        return float(v.value)
+    if hasattr(v, "items"):
+        return {str(k): _python_value(x) for k, x in v.items()}
+    if hasattr(v, "__len__"):
+        return [_python_value(x) for x in v]
+    return str(v)
 
 
 class _Importer:
@@ -144,7 +156,7 @@ class _Importer:
         if isinstance(e, tvm.ir.expr.StringImm):
             return StringImm(str(e.value))
         if tvm.ir.is_prim_expr(e):
-            return PrimValue(self.dim(e), str(e.dtype))
+            return PrimValue(self.dim(e), str(e.ty))
         raise self.fail(f"distir cannot import {type(e).__name__} values")
 
     def attr_value(self, v, kind: str) -> Any:
@@ -160,7 +172,7 @@ class _Importer:
         if isinstance(v, (bool, int, float, str)):
             return v
         if isinstance(v, tvm.tirx.IntImm):
-            return bool(v.value) if str(v.dtype) == "bool" else int(v.value)
+            return bool(v.value) if str(v.ty) == "bool" else int(v.value)
         if isinstance(v, tvm.tirx.FloatImm):
             return float(v.value)
         if isinstance(v, relax.ShapeExpr):
@@ -255,11 +267,14 @@ class _Importer:
         self.where = f"@{name}"
         result = self.expr(body.body, env)
         ret = self.type(f.ret_ty) if getattr(f, "ret_ty", None) is not None else None
-        attrs = {}
-        if f.attrs is not None:
-            for k, v in f.attrs.items():
-                if str(k) not in _IGNORED_FUNC_ATTRS:
-                    attrs[str(k)] = self.attr_value(v, "str")
+        attrs = {str(k): _python_value(v) for k, v in (f.attrs.items() if f.attrs is not None else ())}
+        # TVM marks a public function by its global symbol (its name unless given otherwise)
+        if attrs.get("global_symbol") == name:
+            del attrs["global_symbol"]
+        elif "global_symbol" not in attrs:
+            attrs["private"] = True
+        if not f.is_pure:
+            attrs["pure"] = False
         return Function(name, tuple(params), tuple(blocks), result, ret, attrs)
 
     def binding(self, b, env: dict) -> list[Binding]:
@@ -300,4 +315,5 @@ class _Importer:
                 raise TvmImportError(f"@{name} is a {type(f).__name__}; distir imports Relax functions only")
             funcs[name] = self.function(name, f)
         infos = {"mesh": self.meshes} if self.meshes else {}
-        return IRModule(funcs, infos)
+        attrs = self.tvm_mod.attrs
+        return IRModule(funcs, infos, {str(k): _python_value(v) for k, v in (attrs.items() if attrs is not None else ())})
