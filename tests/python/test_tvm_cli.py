@@ -1,0 +1,64 @@
+"""``distir run`` (simulator and TVM/Disco backends) and ``distir-opt --emit relax``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from distir import examples
+from distir.cli import main as distir_main
+from distir.cli import opt
+from distir.cli.run import compare
+
+MLP = str(examples.path("mlp"))
+ATTENTION = str(examples.path("attention"))
+
+
+@pytest.mark.parametrize("backend", ["sim", "tvm"])
+def test_run_reports_a_match_and_the_largest_difference(backend, capsys):
+    assert distir_main.main(["run", ATTENTION, "--num-workers", "2", "--backend", backend, "--bind", "s=8"]) == 0
+    out = capsys.readouterr().out
+    assert f"{backend} result on 2 workers matches the single-device result (random inputs (seed 0))" in out
+    assert "largest difference" in out
+    if backend == "tvm":
+        assert "BindSymbolicVars + tvm.compile" in out and "Disco ThreadedSession of 2 workers" in out
+        assert "allreduce x1" in out
+
+
+def test_run_reads_inputs_from_npz_by_parameter_name(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    path = tmp_path / "in.npz"
+    arrays = {"x": (128, 256), "w1": (256, 512), "w2": (512, 256)}
+    np.savez(path, **{k: rng.standard_normal(s).astype("float32") * 0.1 for k, s in arrays.items()})
+    assert distir_main.main(["run", MLP, "-n", "4", "--inputs", str(path), "--backend", "tvm"]) == 0
+    assert f"(inputs from {path})" in capsys.readouterr().out
+
+
+def test_run_names_the_missing_input(tmp_path, capsys):
+    path = tmp_path / "in.npz"
+    np.savez(path, x=np.zeros((128, 256), "float32"))
+    assert distir_main.main(["run", MLP, "-n", "2", "--inputs", str(path)]) == 1
+    assert f"'{path}' has no array for parameter 'w1' (it has: x)" in capsys.readouterr().err
+
+
+def test_compare_reports_a_mismatch():
+    expected = np.ones((4, 4), "float32")
+    assert compare(expected + 1e-7, expected, 1e-5, 1e-5) == (True, pytest.approx(1e-7, rel=0.2))
+    ok, worst = compare(expected + 0.5, expected, 1e-5, 1e-5)
+    assert not ok and worst == pytest.approx(0.5)
+    assert compare((expected,), (expected[:2],), 1e-5, 1e-5) == (False, float("inf"))
+
+
+def test_opt_emits_the_relax_export(capsys):
+    assert opt.main([MLP, "-p", "distribute", "--emit", "relax"]) == 0
+    out = capsys.readouterr().out
+    assert "def main(size_num_workers: R.Shape([num_workers])" in out
+    assert 'R.call_dps_packed("runtime.disco.allreduce"' in out
+    assert "def distir_disco_layout" in out
+
+
+def test_opt_emit_relax_of_a_global_module_says_what_to_run(capsys):
+    assert opt.main([MLP, "--emit", "relax"]) == 1
+    err = capsys.readouterr().err
+    assert "R.dist.annotate_sharding has no TVM Relax form" in err and "run the distribute pipeline first" in err
+    assert "Traceback" not in err
