@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import tvm
 
 import distir
 from distir import examples
@@ -129,6 +130,15 @@ def mlp():
     mod = examples.load("mlp")
     local = distribute_pipeline()(mod)
     return mod, local, to_relax(local), random_inputs(mod, seed=0)
+
+
+def test_one_symbolic_build_runs_at_every_count(mlp):
+    """Not binding at all: num_workers is passed at run time (a size parameter of the build)."""
+    mod, local, exported, inputs = mlp
+    built = tvm.compile(exported, target="llvm")
+    expected = run(mod, *inputs)
+    for workers in COUNTS:
+        assert_matches(run_disco(built, local, *inputs, num_workers=workers), expected)
 
 
 def test_a_build_for_other_sizes_is_refused_before_running(mlp):
