@@ -215,19 +215,23 @@ class _FunctionExporter:
         FuseTIR, so worker-dependent values are computed with tensor ops from the id tensor
         (see docs/tvm.md); a value of sizes only goes through ``R.arange``.
         """
-        key = (sym.key(d), dtype)
-        hit = self._scalars.get(key)
-        if hit is not None:
-            return hit
         value = self._scalar_int64(d)
-        if dtype != "int64":
-            value = self.emit(relax.op.astype(value, dtype))
-        self._scalars[key] = value
-        return value
+        if dtype == "int64":
+            return value
+        key = (sym.key(d), dtype)
+        if key not in self._scalars:
+            self._scalars[key] = self.emit(relax.op.astype(value, dtype))
+        return self._scalars[key]
 
     def _scalar_int64(self, d: Dim) -> relax.Expr:
         if isinstance(d, int):
             return self.const(d, "int64")
+        key = (sym.key(d), "int64")
+        if key not in self._scalars:
+            self._scalars[key] = self._emit_scalar_int64(d)
+        return self._scalars[key]
+
+    def _emit_scalar_int64(self, d: Dim) -> relax.Expr:
         if WORKER_ID not in sym.free_vars(d):
             e = self.dim(d)
             ar = self.emit(relax.op.arange(e, e + 1, 1, "int64"))
