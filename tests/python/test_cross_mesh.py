@@ -32,7 +32,7 @@ from distir.ir.transfer import devices_disjoint, transfer_cost_formula, transfer
 from distir.ir.types import dtype_bytes
 from distir.runtime import run
 from distir.runtime.spmd import SpmdError, SpmdStats, run_spmd
-from distir.transform import PassContext, distribute_pipeline, get_pass
+from distir.transform import distribute_pipeline, get_pass
 from distir.transform.redistribute_plan import (
     MeshPoint,
     Transfer,
@@ -421,9 +421,7 @@ class PipelineMLP:
 def test_pipeline_parallel_mlp_matches_the_single_device_run():
     """Stage 1 (Megatron column/row split) on mesh[0], stage 2 on mesh[1]; one symbolic pipeline run."""
     mod = distir.parse(PIPELINE_MLP)
-    # every tensor is laid out already; propagate-sharding handles one mesh per function, so it stays out
-    with PassContext(disabled_passes=["propagate-sharding"]):
-        lowered = distribute_pipeline()(mod)
+    lowered = distribute_pipeline()(mod)  # propagate-sharding keeps each stage on its own mesh
     ops = [b.value.op.name for b in lowered["main"].bindings()]
     assert ops.count("ccl.transfer") == 1 and "ccl.reduce_scatter" in ops
     rng = np.random.default_rng(0)

@@ -330,7 +330,7 @@ def test_propagation_is_idempotent():
         assert_structural_equal(propagate(once), once)
 
 
-def test_two_meshes_in_hints_is_an_error_naming_both():
+def test_one_op_on_two_meshes_is_an_error_naming_both():
     src = HEADER + '''    def main(x: R.DTensor((64, 64), "float32", "mesh[0]", "S[0]"), y: R.Tensor((64, 64), "float32")):
         with R.dataflow():
             y2 = R.dist.annotate_sharding(y, device_mesh="mesh[1]", placement="R, S[0]")
@@ -338,7 +338,7 @@ def test_two_meshes_in_hints_is_an_error_naming_both():
             R.output(z)
         return z
 '''
-    with pytest.raises(DiagnosticError, match="one device mesh per function") as err:
+    with pytest.raises(DiagnosticError, match=r"mesh\[1\] \(2, num_workers\).*mesh\[0\] \(num_workers,\).*R.dist.redistribute") as err:
         propagate(distir.parse(src))
     assert "y2" in str(err.value)
 
@@ -352,3 +352,47 @@ def test_module_without_hints_is_unchanged():
 '''
     mod = distir.parse(src)
     assert propagate(mod) is mod
+
+
+PIPELINE_STAGES = '''
+@I.ir_module
+class Module:
+    I.module_global_infos({"mesh": [R.device_mesh(("num_workers",), I.Range(0, "num_workers")), R.device_mesh(("num_workers",), I.Range("num_workers", "2 * num_workers"))]})
+
+    @R.function
+    def main(x: R.Tensor((32, 64), "float32"), w1: R.DTensor((64, 128), "float32", "mesh[0]", "S[1]"), w2: R.DTensor((128, 64), "float32", "mesh[0]", "S[0]"), w3: R.Tensor((64, 128), "float32"), w4: R.Tensor((128, 64), "float32")):
+        with R.dataflow():
+            h1 = R.matmul(x, w1)
+            y1 = R.matmul(h1, w2)
+            x2 = R.dist.redistribute(y1, device_mesh="mesh[1]", placement="R")
+            a2 = R.matmul(x2, w3)
+            a2_s = R.dist.annotate_sharding(a2, device_mesh="mesh[1]", placement="S[1]")
+            y2 = R.matmul(a2_s, w4)
+            R.output(y2)
+        return y2
+'''
+
+
+def test_pipeline_stages_on_two_meshes_each_propagate_on_their_own():
+    mod = distir.parse(PIPELINE_STAGES)
+    after = propagate(mod)
+    params = {p.name: p.type for p in after["main"].params}
+    assert str(params["x"].placement) == "R" and params["x"].mesh == mod.meshes()[0]
+    assert str(params["w3"].placement) == "S[1]" and params["w3"].mesh == mod.meshes()[1]
+    assert str(params["w4"].placement) == "S[0]" and params["w4"].mesh == mod.meshes()[1]
+    rng = np.random.default_rng(3)
+    shapes = [(32, 64), (64, 128), (128, 64), (64, 128), (128, 64)]
+    inputs = [(rng.standard_normal(s) / np.sqrt(s[0])).astype("float32") for s in shapes]
+    stats = assert_sharded_equivalent(mod, inputs, num_workers=(1, 2, 4))
+    assert stats[4].counts["transfer"] == 1 and stats[4].counts["all_reduce"] == 1
+
+
+def test_a_value_between_meshes_without_a_hint_is_an_error():
+    src = HEADER.replace("(2, \"num_workers\"), I.Range(0, \"2 * num_workers\")", "(\"num_workers\",), I.Range(\"num_workers\", \"2 * num_workers\")") + '''    def main(x: R.DTensor((64, 64), "float32", "mesh[0]", "S[0]"), y: R.DTensor((64, 64), "float32", "mesh[1]", "S[0]"), c: R.Tensor((64, 64), "float32")):
+        with R.dataflow():
+            z = R.exp(c)
+            R.output(z)
+        return z
+'''
+    with pytest.raises(DiagnosticError, match="nothing says which of the function's meshes 'c' lives on"):
+        propagate(distir.parse(src))

@@ -79,9 +79,8 @@ class _Materializer:
     def __init__(self, graph: Graph, prefs: Preferences, size_hints: Mapping[str, int]):
         self.g = graph
         self.prefs = prefs
-        self.mesh: DeviceMesh = graph.mesh
         self.env_sizes = dict(size_hints)
-        self.mesh_sizes = tuple(self._eval(d, MESH_SIZE_HINT) for d in self.mesh.shape)
+        self.sizes_cache: dict[int, tuple[int, ...]] = {}
         self.versions: dict[int, dict[Placement | None, Expr]] = {}
         self.primary: dict[int, Placement | None] = {}
         self.emitted: list[Binding] = []
@@ -91,6 +90,15 @@ class _Materializer:
         self.redistribute = get_op("dist.redistribute")
 
     # -- sizes and costs ------------------------------------------------------------------
+    def mesh(self, s: Slot) -> DeviceMesh:
+        return self.g.mesh_of[s.id]
+
+    def mesh_sizes(self, mesh: DeviceMesh) -> tuple[int, ...]:
+        key = id(mesh)
+        if key not in self.sizes_cache:
+            self.sizes_cache[key] = tuple(self._eval(d, MESH_SIZE_HINT) for d in mesh.shape)
+        return self.sizes_cache[key]
+
     def _eval(self, d, default: int) -> int:
         if isinstance(d, int):
             return d
@@ -103,7 +111,7 @@ class _Materializer:
     def nbytes(self, s: Slot) -> int:
         n = self.nbytes_cache.get(s.id)
         if n is None:
-            mesh_names = set().union(*(sym.free_vars(d) for d in self.mesh.shape))
+            mesh_names = set().union(*(sym.free_vars(d) for d in self.mesh(s).shape))
             n = dtype_bytes(s.tensor.dtype)
             for d in s.tensor.shape:
                 names = sym.free_vars(d) if not isinstance(d, int) else set()
@@ -117,10 +125,10 @@ class _Materializer:
         if src == dst:
             return Fraction(0)
         try:
-            plan = plan_redistribute(self.mesh, s.tensor.ndim, src, dst)
+            plan = plan_redistribute(self.mesh(s), s.tensor.ndim, src, dst)
         except DistirError:
             return INF
-        return plan_cost(plan, src, self.mesh_sizes) * self.nbytes(s)
+        return plan_cost(plan, src, self.mesh_sizes(self.mesh(s))) * self.nbytes(s)
 
     def request_cost(self, s: Slot, q: Placement, depth: int = 0) -> Fraction:
         """Bytes to get slot ``s`` in layout ``q`` from what exists (without emitting anything)."""
@@ -196,15 +204,16 @@ class _Materializer:
 
     def candidates(self, site: Site, out_hints):
         """(input placements, output placements) pairs the op's rule accepts."""
-        per_axis = [self.axis_options(site, a, out_hints) for a in range(self.mesh.ndim)]
+        ndim = site.mesh.ndim
+        per_axis = [self.axis_options(site, a, out_hints) for a in range(ndim)]
         for combo in itertools.product(*per_axis):
-            placements = tuple(Placement(tuple(combo[a][k] for a in range(self.mesh.ndim))) for k in range(len(site.ins)))
+            placements = tuple(Placement(tuple(combo[a][k] for a in range(ndim))) for k in range(len(site.ins)))
             if any(not s.distributable and not p.is_replicated for s, p in zip(site.ins, placements)):
                 continue
             try:
                 for s, p in zip(site.ins, placements):
-                    p.validate(self.mesh.ndim, s.tensor.ndim)
-                outs = forward(site.rule, placements, self.mesh.ndim, site.op.name)
+                    p.validate(ndim, s.tensor.ndim)
+                outs = forward(site.rule, placements, ndim, site.op.name)
             except (TypeInferenceError, DistirError):
                 continue
             yield placements, outs
@@ -262,10 +271,10 @@ class _Materializer:
                 return var
         if cost >= INF or src is None:
             raise DiagnosticError(
-                f"propagate-sharding: no way to lay out '{s.name}' as \"{q}\" on mesh {self.mesh.shape_str()}", s.span
+                f"propagate-sharding: no way to lay out '{s.name}' as \"{q}\" on mesh {self.mesh(s).shape_str()}", s.span
             )
         x = self.as_var(s, src)
-        call = Call(self.redistribute, (x,), {"device_mesh": self.mesh, "placement": q}, s.span)
+        call = Call(self.redistribute, (x,), {"device_mesh": self.mesh(s), "placement": q}, s.span)
         var = self.emit(name or self.fresh(f"{s.name}_{_tag(q)}"), call, s.span)
         vs[q] = var
         return var
@@ -312,8 +321,8 @@ class _Materializer:
         if site.rule is None:
             if site.op.sharding is not None or not site.outs:
                 raise DiagnosticError(f"propagate-sharding: cannot place the inputs of R.{site.op.name}", b.span)
-            choice = tuple(Placement.replicated(self.mesh.ndim) for _ in site.ins)
-            outs = [Placement.replicated(self.mesh.ndim)] * len(site.outs)
+            choice = tuple(Placement.replicated(site.mesh.ndim) for _ in site.ins)
+            outs = [Placement.replicated(site.mesh.ndim)] * len(site.outs)
         else:
             hints = [s.fixed or self.prefs.placement(s) for s in site.outs]
             best, choice, outs = None, None, None
@@ -366,7 +375,12 @@ class _Materializer:
                 "every worker, so a hint on it has no effect",
                 b.span,
             )
-        value = self.obtain(x, q, name=b.var.name)
+        if self.mesh(y) != self.mesh(x):  # a transfer to another mesh (pipeline stages): kept as written
+            src = self.as_var(x, self.primary[x.id])
+            call = Call(self.redistribute, (src,), {"device_mesh": self.mesh(y), "placement": q}, b.span)
+            value = self.emit(b.var.name, call, b.span)
+        else:
+            value = self.obtain(x, q, name=b.var.name)
         self.versions[y.id] = {q: value}
         self.primary[y.id] = q
 
@@ -406,7 +420,7 @@ class _Materializer:
                 continue
             s = slots[0]
             pl = self.initial_placement(s)
-            t = DTensorType(s.tensor.shape, s.tensor.dtype, self.mesh, pl)
+            t = DTensorType(s.tensor.shape, s.tensor.dtype, self.mesh(s), pl)
             var = p if p.type == t else Var(p.name, t, p.span)
             self.versions[s.id] = {pl: var}
             self.primary[s.id] = pl
@@ -466,8 +480,8 @@ class PropagateSharding(FunctionPass):
     name: ClassVar[str] = "propagate-sharding"
 
     def transform_function(self, func: Function, mod: IRModule, ctx: PassContext) -> Function:
-        graph = build_graph(func)
-        if graph.mesh is None:
+        graph = build_graph(func, {m: f"mesh[{i}]" for i, m in enumerate(mod.meshes())})
+        if not graph.is_distributed:
             return func  # nothing is distributed
         prefs = preferred_placements(graph)
         hints: dict[str, Any] = dict(ctx.config.get("propagate-sharding.size_hints", {}) or {})

@@ -58,6 +58,7 @@ class Site:
     ins: list[Slot]
     outs: list[Slot]
     rule: ShardingRule | None = None
+    mesh: DeviceMesh | None = None  # the mesh its distributed slots live on
     lead_in: list[tuple[str | None, ...]] = field(default_factory=list)  # leading factor of each input dim
     lead_out: list[tuple[str | None, ...]] = field(default_factory=list)
 
@@ -81,11 +82,15 @@ class Site:
 @dataclass
 class Graph:
     func: Function
-    mesh: DeviceMesh | None
+    mesh_of: dict[int, DeviceMesh]  # slot id -> its mesh, for every distributed slot
     slots: list[Slot]
     sites: list[Site]
     var_slots: dict[Var, list[Slot]]  # every tensor or tuple var (and alias) -> its slots
     constants: dict[int, Slot]  # id(Constant expr) -> slot
+
+    @property
+    def is_distributed(self) -> bool:
+        return bool(self.mesh_of)
 
 
 def _lead(dims) -> tuple[str | None, ...]:
@@ -101,8 +106,10 @@ def _plain(t: Type) -> TensorType | None:
 
 
 class _Builder:
-    def __init__(self, func: Function):
+    def __init__(self, func: Function, mesh_names: dict | None = None):
         self.func = func
+        self.mesh_names = mesh_names or {}
+        self.seed_mesh: dict[int, tuple[DeviceMesh, str, Span | None]] = {}
         self.slots: list[Slot] = []
         self.sites: list[Site] = []
         self.var_slots: dict[Var, list[Slot]] = {}
@@ -117,8 +124,16 @@ class _Builder:
         self.slots.append(s)
         return s
 
-    def note_mesh(self, mesh: DeviceMesh, where: str, span) -> None:
+    def note_mesh(self, mesh: DeviceMesh, where: str, span, slot: Slot | None = None) -> None:
         self.meshes.append((mesh, where, span))
+        if slot is not None and slot.id not in self.seed_mesh:
+            self.seed_mesh[slot.id] = (mesh, where, span)
+
+    def mesh_name(self, mesh: DeviceMesh) -> str:
+        for m, name in self.mesh_names.items():
+            if m == mesh:
+                return f"{name} {mesh.shape_str()}"
+        return f"mesh {mesh.shape_str()}"
 
     def slots_of_type(
         self, name: str, t: Type, distributable: bool, b: Binding | None, span, seed: bool = False
@@ -137,8 +152,10 @@ class _Builder:
         fixed = None
         if isinstance(t, DTensorType) and seed:
             fixed = t.placement
-            self.note_mesh(t.mesh, f"the type of '{name}'", span)
-        return [self.new_slot(name, plain, distributable, span, fixed)]
+        slot = self.new_slot(name, plain, distributable, span, fixed)
+        if isinstance(t, DTensorType) and seed:
+            self.note_mesh(t.mesh, f"the type of '{name}'", span, slot)
+        return [slot]
 
     def arg_slots(self, e: Expr, b: Binding) -> list[Slot]:
         if isinstance(e, Var):
@@ -181,9 +198,9 @@ class _Builder:
         site = Site(b, op, ins, outs)
         if op.name in HINT_OPS:
             mesh, placement = value.attrs["device_mesh"], value.attrs["placement"]
-            self.note_mesh(mesh, f"the hint on '{b.var.name}'", b.span)
             outs[0].fixed = placement
             outs[0].distributable = True
+            self.note_mesh(mesh, f"the hint on '{b.var.name}'", b.span, outs[0])
             if op.name == "dist.annotate_sharding" and ins and ins[0].fixed is None and ins[0].distributable:
                 ins[0].fixed = placement  # the hint is about the annotated tensor itself
         elif op.sharding is not None and outs:
@@ -204,24 +221,69 @@ class _Builder:
             self.var_slots[p] = self.slots_of_type(p.name, p.type, True, None, p.span, seed=True)
         for b in self.func.bindings():
             self.binding(b)
-        mesh = None
-        for m, where, span in self.meshes:
-            if mesh is None:
-                mesh = m
-                first = where
-            elif m != mesh:
+        return Graph(self.func, self.assign_meshes(), self.slots, self.sites, self.var_slots, self.constants)
+
+    def assign_meshes(self) -> dict[int, DeviceMesh]:
+        """Each distributed slot's mesh: an op's slots share one; only a redistribute crosses meshes."""
+        parent = list(range(len(self.slots)))
+
+        def find(i: int) -> int:
+            while parent[i] != i:
+                parent[i] = parent[parent[i]]
+                i = parent[i]
+            return i
+
+        for site in self.sites:
+            if site.op.name == "dist.redistribute":
+                continue
+            members = [s.id for s in site.ins + site.outs if s.distributable]
+            for m in members[1:]:
+                parent[find(m)] = find(members[0])
+        component_mesh: dict[int, tuple[DeviceMesh, str, Span | None]] = {}
+        for sid, (mesh, where, span) in self.seed_mesh.items():
+            root = find(sid)
+            known = component_mesh.get(root)
+            if known is None:
+                component_mesh[root] = (mesh, where, span)
+            elif known[0] != mesh:
                 raise DiagnosticError(
-                    f"propagate-sharding: {where} uses mesh {m.shape_str()} but {first} uses mesh {mesh.shape_str()}; "
-                    "propagation works on one device mesh per function (write the DTensor types of the other stage "
-                    "and its redistributes explicitly)",
+                    f"propagate-sharding: {where} puts it on {self.mesh_name(mesh)}, but {known[1]} puts values "
+                    f"computed together with it on {self.mesh_name(known[0])}; an op's inputs and outputs live on "
+                    "one mesh, so move one of them with R.dist.redistribute",
                     span,
                 )
-        return Graph(self.func, mesh, self.slots, self.sites, self.var_slots, self.constants)
+        meshes = []
+        for m, _, _ in self.meshes:
+            if m not in meshes:
+                meshes.append(m)
+        mesh_of: dict[int, DeviceMesh] = {}
+        if not meshes:
+            return mesh_of
+        for s in self.slots:
+            if not s.distributable:
+                continue
+            found = component_mesh.get(find(s.id))
+            if found is not None:
+                mesh_of[s.id] = found[0]
+            elif len(meshes) == 1:
+                mesh_of[s.id] = meshes[0]
+            else:
+                raise DiagnosticError(
+                    f"propagate-sharding: nothing says which of the function's meshes '{s.name}' lives on; "
+                    "give it a DTensor type or an R.dist.annotate_sharding hint",
+                    s.span,
+                )
+        for site in self.sites:
+            on = [mesh_of[x.id] for x in site.outs + site.ins if x.id in mesh_of]
+            site.mesh = on[0] if on else None
+        return mesh_of
 
 
-def build_graph(func: Function) -> Graph:
-    """Slots and sites of ``func``; DiagnosticError for what propagation cannot handle."""
-    return _Builder(func).build()
+def build_graph(func: Function, mesh_names: dict | None = None) -> Graph:
+    """Slots and sites of ``func``; DiagnosticError for what propagation cannot handle.
+
+    ``mesh_names`` (mesh -> "mesh[i]") makes errors name meshes as the text does."""
+    return _Builder(func, mesh_names).build()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -254,20 +316,21 @@ class Preferences:
 class _Propagator:
     def __init__(self, graph: Graph):
         self.graph = graph
-        self.ndim = graph.mesh.ndim
+        widest = max(m.ndim for m in graph.mesh_of.values())
         self.specs: dict[int, list[Spec | None]] = {}
         self.strength: dict[int, list[int]] = {}
         self.conflicts: list[Conflict] = []
         for s in graph.slots:
+            ndim = graph.mesh_of[s.id].ndim if s.id in graph.mesh_of else widest
             if s.fixed is not None:
                 self.specs[s.id] = list(s.fixed.specs)
-                self.strength[s.id] = [SEED] * self.ndim
-            elif not s.distributable:
-                self.specs[s.id] = [Replicate()] * self.ndim
-                self.strength[s.id] = [SEED] * self.ndim
+                self.strength[s.id] = [SEED] * ndim
+            elif not s.distributable:  # the same on every worker: replicated on any mesh
+                self.specs[s.id] = [Replicate()] * ndim
+                self.strength[s.id] = [SEED] * ndim
             else:
-                self.specs[s.id] = [None] * self.ndim
-                self.strength[s.id] = [0] * self.ndim
+                self.specs[s.id] = [None] * ndim
+                self.strength[s.id] = [0] * ndim
 
     def propose(self, s: Slot, a: int, spec: Spec, site: Site) -> bool:
         cur, st = self.specs[s.id][a], self.strength[s.id][a]
@@ -352,14 +415,14 @@ class _Propagator:
         return changed
 
     def run(self) -> Preferences:
-        sites = [s for s in self.graph.sites if s.rule is not None or s.is_hint]
+        sites = [s for s in self.graph.sites if (s.rule is not None or s.is_hint) and s.mesh is not None]
         for _ in range(4 * len(sites) + 8):
             changed = False
             for site in sites:
-                for a in range(self.ndim):
+                for a in range(site.mesh.ndim):
                     changed |= self.hint_site(site, a) if site.is_hint else self.forward_site(site, a)
             for site in reversed(sites):
-                for a in range(self.ndim):
+                for a in range(site.mesh.ndim):
                     if not site.is_hint:
                         changed |= self.backward_site(site, a)
             if not changed:
