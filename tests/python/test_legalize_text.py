@@ -99,3 +99,19 @@ def test_lower_each_transition(name):
     assert "num_workers" in text
     for n in ("num_workers=2", "num_workers=4", "num_workers=8"):
         assert n not in text
+
+
+def _plan_text(shape: str, src: str, dst: str, mesh: str = "mesh[1]") -> str:
+    text = module(src, dst, None, mesh=mesh).replace("(128, 64)", shape)
+    return get_pass("legalize-redistribute")(distir.parse(text)).script()
+
+
+def test_intermediate_layouts_only_cut_dims_that_divide():
+    """P,P -> R,R on a (2, num_workers) mesh reduce-scatters a dim on the way; it must be one that divides."""
+    assert "reduce_scatter(x, mesh_axis=0, dim=0)" in _plan_text("(8, 4)", "P, P", "R, R")
+    assert "reduce_scatter(x, mesh_axis=0, dim=1)" in _plan_text("(7, 4)", "P, P", "R, R")
+    odd = _plan_text("(7, 5)", "P, P", "R, R")
+    assert "reduce_scatter" not in odd and odd.count("R.dist.all_reduce") == 2
+    # a dynamic dim is never cut on the way: an odd sequence length would not divide
+    dynamic = _plan_text('("s", 5)', "P, P", "R, R")
+    assert "reduce_scatter" not in dynamic

@@ -59,7 +59,7 @@ class LegalizeRedistribute(FunctionPass):
             mesh, dst = value.attrs["device_mesh"], value.attrs["placement"]
             try:
                 if mesh == src.mesh:
-                    plan = plan_redistribute(mesh, src.ndim, src.placement, dst)
+                    plan = plan_redistribute(mesh, src.ndim, src.placement, dst, src.shape)
                 else:
                     plan = plan_cross_mesh(src.mesh, src.placement, mesh, dst, src.ndim)
             except DistirError as err:

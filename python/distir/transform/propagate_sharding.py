@@ -125,7 +125,7 @@ class _Materializer:
         if src == dst:
             return Fraction(0)
         try:
-            plan = plan_redistribute(self.mesh(s), s.tensor.ndim, src, dst)
+            plan = plan_redistribute(self.mesh(s), s.tensor.ndim, src, dst, s.tensor.shape)
         except DistirError:
             return INF
         return plan_cost(plan, src, self.mesh_sizes(self.mesh(s))) * self.nbytes(s)

@@ -55,14 +55,16 @@ class Step:
         return f"{self.kind}(mesh_axis={self.mesh_axis}{extra})"
 
 
-def _moves(state: Placement, ndim: int, target: Placement):
+def _moves(state: Placement, ndim: int, target: Placement, blocked: frozenset[int] = frozenset()):
+    """Single steps out of ``state``; none shards a dim in ``blocked`` (see :func:`unshardable_dims`)."""
+    dims = [d for d in range(ndim) if d not in blocked]
     for axis, spec in enumerate(state.specs):
         if isinstance(spec, Shard):
-            cands = [Step("all_gather", axis)] + [Step("all_to_all", axis, e) for e in range(ndim) if e != spec.dim]
+            cands = [Step("all_gather", axis)] + [Step("all_to_all", axis, e) for e in dims if e != spec.dim]
         elif isinstance(spec, Partial):
-            cands = [Step("all_reduce", axis)] + [Step("reduce_scatter", axis, d) for d in range(ndim)]
+            cands = [Step("all_reduce", axis)] + [Step("reduce_scatter", axis, d) for d in dims]
         else:
-            cands = [Step("local_shard", axis, d) for d in range(ndim)]
+            cands = [Step("local_shard", axis, d) for d in dims]
             if isinstance(target[axis], Partial):
                 cands.append(Step("local_partial", axis, op_type=target[axis].op))
         for step in cands:
@@ -113,9 +115,11 @@ def _shortest(src, dst, moves):
     return None
 
 
-def _dijkstra(src: Placement, dst: Placement, ndim: int, sizes: tuple[int, ...]) -> tuple[Step, ...]:
+def _dijkstra(
+    src: Placement, dst: Placement, ndim: int, sizes: tuple[int, ...], blocked: frozenset[int] = frozenset()
+) -> tuple[Step, ...]:
     def moves(state):
-        for step, nxt in _moves(state, ndim, dst):
+        for step, nxt in _moves(state, ndim, dst, blocked):
             yield step, nxt, step_cost(step, state, sizes)
 
     plan = _shortest(src, dst, moves)
@@ -143,16 +147,16 @@ def _sample_points(mesh_shape: tuple[Dim, ...]) -> list[tuple[int, ...]]:
 
 
 @lru_cache(maxsize=4096)
-def _plan_cached(mesh_shape, ndim: int, src: Placement, dst: Placement) -> tuple[Step, ...]:
+def _plan_cached(mesh_shape, ndim: int, src: Placement, dst: Placement, blocked: frozenset[int]) -> tuple[Step, ...]:
     points = _sample_points(mesh_shape)
     candidates: list[tuple[Step, ...]] = []
     for p in points:
-        plan = _dijkstra(src, dst, ndim, p)
+        plan = _dijkstra(src, dst, ndim, p, blocked)
         if plan not in candidates:
             candidates.append(plan)
     if len(candidates) == 1:
         return candidates[0]
-    optimum = {p: plan_cost(_dijkstra(src, dst, ndim, p), src, p) for p in points}
+    optimum = {p: plan_cost(_dijkstra(src, dst, ndim, p, blocked), src, p) for p in points}
 
     def excess(plan):
         return sum((plan_cost(plan, src, p) - optimum[p]) for p in points)
@@ -160,11 +164,40 @@ def _plan_cached(mesh_shape, ndim: int, src: Placement, dst: Placement) -> tuple
     return min(candidates, key=lambda plan: (excess(plan), len(plan), candidates.index(plan)))
 
 
-def plan_redistribute(mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement) -> tuple[Step, ...]:
-    """The cheapest steps from ``src`` to ``dst`` on ``mesh`` for a tensor of rank ``ndim``."""
+def unshardable_dims(shape, mesh: DeviceMesh, src: Placement, dst: Placement) -> frozenset[int]:
+    """Dims a plan must not shard on its way (dims neither ``src`` nor ``dst`` shards that may not divide).
+
+    The source and target layouts are the user's, and their shapes must divide (Specialize
+    checks). A plan's intermediate layouts are the planner's: it may shard a further dim only
+    if that cannot fail, i.e. the dim is static and divides by the static part of the mesh.
+    A dynamic dim (a sequence length) is never cut on the way: no check could catch an odd one.
+    """
+    used = {s.dim for p in (src, dst) for s in p.specs if isinstance(s, Shard)}
+    mesh_symbols = set().union(*(sym.free_vars(d) for d in mesh.shape))
+    static = sym.product(d for d in mesh.shape if isinstance(d, int))
+    out = set()
+    for d, size in enumerate(shape):
+        if d in used:
+            continue
+        if isinstance(size, int):
+            if size % static:
+                out.add(d)
+        elif not sym.free_vars(size) <= mesh_symbols:
+            out.add(d)
+    return frozenset(out)
+
+
+def plan_redistribute(
+    mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement, shape=None
+) -> tuple[Step, ...]:
+    """The cheapest steps from ``src`` to ``dst`` on ``mesh`` for a tensor of rank ``ndim``.
+
+    Given the tensor's global ``shape``, intermediate layouts shard only dims that surely
+    divide (:func:`unshardable_dims`); without it, any dim."""
     if src == dst:
         return ()
-    return _plan_cached(_ShapeBox(mesh.shape), ndim, src, dst)
+    blocked = unshardable_dims(shape, mesh, src, dst) if shape is not None else frozenset()
+    return _plan_cached(_ShapeBox(mesh.shape), ndim, src, dst, blocked)
 
 
 class _ShapeBox(tuple):
