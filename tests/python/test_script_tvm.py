@@ -7,11 +7,10 @@ tensor shapes are TVM features too (declared by ``n = T.int64()`` as TVM prints 
 from __future__ import annotations
 
 import pytest
+import tvm  # a pinned dependency: its absence is a failure, not a skip
 
 import distir
 from test_script_roundtrip import CORPUS, STATIC_1D
-
-tvm = pytest.importorskip("tvm")
 
 TVM_SUBSET = [
     "static_1d",

@@ -163,7 +163,6 @@ def test_build_without_distir_tvm_is_a_clear_error(monkeypatch):
 
 
 def test_build_compiles_each_count_with_tvm(mlp_file, capsys):
-    pytest.importorskip("distir.tvm", reason="distir.tvm (the TVM export) is not in this version")
     code, out, err = run_cli(["sweep", str(mlp_file), "--num-workers", "1,2", "--build"], capsys)
     assert code == 0, err
     header = next(line for line in out.splitlines() if "params/worker" in line)
