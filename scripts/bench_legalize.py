@@ -13,7 +13,20 @@ from __future__ import annotations
 import argparse
 import time
 
-from distir.ir import Binding, Block, Call, DeviceMesh, DTensorType, Function, IRModule, Placement, Range, Var, get_op, sym
+from distir.ir import (
+    Binding,
+    Block,
+    Call,
+    DeviceMesh,
+    DTensorType,
+    Function,
+    IRModule,
+    Placement,
+    Range,
+    Var,
+    get_op,
+    sym,
+)
 from distir.transform import get_pass
 from distir.transform.specialize import specialize
 

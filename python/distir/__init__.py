@@ -4,7 +4,7 @@ from .errors import DiagnosticError, DistirError, ParseError
 
 __version__ = "0.1.0"
 
-__all__ = ["parse", "DistirError", "DiagnosticError", "ParseError", "__version__"]
+__all__ = ["DiagnosticError", "DistirError", "ParseError", "__version__", "parse"]
 
 
 def parse(text_or_path, source_name: str | None = None):

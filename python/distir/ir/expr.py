@@ -8,9 +8,10 @@ the verifier checks it against what the op infers.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -49,7 +50,7 @@ class Var(Expr):
     def __repr__(self) -> str:
         return f"Var({self.name})"
 
-    def with_type(self, t: Type) -> "Var":
+    def with_type(self, t: Type) -> Var:
         return Var(self.name, t, self.span)
 
 
@@ -127,7 +128,7 @@ class TupleGetItem(Expr):
 class Call(Expr):
     """``op(args, **attrs)``. Attrs are immutable; ``type`` runs the op's type inference."""
 
-    op: "OpDef"
+    op: OpDef
     args: tuple[Expr, ...]
     attrs: Mapping[str, Any] = field(default_factory=dict)
     span: Span | None = field(default=None, compare=False, repr=False)
@@ -192,16 +193,16 @@ class Function(Expr):
 
         return print_function(self, mod)
 
-    def replace(self, **changes) -> "Function":
-        values = dict(
-            name=self.name,
-            params=self.params,
-            blocks=self.blocks,
-            result=self.result,
-            ret_type=self.ret_type,
-            attrs=self.attrs,
-            span=self.span,
-        )
+    def replace(self, **changes) -> Function:
+        values = {
+            "name": self.name,
+            "params": self.params,
+            "blocks": self.blocks,
+            "result": self.result,
+            "ret_type": self.ret_type,
+            "attrs": self.attrs,
+            "span": self.span,
+        }
         values.update(changes)
         return Function(**values)
 
@@ -232,14 +233,14 @@ class IRModule:
     def meshes(self) -> tuple[DeviceMesh, ...]:
         return tuple(self.global_infos.get("mesh", ()))
 
-    def replace(self, **changes) -> "IRModule":
-        values = dict(
-            functions=self.functions, global_infos=self.global_infos, attrs=self.attrs, source_name=self.source_name
-        )
+    def replace(self, **changes) -> IRModule:
+        values = {
+            "functions": self.functions, "global_infos": self.global_infos, "attrs": self.attrs, "source_name": self.source_name
+        }
         values.update(changes)
         return IRModule(**values)
 
-    def with_function(self, func: Function) -> "IRModule":
+    def with_function(self, func: Function) -> IRModule:
         funcs = dict(self.functions)
         funcs[func.name] = func
         return self.replace(functions=funcs)

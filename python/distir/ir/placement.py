@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Union
 
 from ..errors import DistirError
 
@@ -46,7 +45,7 @@ class Partial:
         return "P" if self.op == "sum" else f"P[{self.op}]"
 
 
-Spec = Union[Replicate, Shard, Partial]
+Spec = Replicate | Shard | Partial
 R = Replicate()
 
 _SPEC_RE = re.compile(r"^\s*(?:(R)|S\[\s*(-?\d+)\s*\]|P(?:\[\s*([a-z]+)\s*\])?)\s*$")
@@ -57,7 +56,7 @@ class Placement:
     specs: tuple[Spec, ...]
 
     @staticmethod
-    def parse(text: str) -> "Placement":
+    def parse(text: str) -> Placement:
         if not isinstance(text, str) or not text.strip():
             raise PlacementError(f"placement must be a non-empty string like \"S[0], R\", got {text!r}")
         specs: list[Spec] = []
@@ -84,7 +83,7 @@ class Placement:
         return Placement(tuple(specs))
 
     @staticmethod
-    def replicated(ndim: int) -> "Placement":
+    def replicated(ndim: int) -> Placement:
         return Placement((R,) * ndim)
 
     def __str__(self) -> str:
@@ -96,7 +95,7 @@ class Placement:
     def __getitem__(self, i: int) -> Spec:
         return self.specs[i]
 
-    def replace(self, mesh_axis: int, spec: Spec) -> "Placement":
+    def replace(self, mesh_axis: int, spec: Spec) -> Placement:
         specs = list(self.specs)
         specs[mesh_axis] = spec
         return Placement(tuple(specs))

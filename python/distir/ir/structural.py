@@ -38,9 +38,8 @@ class _Comparer:
         raise _Mismatch(path, a, b)
 
     def module(self, a: IRModule, b: IRModule) -> None:
-        if list(a.functions) != list(b.functions):
-            if sorted(a.functions) != sorted(b.functions):
-                self.fail("functions", sorted(a.functions), sorted(b.functions))
+        if list(a.functions) != list(b.functions) and sorted(a.functions) != sorted(b.functions):
+            self.fail("functions", sorted(a.functions), sorted(b.functions))
         if dict(a.global_infos) != dict(b.global_infos):
             self.fail("global_infos", dict(a.global_infos), dict(b.global_infos))
         if _attrs_norm(a.attrs) != _attrs_norm(b.attrs):

@@ -6,8 +6,8 @@ hashing go through ``sym`` so two types are equal when their dims provably are.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -49,7 +49,7 @@ def shape_str(shape: Sequence[Dim]) -> str:
 class Type:
     """Base of all types."""
 
-    def substitute(self, values) -> "Type":
+    def substitute(self, values) -> Type:
         return self
 
 
@@ -78,7 +78,7 @@ class TensorType(Type):
     def __str__(self) -> str:
         return f"Tensor({shape_str(self.shape)}, \"{self.dtype}\")"
 
-    def substitute(self, values) -> "TensorType":
+    def substitute(self, values) -> TensorType:
         return TensorType(tuple(sym.substitute(d, values) for d in self.shape), self.dtype)
 
 
@@ -102,7 +102,7 @@ class DTensorType(Type):
     def tensor(self) -> TensorType:
         return TensorType(self.shape, self.dtype)
 
-    def with_placement(self, placement: Placement) -> "DTensorType":
+    def with_placement(self, placement: Placement) -> DTensorType:
         return DTensorType(self.shape, self.dtype, self.mesh, placement)
 
     def __eq__(self, other: object) -> bool:
@@ -120,7 +120,7 @@ class DTensorType(Type):
     def __str__(self) -> str:
         return f"DTensor({shape_str(self.shape)}, \"{self.dtype}\", {self.mesh.shape_str()}, \"{self.placement}\")"
 
-    def substitute(self, values) -> "DTensorType":
+    def substitute(self, values) -> DTensorType:
         return DTensorType(
             tuple(sym.substitute(d, values) for d in self.shape), self.dtype, self.mesh.substitute(values), self.placement
         )
@@ -139,7 +139,7 @@ class TupleType(Type):
     def __str__(self) -> str:
         return "Tuple(" + ", ".join(str(f) for f in self.fields) + ")"
 
-    def substitute(self, values) -> "TupleType":
+    def substitute(self, values) -> TupleType:
         return TupleType(tuple(f.substitute(values) for f in self.fields))
 
 
@@ -163,7 +163,7 @@ class ShapeType(Type):
     def __str__(self) -> str:
         return f"Shape({shape_str(self.values) if self.values is not None else self.ndim})"
 
-    def substitute(self, values) -> "ShapeType":
+    def substitute(self, values) -> ShapeType:
         if self.values is None:
             return self
         return ShapeType(self.ndim, tuple(sym.substitute(d, values) for d in self.values))
