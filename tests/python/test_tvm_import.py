@@ -10,7 +10,6 @@ import distir
 from distir.ir import Binding, Block, Call, DTensorType, IRModule, Placement, Range, ShapeExpr, assert_structural_equal
 from distir.runtime import run
 from distir.runtime.spmd import run_spmd
-from distir.transform import Sequential, get_pass
 from distir.transform.pipelines import distribute_pipeline
 from distir.transform.specialize import specialize
 from distir.tvm import TvmImportError, from_relax, run_disco, specialize_and_build, to_relax
@@ -131,10 +130,8 @@ def test_pipeline_parallel_mlp_imports_with_both_meshes():
     rng = np.random.default_rng(2)
     x, w1, w2 = (rng.standard_normal(s).astype("float32") for s in ((64, 128), (128, 256), (256, 128)))
     np.testing.assert_allclose(run(mod, x, w1, w2), numpy_mlp(x, w1, w2), rtol=1e-5, atol=1e-3)
-    # the stages' transfer legalizes and runs (propagate-sharding handles one mesh per function,
-    # so the explicit steps of the pipeline run here)
-    steps = ("legalize-redistribute", "canonicalize", "lower-global-view-to-local-view")
-    local = Sequential([get_pass(n) for n in steps])(mod)
+    # the transfer between the stages legalizes, lowers and runs
+    local = distribute_pipeline()(mod)
     expected = run(mod, x, w1, w2)
     np.testing.assert_allclose(run_spmd(local, x, w1, w2), expected, rtol=1e-5, atol=1e-3)
     built = specialize_and_build(to_relax(local), {})
