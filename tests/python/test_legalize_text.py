@@ -115,3 +115,13 @@ def test_intermediate_layouts_only_cut_dims_that_divide():
     # a dynamic dim is never cut on the way: an odd sequence length would not divide
     dynamic = _plan_text('("s", 5)', "P, P", "R, R")
     assert "reduce_scatter" not in dynamic
+
+
+def test_a_placement_mixing_reductions_gets_no_plan():
+    """Built through the Python API (the parser already refuses it), "P[max], P" is still refused."""
+    from distir.ir import DeviceMesh, Placement, PlacementError, Range
+    from distir.transform.redistribute_plan import plan_redistribute
+
+    mesh = DeviceMesh((2, 2), Range(0, 4))
+    with pytest.raises(PlacementError, match="mixes partial reductions"):
+        plan_redistribute(mesh, 2, Placement.parse("P[max], P"), Placement.parse("P, P"))

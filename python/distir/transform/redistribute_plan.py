@@ -194,6 +194,8 @@ def plan_redistribute(
 
     Given the tensor's global ``shape``, intermediate layouts shard only dims that surely
     divide (:func:`unshardable_dims`); without it, any dim."""
+    src.validate(mesh.ndim, ndim, "source placement")  # e.g. "P[max], P" mixes reductions: no plan is right
+    dst.validate(mesh.ndim, ndim, "target placement")
     if src == dst:
         return ()
     blocked = unshardable_dims(shape, mesh, src, dst) if shape is not None else frozenset()
