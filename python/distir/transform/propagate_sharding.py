@@ -497,7 +497,9 @@ def _warn_ambiguities(graph: Graph, prefs: Preferences) -> None:
             continue
         reported.add(c.slot.id)
         where = f" ({c.slot.span})" if c.slot.span else ""
-        if c.other is not None:
+        if c.other is c.slot or (c.other is None and c.kept == c.offered):
+            why = f"'{c.site.name}' reads it twice, needing its dims sharded differently"
+        elif c.other is not None:
             why = f"'{c.site.name}' reads it together with '{c.other.name}', which is {c.offered}"
         else:
             why = f"'{c.site.name}' would make it {c.offered}"

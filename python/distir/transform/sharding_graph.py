@@ -360,8 +360,9 @@ class _Propagator:
             owners = list(found.values())
             for s in owners:
                 if self.strength[s.id][a] != SEED:
-                    other = next(o for o in owners if o is not s)
-                    self.conflicts.append(Conflict(s, a, self.specs[s.id][a], self.specs[other.id][a], site, other))
+                    other = next((o for o in owners if o is not s), None)  # None: the op reads it twice
+                    offered = self.specs[other.id][a] if other is not None else self.specs[s.id][a]
+                    self.conflicts.append(Conflict(s, a, self.specs[s.id][a], offered, site, other))
         return next(iter(found)) if len(found) == 1 else None
 
     def forward_site(self, site: Site, a: int) -> bool:
