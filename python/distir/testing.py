@@ -11,7 +11,7 @@ from .ir.expr import IRModule
 from .runtime.spmd import SpmdStats, run_spmd
 from .transform.specialize import specialize
 
-__all__ = ["assert_sharded_equivalent", "random_inputs"]
+__all__ = ["assert_sharded_equivalent", "compare_outputs", "random_inputs"]
 
 
 def random_inputs(
@@ -55,6 +55,27 @@ def random_inputs(
         else:
             out.append((rng.standard_normal(shape) * 0.5).astype(dtype))
     return out
+
+
+def compare_outputs(got, expected, rtol: float = 1e-5, atol: float = 1e-5) -> tuple[bool, float]:
+    """(every output matches, largest absolute difference); ``atol`` scales with the largest expected value."""
+    got = got if isinstance(got, tuple) else (got,)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    ok, worst = len(got) == len(expected), 0.0
+    for g, e in zip(got, expected):
+        g, e = np.asarray(g), np.asarray(e)
+        if g.shape != e.shape:
+            return False, float("inf")
+        if e.dtype == bool or g.dtype == bool:
+            diff = float(np.count_nonzero(g != e))
+            ok &= diff == 0
+        else:
+            g64, e64 = g.astype(np.float64), e.astype(np.float64)
+            scale = float(np.max(np.abs(e64))) if e64.size else 0.0
+            diff = float(np.max(np.abs(g64 - e64))) if e64.size else 0.0
+            ok &= bool(np.allclose(g64, e64, rtol=rtol, atol=atol * max(scale, 1e-30), equal_nan=True))
+        worst = max(worst, diff)
+    return ok, worst
 
 
 def _as_tuple(x):

@@ -19,7 +19,7 @@ from distir.cli import main as distir_main
 from distir.errors import DistirError
 from distir.ir import DeviceMesh, DTensorType, Placement, Range, sym
 from distir.ir.placement import Partial, Replicate, Shard
-from distir.runtime.spmd import _shard_input
+from distir.runtime.spmd import shard_input
 from distir.transform.pipelines import distribute_pipeline
 
 W = sym.var("num_workers")
@@ -248,7 +248,7 @@ def test_every_block_is_what_its_labelled_devices_hold_in_the_runtime(case):
     values = {"num_workers": workers}
     grid = layout_grid("t", t, values)
     x = np.random.default_rng(0).standard_normal(shape)
-    pieces = _shard_input(t, x, values, rng=np.random.default_rng(1))  # the runtime's own sharding
+    pieces = shard_input(t, x, values, rng=np.random.default_rng(1))  # the runtime's own sharding
     counts = [int(np.prod([sizes[a] for a in placement.mesh_axes_of(d)] or [1])) for d in range(ndim)]
     seen = set()
     for r, row in enumerate(grid.cells):

@@ -8,7 +8,7 @@ import pytest
 from distir import examples
 from distir.cli import main as distir_main
 from distir.cli import opt
-from distir.cli.run import compare
+from distir.testing import compare_outputs as compare
 
 MLP = str(examples.path("mlp"))
 ATTENTION = str(examples.path("attention"))

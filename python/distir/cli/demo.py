@@ -62,14 +62,12 @@ def _fmt_bytes(n: float) -> str:
 def demo_job(example: str, out: TextIO, *, num_workers: int = 4, seq_len: int = 32, seed: int = 0,
              print_ir: bool = False) -> int:
     """Distribute ``example``, specialize, simulate, compare; write a report to ``out``."""
-    import numpy as np
-
     from .. import examples
     from ..ir import sym
     from ..ir.verify import verify
     from ..runtime import run
     from ..runtime.spmd import SpmdStats, run_spmd
-    from ..testing import random_inputs
+    from ..testing import compare_outputs, random_inputs
     from ..transform import PassContext
     from ..transform.instruments import PassTimingInstrument
     from ..transform.pipelines import distribute_pipeline
@@ -100,15 +98,7 @@ def demo_job(example: str, out: TextIO, *, num_workers: int = 4, seq_len: int = 
     expected = run(mod, *inputs)
     stats = SpmdStats()
     got = run_spmd(local, *inputs, stats=stats, seed=seed)
-    expected = expected if isinstance(expected, tuple) else (expected,)
-    got = got if isinstance(got, tuple) else (got,)
-    worst, ok = 0.0, True
-    for g, e in zip(got, expected):
-        g, e = np.asarray(g, dtype=np.float64), np.asarray(e, dtype=np.float64)
-        scale = float(np.max(np.abs(e))) if e.size else 0.0
-        diff = float(np.max(np.abs(g - e))) if e.size else 0.0
-        worst = max(worst, diff)
-        ok &= g.shape == e.shape and np.allclose(g, e, rtol=1e-5, atol=1e-5 * max(scale, 1e-30))
+    ok, worst = compare_outputs(got, expected)
     workers = stats.num_workers or num_workers
     out.write(f"  3. simulated {workers} workers on random inputs (other dims = {seq_len}, seed {seed})\n")
     kinds = ", ".join(f"{k} x{v}" for k, v in sorted(stats.counts.items())) or "none"

@@ -88,31 +88,10 @@ def load_inputs(path: str, names: Sequence[str]) -> list[np.ndarray]:
     return out
 
 
-def compare(got, expected, rtol: float, atol: float) -> tuple[bool, float]:
-    """(every output matches, largest absolute difference); ``atol`` scales with the largest expected value."""
-    got = got if isinstance(got, tuple) else (got,)
-    expected = expected if isinstance(expected, tuple) else (expected,)
-    ok, worst = len(got) == len(expected), 0.0
-    for g, e in zip(got, expected):
-        g, e = np.asarray(g), np.asarray(e)
-        if g.shape != e.shape:
-            return False, float("inf")
-        if e.dtype == bool or g.dtype == bool:
-            diff = float(np.count_nonzero(g != e))
-            ok &= diff == 0
-        else:
-            g64, e64 = g.astype(np.float64), e.astype(np.float64)
-            scale = float(np.max(np.abs(e64))) if e64.size else 0.0
-            diff = float(np.max(np.abs(g64 - e64))) if e64.size else 0.0
-            ok &= bool(np.allclose(g64, e64, rtol=rtol, atol=atol * max(scale, 1e-30), equal_nan=True))
-        worst = max(worst, diff)
-    return ok, worst
-
-
 def run_job(args: argparse.Namespace, out: TextIO) -> int:
     from ..runtime import run as run_single
     from ..runtime.spmd import SpmdStats, run_spmd
-    from ..testing import random_inputs
+    from ..testing import compare_outputs, random_inputs
     from ..transform.pipelines import distribute_pipeline
     from ..transform.specialize import specialize
     from . import read_module
@@ -160,7 +139,7 @@ def run_job(args: argparse.Namespace, out: TextIO) -> int:
             f"Disco ThreadedSession of {info['num_workers']} workers ({info['num_groups']} group(s)) "
             f"ran in {(t3 - t2) * 1e3:.0f} ms: {calls}; {info['bytes_sent']} bytes sent\n"
         )
-    ok, worst = compare(got, expected, args.rtol, args.atol)
+    ok, worst = compare_outputs(got, expected, args.rtol, args.atol)
     verdict = "matches" if ok else "DOES NOT match"
     out.write(f"{args.backend} result on {n} workers {verdict} the single-device result ({source}); "
               f"largest difference {worst:.3g}\n")

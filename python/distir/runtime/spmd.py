@@ -42,7 +42,7 @@ from ..ir.expr import Call, Constant, Expr, IRModule, PrimValue, ShapeExpr, Tupl
 from ..ir.layout import WORKER_ID, block_index, concrete_mesh_shape, mesh_coords
 from ..ir.types import DTensorType, TensorType, TupleType, Type
 
-__all__ = ["CollectiveRecord", "SpmdError", "SpmdStats", "run_spmd"]
+__all__ = ["CollectiveRecord", "SpmdError", "SpmdStats", "assemble_output", "bind_dims", "run_spmd", "shard_input"]
 
 
 class SpmdError(DistirError):
@@ -107,7 +107,8 @@ def _mesh_sizes(t: DTensorType, values) -> tuple[int, ...]:
         raise SpmdError(f"the mesh {t.mesh.shape_str()} is still symbolic ({err}); specialize the module first") from None
 
 
-def _bind_dims(types: Sequence[Type], arrays: Sequence[np.ndarray], values: dict[str, int]) -> None:
+def bind_dims(types: Sequence[Type], arrays: Sequence[np.ndarray], values: dict[str, int]) -> None:
+    """Bind the symbolic dims of ``types`` from the arrays' shapes into ``values`` (any runner's first step)."""
     for i, (t, a) in enumerate(zip(types, arrays)):
         if not isinstance(t, (TensorType, DTensorType)):
             continue
@@ -153,7 +154,7 @@ def _split_partial(value: np.ndarray, op: str, n: int, rng: np.random.Generator)
     return parts
 
 
-def _shard_input(t: DTensorType, value: np.ndarray, values, rng) -> dict[int, np.ndarray]:
+def shard_input(t: DTensorType, value: np.ndarray, values, rng) -> dict[int, np.ndarray]:
     """Each device of ``t``'s mesh and its piece; devices outside the mesh get nothing."""
     sizes = _mesh_sizes(t, values)
     devices = t.mesh.device_list(values)
@@ -183,10 +184,11 @@ def _shard_input(t: DTensorType, value: np.ndarray, values, rng) -> dict[int, np
 _COMBINE = {"sum": np.add, "max": np.maximum, "min": np.minimum, "avg": np.add}
 
 
-def _assemble(t: Type, per_worker: dict[int, Any], values, what: str, rtol: float, atol: float):
+def assemble_output(t: Type, per_worker: dict[int, Any], values, what: str, rtol: float, atol: float):
+    """The global value of type ``t`` from each worker's piece (replicas must agree; partials are reduced)."""
     if isinstance(t, TupleType):
         return tuple(
-            _assemble(f, {w: None if v is None else v[i] for w, v in per_worker.items()}, values, f"{what}[{i}]", rtol, atol)
+            assemble_output(f, {w: None if v is None else v[i] for w, v in per_worker.items()}, values, f"{what}[{i}]", rtol, atol)
             for i, f in enumerate(t.fields)
         )
     if not isinstance(t, DTensorType):
@@ -268,7 +270,7 @@ def run_spmd(
         if isinstance(t, (TensorType, DTensorType)) and str(a.dtype) != t.dtype:
             raise SpmdError(f"input {i} ('{f.params[i].name}'): expected dtype {t.dtype}, got {a.dtype}")
     values: dict[str, int] = {}
-    _bind_dims(gparams, arrays, values)
+    bind_dims(gparams, arrays, values)
     meshes = mod.meshes()
     try:
         total = max((max(m.device_list(values)) + 1 for m in meshes), default=1)
@@ -279,7 +281,7 @@ def run_spmd(
     envs: list[dict[Var, Any]] = [{} for _ in workers]
     for i, (p, t, a) in enumerate(zip(f.params, gparams, arrays)):
         if isinstance(t, DTensorType):
-            pieces = _shard_input(t, a, values, rng)
+            pieces = shard_input(t, a, values, rng)
             for w in workers:
                 envs[w][p] = pieces.get(w)
         else:
@@ -338,4 +340,4 @@ def run_spmd(
                 for w in workers:
                     envs[w][b.var] = ev(v, w)
         results = {w: ev(f.result, w) for w in workers}
-    return _assemble(gresult, results, values, f"the result of @{func}", rtol, atol)
+    return assemble_output(gresult, results, values, f"the result of @{func}", rtol, atol)

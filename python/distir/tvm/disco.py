@@ -142,7 +142,7 @@ def run_disco(
     ``num_workers`` is the value of ``symbol``. Pass a dict as ``stats`` to get the
     collectives' call counts and bytes sent.
     """
-    from ..runtime.spmd import SpmdError, _assemble, _bind_dims
+    from ..runtime.spmd import SpmdError, assemble_output, bind_dims
     from ..transform.lower_to_local import GLOBAL_PARAMS, GLOBAL_RESULT
 
     disco = load_disco()
@@ -155,7 +155,7 @@ def run_disco(
     _check_inputs(gparams, arrays, [p.name for p in f.params])
     values: dict[str, int] = {symbol: int(num_workers)}
     try:
-        _bind_dims(gparams, arrays, values)
+        bind_dims(gparams, arrays, values)
     except Exception as err:  # noqa: BLE001 - SpmdError and symbolic errors, reported the same way
         raise DiscoRunError(str(err)) from None
 
@@ -176,21 +176,21 @@ def run_disco(
     if stats is not None:
         stats.update(num_workers=total, num_groups=groups, calls=dict(state.calls), bytes_sent=state.bytes_sent)
     try:
-        return _assemble(gresult.substitute(values), outputs, values, f"the result of @{func}", rtol, atol)
+        return assemble_output(gresult.substitute(values), outputs, values, f"the result of @{func}", rtol, atol)
     except SpmdError as err:
         raise DiscoRunError(str(err)) from None
 
 
 def _input_pieces(f, gparams, arrays, values, total: int, seed: int) -> list[dict[int, np.ndarray]]:
     """Each input cut into every worker's piece by the global signature (zeros outside its mesh)."""
-    from ..runtime.spmd import _shard_input
+    from ..runtime.spmd import shard_input
 
     rng = np.random.default_rng(seed)
     pieces: list[dict[int, np.ndarray]] = []
     for p, t, a in zip(f.params, gparams, arrays):
         if isinstance(t, DTensorType):
             want = tuple(sym.evaluate(d, values) for d in local_shape(t.shape, t.mesh, t.placement))
-            per = _shard_input(t, a, values, rng)
+            per = shard_input(t, a, values, rng)
             for w in range(total):  # a worker outside the mesh still runs the program: give it zeros
                 per.setdefault(w, np.zeros(want, dtype=a.dtype))
         else:
