@@ -349,7 +349,7 @@ class _Materializer:
         self.set_outputs(site, var, list(outs))
         for s in site.outs:
             if s.fixed is not None and self.primary[s.id] != s.fixed:
-                self.obtain(s, s.fixed)
+                self.obtain(s, s.fixed, name=s.hinted_as)  # the hint's var names the value it asked for
                 self.primary[s.id] = s.fixed
 
     def rebuild_plain_args(self, site: Site) -> tuple[Expr, ...]:

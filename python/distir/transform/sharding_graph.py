@@ -47,6 +47,7 @@ class Slot:
     field_index: int | None = None  # which output of a tuple-valued op
     span: Span | None = None
     constant: Constant | None = None  # the literal, for constant slots
+    hinted_as: str | None = None  # the var of the annotate_sharding that fixed this slot's layout
 
 
 @dataclass(eq=False)
@@ -203,6 +204,7 @@ class _Builder:
             self.note_mesh(mesh, f"the hint on '{b.var.name}'", b.span, outs[0])
             if op.name == "dist.annotate_sharding" and ins and ins[0].fixed is None and ins[0].distributable:
                 ins[0].fixed = placement  # the hint is about the annotated tensor itself
+                ins[0].hinted_as = b.var.name
         elif op.sharding is not None and outs:
             tensors = [s.tensor for s in ins]
             try:
