@@ -140,7 +140,7 @@ w2: (512, 256) float32, "S[0]" on mesh[0] (2,) (num_workers=2): 2 blocks of (256
 |         |
 +---------+
 
-y_r_1: (128, 256) float32, "R" on mesh[0] (2,) (num_workers=2): 1 block of (128, 256)
+y_r: (128, 256) float32, "R" on mesh[0] (2,) (num_workers=2): 1 block of (128, 256)
 +---------+
 |         |
 |   0,1   |

@@ -131,7 +131,7 @@ def test_cli_json_has_formulas_and_rows(mlp_file, capsys):
         assert r["comm_bytes_per_worker"] == pytest.approx(float(hand_sent_per_worker(w)))
         assert r["comm_seconds"] == pytest.approx(2 * (w - 1) * 1e-5 + float(hand_sent_per_worker(w)) / 1e9)
         assert r["collectives"] == {"all_reduce": 1} and r["error"] is None
-    assert {c["at"] for c in data["peak_candidates"]} == {"a", "y", "y_r_1"}
+    assert {c["at"] for c in data["peak_candidates"]} == {"a", "y", "y_r"}
 
 
 def test_cli_plot_writes_a_png(mlp_file, tmp_path, capsys):

@@ -22,6 +22,8 @@ Two steps:
    ``[8, 8]`` reshaped to ``[64]`` that is needed both sharded and replicated is reshaped
    twice locally instead of all-gathering the sharded result (XLA's reshape reshard cache).
 
+Propagation does not introduce a layout that cuts a static dim unevenly at a likely device
+count (a symbolic mesh size counts as 8 there): a reshape to ``[2, 16]`` leaves the 2 whole.
 Byte counts need sizes: each symbolic mesh size is taken as 4 and every other symbolic dim
 as 512 (``PassContext(config={"propagate-sharding.size_hints": {"s": 2048}})`` changes
 them). Results that come out partial are all-reduced (a function returns true values);
@@ -55,6 +57,7 @@ __all__ = ["PropagateSharding", "ShardingAmbiguityWarning"]
 MESH_SIZE_HINT = 4
 DIM_SIZE_HINT = 512
 RECOMPUTE_DEPTH = 3
+DIVISIBILITY_HINT = 8  # a symbolic mesh size, when deciding whether a layout cuts a static dim evenly
 INF = Fraction(10**30)
 
 
@@ -216,7 +219,32 @@ class _Materializer:
                 outs = forward(site.rule, placements, ndim, site.op.name)
             except (TypeInferenceError, DistirError):
                 continue
+            new_inputs = [(x, p) for x, p in zip(site.ins, placements) if p not in self.versions.get(x.id, {})]
+            if not all(self.fits(x, p) for x, p in new_inputs) or not all(
+                self.fits(x, p) for x, p in zip(site.outs, outs)
+            ):
+                continue
             yield placements, outs
+
+    def fits(self, s: Slot, p: Placement) -> bool:
+        """Whether ``p`` cuts ``s``'s static dims evenly at every device count up to the hint.
+
+        Propagation never introduces a layout that some likely device count could not
+        specialize (a dim of 2 cut over num_workers fails at 4); a symbolic mesh size counts
+        as ``DIVISIBILITY_HINT`` here. Dynamic dims are the user's to size."""
+        mesh = self.g.mesh_of.get(s.id)
+        if mesh is None:
+            return p.is_replicated
+        for d, size in enumerate(s.tensor.shape):
+            axes = p.mesh_axes_of(d)
+            if not axes or not isinstance(size, int):
+                continue
+            count = 1
+            for a in axes:
+                count *= mesh.shape[a] if isinstance(mesh.shape[a], int) else DIVISIBILITY_HINT
+            if size % count:
+                return False
+        return True
 
     # -- emitting ---------------------------------------------------------------------------
     def fresh(self, base: str) -> str:
