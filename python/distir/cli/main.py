@@ -23,10 +23,15 @@ COMMANDS: dict[str, str] = {
 
 EPILOG = """\
 examples:
-  distir demo                                the bundled example, end to end
-  distir opt model.py -p canonicalize        same as: distir-opt model.py -p canonicalize
-  distir passes                              pass and pipeline names for -p
-  distir <command> --help                    options of one command"""
+  distir demo                                   a bundled Llama layer, end to end on 4 simulated workers
+  distir opt model.py -p distribute --bind num_workers=4
+                                                distribute, then specialize (same as distir-opt)
+  distir run model.py -n 4 --backend tvm        distribute, build with TVM, run on Disco, compare
+  distir sweep model.py --num-workers 1,2,4,8 --bind s=2048
+                                                memory and communication per device count
+  distir show model.py --tensor w1 -n 4         how a tensor lies over the mesh
+  distir passes                                 pass and pipeline names for -p
+  distir <command> --help                       options of one command"""
 
 
 def build_parser() -> argparse.ArgumentParser:
