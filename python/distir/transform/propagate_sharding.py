@@ -255,27 +255,23 @@ class _Materializer:
         self.names.add(name)
         return name
 
-    def emit(self, name: str, call: Call, span) -> Var:
+    def emit(self, name: str, value: Expr, span) -> Var:
+        """Bind ``value`` to a new var in the block being written."""
         try:
-            t = call.type
+            t = value.type
         except DistirError as err:
             raise DiagnosticError(f"propagate-sharding: '{name}' does not type after propagation: {err}", span) from None
         var = Var(name, t, span)
-        self.emitted.append(Binding(var, call, span))
+        self.emitted.append(Binding(var, value, span))
         return var
 
     def as_var(self, s: Slot, q: Placement | None) -> Expr:
         e = self.versions[s.id][q]
         if isinstance(e, TupleGetItem):
-            var = self.emit_value(self.fresh(s.name), e, s.span)
+            var = self.emit(self.fresh(s.name), e, s.span)
             self.versions[s.id][q] = var
             return var
         return e
-
-    def emit_value(self, name: str, value: Expr, span) -> Var:
-        var = Var(name, value.type, span)
-        self.emitted.append(Binding(var, value, span))
-        return var
 
     def obtain(self, s: Slot, q: Placement, depth: int = 0, name: str | None = None) -> Expr:
         """Slot ``s`` in layout ``q``: an existing version, a recomputation or a redistribute.
@@ -342,7 +338,7 @@ class _Materializer:
         self.memo.clear()
         b = site.binding
         if not any(s.distributable for s in site.ins) and not any(s.fixed for s in site.outs):
-            args = self.rebuild_plain_args(site)
+            args = self.rebuild_args(site, [None] * len(site.ins))  # nothing distributed: kept as it is
             var = self.emit(b.var.name, Call(site.op, args, b.value.attrs, b.span), b.span)
             self.set_outputs(site, var, [None] * len(site.outs))
             return
@@ -379,9 +375,6 @@ class _Materializer:
             if s.fixed is not None and self.primary[s.id] != s.fixed:
                 self.obtain(s, s.fixed, name=s.hinted_as)  # the hint's var names the value it asked for
                 self.primary[s.id] = s.fixed
-
-    def rebuild_plain_args(self, site: Site) -> tuple[Expr, ...]:
-        return self.rebuild_args(site, [None] * len(site.ins))
 
     def set_outputs(self, site: Site, var: Var, placements) -> None:
         if isinstance(var.type, TupleType):
