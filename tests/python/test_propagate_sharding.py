@@ -396,3 +396,38 @@ def test_a_value_between_meshes_without_a_hint_is_an_error():
 '''
     with pytest.raises(DiagnosticError, match="nothing says which of the function's meshes 'c' lives on"):
         propagate(distir.parse(src))
+
+
+def test_a_mask_built_from_constants_is_sliced_locally_not_the_sharded_input_gathered():
+    after = check(
+        '''    def main(x: R.DTensor((64, 64), "float32", "mesh[0]", "S[0]")):
+        with R.dataflow():
+            f = R.full(R.shape([64, 64]), R.const(1.0, "float32"), dtype="float32")
+            m = R.triu(f, k=1)
+            y = R.add(x, m)
+            R.output(y)
+        return y
+''',
+        '''    def main(x: R.DTensor((64, 64), "float32", "mesh[0]", "S[0]")):
+        with R.dataflow():
+            f = R.full(R.shape([64, 64]), R.const(1.0, "float32"), dtype="float32")
+            m = R.triu(f, k=1)
+            m_r = R.dist.replicate(m, device_mesh="mesh[0]")
+            m_s0 = R.dist.redistribute(m_r, device_mesh="mesh[0]", placement="S[0]")
+            y = R.add(x, m_s0)
+            R.output(y)
+        return y
+''',
+    )
+    assert_structural_equal(propagate(after), after)  # idempotent, R.dist.replicate included
+    x = np.random.default_rng(4).standard_normal((64, 64)).astype("float32")
+    mod = distir.parse(HEADER + '''    def main(x: R.DTensor((64, 64), "float32", "mesh[0]", "S[0]")):
+        with R.dataflow():
+            f = R.full(R.shape([64, 64]), R.const(1.0, "float32"), dtype="float32")
+            m = R.triu(f, k=1)
+            y = R.add(x, m)
+            R.output(y)
+        return y
+''')
+    for w, st in assert_sharded_equivalent(mod, [x]).items():
+        assert st.counts == {}, (w, st.counts)  # no all-gather of x: the mask is cut where it is made

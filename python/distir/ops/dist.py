@@ -56,3 +56,28 @@ register_op(
         doc="Change how a DTensor is laid out; legalize-redistribute turns it into collectives.",
     )
 )
+
+
+def _replicate_infer(types, attrs):
+    x = types[0]
+    if not isinstance(x, TensorType):
+        raise TypeInferenceError(
+            f"R.dist.replicate: input must be a plain tensor (the same on every worker), got {x}; "
+            "use R.dist.redistribute to change a DTensor's layout"
+        )
+    mesh = attrs["device_mesh"]
+    return DTensorType(x.shape, x.dtype, mesh, Placement.replicated(mesh.ndim))
+
+
+register_op(
+    OpDef(
+        name="dist.replicate",
+        params=(Param("x", "tensor"), Param("device_mesh", "mesh")),
+        infer=_replicate_infer,
+        numpy=lambda xs, attrs, ctx: xs[0],
+        dist_aware=True,
+        tvm_compatible=False,
+        doc="A plain tensor (computed from constants: the same on every worker) as a replicated DTensor on the "
+        "mesh, so it can be redistributed like any DTensor. No communication; the local view drops it.",
+    )
+)

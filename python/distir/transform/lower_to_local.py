@@ -109,7 +109,7 @@ class _Lowerer:
             args = tuple(self.expr(a) for a in value.args)
             if name == "dist.redistribute":
                 self.fail(b, "R.dist.redistribute is still here; run legalize-redistribute first")
-            if name == "dist.annotate_sharding":
+            if name in ("dist.annotate_sharding", "dist.replicate"):  # the same value on every worker
                 self.env[b.var] = args[0]
                 return None
             if name.startswith("dist.") and isinstance(value.args[0].type, DTensorType):

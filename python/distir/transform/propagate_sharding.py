@@ -90,6 +90,7 @@ class _Materializer:
         self.names = {p.name for p in graph.func.params} | {b.var.name for b in graph.func.bindings()}
         self.nbytes_cache: dict[int, int] = {}
         self.memo: dict[tuple[int, Placement], Fraction] = {}
+        self.plain_versions: dict[tuple[int, int, Placement | None], Var] = {}  # plain slots laid out on a mesh
         self.redistribute = get_op("dist.redistribute")
 
     # -- sizes and costs ------------------------------------------------------------------
@@ -136,7 +137,7 @@ class _Materializer:
     def request_cost(self, s: Slot, q: Placement, depth: int = 0) -> Fraction:
         """Bytes to get slot ``s`` in layout ``q`` from what exists (without emitting anything)."""
         vs = self.versions[s.id]
-        if q in vs or (None in vs and q.is_replicated):
+        if q in vs or None in vs:  # a plain value is replicated: any layout is a local slice of it
             return Fraction(0)
         key = (s.id, q)
         if depth == 0 and key in self.memo:
@@ -211,8 +212,6 @@ class _Materializer:
         per_axis = [self.axis_options(site, a, out_hints) for a in range(ndim)]
         for combo in itertools.product(*per_axis):
             placements = tuple(Placement(tuple(combo[a][k] for a in range(ndim))) for k in range(len(site.ins)))
-            if any(not s.distributable and not p.is_replicated for s, p in zip(site.ins, placements)):
-                continue
             try:
                 for s, p in zip(site.ins, placements):
                     p.validate(ndim, s.tensor.ndim)
@@ -220,21 +219,18 @@ class _Materializer:
             except (TypeInferenceError, DistirError):
                 continue
             new_inputs = [(x, p) for x, p in zip(site.ins, placements) if p not in self.versions.get(x.id, {})]
-            if not all(self.fits(x, p) for x, p in new_inputs) or not all(
-                self.fits(x, p) for x, p in zip(site.outs, outs)
+            if not all(self.fits(x, p, site.mesh) for x, p in new_inputs) or not all(
+                self.fits(x, p, site.mesh) for x, p in zip(site.outs, outs)
             ):
                 continue
             yield placements, outs
 
-    def fits(self, s: Slot, p: Placement) -> bool:
+    def fits(self, s: Slot, p: Placement, mesh: DeviceMesh) -> bool:
         """Whether ``p`` cuts ``s``'s static dims evenly at every device count up to the hint.
 
         Propagation never introduces a layout that some likely device count could not
         specialize (a dim of 2 cut over num_workers fails at 4); a symbolic mesh size counts
         as ``DIVISIBILITY_HINT`` here. Dynamic dims are the user's to size."""
-        mesh = self.g.mesh_of.get(s.id)
-        if mesh is None:
-            return p.is_replicated
         for d, size in enumerate(s.tensor.shape):
             axes = p.mesh_axes_of(d)
             if not axes or not isinstance(size, int):
@@ -273,15 +269,18 @@ class _Materializer:
             return var
         return e
 
-    def obtain(self, s: Slot, q: Placement, depth: int = 0, name: str | None = None) -> Expr:
+    def obtain(
+        self, s: Slot, q: Placement, depth: int = 0, name: str | None = None, mesh: DeviceMesh | None = None
+    ) -> Expr:
         """Slot ``s`` in layout ``q``: an existing version, a recomputation or a redistribute.
 
-        ``name`` names a new binding (a hint's var keeps its name for the value it stood for)."""
+        ``name`` names a new binding (a hint's var keeps its name for the value it stood for).
+        ``mesh``: where a plain value is wanted (a plain value has no mesh of its own)."""
         vs = self.versions[s.id]
         if q in vs:
             return self.as_var(s, q)
-        if None in vs and q.is_replicated:
-            return vs[None]
+        if None in vs:
+            return self.obtain_plain(s, q, mesh, name)
         src = min(vs, key=lambda p: self.redistribute_cost(s, p, q))
         cost = self.redistribute_cost(s, src, q)
         if cost > 0:
@@ -303,12 +302,28 @@ class _Materializer:
         vs[q] = var
         return var
 
+    def obtain_plain(self, s: Slot, q: Placement | None, mesh: DeviceMesh | None, name: str | None) -> Expr:
+        """A plain value (the same on every worker) in layout ``q`` on ``mesh``: the value itself when
+        replicated, else R.dist.replicate onto the mesh and a local redistribute (no communication)."""
+        plain = self.versions[s.id][None]
+        if q is None or q.is_replicated or mesh is None:
+            return plain
+        key = (s.id, id(mesh), q)
+        if key not in self.plain_versions:
+            rkey = (s.id, id(mesh), None)
+            if rkey not in self.plain_versions:
+                call = Call(get_op("dist.replicate"), (plain,), {"device_mesh": mesh}, s.span)
+                self.plain_versions[rkey] = self.emit(self.fresh(f"{s.name}_{_tag(Placement.replicated(mesh.ndim))}"), call, s.span)
+            call = Call(self.redistribute, (self.plain_versions[rkey],), {"device_mesh": mesh, "placement": q}, s.span)
+            self.plain_versions[key] = self.emit(name or self.fresh(f"{s.name}_{_tag(q)}"), call, s.span)
+        return self.plain_versions[key]
+
     def rebuild_args(self, site: Site, placements, depth: int = 0) -> tuple[Expr, ...]:
         it = iter(zip(site.ins, placements))
 
         def take() -> Expr:
             s, p = next(it)
-            return self.obtain(s, p, depth)
+            return self.obtain(s, p, depth, mesh=site.mesh)
 
         def rebuild(e: Expr) -> Expr:
             if isinstance(e, Constant):
@@ -358,7 +373,10 @@ class _Materializer:
                 mismatch = sum(
                     a != b for s, p, h in zip(site.outs, out_pls, hints) for a, b in zip(p.specs, h.specs)
                 )
-                moved = sum(p != self.primary.get(s.id) for s, p in zip(site.ins, placements) if s.distributable)
+                moved = sum(
+                    p != self.primary.get(s.id) if s.distributable else not p.is_replicated
+                    for s, p in zip(site.ins, placements)
+                )
                 key = (cost, mismatch, moved, index)
                 if best is None or key < best:
                     best, choice, outs = key, placements, out_pls
@@ -389,6 +407,13 @@ class _Materializer:
     def hint_site(self, site: Site) -> None:
         b = site.binding
         x, y = site.ins[0], site.outs[0]
+        if site.op.name == "dist.replicate":  # written by an earlier run: keep it
+            q = Placement.replicated(self.mesh(y).ndim)
+            value = self.obtain_plain(x, q, None, None) if not x.distributable else self.as_var(x, self.primary[x.id])
+            value = self.emit(b.var.name, Call(site.op, (value,), b.value.attrs, b.span), b.span)
+            self.versions[y.id] = {q: value}
+            self.primary[y.id] = q
+            return
         q = b.value.attrs["placement"]
         if not x.distributable:
             raise DiagnosticError(

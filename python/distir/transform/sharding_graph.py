@@ -31,7 +31,7 @@ from ..ir.types import DTensorType, TensorType, TupleType, Type
 
 __all__ = ["Conflict", "Graph", "Preferences", "Site", "Slot", "build_graph", "preferred_placements"]
 
-HINT_OPS = ("dist.annotate_sharding", "dist.redistribute")
+HINT_OPS = ("dist.annotate_sharding", "dist.redistribute", "dist.replicate")  # they pin a layout
 
 
 @dataclass(eq=False)
@@ -198,7 +198,8 @@ class _Builder:
             s.field_index = i if isinstance(b.var.type, TupleType) else None
         site = Site(b, op, ins, outs)
         if op.name in HINT_OPS:
-            mesh, placement = value.attrs["device_mesh"], value.attrs["placement"]
+            mesh = value.attrs["device_mesh"]
+            placement = value.attrs.get("placement") or Placement.replicated(mesh.ndim)
             outs[0].fixed = placement
             outs[0].distributable = True
             self.note_mesh(mesh, f"the hint on '{b.var.name}'", b.span, outs[0])
