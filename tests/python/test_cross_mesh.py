@@ -534,3 +534,15 @@ class Module:
         got_a, got_c = run_spmd(specialize(lowered, {"num_workers": n}), x)
         np.testing.assert_allclose(got_a, want_a, rtol=1e-6)
         np.testing.assert_allclose(got_c, want_c, rtol=1e-6)
+
+
+def test_layouts_on_the_way_between_meshes_cut_only_dims_that_divide():
+    """P -> R across meshes reduce-scatters on the source first; it must pick a dim that divides."""
+
+    def steps(shape: str) -> str:
+        text = module("P", "R", None).replace("(128, 64)", shape)
+        return get_pass("legalize-redistribute")(distir.parse(text)).script()
+
+    assert "reduce_scatter(x, mesh_axis=0, dim=0)" in steps("(128, 64)")
+    dynamic = steps('("s", 64)')
+    assert "dim=0" not in dynamic and "reduce_scatter(x, mesh_axis=0, dim=1)" in dynamic

@@ -61,7 +61,7 @@ class LegalizeRedistribute(FunctionPass):
                 if mesh == src.mesh:
                     plan = plan_redistribute(mesh, src.ndim, src.placement, dst, src.shape)
                 else:
-                    plan = plan_cross_mesh(src.mesh, src.placement, mesh, dst, src.ndim)
+                    plan = plan_cross_mesh(src.mesh, src.placement, mesh, dst, src.ndim, src.shape)
             except DistirError as err:
                 raise DiagnosticError(
                     f"R.dist.redistribute of '{b.var.name}' from mesh {src.mesh.shape_str()} \"{src.placement}\" to "

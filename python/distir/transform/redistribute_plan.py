@@ -352,15 +352,16 @@ def transfer_cost(src: Placement, dst: Placement, point: MeshPoint, ndim: int) -
     return Fraction(route_bytes(routes), _product(extents))
 
 
-def _cross_moves(point: MeshPoint, ndim: int, dst: Placement, aligned_ok: bool):
+def _cross_moves(point: MeshPoint, ndim: int, dst: Placement, aligned_ok: bool, blocked: frozenset[int] = frozenset()):
     src_total, dst_total = len(point.src_devices), len(point.dst_devices)
     no_partial_hint = Placement.replicated(len(point.src_sizes))
-    targets = _partial_free(len(point.dst_sizes), ndim)
+    targets = [q for q in _partial_free(len(point.dst_sizes), ndim)
+               if not any(isinstance(x, Shard) and x.dim in blocked for x in q.specs)]
 
     def moves(state):
         side, p = state
         if side == 0:
-            for step, nxt in _moves(p, ndim, no_partial_hint):
+            for step, nxt in _moves(p, ndim, no_partial_hint, blocked):
                 yield step, (0, nxt), src_total * step_cost(step, p, point.src_sizes)
             if p.has_partial:
                 choices = [p] if aligned_ok else []
@@ -371,14 +372,16 @@ def _cross_moves(point: MeshPoint, ndim: int, dst: Placement, aligned_ok: bool):
                 if c is not None:
                     yield Transfer(q), (1, q), c
         else:
-            for step, nxt in _moves(p, ndim, dst):
+            for step, nxt in _moves(p, ndim, dst, blocked):
                 yield step, (1, nxt), dst_total * step_cost(step, p, point.dst_sizes)
 
     return moves
 
 
-def _cross_dijkstra(src: Placement, dst: Placement, ndim: int, point: MeshPoint, aligned_ok: bool):
-    plan = _shortest((0, src), (1, dst), _cross_moves(point, ndim, dst, aligned_ok))
+def _cross_dijkstra(
+    src: Placement, dst: Placement, ndim: int, point: MeshPoint, aligned_ok: bool, blocked: frozenset[int] = frozenset()
+):
+    plan = _shortest((0, src), (1, dst), _cross_moves(point, ndim, dst, aligned_ok, blocked))
     if plan is None:
         raise DistirError(f"no sequence of steps and transfers turns \"{src}\" into \"{dst}\" on the other mesh")
     return plan
@@ -406,17 +409,21 @@ def _aligned_ok(src_mesh: DeviceMesh, dst_mesh: DeviceMesh) -> bool:
 
 
 @lru_cache(maxsize=4096)
-def _plan_cross_cached(src_mesh: DeviceMesh, dst_mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement):
+def _plan_cross_cached(
+    src_mesh: DeviceMesh, dst_mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement, blocked: frozenset[int]
+):
     points = _cross_points(src_mesh, dst_mesh)
     aligned_ok = _aligned_ok(src_mesh, dst_mesh)
     candidates: list[tuple[CrossStep, ...]] = []
     for p in points:
-        plan = _cross_dijkstra(src, dst, ndim, p, aligned_ok)
+        plan = _cross_dijkstra(src, dst, ndim, p, aligned_ok, blocked)
         if plan not in candidates:
             candidates.append(plan)
     if len(candidates) == 1:
         return candidates[0]
-    optimum = {p: cross_plan_cost(_cross_dijkstra(src, dst, ndim, p, aligned_ok), src, p, ndim) for p in points}
+    optimum = {
+        p: cross_plan_cost(_cross_dijkstra(src, dst, ndim, p, aligned_ok, blocked), src, p, ndim) for p in points
+    }
 
     def excess(plan):
         return sum(cross_plan_cost(plan, src, p, ndim) - optimum[p] for p in points)
@@ -425,14 +432,18 @@ def _plan_cross_cached(src_mesh: DeviceMesh, dst_mesh: DeviceMesh, ndim: int, sr
 
 
 def plan_cross_mesh(
-    src_mesh: DeviceMesh, src: Placement, dst_mesh: DeviceMesh, dst: Placement, ndim: int
+    src_mesh: DeviceMesh, src: Placement, dst_mesh: DeviceMesh, dst: Placement, ndim: int, shape=None
 ) -> tuple[CrossStep, ...]:
     """The cheapest way from ``src`` on ``src_mesh`` to ``dst`` on ``dst_mesh`` (rank ``ndim``).
 
     Steps on the source mesh, one :class:`Transfer`, steps on the target mesh; cost = bytes
     sent by all workers together (see docs/redistribute.md). Optimal at every sampled size of
-    the meshes' symbols when such a plan exists; else the smallest total excess."""
-    return _plan_cross_cached(src_mesh, dst_mesh, ndim, src, dst)
+    the meshes' symbols when such a plan exists; else the smallest total excess. Given the
+    tensor's ``shape``, layouts on the way cut only dims that surely divide."""
+    blocked = frozenset()
+    if shape is not None:  # layouts on the way cut only dims that surely divide, on either mesh
+        blocked = unshardable_dims(shape, src_mesh, src, dst) | unshardable_dims(shape, dst_mesh, src, dst)
+    return _plan_cross_cached(src_mesh, dst_mesh, ndim, src, dst, blocked)
 
 
 def cross_optimal_cost(
