@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", metavar="FILE", help="module to read ('-' for stdin)")
     parser.add_argument("--tensor", action="append", default=[], metavar="NAME",
                         help="a parameter or binding to draw (repeatable; default: the parameters and the result)")
-    parser.add_argument("--num-workers", type=int, default=4, metavar="N", help="mesh size to draw at (default 4)")
+    parser.add_argument("-n", "--num-workers", type=int, default=4, metavar="N", help="mesh size to draw at (default 4)")
     parser.add_argument("--symbol", default="num_workers", metavar="NAME", help="the mesh size variable (default num_workers)")
     parser.add_argument("--bind", action="append", default=[], type=parse_binding, metavar="NAME=INT",
                         help="values of other symbolic sizes, for the block shapes (repeatable)")

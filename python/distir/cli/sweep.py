@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("file", metavar="FILE", help="global-view module to distribute ('-' for stdin)")
     parser.add_argument(
-        "--num-workers", default="1,2,4,8", metavar="COUNTS",
+        "-n", "--num-workers", default="1,2,4,8", metavar="COUNTS",
         help="device counts: comma-separated, or a range of powers of two like 1-128 (default 1,2,4,8)",
     )
     parser.add_argument(
