@@ -156,8 +156,6 @@ def infer_unplaced(op, arg_types: list[Type], attrs) -> Type:
     return op.infer_from_types([without_placement(t) for t in arg_types], attrs)
 
 
-_plain = without_placement
-
 
 def _flatten(t: Type, out: list) -> None:
     if isinstance(t, (TensorType, DTensorType)):
@@ -180,7 +178,7 @@ def infer_dtensor_output(op, arg_types: list[Type], attrs) -> Type:
                 f"R.{op.name}: inputs are on different device meshes {mesh.shape_str()} and {t.mesh.shape_str()}; "
                 "redistribute them onto one mesh first"
             )
-    plain_out = op.infer([_plain(t) for t in arg_types], attrs)
+    plain_out = op.infer([without_placement(t) for t in arg_types], attrs)
     outs = [plain_out] if isinstance(plain_out, TensorType) else list(plain_out.fields) if isinstance(plain_out, TupleType) else None
     if outs is None or not all(isinstance(o, TensorType) for o in outs):
         raise TypeInferenceError(f"R.{op.name} does not produce tensors, so it cannot take DTensor inputs")
@@ -193,7 +191,7 @@ def infer_dtensor_output(op, arg_types: list[Type], attrs) -> Type:
         else:
             raise TypeInferenceError(f"R.{op.name} has no sharding rule, so its inputs must be replicated")
     else:
-        rule = op.sharding([_plain(t) for t in flat], attrs, outs)
+        rule = op.sharding([without_placement(t) for t in flat], attrs, outs)
         new = forward(rule, placements, mesh.ndim, op.name)
     dout = [DTensorType(o.shape, o.dtype, mesh, p) for o, p in zip(outs, new)]
     if isinstance(plain_out, TensorType):

@@ -26,7 +26,7 @@ from ..ir.expr import Binding, Call, Constant, Expr, Function, Tuple, TupleGetIt
 from ..ir.mesh import DeviceMesh
 from ..ir.op import OpDef
 from ..ir.placement import Partial, Placement, Replicate, Shard, Spec
-from ..ir.sharding import ShardingRule, forward
+from ..ir.sharding import ShardingRule, forward, without_placement
 from ..ir.types import DTensorType, TensorType, TupleType, Type
 
 __all__ = ["Conflict", "Graph", "Preferences", "Site", "Slot", "build_graph", "preferred_placements"]
@@ -98,14 +98,6 @@ def _lead(dims) -> tuple[str | None, ...]:
     return tuple(fs[0] if fs else None for fs in dims)
 
 
-def _plain(t: Type) -> TensorType | None:
-    if isinstance(t, DTensorType):
-        return t.tensor
-    if isinstance(t, TensorType):
-        return t
-    return None
-
-
 class _Builder:
     def __init__(self, func: Function, mesh_names: dict | None = None):
         self.func = func
@@ -147,8 +139,8 @@ class _Builder:
                     self.fail(b, f"'{name}' is a nested tuple; propagation handles tuples of tensors only")
                 out.extend(self.slots_of_type(f"{name}_{i}", f, distributable, b, span, seed))
             return out
-        plain = _plain(t)
-        if plain is None:
+        plain = without_placement(t)
+        if not isinstance(plain, TensorType):
             return []
         fixed = None
         if isinstance(t, DTensorType) and seed:
