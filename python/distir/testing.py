@@ -59,8 +59,7 @@ def random_inputs(
 
 def compare_outputs(got, expected, rtol: float = 1e-5, atol: float = 1e-5) -> tuple[bool, float]:
     """(every output matches, largest absolute difference); ``atol`` scales with the largest expected value."""
-    got = got if isinstance(got, tuple) else (got,)
-    expected = expected if isinstance(expected, tuple) else (expected,)
+    got, expected = _as_tuple(got), _as_tuple(expected)
     ok, worst = len(got) == len(expected), 0.0
     for g, e in zip(got, expected):
         g, e = np.asarray(g), np.asarray(e)
@@ -78,8 +77,11 @@ def compare_outputs(got, expected, rtol: float = 1e-5, atol: float = 1e-5) -> tu
     return ok, worst
 
 
-def _as_tuple(x):
-    return x if isinstance(x, tuple) else (x,)
+def _as_tuple(x) -> tuple:
+    """The arrays of an output, nested tuples flattened in order."""
+    if isinstance(x, tuple):
+        return tuple(a for f in x for a in _as_tuple(f))
+    return (x,)
 
 
 def assert_sharded_equivalent(

@@ -431,3 +431,25 @@ def test_a_mask_built_from_constants_is_sliced_locally_not_the_sharded_input_gat
 ''')
     for w, st in assert_sharded_equivalent(mod, [x]).items():
         assert st.counts == {}, (w, st.counts)  # no all-gather of x: the mask is cut where it is made
+
+
+def test_nested_tuples_keep_their_structure():
+    src = HEADER + '''    def main(x: R.Tensor((64, 64), "float32")):
+        with R.dataflow():
+            t = R.split(x, indices_or_sections=2, axis=0)
+            u = (t, x)
+            w = u[1]
+            v = u[0]
+            a = R.dist.annotate_sharding(w, device_mesh="mesh[0]", placement="S[1]")
+            y = R.add(v[0], v[1])
+            R.output(y, u, a)
+        return (y, u, a)
+'''
+    mod = distir.parse(src)
+    after = propagate(mod)
+    result = after["main"].result
+    # (y, ((t0, t1), x), a): the tuple u keeps its nesting through propagation
+    assert len(result.fields) == 3 and len(result.fields[1].fields) == 2 and len(result.fields[1].fields[0].fields) == 2
+    assert result.fields[1].fields[1].type.shape == (64, 64)
+    x = np.random.default_rng(5).standard_normal((64, 64)).astype("float32")
+    assert_sharded_equivalent(mod, [x], num_workers=(1, 2, 4))

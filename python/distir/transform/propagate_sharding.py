@@ -50,7 +50,7 @@ from ..ir.sharding import forward
 from ..ir.types import DTensorType, TensorType, TupleType, dtype_bytes
 from .pass_infra import FunctionPass, PassContext, register_pass
 from .redistribute_plan import plan_cost, plan_redistribute
-from .sharding_graph import Graph, Preferences, Site, Slot, build_graph, preferred_placements
+from .sharding_graph import Graph, Preferences, Site, Slot, build_graph, field_slots, preferred_placements
 
 __all__ = ["PropagateSharding", "ShardingAmbiguityWarning"]
 
@@ -331,12 +331,8 @@ class _Materializer:
                 return e
             if isinstance(e, Tuple):
                 return Tuple(tuple(rebuild(f) for f in e.fields), e.span)
-            if isinstance(e, (Var, TupleGetItem)):
-                t = e.type
-                if isinstance(t, TupleType):
-                    return Tuple(tuple(take() for _ in t.fields))
-                if isinstance(t, (TensorType, DTensorType)):
-                    return take()
+            if isinstance(e, (Var, TupleGetItem)) and isinstance(e.type, (TensorType, DTensorType, TupleType)):
+                return _structured(e.type, None, lambda _: take())
             return e
 
         return tuple(rebuild(a) for a in site.binding.value.args)
@@ -431,21 +427,18 @@ class _Materializer:
         self.primary[y.id] = q
 
     def result(self, e: Expr, ret_type) -> Expr:
-        if isinstance(e, Var):
-            slots = self.g.var_slots.get(e, [])
-            if isinstance(e.type, TupleType):
-                fields = ret_type.fields if isinstance(ret_type, TupleType) else [None] * len(slots)
-                return Tuple(tuple(self.result_slot(s, r) for s, r in zip(slots, fields)))
-            if slots:
-                return self.result_slot(slots[0], ret_type)
-            return e
         if isinstance(e, Tuple):
             fields = ret_type.fields if isinstance(ret_type, TupleType) else [None] * len(e.fields)
             return Tuple(tuple(self.result(f, r) for f, r in zip(e.fields, fields)), e.span)
-        if isinstance(e, TupleGetItem):
-            s = self.g.var_slots[e.tuple_value][e.index] if isinstance(e.tuple_value, Var) else None
-            return self.result_slot(s, ret_type) if s is not None else e
+        if isinstance(e, (Var, TupleGetItem)) and isinstance(e.type, (TensorType, DTensorType, TupleType)):
+            slots = iter(self.slots_of_expr(e))
+            return _structured(e.type, ret_type, lambda r: self.result_slot(next(slots), r))
         return e
+
+    def slots_of_expr(self, e: Expr) -> list[Slot]:
+        if isinstance(e, TupleGetItem):
+            return field_slots(self.slots_of_expr(e.tuple_value), e.tuple_value.type, e.index)
+        return self.g.var_slots.get(e, [])
 
     def result_slot(self, s: Slot, ret_type) -> Expr:
         p = self.primary.get(s.id)
@@ -493,6 +486,16 @@ class _Materializer:
             blocks.append((None, self.emitted))
         ret_type = result.type if f.ret_type is not None else None  # a declared return type follows the layout
         return f.replace(params=tuple(params), blocks=_blocks(blocks, result), result=result, ret_type=ret_type)
+
+
+def _structured(t, ret_type, leaf):
+    """A value shaped like type ``t`` whose tensors are ``leaf(declared type)``, in slot order."""
+    if isinstance(t, TupleType):
+        fields = ret_type.fields if isinstance(ret_type, TupleType) else [None] * len(t.fields)
+        return Tuple(tuple(_structured(f, r, leaf) for f, r in zip(t.fields, fields)))
+    if not isinstance(t, (TensorType, DTensorType)):
+        raise DiagnosticError(f"propagate-sharding: a tuple holding a {t} is not supported; keep tuples to tensors")
+    return leaf(ret_type)
 
 
 def _blocks(parts, result: Expr) -> tuple[Block, ...]:

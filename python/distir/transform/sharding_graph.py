@@ -29,7 +29,17 @@ from ..ir.placement import Partial, Placement, Replicate, Shard, Spec
 from ..ir.sharding import ShardingRule, forward, without_placement
 from ..ir.types import DTensorType, TensorType, TupleType, Type
 
-__all__ = ["Conflict", "Graph", "Preferences", "Site", "Slot", "build_graph", "preferred_placements"]
+__all__ = [
+    "Conflict",
+    "Graph",
+    "Preferences",
+    "Site",
+    "Slot",
+    "build_graph",
+    "field_slots",
+    "preferred_placements",
+    "tensor_leaves",
+]
 
 HINT_OPS = ("dist.annotate_sharding", "dist.redistribute", "dist.replicate")  # they pin a layout
 
@@ -96,6 +106,20 @@ class Graph:
 
 def _lead(dims) -> tuple[str | None, ...]:
     return tuple(fs[0] if fs else None for fs in dims)
+
+
+def tensor_leaves(t: Type) -> int:
+    """How many slots a value of type ``t`` has (its tensors, tuples flattened in order)."""
+    if isinstance(t, TupleType):
+        return sum(tensor_leaves(f) for f in t.fields)
+    return 1 if isinstance(t, (TensorType, DTensorType)) else 0
+
+
+def field_slots(slots: list[Slot], t: TupleType, index: int) -> list[Slot]:
+    """The slots of field ``index`` of a tuple of type ``t`` whose slots are ``slots``."""
+    index %= len(t.fields)
+    start = sum(tensor_leaves(f) for f in t.fields[:index])
+    return slots[start : start + tensor_leaves(t.fields[index])]
 
 
 class _Builder:
@@ -165,7 +189,7 @@ class _Builder:
                 self.constants[id(e)] = slot
             return [slot]
         if isinstance(e, TupleGetItem):
-            return [self.arg_slots(e.tuple_value, b)[e.index]]
+            return field_slots(self.arg_slots(e.tuple_value, b), e.tuple_value.type, e.index)
         return []
 
     def binding(self, b: Binding) -> None:
