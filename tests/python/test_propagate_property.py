@@ -41,7 +41,7 @@ def programs(draw):
             params.append(f'{name}: R.Tensor({shape}, "float32")')
         tensors.append((name, shape))
     for k in range(draw(st.integers(2, 7))):
-        kind = draw(st.sampled_from(["tanh", "add", "matmul", "permute", "sum", "softmax", "reshape", "hint"]))
+        kind = draw(st.sampled_from(["tanh", "add", "matmul", "permute", "sum", "softmax", "reshape", "hint", "split"]))
         name = f"v{k}"
         a, sa = draw(st.sampled_from(tensors))
         if kind == "add":
@@ -68,6 +68,12 @@ def programs(draw):
         elif kind == "reshape":
             shape = (sa[0] * sa[1] // 16, 16)
             lines.append(f"{name} = R.reshape({a}, R.shape([{shape[0]}, {shape[1]}]))")
+        elif kind == "split":
+            if sa[1] < 16:
+                continue
+            lines.append(f"{name}_t = R.split({a}, indices_or_sections=2, axis=1)")
+            lines.append(f"{name} = R.concat(({name}_t[1], {name}_t[0]), axis=1)")
+            shape = sa
         elif kind == "hint":
             if 1 in sa:
                 continue
