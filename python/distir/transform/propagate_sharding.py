@@ -281,8 +281,7 @@ class _Materializer:
             return self.as_var(s, q)
         if None in vs:
             return self.obtain_plain(s, q, mesh, name)
-        src = min(vs, key=lambda p: self.redistribute_cost(s, p, q))
-        cost = self.redistribute_cost(s, src, q)
+        cost, _, src = min((self.redistribute_cost(s, p, q), i, p) for i, p in enumerate(vs))
         if cost > 0:
             rc, placements = self.recompute_plan(s, q, depth)
             if placements is not None and rc < cost:
