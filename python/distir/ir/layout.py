@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from . import sym
-from .mesh import DeviceMesh
+from .mesh import DeviceMesh, Range
 from .placement import Placement, Shard
 from .sym import Dim
 from .types import DTensorType, TensorType, dtype_bytes
@@ -26,6 +26,39 @@ def shard_count(mesh: DeviceMesh, placement: Placement, dim: int) -> Dim:
 def local_shape(shape: Sequence[Dim], mesh: DeviceMesh, placement: Placement) -> tuple[Dim, ...]:
     """Per-worker shape: each sharded dim divided by the sizes of the mesh axes sharding it."""
     return tuple(sym.floordiv(d, shard_count(mesh, placement, i)) if placement.mesh_axes_of(i) else d for i, d in enumerate(shape))
+
+
+def static_shard_count(mesh: DeviceMesh, placement: Placement, dim: int) -> int:
+    """The product of the static sizes among the mesh axes that shard ``dim`` (symbolic axes left out)."""
+    out = 1
+    for a in placement.mesh_axes_of(dim):
+        if isinstance(mesh.shape[a], int):
+            out *= mesh.shape[a]
+    return out
+
+
+def indivisible_dims(t: DTensorType) -> list[tuple[int, int, int]]:
+    """``(dim, size, count)`` for each static dim of ``t`` that its static mesh axes cannot cut evenly.
+
+    Such a layout is wrong at every device count: each worker's block would be ``size // count``
+    and the rest would be lost. (A symbolic size is checked at specialization or at run time.)
+    """
+    out = []
+    for d, size in enumerate(t.shape):
+        if isinstance(size, int):
+            count = static_shard_count(t.mesh, t.placement, d)
+            if size % count:
+                out.append((d, size, count))
+    return out
+
+
+def describe_indivisible(t: DTensorType, dim: int, size: int, count: int) -> str:
+    axes = [a for a in t.placement.mesh_axes_of(dim) if isinstance(t.mesh.shape[a], int)]
+    names = " and ".join(f"mesh axis {a} ({t.mesh.shape[a]})" for a in axes)
+    return (
+        f"dim {dim} ({size}) does not divide by {count}, the size of {names} that shards it in \"{t.placement}\"; "
+        f"pad dim {dim} to a multiple of {count} (e.g. {-(-size // count) * count}) or shard another dim"
+    )
 
 
 def local_type(t: DTensorType) -> TensorType:
@@ -45,11 +78,50 @@ def mesh_coords(position: int, mesh_shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(coords))
 
 
-def coord_expr(mesh: DeviceMesh, mesh_axis: int, worker: Dim) -> Dim:
-    """Symbolic coordinate along ``mesh_axis`` of the device whose global id is ``worker``."""
+def ids_are_contiguous(mesh: DeviceMesh) -> bool:
+    """True when the mesh's devices are ``start, start+1, ...`` in mesh order (a Range, or a list like one)."""
     ids = mesh.device_ids
-    start: Dim = ids.start if hasattr(ids, "start") else (ids[0] if ids else 0)
-    pos = sym.sub(worker, start)
+    return isinstance(ids, Range) or list(ids) == list(range(ids[0], ids[0] + len(ids)))
+
+
+def mesh_start(mesh: DeviceMesh) -> Dim:
+    """The device id at mesh position 0."""
+    ids = mesh.device_ids
+    return ids.start if isinstance(ids, Range) else ids[0]
+
+
+def _is_one(x, c: int) -> Dim:
+    """1 when the integer ``x`` equals ``c``, else 0, with + - min max only (so every backend computes it)."""
+    diff = sym.sub(x, c)
+    distance = sym.max_(diff, sym.sub(0, diff))
+    return sym.max_(0, sym.sub(1, distance))
+
+
+def position_expr(mesh: DeviceMesh, worker: Dim) -> Dim:
+    """Symbolic position in the mesh (row-major) of the device whose global id is ``worker``.
+
+    The ``k``-th listed device holds position ``k``: for a range or an ascending run of ids
+    that is ``worker - start``; an explicit list in any other order (``[0, 1, 3, 2]``)
+    adds a correction at each device that is out of place. Meaningless for a worker
+    outside the mesh (such a worker holds no value of the mesh's tensors).
+    """
+    pos = sym.sub(worker, mesh_start(mesh))
+    if ids_are_contiguous(mesh):
+        return pos
+    ids = list(mesh.device_ids)
+    for k, dev in enumerate(ids):
+        shift = k - (dev - ids[0])
+        if shift:
+            pos = sym.add(pos, sym.mul(shift, _is_one(worker, dev)))
+    return pos
+
+
+def coord_expr(mesh: DeviceMesh, mesh_axis: int, worker: Dim) -> Dim:
+    """Symbolic coordinate along ``mesh_axis`` of the device whose global id is ``worker``
+    (0 on an axis of size 1)."""
+    if isinstance(mesh.shape[mesh_axis], int) and mesh.shape[mesh_axis] == 1:
+        return 0
+    pos = position_expr(mesh, worker)
     if mesh.ndim == 1:
         return pos
     stride = sym.product(mesh.shape[mesh_axis + 1 :])

@@ -149,6 +149,18 @@ def floormod(a: Dim, b: Dim) -> Dim:
     return normalize(tirx.floormod(_as_prim(a), _as_prim(b)))
 
 
+def max_(a: Dim, b: Dim) -> Dim:
+    if isinstance(a, int) and isinstance(b, int):
+        return max(a, b)
+    return normalize(tirx.max(_as_prim(a), _as_prim(b)))
+
+
+def min_(a: Dim, b: Dim) -> Dim:
+    if isinstance(a, int) and isinstance(b, int):
+        return min(a, b)
+    return normalize(tirx.min(_as_prim(a), _as_prim(b)))
+
+
 def product(dims) -> Dim:
     out: Dim = 1
     for d in dims:

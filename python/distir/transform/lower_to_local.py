@@ -19,7 +19,7 @@ from typing import ClassVar
 from ..errors import DiagnosticError, DistirError
 from ..ir import sym
 from ..ir.expr import Binding, Block, Call, Expr, Function, IRModule, Tuple, TupleGetItem, Var
-from ..ir.layout import WORKER_ID, coord_expr, local_type
+from ..ir.layout import WORKER_ID, coord_expr, describe_indivisible, indivisible_dims, local_type
 from ..ir.op import get_op
 from ..ir.types import DTensorType, TupleType, Type
 from .pass_infra import FunctionPass, PassContext, register_pass
@@ -100,9 +100,19 @@ class _Lowerer:
             return Call(get_op("strided_slice"), (x,), attrs, call.span)
         self.fail(b, f"unknown redistribution step R.{call.op.name}")
 
+    def check_divisible(self, t: Type, name: str, span) -> None:
+        """Refuse a layout whose static sizes do not divide (each worker would lose the remainder)."""
+        if isinstance(t, TupleType):
+            for f in t.fields:
+                self.check_divisible(f, name, span)
+        elif isinstance(t, DTensorType):
+            for dim, size, count in indivisible_dims(t):
+                raise DiagnosticError(f"lowering '{name}': {describe_indivisible(t, dim, size, count)}", span)
+
     def binding(self, b: Binding) -> Binding | None:
         value = b.value
         gtype = b.var.type
+        self.check_divisible(gtype, b.var.name, b.span or b.var.span)
         ltype = to_local_type(gtype)
         if isinstance(value, Call):
             name = value.op.name
@@ -135,6 +145,7 @@ class _Lowerer:
         f = self.func
         params = []
         for p in f.params:
+            self.check_divisible(p.type, p.name, p.span)
             v = Var(p.name, to_local_type(p.type), p.span)
             self.env[p] = v
             params.append(v)

@@ -36,7 +36,7 @@ from tvm import relax, tirx
 
 from ..ir import sym
 from ..ir.expr import Call
-from ..ir.layout import WORKER_ID, coord_expr
+from ..ir.layout import WORKER_ID, coord_expr, ids_are_contiguous, mesh_start, position_expr
 from ..ir.types import TensorType
 from .session import AxisGroups, SessionPlan
 
@@ -123,10 +123,10 @@ class _Collective:
         everyone = relax.TensorType([_p(d) for d in ex.dims([total, *self.xt.shape])], self.xt.dtype)
         gathered = ex.emit(relax.op.call_dps_packed("runtime.disco.allgather", [self.x, _bool(False)], out_ty=everyone))
         stride = self.groups.stride
-        first = sym.sub(sym.var(WORKER_ID), sym.mul(self.coord(), stride))
+        first = sym.sub(position_expr(self.mesh, sym.var(WORKER_ID)), sym.mul(self.coord(), stride))
         steps = ex.emit(relax.op.arange(0, ex.dim(sym.mul(n, stride)), ex.dim(stride), "int64"))
-        ids = ex.emit(relax.op.add(steps, ex.scalar(first)))
-        return ex.emit(relax.op.take(gathered, ids, axis=0, mode="clip"))
+        positions = ex.emit(relax.op.add(steps, ex.scalar(first)))
+        return ex.emit(relax.op.take(gathered, _device_ids_at(ex, self.mesh, positions), axis=0, mode="clip"))
 
     def merge(self, pieces: relax.Expr, axis: int, out_t: TensorType) -> relax.Expr:
         """Concatenate the leading axis of ``(n, *y)`` into axis ``axis`` of y; shaped ``out_t``."""
@@ -197,14 +197,20 @@ def _clamped(ex: _FunctionExporter, value, high):
     return value if ex.plan.every_mesh_covers_all else _clamp(value, high)
 
 
+def _device_ids_at(ex: _FunctionExporter, mesh, positions: relax.Expr) -> relax.Expr:
+    """The device ids at the given mesh positions (an int64 tensor of any rank): the k-th listed device is at position k."""
+    if ids_are_contiguous(mesh):
+        return ex.emit(relax.op.add(positions, ex.scalar(mesh_start(mesh))))
+    table = ex.const(list(mesh.device_ids), "int64")
+    return ex.emit(relax.op.take(table, positions, axis=0, mode="clip"))
+
+
 def _holders(ex: _FunctionExporter, mesh, placement, counts) -> relax.Expr:
     """Worker ids holding each block of a ``placement`` layout, as a ``(prod(counts),)`` tensor.
 
     Block ``(b_0, ..., b_r-1)`` lies at the mesh coordinates that shard each dim (the lower
     mesh axis the major split) and coordinate 0 on every other axis.
     """
-    from .session import mesh_start
-
     grid = None
     ndim = len(counts)
     for d, count in enumerate(counts):
@@ -223,16 +229,14 @@ def _holders(ex: _FunctionExporter, mesh, placement, counts) -> relax.Expr:
         shape[d] = _p(ex.dim(count))
         contrib = ex.emit(relax.op.reshape(contrib, relax.ShapeExpr(shape)))
         grid = contrib if grid is None else ex.emit(relax.op.add(grid, contrib))
-    start = ex.scalar(mesh_start(mesh))
     if grid is None:
-        return ex.emit(relax.op.reshape(start, relax.ShapeExpr([_p(1)])))
-    grid = ex.emit(relax.op.add(grid, start))
-    return ex.emit(relax.op.reshape(grid, relax.ShapeExpr([_p(ex.dim(sym.product(counts)))])))
+        grid = ex.const([0], "int64")
+    positions = ex.emit(relax.op.reshape(grid, relax.ShapeExpr([_p(ex.dim(sym.product(counts)))])))
+    return _device_ids_at(ex, mesh, positions)
 
 
 def _emit_transfer(ex: _FunctionExporter, call: Call) -> relax.Expr:
     from ..ir.layout import block_start_expr, shard_count
-    from .session import mesh_start
 
     attrs = call.op.full_attrs(call.attrs)
     shape = list(attrs["shape"])
@@ -243,9 +247,9 @@ def _emit_transfer(ex: _FunctionExporter, call: Call) -> relax.Expr:
     worker = sym.var(WORKER_ID)
     if src_p.has_partial:
         # an aligned copy: the piece of the worker at this worker's position on the source mesh
-        source = sym.add(mesh_start(src_mesh), sym.sub(worker, mesh_start(dst_mesh)))
-        source = _clamped(ex, source, sym.sub(ex.plan.total, 1))
-        return relax.op.take(everyone, ex.scalar(source), axis=0, mode="clip")
+        position = _clamped(ex, position_expr(dst_mesh, worker), sym.sub(dst_mesh.size, 1))
+        source = _device_ids_at(ex, src_mesh, ex.scalar(position))
+        return relax.op.take(everyone, source, axis=0, mode="clip")
     counts = [shard_count(src_mesh, src_p, d) for d in range(len(shape))]
     pieces = ex.emit(relax.op.take(everyone, _holders(ex, src_mesh, src_p, counts), axis=0, mode="clip"))
     grid = ex.emit(relax.op.reshape(pieces, relax.ShapeExpr([_p(d) for d in ex.dims([*counts, *xt.shape])])))

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from ..ir import sym
 from ..ir.expr import IRModule
+from ..ir.layout import ids_are_contiguous, mesh_start
 from ..ir.mesh import DeviceMesh, Range
 from ..ir.sym import Dim
 from ..ops._common import prove_ge
@@ -36,20 +37,10 @@ class AxisGroups:
     start: Dim  # first device id of the mesh
 
 
-def mesh_start(mesh: DeviceMesh) -> Dim:
-    ids = mesh.device_ids
-    return ids.start if isinstance(ids, Range) else (ids[0] if ids else 0)
-
-
 def mesh_stop(mesh: DeviceMesh) -> Dim:
     """One past the largest device id of the mesh."""
     ids = mesh.device_ids
     return ids.stop if isinstance(ids, Range) else max(ids) + 1
-
-
-def _contiguous(mesh: DeviceMesh) -> bool:
-    ids = mesh.device_ids
-    return isinstance(ids, Range) or list(ids) == list(range(ids[0], ids[0] + len(ids)))
 
 
 @dataclass
@@ -84,7 +75,7 @@ class SessionPlan:
 
     def covers_all(self, mesh: DeviceMesh) -> bool:
         """True when the mesh holds every worker of the session."""
-        return sym.equal(mesh_start(mesh), 0) and sym.equal(mesh.size, self.total) and _contiguous(mesh)
+        return sym.equal(mesh_start(mesh), 0) and sym.equal(mesh.size, self.total) and ids_are_contiguous(mesh)
 
     @property
     def every_mesh_covers_all(self) -> bool:
@@ -105,7 +96,7 @@ class SessionPlan:
         start = mesh_start(mesh)
         if sym.equal(n, 1):
             return AxisGroups("single", n, stride, start)
-        if sym.equal(stride, 1) and _contiguous(mesh):
+        if sym.equal(stride, 1) and ids_are_contiguous(mesh):
             if sym.equal(start, 0) and sym.equal(n, self.total):
                 return AxisGroups("global", n, stride, start)
             aligned = sym.prove_divisible(start, n) and sym.prove_divisible(self.total, n)
