@@ -129,3 +129,56 @@ def test_a_static_parameter_that_does_not_divide_names_the_dim_and_sizes():
     mesh = DeviceMesh((4,), Range(0, 4))
     with pytest.raises(DistirError, match=r"dim 0 \(6\) does not divide by 4, the size of mesh axis 0 \(4\)"):
         distribute_pipeline()(redistribute_module(mesh, (6, 3), "S[0]", "R"))
+
+
+DYNAMIC = """
+@I.ir_module
+class Module:
+    I.module_global_infos({"mesh": [R.device_mesh(("num_workers",), I.Range(0, "num_workers"))]})
+
+    @R.function
+    def main(x: R.DTensor(("s", 4), "float32", "mesh[0]", "S[0]")):
+        z = R.sum(x, axis=[0])
+        return z
+"""
+
+
+@pytest.fixture(scope="module")
+def dynamic_local():
+    return distribute_pipeline()(distir.parse(DYNAMIC))
+
+
+@pytest.mark.parametrize("workers, rows", [(2, 7), (4, 10), (3, 2), (8, 1)])
+def test_a_dynamic_size_that_does_not_divide_stops_the_simulator(dynamic_local, workers, rows):
+    x = np.ones((rows, 4), "float32")
+    with pytest.raises(DistirError, match=rf"inputs with s={rows}: tensor 'x' .* dim 0 has size {rows}, which does not divide evenly by {workers}"):
+        run_spmd(specialize(dynamic_local, {"num_workers": workers}), x)
+
+
+def test_a_dynamic_size_that_divides_still_runs(dynamic_local):
+    x = np.arange(32, dtype="float32").reshape(8, 4)
+    np.testing.assert_allclose(run_spmd(specialize(dynamic_local, {"num_workers": 4}), x), x.sum(0))
+
+
+def test_a_dynamic_size_that_does_not_divide_stops_disco_before_the_workers_start(dynamic_local):
+    from distir.tvm import run_disco, specialize_and_build, to_relax
+
+    built = specialize_and_build(to_relax(dynamic_local), {"num_workers": 2})
+    with pytest.raises(DistirError, match=r"dim 0 has size 7, which does not divide evenly by 2"):
+        run_disco(built, dynamic_local, np.ones((7, 4), "float32"), num_workers=2)
+    np.testing.assert_allclose(
+        run_disco(built, dynamic_local, np.ones((6, 4), "float32"), num_workers=2), np.full(4, 6.0, "float32")
+    )
+
+
+def test_the_tvm_export_itself_asserts_the_sizes_divide(dynamic_local):
+    """A module run by something other than distir's runner checks the sizes at run time too."""
+    import tvm
+    from tvm import relax
+
+    from distir.tvm import specialize_and_build, to_relax
+
+    vm = relax.VirtualMachine(specialize_and_build(to_relax(dynamic_local), {"num_workers": 2}), tvm.cpu())
+    shape = tvm.runtime.ShapeTuple
+    with pytest.raises(Exception, match=r"distir: s = 7 does not divide evenly by num_workers = 2"):
+        vm["main"](shape([2]), shape([7]), tvm.runtime.tensor(np.zeros((3, 4), "float32")))

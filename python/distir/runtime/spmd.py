@@ -255,6 +255,7 @@ def run_spmd(
     :class:`SpmdStats`) to get per-collective counts and bytes.
     """
     from ..transform.lower_to_local import GLOBAL_PARAMS, GLOBAL_RESULT
+    from ..transform.specialize import check_divisible
 
     if func not in mod.functions:
         raise SpmdError(f"the module has no function '{func}' (it has: {', '.join(mod.functions)})")
@@ -271,6 +272,7 @@ def run_spmd(
             raise SpmdError(f"input {i} ('{f.params[i].name}'): expected dtype {t.dtype}, got {a.dtype}")
     values: dict[str, int] = {}
     bind_dims(gparams, arrays, values)
+    check_divisible(mod, values, "inputs with")
     meshes = mod.meshes()
     try:
         total = max((max(m.device_list(values)) + 1 for m in meshes), default=1)

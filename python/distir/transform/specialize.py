@@ -44,7 +44,7 @@ from ..ir.mesh import DeviceMesh, MeshError
 from ..ir.types import DTensorType, PrimType, ShapeType, TensorType, TupleType, Type
 from .pass_infra import ModulePass, PassContext, register_pass
 
-__all__ = ["Specialize", "specialize"]
+__all__ = ["Specialize", "check_divisible", "specialize"]
 
 _PLAIN = (bool, str, float, type(None), int)
 
@@ -386,10 +386,10 @@ def _divisors(n: int) -> list[int]:
 class _Checker:
     """Finds shapes that do not divide under the given values."""
 
-    def __init__(self, tpl: _Template, env: _Env):
+    def __init__(self, tpl: _Template, env: _Env, context: str = "specialize"):
         self.tpl = tpl
         self.env = env
-        self.binding = ", ".join(f"{k}={v}" for k, v in env.values.items())
+        self.binding = context + " " + ", ".join(f"{k}={v}" for k, v in env.values.items())
 
     def _concrete(self, d) -> int | None:
         if isinstance(d, int):
@@ -419,7 +419,7 @@ class _Checker:
         pad = -(-extent // count) * count
         repl = ", ".join(f"R on mesh axis {a}" for a in axes) if axes else "R on that mesh axis"
         raise SpecializeError(
-            f"specialize {self.binding}: {what} dim {dim} has size {extent}, which does not divide evenly by "
+            f"{self.binding}: {what} dim {dim} has size {extent}, which does not divide evenly by "
             f"{count}, the size of {axis_desc} that shards it.\n"
             f"  fix: use a device count that divides {extent} (e.g. {', '.join(map(str, good))}), "
             f"pad dim {dim} to a multiple of {count} (e.g. {pad}), or replicate dim {dim} ({repl})"
@@ -505,7 +505,7 @@ def _specialize(mod: IRModule, values: dict[str, int]) -> IRModule:
     try:
         env.meshes = [m.substitute(values) for m in tpl.meshes]
     except MeshError as err:
-        raise SpecializeError(f"specialize {check.binding}: {err}") from None
+        raise SpecializeError(f"{check.binding}: {err}") from None
     env.types = []
     for _, build in tpl.types:  # a type only refers to types built before it
         env.types.append(build(env))
@@ -513,6 +513,19 @@ def _specialize(mod: IRModule, values: dict[str, int]) -> IRModule:
     funcs = {name: build(env) for name, build in tpl.functions.items()}
     attrs = {k: x if s else x(env) for k, (s, x) in tpl.attrs.items()}
     return mod.replace(functions=funcs, global_infos=infos, attrs=attrs)
+
+
+def check_divisible(mod: IRModule, values: Mapping[str, int], context: str = "run time") -> None:
+    """Raise SpecializeError when a sharded size or a shape's ``a // b`` does not divide at ``values``.
+
+    Runners call it once the sizes known only at run time (a sequence length) are bound
+    from the inputs: a local shape ``s // num_workers`` with ``s = 7`` on 2 workers would
+    otherwise drop a row without a word.
+    """
+    tpl = _template(mod)
+    env = _Env(dict(values))
+    env.dims = [sym.substitute(d, values) for d in tpl.dims]
+    _Checker(tpl, env, context).run()
 
 
 @register_pass

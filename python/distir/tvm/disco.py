@@ -144,6 +144,7 @@ def run_disco(
     """
     from ..runtime.spmd import SpmdError, assemble_output, bind_dims
     from ..transform.lower_to_local import GLOBAL_PARAMS, GLOBAL_RESULT
+    from ..transform.specialize import check_divisible
 
     disco = load_disco()
     if func not in local_mod.functions:
@@ -158,6 +159,7 @@ def run_disco(
         bind_dims(gparams, arrays, values)
     except Exception as err:  # noqa: BLE001 - SpmdError and symbolic errors, reported the same way
         raise DiscoRunError(str(err)) from None
+    check_divisible(local_mod, values, "inputs with")  # the export asserts it too, but inside a worker thread
 
     with tempfile.TemporaryDirectory(prefix="distir-disco-") as tmp:
         path = os.path.join(tmp, "module.so")
