@@ -182,3 +182,60 @@ def test_the_tvm_export_itself_asserts_the_sizes_divide(dynamic_local):
     shape = tvm.runtime.ShapeTuple
     with pytest.raises(Exception, match=r"distir: s = 7 does not divide evenly by num_workers = 2"):
         vm["main"](shape([2]), shape([7]), tvm.runtime.tensor(np.zeros((3, 4), "float32")))
+
+
+# ---------------------------------------------------------------- plans valid wherever the user's layouts are
+
+
+def _run_counts(mesh, shape, src, dst, counts):
+    local = distribute_pipeline()(redistribute_module(mesh, shape, src, dst))
+    x = np.arange(int(np.prod(shape)), dtype="float32").reshape(shape) + 1
+    for w in counts:
+        got = run_spmd(specialize(local, {"num_workers": w}), x)
+        if "P" in src:  # a partial input is split into random parts; the value is their sum
+            np.testing.assert_allclose(got, x, rtol=1e-5, atol=1e-3)
+        else:
+            np.testing.assert_array_equal(got, x)
+    return local
+
+
+W = distir.ir.sym.var("num_workers")
+
+
+def test_a_plan_never_cuts_a_static_dim_more_ways_than_it_divides():
+    """(6, 2) "S[0], S[0]" -> "S[1], S[0]" on a static (2, 3) mesh went through "S[0], S[1]" (2 cut 3 ways)."""
+    _run_counts(DeviceMesh((2, 3), Range(0, 6)), (6, 2), "S[0], S[0]", "S[1], S[0]", [1])
+    # the same on (2, num_workers, 2): the target cuts dim 0 over num_workers only, so 12 rows run at 1 and 3
+    _run_counts(DeviceMesh((2, W, 2), Range(0, 4 * W)), (12, 2), "S[0], S[0], R", "S[1], S[0], R", [1, 3])
+
+
+def test_a_plan_needs_no_count_to_divide_more_than_the_user_layouts_do():
+    """(7, 4) "P, P" -> "R, R" on (num_workers, 2) failed to specialize at 3 on an intermediate 4 / 3."""
+    _run_counts(DeviceMesh((W, 2), Range(0, 2 * W)), (7, 4), "P, P", "R, R", [1, 2, 3, 5])
+
+
+def test_identical_blocks_across_a_size_one_axis_move_nothing():
+    """(num_workers, 1, 2): "S[0], S[0], S[0]" -> "S[0], R, S[0]" moved 64 B per worker through three collectives."""
+    from distir.runtime.spmd import SpmdStats
+
+    mesh = DeviceMesh((W, 1, 2), Range(0, 2 * W))
+    local = _run_counts(mesh, (16, 4), "S[0], S[0], S[0]", "S[0], R, S[0]", [1, 2, 4])
+    stats = SpmdStats()
+    run_spmd(specialize(local, {"num_workers": 2}), np.ones((16, 4), "float32"), stats=stats)
+    assert stats.total_bytes == 0
+
+
+def test_a_partial_between_meshes_of_other_shapes_at_a_count_that_divides_the_target():
+    """(3, 4) "P" on a static (2,) mesh -> "S[0]" on (num_workers,): a numpy ValueError at 3 workers."""
+    src = DeviceMesh((2,), Range(0, 2))
+    dst = DeviceMesh((W,), Range(0, W))
+    x = Var("x", DTensorType((3, 4), "float32", src, Placement.parse("P")))
+    call = Call(get_op("dist.redistribute"), (x,), {"device_mesh": dst, "placement": Placement.parse("S[0]")})
+    y = Var("y", call.type)
+    mod = IRModule({"main": Function("main", (x,), (Block((Binding(y, call),), True, (y,)),), y)}, {"mesh": [src, dst]})
+    local = distribute_pipeline()(mod)
+    value = np.arange(12, dtype="float32").reshape(3, 4)
+    for w in (1, 3):
+        np.testing.assert_allclose(run_spmd(specialize(local, {"num_workers": w}), value), value, atol=1e-5)
+    with pytest.raises(DistirError, match="does not divide evenly by 2"):
+        specialize(local, {"num_workers": 2})

@@ -384,7 +384,9 @@ def test_pipeline_stages_on_two_meshes_each_propagate_on_their_own():
     shapes = [(32, 64), (64, 128), (128, 64), (64, 128), (128, 64)]
     inputs = [(rng.standard_normal(s) / np.sqrt(s[0])).astype("float32") for s in shapes]
     stats = assert_sharded_equivalent(mod, inputs, num_workers=(1, 2, 4))
-    assert stats[4].counts["transfer"] == 1 and stats[4].counts["all_reduce"] == 1
+    # stage 1's partial is reduced on its mesh and sent once (the 32 rows are not cut over num_workers
+    # on the way: the user's layouts do not say that num_workers divides 32); stage 2 reduces its own
+    assert stats[4].counts == {"all_reduce": 2, "transfer": 1}
 
 
 def test_a_value_between_meshes_without_a_hint_is_an_error():

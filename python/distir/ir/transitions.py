@@ -31,22 +31,39 @@ STEPS = ("all_gather", "all_reduce", "reduce_scatter", "all_to_all", "local_shar
 COLLECTIVES = ("all_gather", "all_reduce", "reduce_scatter", "all_to_all")
 
 
-def _innermost(placement: Placement, dim: int, axis: int) -> bool:
-    """True when no mesh axis after ``axis`` shards ``dim`` (so ``axis`` may add or drop it)."""
+def _is_one(size) -> bool:
+    return isinstance(size, int) and size == 1
+
+
+def _innermost(placement: Placement, dim: int, axis: int, mesh_shape=None) -> bool:
+    """True when no mesh axis after ``axis`` shards ``dim`` (so ``axis`` may add or drop it).
+
+    Axes of size 1 do not count: cutting a dim into one piece changes no block, so a step on
+    such an axis, or past one, leaves every worker's block contiguous."""
+    if mesh_shape is not None and _is_one(mesh_shape[axis]):
+        return True
     axes = [a for a in placement.mesh_axes_of(dim) if a != axis]
+    if mesh_shape is not None:
+        axes = [a for a in axes if not _is_one(mesh_shape[a])]
     return all(a < axis for a in axes)
 
 
-def apply_step(kind: str, placement: Placement, axis: int, dim: int | None = None, op: str | None = None) -> Placement:
-    """The placement after ``kind`` on mesh ``axis``; PlacementError if the step does not apply."""
+def apply_step(
+    kind: str, placement: Placement, axis: int, dim: int | None = None, op: str | None = None, mesh_shape=None
+) -> Placement:
+    """The placement after ``kind`` on mesh ``axis``; PlacementError if the step does not apply.
+
+    ``mesh_shape`` (the mesh's sizes, when known) lets steps on or past axes of size 1 ignore
+    the nesting order (see :func:`_innermost`)."""
     if not 0 <= axis < len(placement):
         raise PlacementError(f"{kind}: mesh axis {axis} is out of range for placement \"{placement}\"")
     spec = placement[axis]
+    ms = mesh_shape
     where = f"{kind} on mesh axis {axis} of \"{placement}\""
     if kind == "all_gather":
         if not isinstance(spec, Shard):
             raise PlacementError(f"{where}: needs S[d] on that axis, found {spec}")
-        if not _innermost(placement, spec.dim, axis):
+        if not _innermost(placement, spec.dim, axis, ms):
             raise PlacementError(f"{where}: dim {spec.dim} is also sharded on a later mesh axis; gather that one first")
         return placement.replace(axis, Replicate())
     if kind == "all_reduce":
@@ -56,7 +73,7 @@ def apply_step(kind: str, placement: Placement, axis: int, dim: int | None = Non
     if kind == "reduce_scatter":
         if not isinstance(spec, Partial):
             raise PlacementError(f"{where}: needs P on that axis, found {spec}")
-        if dim is None or not _innermost(placement, dim, axis):
+        if dim is None or not _innermost(placement, dim, axis, ms):
             raise PlacementError(f"{where}: dim {dim} is already sharded on a later mesh axis")
         return placement.replace(axis, Shard(dim))
     if kind == "all_to_all":
@@ -64,13 +81,13 @@ def apply_step(kind: str, placement: Placement, axis: int, dim: int | None = Non
             raise PlacementError(f"{where}: needs S[d] on that axis, found {spec}")
         if dim is None or dim == spec.dim:
             raise PlacementError(f"{where}: needs a different target dim, got {dim}")
-        if not _innermost(placement, spec.dim, axis) or not _innermost(placement, dim, axis):
+        if not _innermost(placement, spec.dim, axis, ms) or not _innermost(placement, dim, axis, ms):
             raise PlacementError(f"{where}: the mesh axis is not the innermost for dim {spec.dim} or dim {dim}")
         return placement.replace(axis, Shard(dim))
     if kind == "local_shard":
         if not isinstance(spec, Replicate):
             raise PlacementError(f"{where}: needs R on that axis, found {spec}")
-        if dim is None or not _innermost(placement, dim, axis):
+        if dim is None or not _innermost(placement, dim, axis, ms):
             raise PlacementError(f"{where}: dim {dim} is already sharded on a later mesh axis")
         return placement.replace(axis, Shard(dim))
     if kind == "local_partial":

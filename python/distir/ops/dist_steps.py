@@ -37,7 +37,7 @@ def _infer(kind):
         if dim is not None and not 0 <= dim < x.ndim:
             raise TypeInferenceError(f"R.dist.{kind}: dim {dim} is out of range for a tensor of rank {x.ndim}")
         try:
-            new = apply_step(kind, x.placement, axis, dim, attrs.get("op_type"))
+            new = apply_step(kind, x.placement, axis, dim, attrs.get("op_type"), x.mesh.shape)
         except PlacementError as err:
             raise TypeInferenceError(f"R.dist.{kind}: {err}") from None
         return x.with_placement(new)

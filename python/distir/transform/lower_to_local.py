@@ -123,6 +123,10 @@ class _Lowerer:
                 self.env[b.var] = args[0]
                 return None
             if name.startswith("dist.") and isinstance(value.args[0].type, DTensorType):
+                axis = value.attrs.get("mesh_axis")
+                if axis is not None and sym.equal(value.args[0].type.mesh.shape[axis], 1):
+                    self.env[b.var] = args[0]  # one device on the axis: every block stays where it is
+                    return None
                 new = self.step(b, value, args[0])
             else:
                 if value.op.localize is not None and _has_dtensor(gtype):

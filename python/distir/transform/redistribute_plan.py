@@ -33,6 +33,7 @@ from ..ir.mesh import DeviceMesh, Range
 from ..ir.placement import Partial, Placement, PlacementError, Replicate, Shard
 from ..ir.sym import Dim
 from ..ir.transfer import route_bytes, transfer_routes
+from ..ir.layout import shard_count
 from ..ir.transitions import apply_step, cost_factor, cost_formula
 
 SAMPLE_SIZES = (2, 3, 4, 8)
@@ -46,8 +47,8 @@ class Step:
     dim: int | None = None
     op_type: str | None = None
 
-    def apply(self, placement: Placement) -> Placement:
-        return apply_step(self.kind, placement, self.mesh_axis, self.dim, self.op_type)
+    def apply(self, placement: Placement, mesh_shape=None) -> Placement:
+        return apply_step(self.kind, placement, self.mesh_axis, self.dim, self.op_type, mesh_shape)
 
     def __str__(self) -> str:
         extra = f", dim={self.dim}" if self.dim is not None else ""
@@ -55,9 +56,17 @@ class Step:
         return f"{self.kind}(mesh_axis={self.mesh_axis}{extra})"
 
 
-def _moves(state: Placement, ndim: int, target: Placement, blocked: frozenset[int] = frozenset()):
-    """Single steps out of ``state``; none shards a dim in ``blocked`` (see :func:`unshardable_dims`)."""
-    dims = [d for d in range(ndim) if d not in blocked]
+Cuts = tuple[frozenset[tuple[int, ...]], ...] | None
+
+
+def cuts_allow(cuts: Cuts, state: Placement) -> bool:
+    """Whether every dim of ``state`` is cut over a set of mesh axes that ``cuts`` allows."""
+    return cuts is None or all(state.mesh_axes_of(d) in allowed for d, allowed in enumerate(cuts))
+
+
+def _moves(state: Placement, ndim: int, target: Placement, cuts: Cuts, mesh_shape):
+    """Single steps out of ``state`` to layouts that ``cuts`` allows (see :func:`allowed_cuts`)."""
+    dims = range(ndim)
     for axis, spec in enumerate(state.specs):
         if isinstance(spec, Shard):
             cands = [Step("all_gather", axis)] + [Step("all_to_all", axis, e) for e in dims if e != spec.dim]
@@ -69,9 +78,11 @@ def _moves(state: Placement, ndim: int, target: Placement, blocked: frozenset[in
                 cands.append(Step("local_partial", axis, op_type=target[axis].op))
         for step in cands:
             try:
-                yield step, step.apply(state)
+                nxt = step.apply(state, mesh_shape)
             except PlacementError:
                 continue
+            if cuts_allow(cuts, nxt):
+                yield step, nxt
 
 
 def _local_fraction(state: Placement, sizes: tuple[int, ...]) -> Fraction:
@@ -91,7 +102,7 @@ def plan_cost(plan: tuple[Step, ...], src: Placement, sizes: tuple[int, ...]) ->
     total, state = Fraction(0), src
     for step in plan:
         total += step_cost(step, state, sizes)
-        state = step.apply(state)
+        state = step.apply(state, sizes)
     return total
 
 
@@ -115,11 +126,9 @@ def _shortest(src, dst, moves):
     return None
 
 
-def _dijkstra(
-    src: Placement, dst: Placement, ndim: int, sizes: tuple[int, ...], blocked: frozenset[int] = frozenset()
-) -> tuple[Step, ...]:
+def _dijkstra(src: Placement, dst: Placement, ndim: int, sizes: tuple[int, ...], cuts: Cuts = None) -> tuple[Step, ...]:
     def moves(state):
-        for step, nxt in _moves(state, ndim, dst, blocked):
+        for step, nxt in _moves(state, ndim, dst, cuts, sizes):
             yield step, nxt, step_cost(step, state, sizes)
 
     plan = _shortest(src, dst, moves)
@@ -147,16 +156,16 @@ def _sample_points(mesh_shape: tuple[Dim, ...]) -> list[tuple[int, ...]]:
 
 
 @lru_cache(maxsize=4096)
-def _plan_cached(mesh_shape, ndim: int, src: Placement, dst: Placement, blocked: frozenset[int]) -> tuple[Step, ...]:
+def _plan_cached(mesh_shape, ndim: int, src: Placement, dst: Placement, cuts: Cuts) -> tuple[Step, ...]:
     points = _sample_points(mesh_shape)
     candidates: list[tuple[Step, ...]] = []
     for p in points:
-        plan = _dijkstra(src, dst, ndim, p, blocked)
+        plan = _dijkstra(src, dst, ndim, p, cuts)
         if plan not in candidates:
             candidates.append(plan)
     if len(candidates) == 1:
         return candidates[0]
-    optimum = {p: plan_cost(_dijkstra(src, dst, ndim, p, blocked), src, p) for p in points}
+    optimum = {p: plan_cost(_dijkstra(src, dst, ndim, p, cuts), src, p) for p in points}
 
     def excess(plan):
         return sum((plan_cost(plan, src, p) - optimum[p]) for p in points)
@@ -164,27 +173,28 @@ def _plan_cached(mesh_shape, ndim: int, src: Placement, dst: Placement, blocked:
     return min(candidates, key=lambda plan: (excess(plan), len(plan), candidates.index(plan)))
 
 
-def unshardable_dims(shape, mesh: DeviceMesh, src: Placement, dst: Placement) -> frozenset[int]:
-    """Dims a plan must not shard on its way (dims neither ``src`` nor ``dst`` shards that may not divide).
+def allowed_cuts(shape, mesh: DeviceMesh, user: tuple[tuple[DeviceMesh, Placement], ...]) -> Cuts:
+    """For each dim of a tensor of ``shape``, the sets of mesh axes a plan's layouts may cut it over.
 
-    The source and target layouts are the user's, and their shapes must divide (Specialize
-    checks). A plan's intermediate layouts are the planner's: it may shard a further dim only
-    if that cannot fail, i.e. the dim is static and divides by the static part of the mesh.
-    A dynamic dim (a sequence length) is never cut on the way: no check could catch an odd one.
+    ``user`` holds the source and target layouts (each on its mesh): making those divide is
+    the user's part (Specialize and the runners check them), so a cut into a number of
+    pieces that divides one of theirs divides too. Beyond that a plan's own layouts cut a dim
+    only where that surely divides at every size of the meshes' symbols: ``(6, 2)`` on a
+    ``(2, 3)`` mesh may cut dim 1 over axis 0 (2) but not over axis 1 (3), and a dynamic
+    dim (a sequence length) is never cut further than the user's layouts cut it.
     """
-    used = {s.dim for p in (src, dst) for s in p.specs if isinstance(s, Shard)}
-    mesh_symbols = set().union(*(sym.free_vars(d) for d in mesh.shape))
-    static = sym.product(d for d in mesh.shape if isinstance(d, int))
-    out = set()
+    out = []
+    axes = range(mesh.ndim)
     for d, size in enumerate(shape):
-        if d in used:
-            continue
-        if isinstance(size, int):
-            if size % static:
-                out.add(d)
-        elif not sym.free_vars(size) <= mesh_symbols:
-            out.add(d)
-    return frozenset(out)
+        counts = [shard_count(m, p, d) for m, p in user if p.mesh_axes_of(d)]
+        allowed = set()
+        for r in range(mesh.ndim + 1):
+            for subset in itertools.combinations(axes, r):
+                count = sym.product(mesh.shape[a] for a in subset)
+                if sym.prove_divisible(size, count) or any(sym.prove_divisible(c, count) for c in counts):
+                    allowed.add(subset)
+        out.append(frozenset(allowed))
+    return tuple(out)
 
 
 def plan_redistribute(
@@ -192,14 +202,14 @@ def plan_redistribute(
 ) -> tuple[Step, ...]:
     """The cheapest steps from ``src`` to ``dst`` on ``mesh`` for a tensor of rank ``ndim``.
 
-    Given the tensor's global ``shape``, intermediate layouts shard only dims that surely
-    divide (:func:`unshardable_dims`); without it, any dim."""
+    Given the tensor's global ``shape``, intermediate layouts cut dims only where that surely
+    divides (:func:`allowed_cuts`); without it, any way."""
     src.validate(mesh.ndim, ndim, "source placement")  # e.g. "P[max], P" mixes reductions: no plan is right
     dst.validate(mesh.ndim, ndim, "target placement")
     if src == dst:
         return ()
-    blocked = unshardable_dims(shape, mesh, src, dst) if shape is not None else frozenset()
-    return _plan_cached(_ShapeBox(mesh.shape), ndim, src, dst, blocked)
+    cuts = allowed_cuts(shape, mesh, ((mesh, src), (mesh, dst))) if shape is not None else None
+    return _plan_cached(_ShapeBox(mesh.shape), ndim, src, dst, cuts)
 
 
 class _ShapeBox(tuple):
@@ -215,19 +225,25 @@ class _ShapeBox(tuple):
         return isinstance(other, tuple) and len(self) == len(other) and all(sym.equal(a, b) for a, b in zip(self, other))
 
 
-def is_optimal_everywhere(mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement) -> bool:
-    """Whether the chosen plan is optimal at every sampled size of the mesh's symbols.
+def is_optimal_everywhere(mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement, shape=None) -> bool:
+    """Whether the chosen plan is optimal at every sampled size of the mesh's symbols
+    (among the plans whose layouts surely divide, given the tensor's ``shape``).
 
     For a few transitions on N-D meshes with symbolic sizes no single plan is best at
     every size; the planner then takes the one with the smallest total excess."""
-    plan = plan_redistribute(mesh, ndim, src, dst)
+    plan = plan_redistribute(mesh, ndim, src, dst, shape)
+    cuts = allowed_cuts(shape, mesh, ((mesh, src), (mesh, dst))) if shape is not None else None
     points = _sample_points(tuple(mesh.shape))
-    return all(plan_cost(plan, src, p) == plan_cost(_dijkstra(src, dst, ndim, p), src, p) for p in points)
+    return all(plan_cost(plan, src, p) == plan_cost(_dijkstra(src, dst, ndim, p, cuts), src, p) for p in points)
 
 
-def optimal_cost(mesh_sizes: tuple[int, ...], ndim: int, src: Placement, dst: Placement) -> Fraction:
-    """The cost model's optimum at concrete mesh sizes (per worker, per byte of the tensor)."""
-    return plan_cost(_dijkstra(src, dst, ndim, mesh_sizes), src, mesh_sizes)
+def optimal_cost(
+    mesh_sizes: tuple[int, ...], ndim: int, src: Placement, dst: Placement, mesh: DeviceMesh | None = None, shape=None
+) -> Fraction:
+    """The cost model's optimum at concrete mesh sizes (per worker, per byte of the tensor);
+    given the symbolic ``mesh`` and the tensor's ``shape``, among plans whose layouts surely divide."""
+    cuts = allowed_cuts(shape, mesh, ((mesh, src), (mesh, dst))) if shape is not None and mesh is not None else None
+    return plan_cost(_dijkstra(src, dst, ndim, mesh_sizes, cuts), src, mesh_sizes)
 
 
 def plan_cost_formula(plan: tuple[Step, ...], src: Placement, mesh: DeviceMesh, nbytes: Dim) -> Dim:
@@ -238,7 +254,7 @@ def plan_cost_formula(plan: tuple[Step, ...], src: Placement, mesh: DeviceMesh, 
         count = sym.product(mesh.shape[a] for a, s in enumerate(state.specs) if isinstance(s, Shard))
         local = sym.floordiv(nbytes, count)
         total = sym.add(total, cost_formula(step.kind, mesh.shape[step.mesh_axis], local))
-        state = step.apply(state)
+        state = step.apply(state, mesh.shape)
     return total
 
 
@@ -352,16 +368,19 @@ def transfer_cost(src: Placement, dst: Placement, point: MeshPoint, ndim: int) -
     return Fraction(route_bytes(routes), _product(extents))
 
 
-def _cross_moves(point: MeshPoint, ndim: int, dst: Placement, aligned_ok: bool, blocked: frozenset[int] = frozenset()):
+CrossCuts = tuple[Cuts, Cuts]
+
+
+def _cross_moves(point: MeshPoint, ndim: int, dst: Placement, aligned_ok: bool, cuts: CrossCuts = (None, None)):
     src_total, dst_total = len(point.src_devices), len(point.dst_devices)
     no_partial_hint = Placement.replicated(len(point.src_sizes))
-    targets = [q for q in _partial_free(len(point.dst_sizes), ndim)
-               if not any(isinstance(x, Shard) and x.dim in blocked for x in q.specs)]
+    src_cuts, dst_cuts = cuts
+    targets = [q for q in _partial_free(len(point.dst_sizes), ndim) if cuts_allow(dst_cuts, q)]
 
     def moves(state):
         side, p = state
         if side == 0:
-            for step, nxt in _moves(p, ndim, no_partial_hint, blocked):
+            for step, nxt in _moves(p, ndim, no_partial_hint, src_cuts, point.src_sizes):
                 yield step, (0, nxt), src_total * step_cost(step, p, point.src_sizes)
             if p.has_partial:
                 choices = [p] if aligned_ok else []
@@ -372,16 +391,16 @@ def _cross_moves(point: MeshPoint, ndim: int, dst: Placement, aligned_ok: bool, 
                 if c is not None:
                     yield Transfer(q), (1, q), c
         else:
-            for step, nxt in _moves(p, ndim, dst, blocked):
+            for step, nxt in _moves(p, ndim, dst, dst_cuts, point.dst_sizes):
                 yield step, (1, nxt), dst_total * step_cost(step, p, point.dst_sizes)
 
     return moves
 
 
 def _cross_dijkstra(
-    src: Placement, dst: Placement, ndim: int, point: MeshPoint, aligned_ok: bool, blocked: frozenset[int] = frozenset()
+    src: Placement, dst: Placement, ndim: int, point: MeshPoint, aligned_ok: bool, cuts: CrossCuts = (None, None)
 ):
-    plan = _shortest((0, src), (1, dst), _cross_moves(point, ndim, dst, aligned_ok, blocked))
+    plan = _shortest((0, src), (1, dst), _cross_moves(point, ndim, dst, aligned_ok, cuts))
     if plan is None:
         raise DistirError(f"no sequence of steps and transfers turns \"{src}\" into \"{dst}\" on the other mesh")
     return plan
@@ -400,7 +419,7 @@ def cross_plan_cost(plan: tuple[CrossStep, ...], src: Placement, point: MeshPoin
         else:
             sizes = point.dst_sizes if on_target else point.src_sizes
             total += _product(sizes) * step_cost(step, state, sizes)
-            state = step.apply(state)
+            state = step.apply(state, sizes)
     return total
 
 
@@ -410,19 +429,19 @@ def _aligned_ok(src_mesh: DeviceMesh, dst_mesh: DeviceMesh) -> bool:
 
 @lru_cache(maxsize=4096)
 def _plan_cross_cached(
-    src_mesh: DeviceMesh, dst_mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement, blocked: frozenset[int]
+    src_mesh: DeviceMesh, dst_mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement, cuts: CrossCuts
 ):
     points = _cross_points(src_mesh, dst_mesh)
     aligned_ok = _aligned_ok(src_mesh, dst_mesh)
     candidates: list[tuple[CrossStep, ...]] = []
     for p in points:
-        plan = _cross_dijkstra(src, dst, ndim, p, aligned_ok, blocked)
+        plan = _cross_dijkstra(src, dst, ndim, p, aligned_ok, cuts)
         if plan not in candidates:
             candidates.append(plan)
     if len(candidates) == 1:
         return candidates[0]
     optimum = {
-        p: cross_plan_cost(_cross_dijkstra(src, dst, ndim, p, aligned_ok, blocked), src, p, ndim) for p in points
+        p: cross_plan_cost(_cross_dijkstra(src, dst, ndim, p, aligned_ok, cuts), src, p, ndim) for p in points
     }
 
     def excess(plan):
@@ -440,26 +459,32 @@ def plan_cross_mesh(
     sent by all workers together (see docs/redistribute.md). Optimal at every sampled size of
     the meshes' symbols when such a plan exists; else the smallest total excess. Given the
     tensor's ``shape``, layouts on the way cut only dims that surely divide."""
-    blocked = frozenset()
-    if shape is not None:  # layouts on the way cut only dims that surely divide, on either mesh
-        blocked = unshardable_dims(shape, src_mesh, src, dst) | unshardable_dims(shape, dst_mesh, src, dst)
-    return _plan_cross_cached(src_mesh, dst_mesh, ndim, src, dst, blocked)
+    return _plan_cross_cached(src_mesh, dst_mesh, ndim, src, dst, _cross_cuts(src_mesh, src, dst_mesh, dst, shape))
+
+
+def _cross_cuts(src_mesh: DeviceMesh, src: Placement, dst_mesh: DeviceMesh, dst: Placement, shape) -> CrossCuts:
+    if shape is None:
+        return (None, None)
+    user = ((src_mesh, src), (dst_mesh, dst))  # layouts on the way cut only where that surely divides
+    return (allowed_cuts(shape, src_mesh, user), allowed_cuts(shape, dst_mesh, user))
 
 
 def cross_optimal_cost(
-    src_mesh: DeviceMesh, src: Placement, dst_mesh: DeviceMesh, dst: Placement, ndim: int, point: MeshPoint
+    src_mesh: DeviceMesh, src: Placement, dst_mesh: DeviceMesh, dst: Placement, ndim: int, point: MeshPoint, shape=None
 ) -> Fraction:
-    """The cost model's optimum for a cross-mesh redistribute at concrete sizes."""
-    plan = _cross_dijkstra(src, dst, ndim, point, _aligned_ok(src_mesh, dst_mesh))
+    """The cost model's optimum for a cross-mesh redistribute at concrete sizes (among plans
+    whose layouts surely divide, given the tensor's ``shape``)."""
+    cuts = _cross_cuts(src_mesh, src, dst_mesh, dst, shape)
+    plan = _cross_dijkstra(src, dst, ndim, point, _aligned_ok(src_mesh, dst_mesh), cuts)
     return cross_plan_cost(plan, src, point, ndim)
 
 
 def is_cross_optimal_everywhere(
-    src_mesh: DeviceMesh, src: Placement, dst_mesh: DeviceMesh, dst: Placement, ndim: int
+    src_mesh: DeviceMesh, src: Placement, dst_mesh: DeviceMesh, dst: Placement, ndim: int, shape=None
 ) -> bool:
-    plan = plan_cross_mesh(src_mesh, src, dst_mesh, dst, ndim)
+    plan = plan_cross_mesh(src_mesh, src, dst_mesh, dst, ndim, shape)
     return all(
-        cross_plan_cost(plan, src, p, ndim) == cross_optimal_cost(src_mesh, src, dst_mesh, dst, ndim, p)
+        cross_plan_cost(plan, src, p, ndim) == cross_optimal_cost(src_mesh, src, dst_mesh, dst, ndim, p, shape)
         for p in _cross_points(src_mesh, dst_mesh)
     )
 
