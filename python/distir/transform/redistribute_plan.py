@@ -29,11 +29,11 @@ from typing import ClassVar
 
 from ..errors import DistirError
 from ..ir import sym
+from ..ir.layout import shard_count
 from ..ir.mesh import DeviceMesh, Range
 from ..ir.placement import Partial, Placement, PlacementError, Replicate, Shard
 from ..ir.sym import Dim
 from ..ir.transfer import route_bytes, transfer_routes
-from ..ir.layout import shard_count
 from ..ir.transitions import apply_step, cost_factor, cost_formula
 
 SAMPLE_SIZES = (2, 3, 4, 8)
