@@ -239,3 +239,26 @@ def test_a_partial_between_meshes_of_other_shapes_at_a_count_that_divides_the_ta
         np.testing.assert_allclose(run_spmd(specialize(local, {"num_workers": w}), value), value, atol=1e-5)
     with pytest.raises(DistirError, match="does not divide evenly by 2"):
         specialize(local, {"num_workers": 2})
+
+
+def test_a_parameter_wanted_cut_over_two_symbolic_axes_keeps_only_the_cut_that_divides():
+    """Mesh (num_workers, num_workers): a plain (24,) parameter read with "S[0], R" and "R, S[0]"
+    tensors was laid out "S[0], S[0]" (num_workers^2 pieces), so specialization at 3 failed."""
+    text = """
+@I.ir_module
+class Module:
+    I.module_global_infos({"mesh": [R.device_mesh(("num_workers", "num_workers"), I.Range(0, "num_workers * num_workers"))]})
+
+    @R.function
+    def main(x: R.DTensor((24,), "float32", "mesh[0]", "S[0], R"), w: R.DTensor((24,), "float32", "mesh[0]", "R, S[0]"), y: R.Tensor((24,), "float32")):
+        z = R.add(x, y)
+        u = R.add(z, w)
+        v = R.sum(y, axis=[0])
+        return (u, v)
+"""
+    from distir.testing import assert_sharded_equivalent, random_inputs
+
+    mod = distir.parse(text)
+    placed = distir.transform.get_pass("propagate-sharding")(mod)
+    assert str(placed["main"].params[2].type.placement) == "S[0], R"
+    assert_sharded_equivalent(mod, random_inputs(mod), num_workers=(1, 2, 3))

@@ -65,6 +65,11 @@ class ShardingAmbiguityWarning(UserWarning):
     """Propagation met two shardings for one tensor and chose; a hint on that tensor decides."""
 
 
+def _only_dim(p: Placement, d: int) -> Placement:
+    """``p`` with every cut of a dim other than ``d`` replaced by R."""
+    return Placement(tuple(x if isinstance(x, Shard) and x.dim == d else Replicate() for x in p.specs))
+
+
 def _tag(p: Placement | None) -> str:
     if p is None:
         return "plain"
@@ -342,7 +347,24 @@ class _Materializer:
             return None
         if s.fixed is not None:
             return s.fixed
-        return _without_partials(self.prefs.placement(s))
+        p = _without_partials(self.prefs.placement(s))
+        return None if p is None else self.fitted(s, p, self.mesh(s))
+
+    def fitted(self, s: Slot, p: Placement, mesh: DeviceMesh) -> Placement:
+        """``p`` with the innermost cuts of each dim that does not :meth:`fits` replaced by R.
+
+        A parameter's preferred layout combines the wishes of several consumers (``S[0], R``
+        from one, ``R, S[0]`` from another give ``S[0], S[0]``): cut twice, a dim may no longer
+        divide at likely device counts, so propagation keeps only the cuts it can afford."""
+        while not self.fits(s, p, mesh):
+            for d in range(s.tensor.ndim):
+                axes = p.mesh_axes_of(d)
+                if axes and not self.fits(s, _only_dim(p, d), mesh):
+                    p = p.replace(axes[-1], Replicate())
+                    break
+            else:
+                break
+        return p
 
     def op_site(self, site: Site) -> None:
         self.memo.clear()
