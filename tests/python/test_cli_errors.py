@@ -151,7 +151,10 @@ def test_distir_opt_checks_its_arguments_too(capsys):
 def test_unknown_bound_names_are_errors_not_ignored(capsys):
     code, _, err = run_cli(["run", ATTENTION, "-n", "2", "--bind", "t=4"], capsys)
     assert code == 1
-    assert_one_error_line(err, "distir run", "--bind t=4: the module has no symbolic size 't' (its symbolic sizes: s)")
+    assert_one_error_line(err, "distir run", "--bind t=4: the module has no symbolic size 't' (its symbolic sizes "
+                                             "besides num_workers: s)")
+    code, _, err = run_cli(["run", MLP, "-n", "2", "--bind", "s=4"], capsys)
+    assert code == 1 and "(its symbolic sizes besides num_workers: none)" in err
     code, _, err = run_cli(["run", ATTENTION, "-n", "2", "--bind", "S=4"], capsys)
     assert code == 1 and "did you mean 's'?" in err
     for cmd in (["sweep", ATTENTION, "--bind", "t=2"], ["show", ATTENTION, "--bind", "t=2"],

@@ -22,6 +22,8 @@ __all__ = [
     "MAX_WORKERS",
     "UsageError",
     "check_bind_names",
+    "check_mesh_symbol",
+    "mesh_symbols",
     "module_symbols",
     "non_negative_float",
     "non_negative_int",
@@ -29,6 +31,7 @@ __all__ = [
     "positive_float",
     "positive_int",
     "seed",
+    "static_workers",
     "sweep_counts",
     "workers",
 ]
@@ -182,17 +185,21 @@ def _listing(names: Iterable[str]) -> str:
     return ", ".join(names) if names else "none: every size is a number"
 
 
-def check_bind_names(bind: Mapping[str, int], symbols: set[str], option: str = "--bind") -> None:
-    """Every name bound must be a symbolic size of the module (a typo is an error, not ignored)."""
+def check_bind_names(bind: Mapping[str, int], symbols: set[str], mesh_symbol: str | None = None) -> None:
+    """Every name bound must be a symbolic size of the module (a typo is an error, not ignored).
+
+    ``mesh_symbol`` (set by ``-n``, not ``--bind``) is left out of the names offered."""
+    allowed = symbols - {mesh_symbol} if mesh_symbol else set(symbols)
     for name, value in bind.items():
-        if name not in symbols:
-            same_case = [s for s in sorted(symbols) if s.lower() == name.lower()]
-            close = same_case or difflib.get_close_matches(name, sorted(symbols), n=1)
+        if name not in allowed:
+            same_case = [s for s in sorted(allowed) if s.lower() == name.lower()]
+            close = same_case or difflib.get_close_matches(name, sorted(allowed), n=1)
             hint = f"; did you mean '{close[0]}'?" if close else ""
-            raise DistirError(
-                f"{option} {name}={value}: the module has no symbolic size '{name}'{hint} "
-                f"(its symbolic sizes: {_listing(symbols)})"
-            )
+            if mesh_symbol in symbols:
+                known = f"its symbolic sizes besides {mesh_symbol}: {', '.join(sorted(allowed)) or 'none'}"
+            else:
+                known = f"its symbolic sizes: {_listing(allowed)}"
+            raise DistirError(f"--bind {name}={value}: the module has no symbolic size '{name}'{hint} ({known})")
 
 
 def static_workers(mod) -> int | None:

@@ -134,7 +134,7 @@ def run_job(args: argparse.Namespace, out: TextIO) -> int:
         raise DistirError(f"the module has no function '{args.func}' (it has: {', '.join(mod.functions)})")
     n = args.num_workers
     symbolic = check_mesh_symbol(mod, args.symbol, n)
-    check_bind_names(dims, module_symbols(mod) - {args.symbol})
+    check_bind_names(dims, module_symbols(mod), args.symbol)
     params = [p.name for p in mod[args.func].params]
     if args.inputs:
         inputs = load_inputs(args.inputs, params)

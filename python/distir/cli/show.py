@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
                          f"-n/--num-workers")
     mod = read_module(args.file)
     verify(mod)
-    check_bind_names(values, module_symbols(mod) - {args.symbol})
+    check_bind_names(values, module_symbols(mod), args.symbol)
     # a static mesh is drawn as it is (a -n given for it must agree with it)
     if mod.meshes() and check_mesh_symbol(mod, args.symbol, args.num_workers):
         values[args.symbol] = DEFAULT_WORKERS if args.num_workers is None else args.num_workers

@@ -232,7 +232,7 @@ def run(args: argparse.Namespace) -> int:
             "; its device meshes are static, so every count would give the same numbers")
         raise DistirError(f"the module has no symbolic size '{args.symbol}' to sweep (its symbolic sizes: "
                           f"{', '.join(sorted(symbols)) or 'none'}){static}")
-    check_bind_names(bind, symbols - {args.symbol})
+    check_bind_names(bind, symbols, args.symbol)
 
     err_console = Console(file=sys.stderr)
     progress = Progress(
