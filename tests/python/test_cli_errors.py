@@ -126,6 +126,9 @@ USAGE_ERRORS = [
     (["sweep", MLP, "--bandwidth", "0"], "argument --bandwidth: expected a finite number > 0, got 0"),
     (["sweep", MLP, "--bandwidth", "inf"], "argument --bandwidth: expected a finite number > 0, got inf"),
     (["opt", MLP, "--opt-level", "-1"], "argument --opt-level: expected an integer >= 0, got -1"),
+    # pictures: matplotlib takes the format from the extension (without one it wrote NAME.png)
+    (["sweep", MLP, "--plot", "sweep.txt"], "argument --plot: 'sweep.txt' is not an image file name: name one"),
+    (["show", MLP, "--png", "layout"], "argument --png: 'layout' is not an image file name"),
     # an argument of thousands of digits is quoted short
     (["run", MLP, "-n", "9" * 5000], "argument -n/--num-workers: expected a positive number of workers, got '999"),
 ]

@@ -328,7 +328,7 @@ def write_png(grids: list[LayoutGrid], path: str) -> None:
     fig.tight_layout()
     try:
         fig.savefig(path, dpi=110)
-    except OSError as err:
+    except (OSError, ValueError) as err:  # ValueError: a format matplotlib cannot write
         raise DistirError(f"cannot write '{path}': {err}") from None
     finally:
         plt.close(fig)

@@ -23,6 +23,7 @@ __all__ = [
     "UsageError",
     "check_bind_names",
     "check_mesh_symbol",
+    "image_file",
     "mesh_symbols",
     "module_symbols",
     "non_negative_float",
@@ -121,6 +122,23 @@ def positive_float(text: str) -> float:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text.strip()}")
     return value
+
+
+IMAGE_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg", ".eps", ".ps", ".tif", ".tiff", ".webp")
+
+
+def image_file(text: str) -> str:
+    """A file to draw into with matplotlib, whose format its extension names (argparse type).
+
+    Without a known extension matplotlib would fail, or silently write ``NAME.png``."""
+    import os
+
+    if text.lower().endswith(IMAGE_SUFFIXES) and os.path.basename(text)[:1] not in ("", "."):
+        return text
+    raise argparse.ArgumentTypeError(
+        f"{_shown(text)} is not an image file name: name one like out.png, with an extension of "
+        f"({', '.join(s.lstrip('.') for s in IMAGE_SUFFIXES)})"
+    )
 
 
 def parse_binding(text: str) -> dict[str, int]:

@@ -29,7 +29,7 @@ DEFAULT_WORKERS = 4
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from .args import MAX_WORKERS, parse_binding, workers
+    from .args import MAX_WORKERS, image_file, parse_binding, workers
 
     parser.add_argument("file", metavar="FILE", help="module to read ('-' for stdin)")
     parser.add_argument("--tensor", action="append", default=[], metavar="NAME",
@@ -40,7 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bind", action="append", default=[], type=parse_binding, metavar="NAME=INT",
                         help="values of other symbolic sizes, for the block shapes (repeatable)")
     parser.add_argument("--func", metavar="NAME", help="function to read (default: main)")
-    parser.add_argument("--png", metavar="PNG", help="also draw the grids into this PNG file (matplotlib)")
+    parser.add_argument("--png", metavar="PNG", type=image_file,
+                        help="also draw the grids into this PNG file (matplotlib; .svg, .pdf ... work too)")
     parser.add_argument("--plain", action="store_true", help="plain ASCII even on a terminal")
 
 

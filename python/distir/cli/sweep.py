@@ -31,7 +31,14 @@ examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from .args import MAX_SWEEP_WORKERS, non_negative_float, parse_binding, positive_float, sweep_counts
+    from .args import (
+        MAX_SWEEP_WORKERS,
+        image_file,
+        non_negative_float,
+        parse_binding,
+        positive_float,
+        sweep_counts,
+    )
 
     parser.add_argument("file", metavar="FILE", help="global-view module to distribute ('-' for stdin)")
     parser.add_argument(
@@ -50,7 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bandwidth", type=positive_float, default=25e9, metavar="BYTES_PER_S",
                         help="beta: link bandwidth in bytes per second (default 25e9)")
     parser.add_argument("--json", action="store_true", help="print the formulas and rows as JSON instead of a table")
-    parser.add_argument("--plot", metavar="PNG", help="draw memory and communication against the count (matplotlib)")
+    parser.add_argument("--plot", metavar="PNG", type=image_file,
+                        help="draw memory and communication against the count into this PNG (matplotlib)")
     parser.add_argument("--build", action="store_true", help="also compile each count with TVM (distir.tvm)")
 
 
@@ -199,7 +207,7 @@ def write_plot(result, path: str) -> None:
     fig.tight_layout()
     try:
         fig.savefig(path, dpi=110)
-    except OSError as err:
+    except (OSError, ValueError) as err:  # ValueError: a format matplotlib cannot write
         raise DistirError(f"cannot write '{path}': {err}") from None
     finally:
         plt.close(fig)
