@@ -95,6 +95,7 @@ USAGE_ERRORS = [
     # -n/--num-workers: positive, and at most what distir simulates or draws
     (["run", MLP, "-n", BIG], "argument -n/--num-workers: 18446744073709551616 is too large: at most 4096 workers"),
     (["run", MLP, "-n", str(MAX_WORKERS + 1)], f"at most {MAX_WORKERS} workers"),
+    (["run", MLP, "-n", "512", "--backend", "tvm"], "-n/--num-workers 512 with --backend tvm: at most 256 workers"),
     (["run", MLP, "-n", "0"], "argument -n/--num-workers: expected a positive number of workers, got 0"),
     (["run", MLP, "-n", "two"], "argument -n/--num-workers: expected a positive number of workers, got 'two'"),
     (["demo", "-n", BIG], "argument -n/--num-workers: 18446744073709551616 is too large"),

@@ -18,6 +18,7 @@ from ..errors import DistirError
 
 __all__ = [
     "INT64_MAX",
+    "MAX_DISCO_WORKERS",
     "MAX_SWEEP_WORKERS",
     "MAX_WORKERS",
     "UsageError",
@@ -39,6 +40,7 @@ __all__ = [
 
 INT64_MAX = 2**63 - 1  # sizes become TVM int64 constants
 MAX_WORKERS = 4096  # the most workers `distir run`/`demo` simulate (one thread each on TVM) and `show` draws
+MAX_DISCO_WORKERS = 256  # `distir run --backend tvm` starts a thread per worker (1024 took 100 s on the MLP)
 MAX_SWEEP_WORKERS = 1 << 20  # `distir sweep` only evaluates formulas: up to a million devices
 
 

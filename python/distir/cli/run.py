@@ -19,7 +19,7 @@ from typing import TextIO
 import numpy as np
 
 from ..errors import DistirError
-from .args import MAX_WORKERS
+from .args import MAX_DISCO_WORKERS, MAX_WORKERS
 
 HELP = "distribute a module, run it on N workers (simulator or TVM/Disco), compare with one device"
 DESCRIPTION = """\
@@ -45,7 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("file", metavar="FILE", help="global-view module to run ('-' for stdin)")
     parser.add_argument("-n", "--num-workers", type=workers, required=True, metavar="N",
-                        help=f"value of num_workers (the symbolic mesh size), at most {MAX_WORKERS}")
+                        help=f"value of num_workers (the symbolic mesh size), at most {MAX_WORKERS} "
+                             f"({MAX_DISCO_WORKERS} with --backend tvm)")
     parser.add_argument("--backend", choices=("sim", "tvm"), default="sim",
                         help="sim: distir's SPMD simulator (default); tvm: TVM build on Disco threads")
     parser.add_argument("--seed", type=seed, default=0,
@@ -124,6 +125,11 @@ def run_job(args: argparse.Namespace, out: TextIO) -> int:
     dims: dict[str, int] = {}
     for b in args.bind:
         dims.update(b)
+    if args.backend == "tvm" and args.num_workers > MAX_DISCO_WORKERS:
+        raise UsageError(
+            f"-n/--num-workers {args.num_workers} with --backend tvm: at most {MAX_DISCO_WORKERS} workers (Disco runs "
+            f"a thread per worker); use --backend sim for up to {MAX_WORKERS}"
+        )
     if args.symbol in dims:
         raise UsageError(
             f"--bind {args.symbol}={dims[args.symbol]}: {args.symbol} is the number of workers; set it with "
