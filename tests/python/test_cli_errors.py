@@ -217,7 +217,8 @@ def test_show_checks_that_the_blocks_divide(capsys):
 def test_sizes_too_large_for_the_inputs_or_for_int64_arithmetic(capsys):
     code, _, err = run_cli(["run", ATTENTION, "-n", "2", "--bind", f"s={2**63 - 1}"], capsys)
     assert code == 1
-    assert_one_error_line(err, "distir run", "cannot make the random inputs (s=9223372036854775807)")
+    assert_one_error_line(err, "distir run", "cannot make random inputs for @main with s=9223372036854775807: ")
+    assert err.rstrip().endswith("; use smaller sizes with --bind")
     code, _, err = run_cli(["demo", "--seq-len", str(2**63 - 1)], capsys)
     assert code == 1
     assert_one_error_line(err, "distir demo", "cannot make the random inputs with --seq-len 9223372036854775807")

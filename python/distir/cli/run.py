@@ -102,15 +102,23 @@ def load_inputs(path: str, names: Sequence[str]) -> list[np.ndarray]:
     return out
 
 
-def _random_inputs(mod, func: str, dims: dict[str, int], seed: int) -> list[np.ndarray]:
+def _random_inputs(mod, func: str, dims: dict[str, int], seed: int, symbols: set[str]) -> list[np.ndarray]:
+    """Random inputs; numpy's refusal (too large to allocate, beyond its largest array) as one line.
+
+    ``symbols``: the module's symbolic sizes that ``--bind`` could make smaller."""
     from ..testing import random_inputs
 
     try:
         return random_inputs(mod, func, dims, seed=seed)
-    except (MemoryError, ValueError) as err:  # numpy: too large to allocate, or beyond its largest array
-        sizes = ", ".join(f"{k}={v}" for k, v in dims.items()) or "every symbolic dim 16"
-        raise DistirError(f"cannot make the random inputs ({sizes}): {str(err).splitlines()[0].rstrip('.')}; "
-                          f"use smaller sizes with --bind") from None
+    except (MemoryError, ValueError) as err:
+        why = str(err).splitlines()[0].rstrip(".")
+        if not symbols:
+            raise DistirError(f"cannot make random inputs for @{func}: {why}") from None
+        sizes = ", ".join(f"{k}={v}" for k, v in dims.items())
+        unbound = sorted(symbols - dims.keys())
+        if unbound:
+            sizes += f"{', ' if sizes else ''}{', '.join(unbound)} 16 (the default)"
+        raise DistirError(f"cannot make random inputs for @{func} with {sizes}: {why}; use smaller sizes with --bind") from None
 
 
 def run_job(args: argparse.Namespace, out: TextIO) -> int:
@@ -140,13 +148,14 @@ def run_job(args: argparse.Namespace, out: TextIO) -> int:
         raise DistirError(f"the module has no function '{args.func}' (it has: {', '.join(mod.functions)})")
     n = args.num_workers
     symbolic = check_mesh_symbol(mod, args.symbol, n)
-    check_bind_names(dims, module_symbols(mod), args.symbol)
+    symbols = module_symbols(mod) - {args.symbol}
+    check_bind_names(dims, symbols | {args.symbol}, args.symbol)
     params = [p.name for p in mod[args.func].params]
     if args.inputs:
         inputs = load_inputs(args.inputs, params)
         source = f"inputs from {args.inputs}"
     else:
-        inputs = _random_inputs(mod, args.func, dims, args.seed)
+        inputs = _random_inputs(mod, args.func, dims, args.seed, symbols)
         source = f"random inputs (seed {args.seed})"
     expected = run_single(mod, *inputs, func=args.func)
 
