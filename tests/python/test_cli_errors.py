@@ -59,6 +59,20 @@ class Module:
         return y
 """
 
+DP_TP = """\
+@I.ir_module
+class Module:
+    I.module_global_infos({"mesh": [R.device_mesh(("dp", "tp"), I.Range(0, "dp * tp"))]})
+
+    @R.function
+    def main(x: R.DTensor((8, 8), "float32", "mesh[0]", "S[0], S[1]")):
+        with R.dataflow():
+            y = R.nn.relu(x)
+            z = R.dist.redistribute(y, device_mesh="mesh[0]", placement="R, R")
+            R.output(z)
+        return z
+"""
+
 BIG = str(2**64)  # 18446744073709551616: beyond int64
 HUGE = "1" + "0" * 30
 
@@ -198,6 +212,26 @@ def test_static_meshes(static, tmp_path, capsys):
     code, _, err = run_cli(["run", str(no_mesh), "-n", "2"], capsys)
     assert code == 1
     assert_one_error_line(err, "distir run", "the module has no device mesh, so there is nothing to distribute")
+
+
+@pytest.mark.parametrize("backend", ["sim", "tvm"])
+def test_run_a_mesh_of_two_symbolic_sizes(backend, tmp_path, capsys):
+    p = tmp_path / "dp_tp.py"
+    p.write_text(DP_TP)
+    code, _, err = run_cli(["run", str(p), "-n", "2", "--symbol", "dp", "--backend", backend], capsys)
+    assert code == 1
+    assert_one_error_line(err, "distir run", "the mesh size tp needs a value: -n sets only dp; give the others with "
+                                             "--bind, e.g. --bind tp=2")
+    code, out, err = run_cli(["run", str(p), "-n", "2", "--symbol", "dp", "--bind", "tp=2", "--backend", backend],
+                             capsys)
+    assert code == 0, err
+    assert f"{backend} result on 4 workers matches" in out  # dp * tp workers
+    code, _, err = run_cli(["run", str(p), "-n", "128", "--symbol", "dp", "--bind", "tp=64", "--backend", backend],
+                           capsys)
+    assert code == 1
+    limit = 4096 if backend == "sim" else 256
+    assert_one_error_line(err, "distir run", f"the module's device meshes need 8192 workers at dp=128, tp=64; "
+                                             f"--backend {backend} runs at most {limit}")
 
 
 def test_a_count_that_does_not_divide_is_named_for_the_tvm_backend_too(capsys):

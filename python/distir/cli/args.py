@@ -222,17 +222,21 @@ def check_bind_names(bind: Mapping[str, int], symbols: set[str], mesh_symbol: st
             raise DistirError(f"--bind {name}={value}: the module has no symbolic size '{name}'{hint} ({known})")
 
 
-def static_workers(mod) -> int | None:
-    """The number of workers a module with only static meshes runs on (one past its largest device id)."""
+def static_workers(mod, values: Mapping[str, int] | None = None) -> int | None:
+    """The number of workers a module runs on (one past its largest device id), at sizes ``values``.
+
+    None when a mesh is still symbolic, or when there is no mesh."""
+    from ..ir import sym
     from ..ir.mesh import Range
 
     stops = []
     for m in mod.meshes():
         ids = m.device_ids
         if isinstance(ids, Range):
-            if not isinstance(ids.stop, int):
+            stop = sym.normalize(sym.substitute(ids.stop, dict(values or {})))
+            if not isinstance(stop, int):
                 return None
-            stops.append(ids.stop)
+            stops.append(stop)
         else:
             stops.append(max(ids) + 1 if ids else 0)
     return max(stops) if stops else None

@@ -128,7 +128,7 @@ def run_job(args: argparse.Namespace, out: TextIO) -> int:
     from ..transform.pipelines import distribute_pipeline
     from ..transform.specialize import specialize
     from . import read_module
-    from .args import UsageError, check_bind_names, check_mesh_symbol, module_symbols
+    from .args import UsageError, check_bind_names, check_mesh_symbol, mesh_symbols, module_symbols, static_workers
 
     dims: dict[str, int] = {}
     for b in args.bind:
@@ -150,6 +150,22 @@ def run_job(args: argparse.Namespace, out: TextIO) -> int:
     symbolic = check_mesh_symbol(mod, args.symbol, n)
     symbols = module_symbols(mod) - {args.symbol}
     check_bind_names(dims, symbols | {args.symbol}, args.symbol)
+    # other mesh sizes (a mesh ("dp", "tp") run with --symbol dp) come from --bind
+    mesh_sizes = {k: v for k, v in dims.items() if k in mesh_symbols(mod)}
+    values = {args.symbol: n, **mesh_sizes} if symbolic else {}
+    missing = sorted(mesh_symbols(mod) - values.keys())
+    if missing:
+        raise DistirError(
+            f"the mesh size{'s' if len(missing) > 1 else ''} {', '.join(missing)} need{'' if len(missing) > 1 else 's'} "
+            f"a value: -n sets only {args.symbol}; give the others with --bind, e.g. --bind {missing[0]}=2"
+        )
+    total = static_workers(mod, values)
+    limit = MAX_DISCO_WORKERS if args.backend == "tvm" else MAX_WORKERS
+    if total is not None and total > limit:
+        raise DistirError(
+            f"the module's device meshes need {total} workers at {', '.join(f'{k}={v}' for k, v in values.items())}; "
+            f"--backend {args.backend} runs at most {limit}"
+        )
     params = [p.name for p in mod[args.func].params]
     if args.inputs:
         inputs = load_inputs(args.inputs, params)
@@ -163,7 +179,8 @@ def run_job(args: argparse.Namespace, out: TextIO) -> int:
     lowered = distribute_pipeline()(mod)
     out.write(f"distribute pipeline ({args.symbol} symbolic): {(time.perf_counter() - t0) * 1e3:.0f} ms\n"
               if symbolic else f"distribute pipeline (static meshes): {(time.perf_counter() - t0) * 1e3:.0f} ms\n")
-    values = {args.symbol: n} if symbolic else {}
+    if mesh_sizes:  # the other mesh sizes are fixed first: the backends take one symbolic size
+        lowered = specialize(lowered, mesh_sizes)
     t0 = time.perf_counter()
     local = specialize(lowered, values)  # also checks that every sharded dim divides, for either backend
     if args.backend == "sim":
@@ -176,7 +193,7 @@ def run_job(args: argparse.Namespace, out: TextIO) -> int:
         t0 = time.perf_counter()
         exported = to_relax(lowered)
         t1 = time.perf_counter()
-        built = specialize_and_build(exported, values)
+        built = specialize_and_build(exported, {args.symbol: n} if symbolic else {})
         t2 = time.perf_counter()
         info: dict = {}
         got = run_disco(built, lowered, *inputs, num_workers=n, func=args.func, symbol=args.symbol,
@@ -190,7 +207,8 @@ def run_job(args: argparse.Namespace, out: TextIO) -> int:
         )
     ok, worst = compare_outputs(got, expected, args.rtol, args.atol)
     verdict = "matches" if ok else "DOES NOT match"
-    out.write(f"{args.backend} result on {n} workers {verdict} the single-device result ({source}); "
+    workers = total if total is not None else n
+    out.write(f"{args.backend} result on {workers} workers {verdict} the single-device result ({source}); "
               f"largest difference {worst:.3g}\n")
     return 0 if ok else 1
 
