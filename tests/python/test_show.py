@@ -200,8 +200,10 @@ def test_errors(capsys):
     code = distir_main.main(["show", str(examples.path("mlp")), "--tensor", "w_1"])
     err = capsys.readouterr().err
     assert code == 1 and "no tensor 'w_1' with a layout; did you mean 'w1'?" in err
-    assert distir_main.main(["show", str(examples.path("mlp")), "--num-workers", "0"]) == 1
-    assert "--num-workers must be at least 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:  # a usage error, found while parsing the arguments
+        distir_main.main(["show", str(examples.path("mlp")), "--num-workers", "0"])
+    assert info.value.code == 2
+    assert "argument -n/--num-workers: expected a positive number of workers, got 0" in capsys.readouterr().err
     t = DTensorType((8, 8, 8), "float32", DeviceMesh((2, 2, 2), Range(0, 8)), Placement.parse("S[0], S[1], S[2]"))
     with pytest.raises(DistirError, match="sharded on 3 dims"):
         layout_grid("t", t, {})

@@ -148,8 +148,9 @@ def test_cli_errors(mlp_file, tmp_path, capsys):
     assert "distir sweep: error: num_workers=3: specialize num_workers=3: tensor 'w1'" in err
     code, _, err = run_cli(["sweep", str(examples.path("llama"))], capsys)
     assert code == 1 and "--bind s=128" in err and "Traceback" not in err
-    code, _, err = run_cli(["sweep", str(mlp_file), "--num-workers", "two"], capsys)
-    assert code == 1 and "'two' is not a positive integer" in err
+    with pytest.raises(SystemExit) as info:  # a usage error, found while parsing the arguments
+        distir_main.main(["sweep", str(mlp_file), "--num-workers", "two"])
+    assert info.value.code == 2 and "'two' is not a positive integer" in capsys.readouterr().err
     code, _, err = run_cli(["sweep", str(tmp_path / "missing.py")], capsys)
     assert code == 1 and "no such file" in err
 

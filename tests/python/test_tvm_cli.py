@@ -62,3 +62,50 @@ def test_opt_emit_relax_of_a_global_module_says_what_to_run(capsys):
     err = capsys.readouterr().err
     assert "R.dist.annotate_sharding has no TVM Relax form" in err and "run the distribute pipeline first" in err
     assert "Traceback" not in err
+
+
+STATIC = """\
+@I.ir_module
+class Module:
+    I.module_global_infos({"mesh": [R.device_mesh((2,), I.Range(0, 2))]})
+
+    @R.function
+    def main(x: R.DTensor((8, 4), "float32", "mesh[0]", "S[0]")) -> R.DTensor((8, 4), "float32", "mesh[0]", "R"):
+        with R.dataflow():
+            y: R.DTensor((8, 4), "float32", "mesh[0]", "R") = R.dist.redistribute(x, device_mesh="mesh[0]", placement="R")
+            R.output(y)
+        return y
+"""
+
+
+def test_run_a_static_mesh_on_tvm_binds_nothing(tmp_path, capsys):
+    path = tmp_path / "static.py"
+    path.write_text(STATIC)
+    assert distir_main.main(["run", str(path), "-n", "2", "--backend", "tvm"]) == 0
+    out, err = capsys.readouterr()
+    assert "Disco ThreadedSession of 2 workers" in out and "tvm result on 2 workers matches" in out, err
+    assert distir_main.main(["run", str(path), "-n", "4", "--backend", "tvm"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("distir run: error: -n/--num-workers 4: the module's device meshes are static and use 2 devices")
+
+
+def test_specialize_and_build_binds_only_the_symbols_the_module_has():
+    import distir
+    from distir.transform.pipelines import distribute_pipeline
+    from distir.tvm import specialize_and_build, to_relax
+    from distir.tvm.disco import symbolic_var_names
+
+    static = to_relax(distribute_pipeline()(distir.parse(STATIC)))
+    assert symbolic_var_names(static) == set()
+    assert specialize_and_build(static, {"num_workers": 2}) is not None  # TVM rejected the unused key
+    symbolic = to_relax(distribute_pipeline()(examples.load("mlp")))
+    assert "num_workers" in symbolic_var_names(symbolic)
+
+
+def test_sweep_builds_a_module_without_num_workers():
+    import distir
+    from distir.analysis.sweep import sweep, tvm_builder
+
+    result = sweep(distir.parse(STATIC), [2], build=tvm_builder())
+    assert result.rows[0].error is None and result.rows[0].build_seconds > 0

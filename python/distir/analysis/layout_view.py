@@ -8,6 +8,11 @@ row; for more dims the (at most two) sharded dims are drawn and the others are w
 every block. The grid renders as plain text (:meth:`LayoutGrid.text`, stable for golden
 tests), as a rich renderable with a colour per holder (:meth:`LayoutGrid.rich`), or as a
 PNG (:func:`write_png`).
+
+The work is bounded: a mesh of more than :data:`MAX_DEVICES` devices is summarized (the
+title: how many blocks of which shape) rather than drawn, and a grid of more than
+:data:`MAX_ROWS` rows or :data:`MAX_COLS` columns of blocks shows its first and last
+ones with ``...`` between.
 """
 
 from __future__ import annotations
@@ -22,7 +27,13 @@ from ..ir.sym import Dim
 from ..ir.types import DTensorType, TensorType, shape_str
 from .common import AnalysisError
 
-__all__ = ["LayoutGrid", "layout_grid", "write_png"]
+__all__ = ["MAX_COLS", "MAX_DEVICES", "MAX_ROWS", "LayoutGrid", "layout_grid", "write_png"]
+
+MAX_DEVICES = 4096  # larger meshes are summarized, not drawn (the picture costs a step per device)
+MAX_ROWS = 32  # rows of blocks drawn; more are elided in the middle
+MAX_COLS = 16  # columns of blocks drawn
+MAX_LABEL = 40  # characters of a cell's label drawn
+ELIDED = "..."
 
 
 def _ranges(ids: list[int]) -> str:
@@ -47,17 +58,41 @@ class LayoutGrid:
     mesh_name: str
     sizes: tuple[int, ...]  # concrete mesh sizes
     grid_dims: tuple[int, ...]  # tensor dims drawn as rows (and columns); () for a scalar
-    cells: tuple[tuple[str, ...], ...]
+    cells: tuple[tuple[str, ...], ...]  # () when the mesh is too large to draw (see ``summarized``)
     block_shape: tuple[Dim, ...]
     values: Mapping[str, int]
+    grid_shape: tuple[int, int] = (0, 0)  # rows and columns of blocks (also when not drawn)
 
     @property
     def rows(self) -> int:
-        return len(self.cells)
+        return self.grid_shape[0] if self.grid_shape != (0, 0) else len(self.cells)
 
     @property
     def cols(self) -> int:
-        return len(self.cells[0]) if self.cells else 0
+        return self.grid_shape[1] if self.grid_shape != (0, 0) else (len(self.cells[0]) if self.cells else 0)
+
+    @property
+    def summarized(self) -> bool:
+        """True when the mesh had more than MAX_DEVICES devices: only the title says what the blocks are."""
+        return not self.cells
+
+    @property
+    def num_devices(self) -> int:
+        n = 1
+        for s in self.sizes:
+            n *= s
+        return n
+
+    def shown(self) -> list[list[str]]:
+        """The labels drawn: at most MAX_ROWS x MAX_COLS cells, ``...`` where rows or columns are left out."""
+        rows, cols = _visible(self.rows, MAX_ROWS), _visible(self.cols, MAX_COLS)
+        out = []
+        for r in rows:
+            if r is None:
+                out.append([ELIDED] * len(cols))
+            else:
+                out.append([ELIDED if c is None else _clip(self.cells[r][c]) for c in cols])
+        return out
 
     def title(self) -> str:
         t = self.tensor
@@ -71,7 +106,12 @@ class LayoutGrid:
         )
 
     def notes(self) -> list[str]:
+        if self.summarized:
+            return [f"not drawn: the mesh has {self.num_devices} devices, more than the {MAX_DEVICES} a picture shows"]
         out = []
+        for n, limit, what in ((self.rows, MAX_ROWS, "rows"), (self.cols, MAX_COLS, "columns")):
+            if n > limit:
+                out.append(f"showing the first {limit - 3} and the last 2 of {n} {what} of blocks")
         if len(self.grid_dims) == 2 and self.tensor.ndim > 2:
             out.append(f"rows: dim {self.grid_dims[0]}, columns: dim {self.grid_dims[1]}")
         elif len(self.grid_dims) == 1 and self.tensor.ndim > 1:
@@ -87,11 +127,14 @@ class LayoutGrid:
 
     def text(self) -> str:
         """The grid in plain ASCII (stable: golden tests compare it)."""
-        width = max(9, max(len(c) for row in self.cells for c in row) + 4)
-        height = 3 if self.rows <= 4 else 1
-        border = "+" + "+".join("-" * width for _ in range(self.cols)) + "+"
+        if self.summarized:
+            return "\n".join([self.title(), *(f"  {n}" for n in self.notes())])
+        cells = self.shown()
+        width = max(9, max(len(c) for row in cells for c in row) + 4)
+        height = 3 if len(cells) <= 4 else 1
+        border = "+" + "+".join("-" * width for _ in range(len(cells[0]))) + "+"
         lines = [self.title(), border]
-        for row in self.cells:
+        for row in cells:
             for k in range(height):
                 mid = k == height // 2
                 lines.append("|" + "|".join((c if mid else "").center(width) for c in row) + "|")
@@ -108,17 +151,21 @@ class LayoutGrid:
         from rich.table import Table
         from rich.text import Text
 
-        colours = _colour_map(self.cells)
-        pad = (1, 2) if self.rows <= 4 else (0, 2)
+        notes = [Text("  " + n, style="dim") for n in self.notes()]
+        if self.summarized:
+            return Group(Text(self.title(), style="bold"), *notes)
+        cells = self.shown()
+        colours = _colour_map(cells)
+        pad = (1, 2) if len(cells) <= 4 else (0, 2)
         table = Table(show_header=False, show_lines=True, box=box.SQUARE, padding=0, pad_edge=False)
-        for _ in range(self.cols):
+        for _ in range(len(cells[0])):
             table.add_column(justify="center", min_width=9)
-        for row in self.cells:
+        for row in cells:
             table.add_row(*(
                 Padding(Align(Text(c, style="bold"), "center"), pad, style=f"black on {colours[c]}", expand=True)
+                if c != ELIDED else Align(Text(c, style="dim"), "center")
                 for c in row
             ))
-        notes = [Text("  " + n, style="dim") for n in self.notes()]
         return Group(Text(self.title(), style="bold"), table, *notes)
 
 
@@ -126,11 +173,27 @@ _PALETTE = ("#8dd3c7", "#ffffb3", "#bebada", "#fb8072", "#80b1d3", "#fdb462", "#
             "#d9d9d9", "#bc80bd", "#ccebc5", "#ffed6f")
 
 
+def _visible(n: int, limit: int) -> list[int | None]:
+    """Indices of the rows (or columns) drawn: all of them, or the first and last ones with None between."""
+    if n <= limit:
+        return list(range(n))
+    return [*range(limit - 3), None, n - 2, n - 1]
+
+
+def _clip(label: str) -> str:
+    """At most MAX_LABEL characters of a label, cut between device ids (or between groups)."""
+    if len(label) <= MAX_LABEL:
+        return label
+    head = label[: MAX_LABEL - 5]
+    sep = ", " if ", " in head else ","
+    return (head.rsplit(sep, 1)[0] if sep in head else head) + sep + ELIDED
+
+
 def _colour_map(cells) -> dict[str, str]:
     out: dict[str, str] = {}
     for row in cells:
         for c in row:
-            if c not in out:
+            if c not in out and c != ELIDED:
                 out[c] = _PALETTE[len(out) % len(_PALETTE)]
     return out
 
@@ -153,7 +216,6 @@ def layout_grid(name: str, t, values: Mapping[str, int], *, mesh_name: str = "",
     t = _as_dtensor(t, default_mesh, f"'{name}'")
     try:
         sizes = concrete_mesh_shape(t.mesh, values)
-        devices = t.mesh.device_list(dict(values))
     except sym.SymbolicError as err:
         raise AnalysisError(f"'{name}': the mesh {t.mesh.shape_str()} is symbolic ({err}); give --num-workers") from None
     placement = t.placement
@@ -168,23 +230,44 @@ def layout_grid(name: str, t, values: Mapping[str, int], *, mesh_name: str = "",
         grid_dims = (sharded[0],)
     else:
         grid_dims = (t.ndim - 2, t.ndim - 1)
-    counts = [1] * t.ndim
+    counts = [1] * t.ndim  # blocks along each dim: the product of the mesh axes that shard it
+    for d in range(t.ndim):
+        for axis in placement.mesh_axes_of(d):
+            counts[d] *= sizes[axis]
+    for d, c in enumerate(counts):
+        extent = sym.normalize(sym.substitute(t.shape[d], dict(values)))
+        if c > 1 and isinstance(extent, int) and extent % c:
+            raise AnalysisError(
+                f"'{name}': dim {d} has size {extent}, which does not divide evenly into the {c} blocks of "
+                f"\"{placement}\" on the mesh {_tuple_str(sizes)}; draw it at a device count that divides {extent}"
+            )
+    shape = [counts[d] for d in grid_dims] + [1] * (2 - len(grid_dims))
+    if len(grid_dims) == 1:
+        shape = [1, counts[grid_dims[0]]]  # one row of blocks
+    block = tuple(
+        sym.substitute(sym.floordiv(d, counts[i]), dict(values)) if counts[i] > 1 else sym.substitute(d, dict(values))
+        for i, d in enumerate(t.shape)
+    )
+    if not mesh_name:
+        mesh_name = f"mesh {t.mesh.shape_str()}"
+    n_devices = 1
+    for size in sizes:
+        n_devices *= size
+    if n_devices > MAX_DEVICES:  # summarize: the title says how many blocks of which shape
+        return LayoutGrid(name, t, mesh_name, sizes, grid_dims, (), block, dict(values), (shape[0], shape[1]))
+    try:
+        devices = t.mesh.device_list(dict(values))
+    except sym.SymbolicError as err:
+        raise AnalysisError(f"'{name}': the mesh {t.mesh.shape_str()} is symbolic ({err}); give --num-workers") from None
     partial_axes = placement.partial_axes()
     replica_axes = [a for a, s in enumerate(placement.specs) if isinstance(s, Replicate)]
     holders: dict[tuple[int, ...], dict[tuple[int, ...], list[int]]] = {}
     for pos, dev in enumerate(devices):
         coords = mesh_coords(pos, sizes)
-        index = []
-        for d in range(t.ndim):
-            b, c = block_index(placement, d, coords, sizes)
-            counts[d] = c
-            index.append(b)
+        index = [block_index(placement, d, coords, sizes)[0] for d in range(t.ndim)]
         cell = tuple(index[d] for d in grid_dims)
         replica = tuple(coords[a] for a in replica_axes)
         holders.setdefault(cell, {}).setdefault(replica, []).append(dev)
-    shape = [counts[d] for d in grid_dims] + [1] * (2 - len(grid_dims))
-    if len(grid_dims) == 1:
-        shape = [1, counts[grid_dims[0]]]  # one row of blocks
     op = placement[partial_axes[0]].op if partial_axes else None
     cells = []
     for r in range(shape[0]):
@@ -193,13 +276,11 @@ def layout_grid(name: str, t, values: Mapping[str, int], *, mesh_name: str = "",
             key = (c,) if len(grid_dims) == 1 else (r, c) if len(grid_dims) == 2 else ()
             row.append(_label(holders.get(key, {}), op))
         cells.append(tuple(row))
-    block = tuple(
-        sym.substitute(sym.floordiv(d, counts[i]), dict(values)) if counts[i] > 1 else sym.substitute(d, dict(values))
-        for i, d in enumerate(t.shape)
-    )
-    if not mesh_name:
-        mesh_name = f"mesh {t.mesh.shape_str()}"
-    return LayoutGrid(name, t, mesh_name, sizes, grid_dims, tuple(cells), block, dict(values))
+    return LayoutGrid(name, t, mesh_name, sizes, grid_dims, tuple(cells), block, dict(values), (shape[0], shape[1]))
+
+
+def _tuple_str(sizes) -> str:
+    return "(" + ", ".join(str(s) for s in sizes) + ("," if len(sizes) == 1 else "") + ")"
 
 
 def _label(replicas: dict[tuple[int, ...], list[int]], op: str | None) -> str:
@@ -224,13 +305,16 @@ def write_png(grids: list[LayoutGrid], path: str) -> None:
     n = len(grids)
     fig, axes = plt.subplots(n, 1, figsize=(6.4, 3.2 * n), squeeze=False)
     for ax, g in zip(axes[:, 0], grids):
-        colours = _colour_map(g.cells)
-        w, h = 1.0 / g.cols, 1.0 / g.rows
-        for r, row in enumerate(g.cells):
+        cells = g.shown() if not g.summarized else [[f"{g.rows * g.cols} blocks, not drawn"]]
+        colours = _colour_map(cells)
+        rows, cols = len(cells), len(cells[0])
+        w, h = 1.0 / cols, 1.0 / rows
+        for r, row in enumerate(cells):
             for c, label in enumerate(row):
                 y = 1.0 - (r + 1) * h
-                ax.add_patch(Rectangle((c * w, y), w, h, facecolor=colours[label], edgecolor="black", linewidth=1.2))
-                size = max(6, min(14, int(70 / max(g.cols, g.rows) / max(1, len(label) / 6))))
+                colour = colours.get(label, "white")
+                ax.add_patch(Rectangle((c * w, y), w, h, facecolor=colour, edgecolor="black", linewidth=1.2))
+                size = max(6, min(14, int(70 / max(cols, rows) / max(1, len(label) / 6))))
                 ax.text(c * w + w / 2, y + h / 2, label, ha="center", va="center", fontsize=size)
         ax.set_xlim(0, 1)
         ax.set_ylim(0, 1)
@@ -244,7 +328,7 @@ def write_png(grids: list[LayoutGrid], path: str) -> None:
     fig.tight_layout()
     try:
         fig.savefig(path, dpi=110)
-    except OSError as err:
+    except (OSError, ValueError) as err:  # ValueError: a format matplotlib cannot write
         raise DistirError(f"cannot write '{path}': {err}") from None
     finally:
         plt.close(fig)

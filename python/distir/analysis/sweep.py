@@ -91,32 +91,40 @@ class SweepResult:
         }
 
 
-def parse_counts(text: str) -> list[int]:
-    """``"1,2,4,8"`` or ``"1-8"`` (powers of two from 1 to 8) or a mix -> sorted distinct counts."""
+def parse_counts(text: str, maximum: int | None = None) -> list[int]:
+    """``"1,2,4,8"`` or ``"1-8"`` (powers of two from 1 to 8) or a mix -> sorted distinct counts.
+
+    With ``maximum``, a count above it is an error (a range stops at its last power of two)."""
     out: set[int] = set()
     for part in text.split(","):
         part = part.strip()
         if not part:
             continue
+        shown = part if len(part) <= 40 else part[:37] + "..."
         lo, dash, hi = part.partition("-")
         try:
             if dash:
                 a, b = int(lo), int(hi)
                 if a < 1 or b < a:
                     raise ValueError
-                k = a
-                while k <= b:
-                    out.add(k)
-                    k *= 2
+                top = b
             else:
-                n = int(part)
-                if n < 1:
+                a = top = int(part)
+                if a < 1:
                     raise ValueError
-                out.add(n)
         except ValueError:
             raise AnalysisError(
-                f"device counts: '{part}' is not a positive integer or a range like 1-128 (powers of two)"
+                f"device counts: '{shown}' is not a positive integer or a range like 1-128 (powers of two)"
             ) from None
+        if maximum is not None and top > maximum:
+            raise AnalysisError(f"device counts: '{shown}' goes above {maximum}, the most this sweep takes")
+        if dash:
+            k = a
+            while k <= b:
+                out.add(k)
+                k *= 2
+        else:
+            out.add(a)
     if not out:
         raise AnalysisError("device counts: give at least one, e.g. 1,2,4,8")
     return sorted(out)

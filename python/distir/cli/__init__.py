@@ -16,10 +16,11 @@ from typing import TextIO
 
 from ..errors import DistirError
 
-__all__ = ["EXIT_ERROR", "EXIT_OK", "read_module", "report_errors", "write_text"]
+__all__ = ["EXIT_ERROR", "EXIT_OK", "EXIT_USAGE", "read_module", "report_errors", "write_text"]
 
 EXIT_OK = 0
-EXIT_ERROR = 1  # the input or a pass failed; argparse uses 2 for usage errors
+EXIT_ERROR = 1  # the input or a pass failed
+EXIT_USAGE = 2  # bad arguments (argparse's status too)
 
 
 def read_module(file: str):
@@ -65,8 +66,15 @@ def _show_warning(prog: str):
 def report_errors(prog: str, body: Callable[[], int]) -> int:
     """Run ``body``; a DistirError becomes its message on stderr and exit status 1.
 
+    A :class:`~distir.cli.args.UsageError` (arguments that contradict each other) exits
+    with status 2, like argparse's usage errors. Running out of memory, and any other
+    exception (a bug in distir), is one ``prog: ...`` line and exit status 1 too; set
+    ``DISTIR_TRACEBACK=1`` to get Python's traceback of the latter instead.
+
     Warnings (such as propagation naming a tensor that needs a hint) are printed as
     ``prog: warning: ...`` lines, without Python's file and line of the warning call."""
+    from .args import UsageError
+
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning(prog)
@@ -76,6 +84,10 @@ def report_errors(prog: str, body: Callable[[], int]) -> int:
         if not msg.startswith("error"):
             msg = f"error: {msg}"
         sys.stderr.write(f"{prog}: {msg}\n")
+        return EXIT_USAGE if isinstance(err, UsageError) else EXIT_ERROR
+    except MemoryError as err:
+        detail = str(err).splitlines()[0] if str(err) else "no detail"
+        sys.stderr.write(f"{prog}: error: out of memory ({detail}); use smaller sizes\n")
         return EXIT_ERROR
     except BrokenPipeError:  # `distir-opt x | head` is fine; silence Python's flush at exit
         try:
@@ -86,3 +98,18 @@ def report_errors(prog: str, body: Callable[[], int]) -> int:
     except KeyboardInterrupt:
         sys.stderr.write(f"{prog}: interrupted\n")
         return 130
+    except Exception as err:  # a bug: still one line, unless asked for the traceback
+        if os.environ.get("DISTIR_TRACEBACK"):
+            raise
+        detail = str(err).strip().splitlines()
+        last = detail[-1] if detail else ""
+        if "exceeds range of int64" in last:  # TVM's arithmetic on sizes (ir/sym) overflowed
+            value = last.rsplit("Literal value", 1)[-1].split("exceeds")[0].strip()
+            sys.stderr.write(f"{prog}: error: a size computed from the given sizes ({value}) exceeds the int64 "
+                             f"range of TVM's arithmetic; use smaller sizes\n")
+            return EXIT_ERROR
+        sys.stderr.write(
+            f"{prog}: internal error: {type(err).__name__}{': ' + last if last else ''} "
+            f"(a bug in distir; set DISTIR_TRACEBACK=1 for the traceback)\n"
+        )
+        return EXIT_ERROR

@@ -29,24 +29,16 @@ examples:
 DEFAULT_EXAMPLE = "llama"
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got '{text}'") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from .args import MAX_WORKERS, positive_int, seed, workers
+
     parser.add_argument("--example", default=DEFAULT_EXAMPLE, metavar="NAME",
                         help=f"bundled model to use (default {DEFAULT_EXAMPLE}; see --list)")
-    parser.add_argument("-n", "--num-workers", type=_positive, default=4, metavar="N",
-                        help="device count to specialize to and simulate (default 4)")
-    parser.add_argument("--seq-len", type=_positive, default=32, metavar="S",
+    parser.add_argument("-n", "--num-workers", type=workers, default=4, metavar="N",
+                        help=f"device count to specialize to and simulate (default 4, at most {MAX_WORKERS})")
+    parser.add_argument("--seq-len", type=positive_int, default=32, metavar="S",
                         help="value of every other symbolic dim, e.g. the sequence length (default 32)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    parser.add_argument("--seed", type=seed, default=0, help="seed (>= 0) of the random inputs (default 0)")
     parser.add_argument("--print-ir", action="store_true", help="print the lowered per-worker module (symbolic)")
     parser.add_argument("--list", action="store_true", help="list the bundled models and exit")
 
@@ -63,6 +55,7 @@ def demo_job(example: str, out: TextIO, *, num_workers: int = 4, seq_len: int = 
              print_ir: bool = False) -> int:
     """Distribute ``example``, specialize, simulate, compare; write a report to ``out``."""
     from .. import examples
+    from ..errors import DistirError
     from ..ir import sym
     from ..ir.verify import verify
     from ..runtime import run
@@ -94,7 +87,11 @@ def demo_job(example: str, out: TextIO, *, num_workers: int = 4, seq_len: int = 
     bound = ", ".join(f"{k}={v}" for k, v in values.items()) or "nothing symbolic"
     out.write(f"  2. specialize ({bound}): {(time.perf_counter() - t0) * 1e3:.0f} ms\n")
 
-    inputs = random_inputs(mod, dims={}, seed=seed, default_dim=seq_len)
+    try:
+        inputs = random_inputs(mod, dims={}, seed=seed, default_dim=seq_len)
+    except (MemoryError, ValueError) as err:  # numpy: too large to allocate, or beyond its largest array
+        raise DistirError(f"cannot make the random inputs with --seq-len {seq_len}: "
+                          f"{str(err).splitlines()[0].rstrip('.')}; use a smaller --seq-len") from None
     expected = run(mod, *inputs)
     stats = SpmdStats()
     got = run_spmd(local, *inputs, stats=stats, seed=seed)

@@ -36,22 +36,18 @@ module goes to stdout (or -o). Errors go to stderr with exit status 1."""
 
 
 def parse_binding(text: str) -> dict[str, int]:
-    """``"num_workers=4"`` or ``"num_workers=4,n=128"`` -> ``{"num_workers": 4, ...}`` (argparse type)."""
-    out: dict[str, int] = {}
-    for part in text.split(","):
-        name, sep, value = part.partition("=")
-        name, value = name.strip(), value.strip()
-        if not sep or not name.isidentifier():
-            raise argparse.ArgumentTypeError(f"expected NAME=INT (like num_workers=4), got {part!r}")
-        try:
-            out[name] = int(value)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"value of {name} must be an integer, got {value!r}") from None
-    return out
+    """``"num_workers=4"`` or ``"num_workers=4,n=128"`` -> ``{"num_workers": 4, ...}`` (argparse type).
+
+    Values are sizes: integers in [1, 2**63 - 1] (see :func:`distir.cli.args.parse_binding`)."""
+    from .args import parse_binding as parse
+
+    return parse(text)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of distir-opt, shared by ``distir opt``."""
+    from .args import non_negative_int
+
     parser.add_argument("file", metavar="FILE", help="module to read ('-' for stdin)")
     parser.add_argument(
         "-p", "--passes", action="append", default=[], metavar="PASSES",
@@ -72,7 +68,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--time-passes", action="store_true", help="print a table of pass times (stderr)")
     parser.add_argument("--verify-each", action="store_true", help="verify after every pass; name the pass that broke it")
-    parser.add_argument("--opt-level", type=int, default=2, metavar="N", help="skip passes above this level (default 2)")
+    parser.add_argument("--opt-level", type=non_negative_int, default=2, metavar="N",
+                        help="skip passes above this level (default 2)")
     parser.add_argument(
         "--disable-pass", action="append", default=[], metavar="NAME", help="never run this pass (repeatable)"
     )
@@ -121,6 +118,20 @@ def specialize_pass(values: dict[str, int]):
     return cls(dict(values))
 
 
+def _check_disabled(names: Sequence[str]) -> None:
+    """Every ``--disable-pass`` name must be a pass or pipeline (a typo would disable nothing)."""
+    import difflib
+
+    from ..transform import list_passes, list_pipelines
+
+    known = [*list_passes(), *list_pipelines()]
+    for name in names:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise PassError(f"--disable-pass {name}: no pass or pipeline has that name{hint} (see distir passes)")
+
+
 def run_opt(mod, opts: OptOptions, log=None):
     """Verify ``mod``, run the named passes (then specialize for ``opts.bind``), verify the result."""
     from ..ir.verify import verify
@@ -136,7 +147,11 @@ def run_opt(mod, opts: OptOptions, log=None):
     log = log if log is not None else sys.stderr
     verify(mod)
     passes = [get_pass(name) for name in opts.passes]
+    _check_disabled(opts.disabled)
     if opts.bind:
+        from .args import check_bind_names, module_symbols
+
+        check_bind_names(opts.bind, module_symbols(mod))
         passes.append(specialize_pass(opts.bind))
     if not passes:
         return mod

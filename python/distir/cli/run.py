@@ -19,6 +19,7 @@ from typing import TextIO
 import numpy as np
 
 from ..errors import DistirError
+from .args import MAX_DISCO_WORKERS, MAX_WORKERS
 
 HELP = "distribute a module, run it on N workers (simulator or TVM/Disco), compare with one device"
 DESCRIPTION = """\
@@ -39,44 +40,57 @@ An .npz file holds one array per parameter, named like the parameter (or arr_0, 
 ... in parameter order, as numpy.savez writes unnamed arrays)."""
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got '{text}'") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from .opt import parse_binding
+    from .args import non_negative_float, parse_binding, seed, workers
 
     parser.add_argument("file", metavar="FILE", help="global-view module to run ('-' for stdin)")
-    parser.add_argument("-n", "--num-workers", type=_positive, required=True, metavar="N",
-                        help="value of num_workers (the symbolic mesh size)")
+    parser.add_argument("-n", "--num-workers", type=workers, required=True, metavar="N",
+                        help=f"value of num_workers (the symbolic mesh size), at most {MAX_WORKERS} "
+                             f"({MAX_DISCO_WORKERS} with --backend tvm)")
     parser.add_argument("--backend", choices=("sim", "tvm"), default="sim",
                         help="sim: distir's SPMD simulator (default); tvm: TVM build on Disco threads")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs and partial splits (default 0)")
+    parser.add_argument("--seed", type=seed, default=0,
+                        help="seed (>= 0) of the random inputs and partial splits (default 0)")
     parser.add_argument("--inputs", metavar="NPZ", help="read the inputs from this .npz file instead")
     parser.add_argument("--bind", action="append", default=[], type=parse_binding, metavar="NAME=INT",
                         help="value of another symbolic dim for random inputs, e.g. s=64 (default 16)")
     parser.add_argument("--func", default="main", help="function to run (default main)")
     parser.add_argument("--symbol", default="num_workers", help="the mesh size variable (default num_workers)")
-    parser.add_argument("--rtol", type=float, default=1e-5, help="relative tolerance (default 1e-5)")
-    parser.add_argument("--atol", type=float, default=1e-5,
+    parser.add_argument("--rtol", type=non_negative_float, default=1e-5, help="relative tolerance (default 1e-5)")
+    parser.add_argument("--atol", type=non_negative_float, default=1e-5,
                         help="absolute tolerance, relative to the largest expected magnitude (default 1e-5)")
+
+
+_NPY_MAGIC = b"\x93NUMPY"
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a zip with members, an empty zip
 
 
 def load_inputs(path: str, names: Sequence[str]) -> list[np.ndarray]:
     """Arrays for the parameters ``names`` from an .npz file (by name, else arr_0, arr_1, ...)."""
     try:
-        with np.load(path, allow_pickle=False) as data:
-            files = dict(data.items())
+        with open(path, "rb") as fh:
+            head = fh.read(6)
     except FileNotFoundError:
         raise DistirError(f"cannot read '{path}': no such file") from None
-    except (OSError, ValueError) as err:
-        raise DistirError(f"cannot read '{path}' as an .npz file: {err}") from None
+    except IsADirectoryError:
+        raise DistirError(f"cannot read '{path}': it is a directory") from None
+    except OSError as err:
+        raise DistirError(f"cannot read '{path}': {err.strerror or err}") from None
+    if head.startswith(_NPY_MAGIC):
+        raise DistirError(
+            f"--inputs '{path}' is a single .npy array; give an .npz archive with one array per parameter "
+            f"({', '.join(names)}), e.g. numpy.savez('inputs.npz', {names[0] if names else 'x'}=...)"
+        )
+    if not head.startswith(_ZIP_MAGIC):
+        raise DistirError(f"--inputs '{path}' is not an .npz archive (numpy.savez writes one)")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            files = dict(data.items())
+    except Exception as err:  # noqa: BLE001 - zipfile, zlib and numpy raise many kinds for a damaged archive
+        msg = str(err).splitlines()[0] if str(err) else type(err).__name__
+        if "allow_pickle" in msg:
+            msg = "it holds Python objects (pickled arrays), which are not read"
+        raise DistirError(f"cannot read '{path}' as an .npz archive: {msg}") from None
     out = []
     for i, name in enumerate(names):
         for key in (name, f"arr_{i}"):
@@ -88,36 +102,88 @@ def load_inputs(path: str, names: Sequence[str]) -> list[np.ndarray]:
     return out
 
 
+def _random_inputs(mod, func: str, dims: dict[str, int], seed: int, symbols: set[str]) -> list[np.ndarray]:
+    """Random inputs; numpy's refusal (too large to allocate, beyond its largest array) as one line.
+
+    ``symbols``: the module's symbolic sizes that ``--bind`` could make smaller."""
+    from ..testing import random_inputs
+
+    try:
+        return random_inputs(mod, func, dims, seed=seed)
+    except (MemoryError, ValueError) as err:
+        why = str(err).splitlines()[0].rstrip(".")
+        if not symbols:
+            raise DistirError(f"cannot make random inputs for @{func}: {why}") from None
+        sizes = ", ".join(f"{k}={v}" for k, v in dims.items())
+        unbound = sorted(symbols - dims.keys())
+        if unbound:
+            sizes += f"{', ' if sizes else ''}{', '.join(unbound)} 16 (the default)"
+        raise DistirError(f"cannot make random inputs for @{func} with {sizes}: {why}; use smaller sizes with --bind") from None
+
+
 def run_job(args: argparse.Namespace, out: TextIO) -> int:
     from ..runtime import run as run_single
     from ..runtime.spmd import SpmdStats, run_spmd
-    from ..testing import compare_outputs, random_inputs
+    from ..testing import compare_outputs
     from ..transform.pipelines import distribute_pipeline
     from ..transform.specialize import specialize
     from . import read_module
+    from .args import UsageError, check_bind_names, check_mesh_symbol, mesh_symbols, module_symbols, static_workers
 
-    mod = read_module(args.file)
-    if args.func not in mod.functions:
-        raise DistirError(f"the module has no function '{args.func}' (it has: {', '.join(mod.functions)})")
-    params = [p.name for p in mod[args.func].params]
     dims: dict[str, int] = {}
     for b in args.bind:
         dims.update(b)
+    if args.backend == "tvm" and args.num_workers > MAX_DISCO_WORKERS:
+        raise UsageError(
+            f"-n/--num-workers {args.num_workers} with --backend tvm: at most {MAX_DISCO_WORKERS} workers (Disco runs "
+            f"a thread per worker); use --backend sim for up to {MAX_WORKERS}"
+        )
+    if args.symbol in dims:
+        raise UsageError(
+            f"--bind {args.symbol}={dims[args.symbol]}: {args.symbol} is the number of workers; set it with "
+            f"-n/--num-workers (now {args.num_workers})"
+        )
+    mod = read_module(args.file)
+    if args.func not in mod.functions:
+        raise DistirError(f"the module has no function '{args.func}' (it has: {', '.join(mod.functions)})")
+    n = args.num_workers
+    symbolic = check_mesh_symbol(mod, args.symbol, n)
+    symbols = module_symbols(mod) - {args.symbol}
+    check_bind_names(dims, symbols | {args.symbol}, args.symbol)
+    # other mesh sizes (a mesh ("dp", "tp") run with --symbol dp) come from --bind
+    mesh_sizes = {k: v for k, v in dims.items() if k in mesh_symbols(mod)}
+    values = {args.symbol: n, **mesh_sizes} if symbolic else {}
+    missing = sorted(mesh_symbols(mod) - values.keys())
+    if missing:
+        raise DistirError(
+            f"the mesh size{'s' if len(missing) > 1 else ''} {', '.join(missing)} need{'' if len(missing) > 1 else 's'} "
+            f"a value: -n sets only {args.symbol}; give the others with --bind, e.g. --bind {missing[0]}=2"
+        )
+    total = static_workers(mod, values)
+    limit = MAX_DISCO_WORKERS if args.backend == "tvm" else MAX_WORKERS
+    if total is not None and total > limit:
+        raise DistirError(
+            f"the module's device meshes need {total} workers at {', '.join(f'{k}={v}' for k, v in values.items())}; "
+            f"--backend {args.backend} runs at most {limit}"
+        )
+    params = [p.name for p in mod[args.func].params]
     if args.inputs:
         inputs = load_inputs(args.inputs, params)
         source = f"inputs from {args.inputs}"
     else:
-        inputs = random_inputs(mod, args.func, dims, seed=args.seed)
+        inputs = _random_inputs(mod, args.func, dims, args.seed, symbols)
         source = f"random inputs (seed {args.seed})"
     expected = run_single(mod, *inputs, func=args.func)
 
     t0 = time.perf_counter()
     lowered = distribute_pipeline()(mod)
-    out.write(f"distribute pipeline ({args.symbol} symbolic): {(time.perf_counter() - t0) * 1e3:.0f} ms\n")
-    n = args.num_workers
+    out.write(f"distribute pipeline ({args.symbol} symbolic): {(time.perf_counter() - t0) * 1e3:.0f} ms\n"
+              if symbolic else f"distribute pipeline (static meshes): {(time.perf_counter() - t0) * 1e3:.0f} ms\n")
+    if mesh_sizes:  # the other mesh sizes are fixed first: the backends take one symbolic size
+        lowered = specialize(lowered, mesh_sizes)
+    t0 = time.perf_counter()
+    local = specialize(lowered, values)  # also checks that every sharded dim divides, for either backend
     if args.backend == "sim":
-        t0 = time.perf_counter()
-        local = specialize(lowered, {args.symbol: n})
         stats = SpmdStats()
         got = run_spmd(local, *inputs, func=args.func, stats=stats, seed=args.seed)
         out.write(f"simulated {stats.num_workers} workers in {(time.perf_counter() - t0) * 1e3:.0f} ms: {stats.summary()}\n")
@@ -127,7 +193,7 @@ def run_job(args: argparse.Namespace, out: TextIO) -> int:
         t0 = time.perf_counter()
         exported = to_relax(lowered)
         t1 = time.perf_counter()
-        built = specialize_and_build(exported, {args.symbol: n})
+        built = specialize_and_build(exported, {args.symbol: n} if symbolic else {})
         t2 = time.perf_counter()
         info: dict = {}
         got = run_disco(built, lowered, *inputs, num_workers=n, func=args.func, symbol=args.symbol,
@@ -141,7 +207,8 @@ def run_job(args: argparse.Namespace, out: TextIO) -> int:
         )
     ok, worst = compare_outputs(got, expected, args.rtol, args.atol)
     verdict = "matches" if ok else "DOES NOT match"
-    out.write(f"{args.backend} result on {n} workers {verdict} the single-device result ({source}); "
+    workers = total if total is not None else n
+    out.write(f"{args.backend} result on {workers} workers {verdict} the single-device result ({source}); "
               f"largest difference {worst:.3g}\n")
     return 0 if ok else 1
 

@@ -25,18 +25,23 @@ examples:
   distir show model.py --tensor h --tensor y --png layout.png"""
 
 
+DEFAULT_WORKERS = 4
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from .opt import parse_binding
+    from .args import MAX_WORKERS, image_file, parse_binding, workers
 
     parser.add_argument("file", metavar="FILE", help="module to read ('-' for stdin)")
     parser.add_argument("--tensor", action="append", default=[], metavar="NAME",
                         help="a parameter or binding to draw (repeatable; default: the parameters and the result)")
-    parser.add_argument("-n", "--num-workers", type=int, default=4, metavar="N", help="mesh size to draw at (default 4)")
+    parser.add_argument("-n", "--num-workers", type=workers, default=None, metavar="N",
+                        help=f"mesh size to draw at (default {DEFAULT_WORKERS}, at most {MAX_WORKERS})")
     parser.add_argument("--symbol", default="num_workers", metavar="NAME", help="the mesh size variable (default num_workers)")
     parser.add_argument("--bind", action="append", default=[], type=parse_binding, metavar="NAME=INT",
                         help="values of other symbolic sizes, for the block shapes (repeatable)")
     parser.add_argument("--func", metavar="NAME", help="function to read (default: main)")
-    parser.add_argument("--png", metavar="PNG", help="also draw the grids into this PNG file (matplotlib)")
+    parser.add_argument("--png", metavar="PNG", type=image_file,
+                        help="also draw the grids into this PNG file (matplotlib; .svg, .pdf ... work too)")
     parser.add_argument("--plain", action="store_true", help="plain ASCII even on a terminal")
 
 
@@ -71,15 +76,20 @@ def run(args: argparse.Namespace) -> int:
     from ..analysis.layout_view import layout_grid, write_png
     from ..ir.verify import verify
     from . import read_module
+    from .args import UsageError, check_bind_names, check_mesh_symbol, module_symbols
 
-    if args.num_workers < 1:
-        raise AnalysisError(f"--num-workers must be at least 1, got {args.num_workers}")
     values: dict[str, int] = {}
     for b in args.bind:
         values.update(b)
-    values[args.symbol] = args.num_workers
+    if args.symbol in values:
+        raise UsageError(f"--bind {args.symbol}={values[args.symbol]}: {args.symbol} is the mesh size; set it with "
+                         f"-n/--num-workers")
     mod = read_module(args.file)
     verify(mod)
+    check_bind_names(values, module_symbols(mod), args.symbol)
+    # a static mesh is drawn as it is (a -n given for it must agree with it)
+    if mod.meshes() and check_mesh_symbol(mod, args.symbol, args.num_workers):
+        values[args.symbol] = DEFAULT_WORKERS if args.num_workers is None else args.num_workers
     f = pick_function(mod, args.func)
     tensors, result = layouts(mod, args.func)
     by_name = dict(tensors)

@@ -13,6 +13,8 @@ import sys
 from fractions import Fraction
 from typing import TextIO
 
+from ..errors import DistirError
+
 HELP = "memory and communication per device count, as formulas in num_workers and a table"
 DESCRIPTION = """\
 Run the distribute pipeline once on FILE with num_workers symbolic, print the per-worker
@@ -29,12 +31,20 @@ examples:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from .opt import parse_binding
+    from .args import (
+        MAX_SWEEP_WORKERS,
+        image_file,
+        non_negative_float,
+        parse_binding,
+        positive_float,
+        sweep_counts,
+    )
 
     parser.add_argument("file", metavar="FILE", help="global-view module to distribute ('-' for stdin)")
     parser.add_argument(
-        "-n", "--num-workers", default="1,2,4,8", metavar="COUNTS",
-        help="device counts: comma-separated, or a range of powers of two like 1-128 (default 1,2,4,8)",
+        "-n", "--num-workers", type=sweep_counts, default=[1, 2, 4, 8], metavar="COUNTS",
+        help="device counts: comma-separated, or a range of powers of two like 1-128 (default 1,2,4,8; "
+             f"at most {MAX_SWEEP_WORKERS})",
     )
     parser.add_argument(
         "--bind", action="append", default=[], type=parse_binding, metavar="NAME=INT",
@@ -42,12 +52,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--func", metavar="NAME", help="function to analyse (default: main)")
     parser.add_argument("--symbol", default="num_workers", metavar="NAME", help="the swept size (default num_workers)")
-    parser.add_argument("--latency", type=float, default=5e-6, metavar="SECONDS",
+    parser.add_argument("--latency", type=non_negative_float, default=5e-6, metavar="SECONDS",
                         help="alpha: seconds per ring step (default 5e-6)")
-    parser.add_argument("--bandwidth", type=float, default=25e9, metavar="BYTES_PER_S",
+    parser.add_argument("--bandwidth", type=positive_float, default=25e9, metavar="BYTES_PER_S",
                         help="beta: link bandwidth in bytes per second (default 25e9)")
     parser.add_argument("--json", action="store_true", help="print the formulas and rows as JSON instead of a table")
-    parser.add_argument("--plot", metavar="PNG", help="draw memory and communication against the count (matplotlib)")
+    parser.add_argument("--plot", metavar="PNG", type=image_file,
+                        help="draw memory and communication against the count into this PNG (matplotlib)")
     parser.add_argument("--build", action="store_true", help="also compile each count with TVM (distir.tvm)")
 
 
@@ -159,8 +170,6 @@ def table(result):
 
 def write_plot(result, path: str) -> None:
     """Memory (left) and communication (right) per worker against the device count, as a PNG."""
-    from ..errors import DistirError
-
     try:
         import matplotlib
 
@@ -198,7 +207,7 @@ def write_plot(result, path: str) -> None:
     fig.tight_layout()
     try:
         fig.savefig(path, dpi=110)
-    except OSError as err:
+    except (OSError, ValueError) as err:  # ValueError: a format matplotlib cannot write
         raise DistirError(f"cannot write '{path}': {err}") from None
     finally:
         plt.close(fig)
@@ -209,18 +218,29 @@ def run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..analysis import CommModel
-    from ..analysis.sweep import parse_counts, sweep, tvm_builder
+    from ..analysis.sweep import sweep, tvm_builder
     from ..ir.verify import verify
     from . import EXIT_ERROR, EXIT_OK, read_module
+    from .args import UsageError, check_bind_names, mesh_symbols, module_symbols
 
-    counts = parse_counts(args.num_workers)
+    counts = args.num_workers
     bind: dict[str, int] = {}
     for b in args.bind:
         bind.update(b)
+    if args.symbol in bind:
+        raise UsageError(f"--bind {args.symbol}={bind[args.symbol]}: {args.symbol} is the swept size; give its "
+                         f"values with -n/--num-workers")
     model = CommModel(latency=args.latency, bandwidth=args.bandwidth)
     build = tvm_builder() if args.build else None
     mod = read_module(args.file)
     verify(mod)
+    symbols = module_symbols(mod)
+    if args.symbol not in symbols:
+        static = "" if mesh_symbols(mod) or not mod.meshes() else (
+            "; its device meshes are static, so every count would give the same numbers")
+        raise DistirError(f"the module has no symbolic size '{args.symbol}' to sweep (its symbolic sizes: "
+                          f"{', '.join(sorted(symbols)) or 'none'}){static}")
+    check_bind_names(bind, symbols, args.symbol)
 
     err_console = Console(file=sys.stderr)
     progress = Progress(

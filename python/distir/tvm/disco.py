@@ -34,7 +34,7 @@ from . import cpu_ccl
 from .errors import DiscoRunError
 from .export import DISCO_LAYOUT_FUNC, SIZE_PREFIX
 
-__all__ = ["load_disco", "run_disco", "specialize_and_build"]
+__all__ = ["load_disco", "run_disco", "specialize_and_build", "symbolic_var_names"]
 
 _DISCO = None
 
@@ -60,9 +60,24 @@ def load_disco():
     return mod
 
 
+def symbolic_var_names(tvm_mod: tvm.IRModule) -> set[str]:
+    """Names of the symbolic shape variables of a Relax module's functions (what BindSymbolicVars can bind)."""
+    names: set[str] = set()
+    for func in tvm_mod.functions.values():
+        if isinstance(func, relax.Function):
+            for v in (*relax.analysis.defined_symbolic_vars(func), *relax.analysis.free_symbolic_vars(func)):
+                names.add(str(v.name))
+    return names
+
+
 def specialize_and_build(tvm_mod: tvm.IRModule, values: Mapping[str, int], target: str = "llvm"):
-    """``BindSymbolicVars(values)`` then ``tvm.compile``: one device count's build of a symbolic export."""
-    bound = relax.transform.BindSymbolicVars(dict(values))(tvm_mod)
+    """``BindSymbolicVars(values)`` then ``tvm.compile``: one device count's build of a symbolic export.
+
+    Only the names the module has are bound: a module whose meshes are static has no
+    ``num_workers`` (TVM rejects a binding of a variable the module lacks)."""
+    present = symbolic_var_names(tvm_mod)
+    used = {k: int(v) for k, v in values.items() if k in present}
+    bound = relax.transform.BindSymbolicVars(used)(tvm_mod) if used else tvm_mod
     return tvm.compile(bound, target=target)
 
 

@@ -1,0 +1,382 @@
+"""Every subcommand on wrong arguments and awkward inputs: one ``prog: error: ...`` line naming the
+argument and the fix, exit status 2 for bad arguments and 1 for errors the input shows, never a
+traceback; and `distir show` answers quickly on a huge mesh."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from distir import examples
+from distir.analysis.layout_view import MAX_COLS, MAX_DEVICES, MAX_LABEL, layout_grid
+from distir.cli import main as distir_main
+from distir.cli import opt, report_errors
+from distir.cli.args import MAX_SWEEP_WORKERS, MAX_WORKERS
+from distir.ir import DeviceMesh, DTensorType, Placement, Range
+
+MLP = str(examples.path("mlp"))
+ATTENTION = str(examples.path("attention"))
+
+STATIC = """\
+@I.ir_module
+class Module:
+    I.module_global_infos({"mesh": [R.device_mesh((2,), I.Range(0, 2))]})
+
+    @R.function
+    def main(x: R.DTensor((8, 4), "float32", "mesh[0]", "S[0]")) -> R.DTensor((8, 4), "float32", "mesh[0]", "R"):
+        with R.dataflow():
+            y: R.DTensor((8, 4), "float32", "mesh[0]", "R") = R.dist.redistribute(x, device_mesh="mesh[0]", placement="R")
+            R.output(y)
+        return y
+"""
+
+HUGE_MESH = """\
+@I.ir_module
+class Module:
+    I.module_global_infos({"mesh": [R.device_mesh((1000000,), I.Range(0, 1000000))]})
+
+    @R.function
+    def main(x: R.DTensor((8000000, 4), "float32", "mesh[0]", "S[0]")) -> R.DTensor((8000000, 4), "float32", "mesh[0]", "S[0]"):
+        with R.dataflow():
+            y: R.DTensor((8000000, 4), "float32", "mesh[0]", "S[0]") = R.nn.relu(x)
+            R.output(y)
+        return y
+"""
+
+NO_MESH = """\
+@I.ir_module
+class Module:
+    @R.function
+    def main(x: R.Tensor((8, 4), "float32")) -> R.Tensor((8, 4), "float32"):
+        with R.dataflow():
+            y: R.Tensor((8, 4), "float32") = R.nn.relu(x)
+            R.output(y)
+        return y
+"""
+
+DP_TP = """\
+@I.ir_module
+class Module:
+    I.module_global_infos({"mesh": [R.device_mesh(("dp", "tp"), I.Range(0, "dp * tp"))]})
+
+    @R.function
+    def main(x: R.DTensor((8, 8), "float32", "mesh[0]", "S[0], S[1]")):
+        with R.dataflow():
+            y = R.nn.relu(x)
+            z = R.dist.redistribute(y, device_mesh="mesh[0]", placement="R, R")
+            R.output(z)
+        return z
+"""
+
+BIG = str(2**64)  # 18446744073709551616: beyond int64
+HUGE = "1" + "0" * 30
+
+
+@pytest.fixture
+def static(tmp_path: Path) -> str:
+    p = tmp_path / "static.py"
+    p.write_text(STATIC)
+    return str(p)
+
+
+def run_cli(argv, capsys, main=distir_main.main) -> tuple[int, str, str]:
+    """Exit status, stdout and stderr of one command (argparse's usage errors exit through SystemExit)."""
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_error_line(err: str, prog: str, fragment: str) -> None:
+    assert "Traceback" not in err, err
+    errors = [line for line in err.splitlines() if ": error:" in line]
+    assert len(errors) == 1, err
+    assert errors[0].startswith(f"{prog}: error: ") and err.rstrip("\n").endswith(errors[0]), err
+    assert fragment in errors[0], err
+
+
+# ---------------------------------------------------------------- bad arguments: exit status 2
+
+
+USAGE_ERRORS = [
+    # -n/--num-workers: positive, and at most what distir simulates or draws
+    (["run", MLP, "-n", BIG], "argument -n/--num-workers: 18446744073709551616 is too large: at most 4096 workers"),
+    (["run", MLP, "-n", str(MAX_WORKERS + 1)], f"at most {MAX_WORKERS} workers"),
+    (["run", MLP, "-n", "512", "--backend", "tvm"], "-n/--num-workers 512 with --backend tvm: at most 256 workers"),
+    (["run", MLP, "-n", "0"], "argument -n/--num-workers: expected a positive number of workers, got 0"),
+    (["run", MLP, "-n", "two"], "argument -n/--num-workers: expected a positive number of workers, got 'two'"),
+    (["demo", "-n", BIG], "argument -n/--num-workers: 18446744073709551616 is too large"),
+    (["show", MLP, "-n", "-4"], "argument -n/--num-workers: expected a positive number of workers, got -4"),
+    (["show", MLP, "-n", BIG], "argument -n/--num-workers: 18446744073709551616 is too large"),
+    (["sweep", MLP, "--num-workers", BIG], f"'{BIG}' goes above {MAX_SWEEP_WORKERS}"),
+    (["sweep", MLP, "--num-workers", f"1-{BIG}"], f"goes above {MAX_SWEEP_WORKERS}"),
+    (["sweep", MLP, "--num-workers", "0,2"], "'0' is not a positive integer"),
+    # --bind: sizes within int64
+    (["sweep", MLP, "--bind", f"num_workers={HUGE}"],
+     f"argument --bind: num_workers: {HUGE} is too large: at most 9223372036854775807 (int64)"),
+    (["sweep", ATTENTION, "--bind", f"s={BIG}"], "argument --bind: s: 18446744073709551616 is too large"),
+    (["run", ATTENTION, "-n", "2", "--bind", f"s={HUGE}"], "argument --bind: s: 1000000000000000000000000000000"),
+    (["run", ATTENTION, "-n", "2", "--bind", "s=0"], "argument --bind: s: expected a size >= 1, got 0"),
+    (["show", ATTENTION, "--bind", "s=-1"], "argument --bind: s: expected a size >= 1, got -1"),
+    (["opt", MLP, "--bind", f"num_workers={HUGE}"], "argument --bind: num_workers: 1000000000000000000000000000000"),
+    # a bound name that is the mesh size: it is set by -n
+    (["run", ATTENTION, "-n", "2", "--bind", "num_workers=4"],
+     "--bind num_workers=4: num_workers is the number of workers; set it with -n/--num-workers (now 2)"),
+    (["sweep", MLP, "--bind", "num_workers=4"], "--bind num_workers=4: num_workers is the swept size"),
+    (["show", MLP, "--bind", "num_workers=2"], "--bind num_workers=2: num_workers is the mesh size"),
+    # seeds, tolerances, the communication model, opt levels
+    (["run", MLP, "-n", "2", "--seed", "-1"], "argument --seed: expected a seed (an integer >= 0), got -1"),
+    (["demo", "--seed", "-1"], "argument --seed: expected a seed (an integer >= 0), got -1"),
+    (["demo", "--seq-len", "0"], "argument --seq-len: expected a positive integer, got 0"),
+    (["run", MLP, "-n", "2", "--rtol", "nan"], "argument --rtol: expected a finite number >= 0, got nan"),
+    (["run", MLP, "-n", "2", "--atol", "-1"], "argument --atol: expected a finite number >= 0, got -1"),
+    (["sweep", MLP, "--latency", "-1"], "argument --latency: expected a finite number >= 0, got -1"),
+    (["sweep", MLP, "--bandwidth", "0"], "argument --bandwidth: expected a finite number > 0, got 0"),
+    (["sweep", MLP, "--bandwidth", "inf"], "argument --bandwidth: expected a finite number > 0, got inf"),
+    (["opt", MLP, "--opt-level", "-1"], "argument --opt-level: expected an integer >= 0, got -1"),
+    # pictures: matplotlib takes the format from the extension (without one it wrote NAME.png)
+    (["sweep", MLP, "--plot", "sweep.txt"], "argument --plot: 'sweep.txt' is not an image file name: name one"),
+    (["show", MLP, "--png", "layout"], "argument --png: 'layout' is not an image file name"),
+    # an argument of thousands of digits is quoted short
+    (["run", MLP, "-n", "9" * 5000], "argument -n/--num-workers: expected a positive number of workers, got '999"),
+]
+
+
+@pytest.mark.parametrize(("argv", "fragment"), USAGE_ERRORS, ids=lambda v: " ".join(v)[:60] if isinstance(v, list) else "")
+def test_bad_arguments_exit_2_with_one_line(argv, fragment, capsys):
+    code, out, err = run_cli(argv, capsys)
+    assert code == 2, err
+    assert_one_error_line(err, f"distir {argv[0]}", fragment)
+    assert len(err) < 1000 and out == ""
+
+
+def test_distir_opt_checks_its_arguments_too(capsys):
+    code, _, err = run_cli([MLP, "--bind", f"num_workers={BIG}"], capsys, opt.main)
+    assert code == 2
+    assert_one_error_line(err, "distir-opt", "argument --bind: num_workers: 18446744073709551616 is too large")
+
+
+# ---------------------------------------------------------------- arguments that do not fit the module: exit 1
+
+
+def test_unknown_bound_names_are_errors_not_ignored(capsys):
+    code, _, err = run_cli(["run", ATTENTION, "-n", "2", "--bind", "t=4"], capsys)
+    assert code == 1
+    assert_one_error_line(err, "distir run", "--bind t=4: the module has no symbolic size 't' (its symbolic sizes "
+                                             "besides num_workers: s)")
+    code, _, err = run_cli(["run", MLP, "-n", "2", "--bind", "s=4"], capsys)
+    assert code == 1 and "(its symbolic sizes besides num_workers: none)" in err
+    code, _, err = run_cli(["run", ATTENTION, "-n", "2", "--bind", "S=4"], capsys)
+    assert code == 1 and "did you mean 's'?" in err
+    for cmd in (["sweep", ATTENTION, "--bind", "t=2"], ["show", ATTENTION, "--bind", "t=2"],
+                ["opt", MLP, "-p", "distribute", "--bind", "nope=2"]):
+        code, _, err = run_cli(cmd, capsys)
+        assert code == 1
+        assert_one_error_line(err, f"distir {cmd[0]}", "the module has no symbolic size")
+
+
+def test_a_symbol_the_meshes_lack(capsys):
+    code, out, err = run_cli(["run", MLP, "-n", "2", "--symbol", "nope"], capsys)
+    assert code == 1 and out == ""
+    assert_one_error_line(err, "distir run", "--symbol nope: the module's device meshes have no size 'nope'; "
+                                             "their sizes are num_workers: pass --symbol num_workers")
+    code, _, err = run_cli(["sweep", MLP, "--symbol", "nope"], capsys)
+    assert code == 1
+    assert_one_error_line(err, "distir sweep", "no symbolic size 'nope' to sweep (its symbolic sizes: num_workers)")
+
+
+def test_static_meshes(static, tmp_path, capsys):
+    code, out, err = run_cli(["run", static, "-n", "4"], capsys)
+    assert code == 1 and out == ""
+    assert_one_error_line(err, "distir run", "-n/--num-workers 4: the module's device meshes are static and use 2 "
+                                             "devices (no 'num_workers' to set); pass -n 2")
+    code, out, err = run_cli(["run", static, "-n", "2"], capsys)
+    assert code == 0, err
+    assert "distribute pipeline (static meshes)" in out and "sim result on 2 workers matches" in out
+    code, _, err = run_cli(["sweep", static], capsys)
+    assert code == 1
+    assert_one_error_line(err, "distir sweep", "its device meshes are static, so every count would give the same")
+    code, out, err = run_cli(["show", static, "--plain"], capsys)  # drawn as it is, with no -n
+    assert code == 0 and 'x: (8, 4) float32, "S[0]" on mesh[0] (2,): 2 blocks of (4, 4)' in out
+    code, _, err = run_cli(["show", static, "-n", "3"], capsys)
+    assert code == 1 and "static and use 2 devices" in err
+    no_mesh = tmp_path / "plain.py"
+    no_mesh.write_text(NO_MESH)
+    code, _, err = run_cli(["run", str(no_mesh), "-n", "2"], capsys)
+    assert code == 1
+    assert_one_error_line(err, "distir run", "the module has no device mesh, so there is nothing to distribute")
+
+
+@pytest.mark.parametrize("backend", ["sim", "tvm"])
+def test_run_a_mesh_of_two_symbolic_sizes(backend, tmp_path, capsys):
+    p = tmp_path / "dp_tp.py"
+    p.write_text(DP_TP)
+    code, _, err = run_cli(["run", str(p), "-n", "2", "--symbol", "dp", "--backend", backend], capsys)
+    assert code == 1
+    assert_one_error_line(err, "distir run", "the mesh size tp needs a value: -n sets only dp; give the others with "
+                                             "--bind, e.g. --bind tp=2")
+    code, out, err = run_cli(["run", str(p), "-n", "2", "--symbol", "dp", "--bind", "tp=2", "--backend", backend],
+                             capsys)
+    assert code == 0, err
+    assert f"{backend} result on 4 workers matches" in out  # dp * tp workers
+    code, _, err = run_cli(["run", str(p), "-n", "128", "--symbol", "dp", "--bind", "tp=64", "--backend", backend],
+                           capsys)
+    assert code == 1
+    limit = 4096 if backend == "sim" else 256
+    assert_one_error_line(err, "distir run", f"the module's device meshes need 8192 workers at dp=128, tp=64; "
+                                             f"--backend {backend} runs at most {limit}")
+
+
+def test_a_count_that_does_not_divide_is_named_for_the_tvm_backend_too(capsys):
+    # the TVM build used to run and report "DOES NOT match"; distir's specialize names the dim first
+    code, out, err = run_cli(["run", MLP, "-n", "3", "--backend", "tvm"], capsys)
+    assert code == 1 and "DOES NOT match" not in out
+    assert "specialize num_workers=3: tensor 'w1'" in err and "does not divide evenly by 3" in err
+
+
+def test_show_checks_that_the_blocks_divide(capsys):
+    code, _, err = run_cli(["show", MLP, "-n", "3", "--tensor", "w1"], capsys)
+    assert code == 1
+    assert_one_error_line(err, "distir show", "'w1': dim 1 has size 512, which does not divide evenly into the 3 "
+                                              "blocks of \"S[1]\"")
+
+
+def test_sizes_too_large_for_the_inputs_or_for_int64_arithmetic(capsys):
+    code, _, err = run_cli(["run", ATTENTION, "-n", "2", "--bind", f"s={2**63 - 1}"], capsys)
+    assert code == 1
+    assert_one_error_line(err, "distir run", "cannot make random inputs for @main with s=9223372036854775807: ")
+    assert err.rstrip().endswith("; use smaller sizes with --bind")
+    code, _, err = run_cli(["demo", "--seq-len", str(2**63 - 1)], capsys)
+    assert code == 1
+    assert_one_error_line(err, "distir demo", "cannot make the random inputs with --seq-len 9223372036854775807")
+    code, _, err = run_cli(["sweep", ATTENTION, "-n", "2", "--bind", f"s={2**62}"], capsys)
+    assert code == 1
+    assert_one_error_line(err, "distir sweep", "exceeds the int64 range of TVM's arithmetic; use smaller sizes")
+
+
+def test_opt_disable_pass_must_name_a_pass(capsys):
+    code, _, err = run_cli(["opt", MLP, "--disable-pass", "canonicalise"], capsys)
+    assert code == 1
+    assert_one_error_line(err, "distir opt", "--disable-pass canonicalise: no pass or pipeline has that name; "
+                                             "did you mean 'canonicalize'?")
+    code, out, _ = run_cli(["opt", MLP, "-p", "distribute", "--disable-pass", "distribute"], capsys)
+    assert code == 0 and "annotate_sharding" in out  # a pipeline's name disables the pipeline
+
+
+# ---------------------------------------------------------------- --inputs files
+
+
+def test_inputs_must_be_an_npz_archive(tmp_path, capsys):
+    npy = tmp_path / "plain.npy"
+    np.save(npy, np.zeros((128, 256), "float32"))
+    code, _, err = run_cli(["run", MLP, "-n", "2", "--inputs", str(npy)], capsys)
+    assert code == 1
+    assert_one_error_line(err, "distir run", f"--inputs '{npy}' is a single .npy array; give an .npz archive with one "
+                                             "array per parameter (x, w1, w2)")
+    text = tmp_path / "text.npz"
+    text.write_text("x = 1\n")
+    code, _, err = run_cli(["run", MLP, "-n", "2", "--inputs", str(text)], capsys)
+    assert code == 1
+    assert_one_error_line(err, "distir run", f"--inputs '{text}' is not an .npz archive")
+    good = tmp_path / "good.npz"
+    np.savez(good, x=np.zeros((128, 256), "float32"), w1=np.zeros((256, 512), "float32"))
+    cut = tmp_path / "cut.npz"
+    cut.write_bytes(good.read_bytes()[:200])
+    code, _, err = run_cli(["run", MLP, "-n", "2", "--inputs", str(cut)], capsys)
+    assert code == 1
+    assert_one_error_line(err, "distir run", f"cannot read '{cut}' as an .npz archive")
+    objects = tmp_path / "objects.npz"
+    np.savez(objects, x=np.array([{"a": 1}], dtype=object))
+    code, _, err = run_cli(["run", MLP, "-n", "2", "--inputs", str(objects)], capsys)
+    assert code == 1
+    assert_one_error_line(err, "distir run", "it holds Python objects (pickled arrays), which are not read")
+    code, _, err = run_cli(["run", MLP, "-n", "2", "--inputs", str(tmp_path)], capsys)
+    assert code == 1
+    assert_one_error_line(err, "distir run", f"cannot read '{tmp_path}': it is a directory")
+    code, _, err = run_cli(["run", MLP, "-n", "2", "--inputs", str(good)], capsys)
+    assert code == 1
+    assert_one_error_line(err, "distir run", "has no array for parameter 'w2' (it has: x, w1)")
+
+
+# ---------------------------------------------------------------- errors nobody foresaw
+
+
+def test_an_unexpected_exception_is_one_line_unless_the_traceback_is_asked_for(monkeypatch, capsys):
+    def boom():
+        raise RuntimeError("first\nlast line")
+
+    monkeypatch.delenv("DISTIR_TRACEBACK", raising=False)
+    assert report_errors("distir x", boom) == 1
+    err = capsys.readouterr().err
+    assert err == ("distir x: internal error: RuntimeError: last line (a bug in distir; set DISTIR_TRACEBACK=1 "
+                   "for the traceback)\n")
+    monkeypatch.setenv("DISTIR_TRACEBACK", "1")
+    with pytest.raises(RuntimeError):
+        report_errors("distir x", boom)
+
+    def no_memory():
+        raise MemoryError("Unable to allocate 93.1 TiB")
+
+    assert report_errors("distir x", no_memory) == 1
+    assert capsys.readouterr().err == "distir x: error: out of memory (Unable to allocate 93.1 TiB); use smaller sizes\n"
+
+
+# ---------------------------------------------------------------- distir show on large meshes
+
+
+def test_show_on_a_million_device_mesh_summarizes_quickly(tmp_path, capsys):
+    p = tmp_path / "huge.py"
+    p.write_text(HUGE_MESH)
+    assert distir_main.main(["show", MLP, "--plain", "--tensor", "x"]) == 0  # imports done before the clock starts
+    capsys.readouterr()
+    t0 = time.perf_counter()
+    code = distir_main.main(["show", str(p), "--plain"])
+    seconds = time.perf_counter() - t0
+    out = capsys.readouterr().out
+    assert code == 0
+    assert seconds < 2.0  # it took 18 s when every device was visited
+    assert out.splitlines()[:2] == [
+        'x: (8000000, 4) float32, "S[0]" on mesh[0] (1000000,): 1000000 blocks of (8, 4)',
+        f"  not drawn: the mesh has 1000000 devices, more than the {MAX_DEVICES} a picture shows",
+    ]
+
+
+def test_show_draws_the_first_and_last_blocks_of_a_wide_grid(capsys):
+    code, out, err = run_cli(["show", MLP, "-n", "64", "--tensor", "w1", "--plain"], capsys)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == 'w1: (256, 512) float32, "S[1]" on mesh[0] (64,) (num_workers=64): 64 blocks of (256, 8)'
+    row = lines[3]  # the middle of the three text lines of a block
+    assert row.count("|") == MAX_COLS + 1 and "|   ...   |" in row and "|    62   |    63   |" in row
+    assert f"showing the first {MAX_COLS - 3} and the last 2 of 64 columns of blocks" in out
+
+
+def test_long_labels_are_clipped():
+    mesh = DeviceMesh((64, 2), Range(0, 128))
+    t = DTensorType((8, 8), "float32", mesh, Placement.parse("R, P"))
+    grid = layout_grid("t", t, {})
+    assert grid.cells[0][0].startswith("sum(0,1), sum(2,3), ") and len(grid.cells[0][0]) > 500  # the full label
+    (shown,) = grid.shown()[0]
+    assert len(shown) <= MAX_LABEL and shown.endswith(", ...") and shown.startswith("sum(0,1), sum(2,3)")
+
+
+# ---------------------------------------------------------------- as real processes
+
+
+@pytest.mark.parametrize("argv", [
+    ["sweep", MLP, "--num-workers", BIG],
+    ["sweep", MLP, "--bind", f"num_workers={HUGE}"],
+    ["run", MLP, "-n", "2", "--seed", "-1"],
+])
+def test_no_traceback_from_a_process(argv):
+    proc = subprocess.run([sys.executable, "-m", "distir.cli.main", *argv], capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.splitlines()[-1].startswith(f"distir {argv[0]}: error: argument ")
