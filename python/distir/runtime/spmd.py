@@ -1,7 +1,8 @@
 """The SPMD simulator: W workers in one process, running a specialized local-view module.
 
-The workers are devices ``0 .. D-1``, D = 1 + the largest device id of the module's meshes
-(a device in no mesh idles). Inputs are given as global arrays and cut into each worker's
+The workers are the devices of the module's meshes: only those are simulated (a device id in
+no mesh would idle, so ids may be large or sparse), but the session counts D = 1 + the
+largest id, as Disco runs it. Inputs are given as global arrays and cut into each worker's
 piece by the function's recorded global signature (a partial input is split into random
 parts whose reduction is the value, spread over all workers so that a wrong reduction
 shows). Bindings run in lock step.
@@ -275,12 +276,11 @@ def run_spmd(
     check_divisible(mod, values, "inputs with")
     meshes = mod.meshes()
     try:
-        total = max((max(m.device_list(values)) + 1 for m in meshes), default=1)
+        workers = sorted(set().union(*(m.device_list(values) for m in meshes))) or [0]
     except sym.SymbolicError as err:
         raise SpmdError(f"a device mesh is still symbolic ({err}); specialize the module first") from None
-    workers = range(total)
     rng = np.random.default_rng(seed)
-    envs: list[dict[Var, Any]] = [{} for _ in workers]
+    envs: dict[int, dict[Var, Any]] = {w: {} for w in workers}
     for i, (p, t, a) in enumerate(zip(f.params, gparams, arrays)):
         if isinstance(t, DTensorType):
             pieces = shard_input(t, a, values, rng)
@@ -289,7 +289,7 @@ def run_spmd(
         else:
             for w in workers:
                 envs[w][p] = a
-    ctxs = [WorkerContext({**values, WORKER_ID: w}) for w in workers]
+    ctxs = {w: WorkerContext({**values, WORKER_ID: w}) for w in workers}
 
     def ev(e: Expr, w: int):
         if isinstance(e, Var):
@@ -308,7 +308,7 @@ def run_spmd(
         raise SpmdError(f"cannot evaluate {type(e).__name__}")
 
     if stats is not None:
-        stats.num_workers = total
+        stats.num_workers = workers[-1] + 1  # the session's size, as Disco runs it: idle ids included
         stats.records.clear()
     with np.errstate(all="ignore"):
         for b in f.bindings():
@@ -326,7 +326,7 @@ def run_spmd(
                                 f"R.{v.op.name} (binding '{b.var.name}'): devices {missing} of its mesh "
                                 "hold no value for the input (is the input on another mesh?)"
                             )
-                    outs, sent = spmd(xs, attrs, ctxs[0])
+                    outs, sent = spmd(xs, attrs, ctxs[workers[0]])
                     for w in workers:
                         envs[w][b.var] = outs.get(w)
                     if stats is not None:
