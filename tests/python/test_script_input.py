@@ -243,3 +243,19 @@ def test_opt_random_bytes_on_stdin_in_a_c_locale_process():
     assert proc.returncode == 1
     err = proc.stderr.decode()
     assert err.startswith("distir-opt: error: <stdin>: not UTF-8 text (byte 0x") and err.count("\n") == 1, err
+
+
+def test_python_warnings_about_the_text_are_not_raised():
+    # "\e" is an invalid escape sequence to Python (a DeprecationWarning, or under -W error a
+    # SyntaxError): in IR it is just a string with a backslash
+    import warnings
+
+    text = MODULE.replace("        y = R.nn.relu(x)\n", '        R.func_attr({"note": "a\\e"})\n        y = R.nn.relu(x)\n')
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        mod = distir.parse(text)
+    assert not warned, [str(w.message) for w in warned]
+    assert mod["main"].attrs["note"] == "a\\e"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        distir.parse(text)

@@ -22,6 +22,7 @@ import difflib
 import gc
 import os
 import re
+import warnings
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -187,7 +188,12 @@ def parse_source(text: str, source_name: str = "<string>", *, line_offset: int =
     # collector would rescan them over and over (a third of the parse time).
     with _gc_paused():
         try:
-            tree = ast.parse(text, filename=source_name)
+            with warnings.catch_warnings():
+                # Python's warnings about the text as Python code ("invalid escape
+                # sequence") say nothing about IR, and under -W error would be exceptions
+                warnings.simplefilter("ignore", SyntaxWarning)
+                warnings.simplefilter("ignore", DeprecationWarning)
+                tree = ast.parse(text, filename=source_name)
         except SyntaxError as err:
             p.fail_at(err.lineno or 1, err.offset or 1, f"invalid syntax: {err.msg}")
         except UnicodeEncodeError:
