@@ -259,3 +259,11 @@ def test_python_warnings_about_the_text_are_not_raised():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         distir.parse(text)
+
+
+def test_opt_stdin_errors_have_no_library_hint(monkeypatch, capsys):
+    # the hint to call distir.parse_file is for Python callers of distir.parse
+    monkeypatch.setattr(sys, "stdin", _Stdin(b"model.py\n"))
+    assert opt.main(["-"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("distir-opt: error: ") and " --> <stdin>:1:1" in err and "parse_file" not in err

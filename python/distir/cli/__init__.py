@@ -27,12 +27,12 @@ def read_module(file: str):
 
     Input is UTF-8 text of at most 64 MiB (``distir.script.parser.MAX_INPUT_BYTES``); at
     most that many bytes plus one are read, from a file or from stdin."""
-    from .. import parse, parse_file
-    from ..script.parser import read_stream
+    from .. import parse_file
+    from ..script.parser import parse_source, read_stream
 
     if file == "-":
         stdin = getattr(sys.stdin, "buffer", sys.stdin)  # bytes: decoded strictly, never by the locale
-        return parse(read_stream(stdin, "<stdin>"), source_name="<stdin>")
+        return parse_source(read_stream(stdin, "<stdin>"), "<stdin>")
     return parse_file(file)
 
 

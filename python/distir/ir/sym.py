@@ -293,9 +293,10 @@ def parse(text: str) -> Dim:
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError as err:
         raise SymbolicError(f"'{text}' is not a symbolic integer expression") from err
-    except (RecursionError, MemoryError, ValueError, UnicodeError):
-        # nesting too deep for Python's own parser, or text it cannot encode
-        raise SymbolicError(f"'{text}' is not a symbolic integer expression (nested too deeply)") from None
+    except (RecursionError, MemoryError):  # Python's parser giving up on deep nesting
+        raise SymbolicError(f"'{text}' is not a symbolic integer expression: it nests too deeply") from None
+    except (ValueError, UnicodeError):  # a null byte or a lone surrogate
+        raise SymbolicError(f"{text!r} is not a symbolic integer expression") from None
     return normalize_checked(from_ast(tree.body, text), tree.body, text)
 
 

@@ -181,6 +181,8 @@ def _too_large(name: str) -> ParseError:
 
 def parse_source(text: str, source_name: str = "<string>", *, line_offset: int = 0, col_offset: int = 0) -> IRModule:
     """Parse ``text``; positions are shifted by ``line_offset``/``col_offset`` (decorated Python source)."""
+    if not isinstance(text, str):
+        raise ParseError(f"expected IR text (a str), got {type(text).__name__}")
     if len(text) > MAX_INPUT_BYTES:
         raise _too_large(source_name)
     p = _Parser(text, source_name, line_offset, col_offset)
