@@ -4,11 +4,19 @@ from .errors import DiagnosticError, DistirError, ParseError
 
 __version__ = "0.1.0"
 
-__all__ = ["DiagnosticError", "DistirError", "ParseError", "__version__", "parse"]
+__all__ = ["DiagnosticError", "DistirError", "ParseError", "__version__", "parse", "parse_file"]
 
 
-def parse(text_or_path, source_name: str | None = None):
-    """Parse distir IR text (or a path to a file of it) into an IRModule. Nothing in it is executed."""
+def parse(text: str, source_name: str | None = None):
+    """Parse distir IR text into an IRModule. Nothing in it is executed, and a str is only
+    ever text: it is never opened as a file (use :func:`parse_file` for that)."""
     from .script.parser import parse as _parse
 
-    return _parse(text_or_path, source_name=source_name)
+    return _parse(text, source_name=source_name)
+
+
+def parse_file(path, source_name: str | None = None):
+    """Read the file at ``path`` (UTF-8, at most 64 MiB) and parse it into an IRModule."""
+    from .script.parser import parse_file as _parse_file
+
+    return _parse_file(path, source_name=source_name)

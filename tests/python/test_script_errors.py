@@ -34,6 +34,12 @@ def parse_error(text: str) -> ParseError:
     return info.value
 
 
+def parse_file_error(path) -> ParseError:
+    with pytest.raises(ParseError) as info:
+        distir.parse_file(path)
+    return info.value
+
+
 # name -> (text, message fragment, line, column)
 CASES = {
     "undefined name": (body("y = R.add(x, z)", "return y"), "undefined name 'z'", 7, 22),
@@ -268,7 +274,7 @@ def test_other_errors(name):
 def test_errors_name_the_file(tmp_path):
     p = tmp_path / "bad.ir"
     p.write_text(body("y = R.add(x, z)", "return y"))
-    err = parse_error(str(p))
+    err = parse_file_error(str(p))
     assert f" --> {p}:7:22" in str(err)
     assert "7 |         y = R.add(x, z)" in str(err)
 
@@ -319,7 +325,7 @@ def test_hostile_file_runs_nothing(where, tmp_path):
     text = HOSTILE[where].format(p=payload, marker=marker)
     source = tmp_path / "hostile.ir"
     source.write_text(text)
-    err = parse_error(source)
+    err = parse_file_error(source)
     assert not marker.exists()
     assert re.search(r"expected|not allowed|unsupported|malformed|takes|must|only", err.message), err.render()
     assert err.span is not None and err.span.source_name == str(source)
@@ -344,3 +350,82 @@ def test_parser_never_calls_eval_exec_or_compile(monkeypatch):
     monkeypatch.setattr(builtins, "compile", ast_only_compile)
     for text in CORPUS.values():
         distir.parse(text)
+
+
+# -- hostile dimensions: bounded work, and a positioned error (never TVM's, nor Python's) ------
+
+SHAPE_LINE = '''@I.ir_module
+class Module:
+    @R.function
+    def main(x: R.Tensor(({dim}, 4), "float32")) -> R.Tensor((4, 4), "float32"):
+        return x
+'''
+SHAPE_COL = SHAPE_LINE.splitlines()[3].index("{dim}") + 1  # the dim's first column on line 4
+
+# name -> (dim text, message fragment, the text under the caret's first column)
+HOSTILE_DIMS = {
+    "floordiv by zero": ('"n // 0"', "division by zero in 'n // 0'", "0"),
+    "mod by zero": ('"n % 0"', "modulo by zero in 'n % 0'", "0"),
+    "bare floordiv by zero": ("n // 0", "division by zero", "0"),
+    "divisor that folds to zero": ('"n // (2 - 2)"', "division by zero", "2 - 2"),
+    "divisor that simplifies to zero": ('"n % (n - n)"', "modulo by zero", "n - n"),
+    "huge literal": ('"99999999999999999999 * n"', "integer 99999999999999999999 is out of the int64 range", "99999999999999999999"),
+    "bare huge literal": ("99999999999999999999", "out of the int64 range", "99999999999999999999"),
+    "bare huge negative literal": ("-99999999999999999999", "out of the int64 range", "-99999999999999999999"),
+    "constant that overflows": ('"9223372036854775807 + 1"', "the value 9223372036854775808 is out of the int64 range", "9223372036854775807 + 1"),
+    "simplified constant that overflows": ('"n * 4611686018427387904 * 4"', "overflows int64", "n * 4611686018427387904 * 4"),
+    "10000-term sum": ('"' + "+".join(["1"] * 10000) + '"', "too long (19999 characters; at most 4096)", '"1+1+'),
+    "5000 unary minus signs": ('"' + "-" * 5000 + 'n"', "too long (5001 characters", '"---'),
+    "long bare sum": ("+".join(["n"] * 800), "nested too deeply", "n+n+"),
+    "long quoted sum": ('"' + "+".join(["n"] * 800) + '"', "nested too deeply", "n+n+"),
+    "many quoted unary minus signs": ('"' + "-" * 1000 + 'n"', "nested too deeply", "-"),
+    "negative static dim": ("-8", "a tensor dimension cannot be negative, got -8", "-8"),
+    "negative quoted dim": ('"2 - 10"', "a tensor dimension cannot be negative, got -8", '"2 - 10"'),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_DIMS))
+def test_hostile_dims_are_positioned_parse_errors(name):
+    import time
+
+    dim, fragment, under = HOSTILE_DIMS[name]
+    start = time.perf_counter()
+    err = parse_error(SHAPE_LINE.replace("{dim}", dim))
+    assert time.perf_counter() - start < 2.0
+    assert fragment in err.message, err.render()
+    span = err.span
+    assert span.line == 4 and SHAPE_COL <= span.column < SHAPE_COL + len(dim), err.render()
+    assert span.source_line[span.column - 1 :].startswith(under), err.render()
+    rendered = str(err)
+    assert f" --> <string>:4:{span.column}" in rendered and "^" in rendered
+
+
+@pytest.mark.parametrize("shape", ["(-8, 4)", '("n", -1)'])
+@pytest.mark.parametrize("kind", ["Tensor", "DTensor"])
+def test_negative_static_dims_are_refused_in_tensor_types(kind, shape):
+    ty = f'R.Tensor({shape}, "float32")' if kind == "Tensor" else f'R.DTensor({shape}, "float32", "mesh[0]", "R")'
+    err = parse_error(body(f"y: {ty} = R.add(x, x)", "return y"))
+    assert "a tensor dimension cannot be negative" in err.message and err.span.line == 7
+
+
+def test_int_literals_are_int64():
+    err = parse_error(body("t = (x, x)", "y = t[99999999999999999999]", "return y"))
+    assert "out of the int64 range" in err.message and (err.span.line, err.span.column) == (8, 15)
+    err = parse_error(body("y = R.sum(x, axis=[-99999999999999999999])", "return y"))
+    assert "out of the int64 range" in err.message
+
+
+def test_hostile_expression_in_the_file_is_positioned():
+    # Python's own parser gives up on these without saying where; the error still does
+    for expr in ["+".join(["1"] * 10000), "-" * 5000 + "1", "-" * 100000 + "1", "x" + ".y" * 10000]:
+        err = parse_error(body("y = R.add(x, x)", f"z = {expr}", "return y"))
+        assert "nests too deeply" in err.message and err.span.line == 8, err.render()
+        assert err.span.column > 12
+
+
+def test_sym_parse_refuses_hostile_expressions():
+    from distir.ir import sym
+
+    for text in ["n // 0", "n % (2 - 2)", "99999999999999999999 * n", "+".join(["1"] * 10000), "-" * 5000 + "n"]:
+        with pytest.raises(sym.SymbolicError):
+            sym.parse(text)

@@ -366,11 +366,11 @@ def test_spans_point_at_the_source():
     assert f.params[0].span.line == 8
 
 
-def test_parse_reads_files_given_as_str_or_path(tmp_path):
+def test_parse_file_reads_files_given_as_str_or_path(tmp_path):
     p = tmp_path / "m.ir"
     p.write_text(STATIC_1D)
-    a = distir.parse(p)
-    b = distir.parse(str(p))
+    a = distir.parse_file(p)
+    b = distir.parse_file(str(p))
     assert structural_equal(a, b)
     assert a.source_name == str(p)
     assert a["main"].span.source_name == str(p)

@@ -24,23 +24,17 @@ EXIT_USAGE = 2  # bad arguments (argparse's status too)
 
 
 def read_module(file: str):
-    """Parse the module in ``file`` (``-`` for stdin). Errors are DistirErrors with positions."""
-    from .. import parse
+    """Parse the module in ``file`` (``-`` for stdin). Errors are DistirErrors with positions.
+
+    Input is UTF-8 text of at most 64 MiB (``distir.script.parser.MAX_INPUT_BYTES``); at
+    most that many bytes plus one are read, from a file or from stdin."""
+    from .. import parse_file
+    from ..script.parser import parse_source, read_stream
 
     if file == "-":
-        text, name = sys.stdin.read(), "<stdin>"
-    else:
-        p = Path(file)
-        try:
-            text = p.read_text()
-        except FileNotFoundError:
-            raise DistirError(f"cannot read '{file}': no such file") from None
-        except IsADirectoryError:
-            raise DistirError(f"cannot read '{file}': it is a directory") from None
-        except (OSError, UnicodeDecodeError) as err:
-            raise DistirError(f"cannot read '{file}': {err}") from None
-        name = file
-    return parse(text, source_name=name)
+        stdin = getattr(sys.stdin, "buffer", sys.stdin)  # bytes: decoded strictly, never by the locale
+        return parse_source(read_stream(stdin, "<stdin>"), "<stdin>")
+    return parse_file(file)
 
 
 def write_text(text: str, output: str | None, stream: TextIO | None = None) -> None:

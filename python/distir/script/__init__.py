@@ -5,7 +5,7 @@ IR files and in Python test files (``@I.ir_module class Module: ...``).
 """
 
 from . import ir, relax, tirx
-from .parser import parse, parse_source
+from .parser import parse, parse_file, parse_source
 from .printer import print_function, print_module, print_type
 
-__all__ = ["ir", "parse", "parse_source", "print_function", "print_module", "print_type", "relax", "tirx"]
+__all__ = ["ir", "parse", "parse_file", "parse_source", "print_function", "print_module", "print_type", "relax", "tirx"]

@@ -45,12 +45,16 @@ __all__ = [
 
 
 class FormError(Exception):
-    """A literal is malformed; the parser turns it into a ParseError at ``node``."""
+    """A literal is malformed; the parser turns it into a ParseError at ``node``.
 
-    def __init__(self, message: str, node: ast.AST):
+    ``inner`` is a (start, end) range of characters inside the string literal ``node``
+    (a quoted dimension such as ``"n // 0"``) when the fault is at a part of it."""
+
+    def __init__(self, message: str, node: ast.AST, inner: tuple[int, int] | None = None):
         super().__init__(message)
         self.message = message
         self.node = node
+        self.inner = inner
 
 
 def dotted_name(node: ast.AST) -> str | None:
@@ -83,65 +87,140 @@ _STR_DIMS: dict[str, Dim] = {}
 
 
 def _check_dim_ast(node: ast.AST, where: ast.AST, text: str | None) -> None:
-    """Reject everything but the symbolic-integer grammar, saying what is wrong."""
-    inside = f" in '{text}'" if text is not None else ""
-    if isinstance(node, ast.Constant):
-        if isinstance(node.value, int) and not isinstance(node.value, bool):
-            return
-        raise FormError(f"expected an integer dimension{inside}, got {node.value!r}", where)
-    if isinstance(node, ast.Name):
-        return
-    if isinstance(node, ast.BinOp):
-        if isinstance(node.op, _DIM_BINOPS):
-            _check_dim_ast(node.left, where, text)
-            _check_dim_ast(node.right, where, text)
-            return
-        msg = _BAD_BINOPS.get(type(node.op), "this operator is not allowed in a dimension")
-        raise FormError(f"{msg}{inside}: {_DIM_HINT}", where if text is not None else node)
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        _check_dim_ast(node.operand, where, text)
-        return
-    if isinstance(node, ast.Call) and dotted_name(node.func) in ("T.min", "T.max"):
-        if len(node.args) != 2 or node.keywords:
-            raise FormError(f"{dotted_name(node.func)} takes two dimensions{inside}", where if text is not None else node)
-        for a in node.args:
-            _check_dim_ast(a, where, text)
-        return
-    raise FormError(f"malformed dimension{inside}: {_DIM_HINT}", where if text is not None else node)
+    """Reject everything but the symbolic-integer grammar, saying what is wrong (no recursion:
+    depth and size are bounded afterwards by sym.check_ast). In a quoted dimension the error
+    is at the whole string, whose text the message quotes."""
+    inside = f" in '{_shown(text)}'" if text is not None else ""
+    stack = [node]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Constant):
+            if isinstance(node.value, int) and not isinstance(node.value, bool):
+                continue
+            raise _grammar_error(f"expected an integer dimension{inside}, got {_shown(repr(node.value))}", where, text, node)
+        if isinstance(node, ast.Name):
+            continue
+        if isinstance(node, ast.BinOp):
+            if isinstance(node.op, _DIM_BINOPS):
+                stack.append(node.right)
+                stack.append(node.left)
+                continue
+            msg = _BAD_BINOPS.get(type(node.op), "this operator is not allowed in a dimension")
+            raise _grammar_error(f"{msg}{inside}: {_DIM_HINT}", where, text, node)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            stack.append(node.operand)
+            continue
+        if isinstance(node, ast.Call) and dotted_name(node.func) in ("T.min", "T.max"):
+            if len(node.args) != 2 or node.keywords:
+                raise _grammar_error(f"{dotted_name(node.func)} takes two dimensions{inside}", where, text, node)
+            stack.extend(reversed(node.args))
+            continue
+        raise _grammar_error(f"malformed dimension{inside}: {_DIM_HINT}", where, text, node)
+
+
+def _grammar_error(message: str, where: ast.AST, text: str | None, part: ast.AST) -> FormError:
+    return FormError(message, part if text is None else where)
+
+
+def _dim_error(message: str, where: ast.AST, text: str | None, part: ast.AST) -> FormError:
+    """A FormError at ``part`` of a bare dimension, or inside the string literal ``where``."""
+    if text is None:
+        return FormError(message, part)
+    return FormError(message, where, _inner(text, part))
+
+
+def _inner(text: str, part: ast.AST) -> tuple[int, int] | None:
+    """Characters of ``text`` that ``part`` (from ast.parse(text.strip())) covers, if on line 1."""
+    if getattr(part, "lineno", None) != 1 or getattr(part, "end_lineno", None) != 1:
+        return None
+    lead = len(text) - len(text.lstrip())
+    first = text.strip().split("\n", 1)[0].encode("utf-8")
+    start = len(first[: part.col_offset].decode("utf-8", errors="replace"))  # type: ignore[attr-defined]
+    end = len(first[: part.end_col_offset].decode("utf-8", errors="replace"))  # type: ignore[attr-defined]
+    return lead + start, lead + end
+
+
+def _shown(text: str) -> str:
+    """``text`` as it can be shown in a message: escaped if not printable, shortened if long."""
+    if len(text) > 80:
+        text = text[:60] + "..." + text[-15:]
+    if not text.isprintable() or _has_surrogate(text):
+        text = quote(text)[1:-1]
+    return text
+
+
+def _has_surrogate(text: str) -> bool:
+    return not text.isascii() and any(0xD800 <= ord(c) <= 0xDFFF for c in text)
+
+
+def _int64(v: int, node: ast.AST) -> int:
+    if not sym.INT64_MIN <= v <= sym.INT64_MAX:
+        raise FormError(f"integer {_short_int(v)} is out of the int64 range", node)
+    return v
+
+
+def _short_int(v: int) -> str:
+    s = str(v)
+    return s if len(s) <= 24 else f"{s[:10]}...{s[-10:]} ({len(s)} digits)"
 
 
 def dim_from_ast(node: ast.AST) -> Dim:
-    """An int literal, a quoted expression (``"m * num_workers"``) or a bare one (``n * 2``)."""
+    """An int literal, a quoted expression (``"m * num_workers"``) or a bare one (``n * 2``).
+
+    Integers are int64; a division by zero is refused; an expression may nest at most
+    sym.MAX_EXPR_DEPTH levels and have sym.MAX_EXPR_NODES parts (a quoted one at most
+    sym.MAX_EXPR_CHARS characters), checked before anything is built."""
     if isinstance(node, ast.Constant):
         v = node.value
         if isinstance(v, int) and not isinstance(v, bool):
-            return v
+            return _int64(v, node)
         if isinstance(v, str):
             return _str_dim(v, node)
-        raise FormError(f"expected a dimension (an integer or a symbolic expression such as \"n\"), got {v!r}", node)
+        raise FormError(
+            f"expected a dimension (an integer or a symbolic expression such as \"n\"), got {_shown(repr(v))}", node
+        )
     if isinstance(node, ast.Name):
         return sym.var(node.id)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant):
         v = node.operand.value
         if isinstance(v, int) and not isinstance(v, bool):
-            return -v
+            return _int64(-v, node)
     _check_dim_ast(node, node, None)
-    return sym.normalize(sym.from_ast(node))
+    return _build_dim(node, node, None)
+
+
+def _build_dim(tree: ast.AST, where: ast.AST, text: str | None) -> Dim:
+    shown = _shown(text) if text is not None else ""
+    try:
+        return sym.normalize_checked(sym.from_ast(tree, shown), tree, shown)
+    except sym.SymbolicError as err:
+        raise _dim_error(str(err), where, text, err.node if err.node is not None else tree) from None
 
 
 def _str_dim(text: str, node: ast.AST) -> Dim:
     hit = _STR_DIMS.get(text)
     if hit is not None:
         return hit
+    if len(text) > sym.MAX_EXPR_CHARS:
+        raise FormError(
+            f"dimension expression is too long ({len(text)} characters; at most {sym.MAX_EXPR_CHARS})", node
+        )
     try:
         tree = ast.parse(text.strip(), mode="eval")
-    except SyntaxError:
-        raise FormError(f"'{text}' is not a dimension: {_DIM_HINT}", node) from None
+    except SyntaxError as err:
+        inner = None
+        if err.lineno == 1 and err.offset:
+            lead = len(text) - len(text.lstrip())
+            inner = (lead + err.offset - 1, lead + err.offset)
+        raise FormError(f"'{_shown(text)}' is not a dimension: {_DIM_HINT}", node, inner) from None
+    except (RecursionError, MemoryError):  # Python's parser giving up on deep nesting
+        raise FormError(
+            f"dimension expression nests too deeply (at most {sym.MAX_EXPR_DEPTH} levels): '{_shown(text)}'", node
+        ) from None
+    except (ValueError, UnicodeError):  # a null byte or a lone surrogate in the string
+        raise FormError(f"'{_shown(text)}' is not a dimension: {_DIM_HINT}", node) from None
     _check_dim_ast(tree.body, node, text)
-    try:
-        dim = sym.normalize(sym.from_ast(tree.body, text))
-    except sym.SymbolicError as err:
-        raise FormError(str(err), node) from None
+    dim = _build_dim(tree.body, node, text)
     if len(_STR_DIMS) < 4096:
         _STR_DIMS[text] = dim
     return dim
@@ -176,13 +255,13 @@ _NONFINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
 
 def int_from_ast(node: ast.AST, what: str = "an integer") -> int:
-    """An int literal, possibly negative (never a bool)."""
+    """An int literal, possibly negative (never a bool), in the int64 range."""
     if isinstance(node, ast.Constant) and type(node.value) is int:
-        return node.value
+        return _int64(node.value, node)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
         inner = node.operand
         if isinstance(inner, ast.Constant) and type(inner.value) is int:
-            return -inner.value
+            return _int64(-inner.value, node)
     raise FormError(f"expected {what}", node)
 
 

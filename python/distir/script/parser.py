@@ -21,7 +21,8 @@ import contextlib
 import difflib
 import gc
 import os
-import pathlib
+import re
+import warnings
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -63,7 +64,7 @@ from .literals import (
 )
 from .printer import DECORATOR_ATTRS
 
-__all__ = ["parse", "parse_source"]
+__all__ = ["MAX_INPUT_BYTES", "decode_source", "parse", "parse_file", "parse_source", "read_file", "read_stream"]
 
 # import lines accepted (and ignored) in exactly these forms
 _IMPORT_FROM = {
@@ -77,48 +78,205 @@ _PRIM_INT_DTYPES = frozenset({"int64", "int32", "int16", "int8", "uint8"})  # R.
 _PRIM_DTYPES = frozenset(DTYPES) | _PRIM_INT_DTYPES | {"str"}  # "str" is the type of R.str(...)
 
 
-def parse(
-    text_or_path: str | os.PathLike,
-    source_name: str | None = None,
-    *,
-    line_offset: int = 0,
-    col_offset: int = 0,
-) -> IRModule:
-    """Parse IR text, or the file it names (a ``pathlib.Path``, or a one-line str naming a file)."""
-    if isinstance(text_or_path, os.PathLike) or (
-        isinstance(text_or_path, str) and "\n" not in text_or_path and _is_file(text_or_path)
-    ):
-        path = pathlib.Path(text_or_path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as err:
-            raise ParseError(f"cannot read {path}: {err}") from None
-        source_name = source_name or str(path)
-    elif isinstance(text_or_path, str):
-        text = text_or_path
-    else:
-        raise ParseError(f"expected IR text or a path, got {type(text_or_path).__name__}")
-    return parse_source(text, source_name or "<string>", line_offset=line_offset, col_offset=col_offset)
+# The largest input read or parsed: 64 MiB (bytes of a file or stdin, characters of a str).
+# A file is read up to this many bytes plus one, so /dev/zero or a runaway pipe ends in an
+# error instead of exhausting memory.
+MAX_INPUT_BYTES = 64 * 1024 * 1024
+_MAX_INPUT_TEXT = "64 MiB"
+# Python's own parser gives up (without a position) on expressions nested a few thousand
+# levels deep; the error then points where the nesting first passes this many levels.
+_MAX_NESTING = 1000
 
 
-def _is_file(s: str) -> bool:
+def parse(text: str, source_name: str | None = None, *, line_offset: int = 0, col_offset: int = 0) -> IRModule:
+    """Parse IR text into an IRModule. Only text: a str is never taken for a file name.
+
+    Use :func:`parse_file` to read a file. Every failure is a ParseError (a DistirError)."""
+    if isinstance(text, os.PathLike):
+        raise ParseError(
+            f"distir.parse takes IR text, not a path ({type(text).__name__}); "
+            "to read a file, call distir.parse_file(path)"
+        )
+    if not isinstance(text, str):
+        raise ParseError(f"distir.parse takes IR text (a str), got {type(text).__name__}")
     try:
-        return bool(s) and len(s) < 4096 and os.path.isfile(s)
-    except (OSError, ValueError):
-        return False
+        return parse_source(text, source_name or "<string>", line_offset=line_offset, col_offset=col_offset)
+    except ParseError as err:
+        if "\n" in text.strip() or not text.strip():
+            raise
+        note = (
+            "distir.parse reads its argument as IR text, never as a file name; "
+            "to parse a file, call distir.parse_file(path)"
+        )
+        raise ParseError(err.message, err.span, [*err.notes, note]) from None
+
+
+def parse_file(path: str | os.PathLike, source_name: str | None = None) -> IRModule:
+    """Read the file at ``path`` (UTF-8, at most MAX_INPUT_BYTES) and parse it.
+
+    Errors name the file as given (or ``source_name``); a parse error shows the line of
+    that file it is about."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise ParseError(f"distir.parse_file takes a path (a str or os.PathLike), got {type(path).__name__}")
+    name = source_name or _path_name(path)
+    return parse_source(read_file(path, name), name)
+
+
+def _path_name(path: str | os.PathLike) -> str:
+    p = os.fspath(path)
+    return os.fsdecode(p) if isinstance(p, bytes) else p
+
+
+def read_file(path: str | os.PathLike, name: str | None = None) -> str:
+    """The UTF-8 text of the file at ``path``; a ParseError if it cannot be read, is larger
+    than MAX_INPUT_BYTES or is not UTF-8. Reads at most MAX_INPUT_BYTES + 1 bytes."""
+    shown = name or _path_name(path)
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_INPUT_BYTES + 1)
+    except FileNotFoundError:
+        raise ParseError(f"cannot read '{shown}': no such file") from None
+    except IsADirectoryError:
+        raise ParseError(f"cannot read '{shown}': it is a directory") from None
+    except PermissionError:
+        raise ParseError(f"cannot read '{shown}': permission denied") from None
+    except (OSError, ValueError) as err:  # ValueError: a path with a null byte
+        reason = getattr(err, "strerror", None) or str(err)
+        raise ParseError(f"cannot read '{shown}': {reason}") from None
+    return decode_source(data, shown)
+
+
+def read_stream(stream, name: str = "<stdin>") -> str:
+    """The UTF-8 text of a binary stream (or of a text stream), reading at most
+    MAX_INPUT_BYTES + 1 bytes (characters)."""
+    if stream is None:
+        raise ParseError(f"{name}: there is no input to read")
+    try:
+        data = stream.read(MAX_INPUT_BYTES + 1)
+    except UnicodeDecodeError as err:  # a text stream that decodes strictly
+        raise ParseError(f"{name}: not UTF-8 text ({err.reason})") from None
+    except OSError as err:
+        raise ParseError(f"cannot read {name}: {err.strerror or err}") from None
+    if isinstance(data, (bytes, bytearray)):
+        return decode_source(bytes(data), name)
+    if len(data) > MAX_INPUT_BYTES:
+        raise _too_large(name)
+    return data
+
+
+def decode_source(data: bytes, name: str = "<string>") -> str:
+    """``data`` as UTF-8 text (a leading byte-order mark dropped), or a ParseError naming the
+    first byte that is not UTF-8 and its offset."""
+    if len(data) > MAX_INPUT_BYTES:
+        raise _too_large(name)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise ParseError(f"{name}: not UTF-8 text (byte 0x{data[err.start]:02x} at offset {err.start})") from None
+
+
+def _too_large(name: str) -> ParseError:
+    return ParseError(f"{name}: input is larger than {_MAX_INPUT_TEXT}, the limit for one module")
 
 
 def parse_source(text: str, source_name: str = "<string>", *, line_offset: int = 0, col_offset: int = 0) -> IRModule:
     """Parse ``text``; positions are shifted by ``line_offset``/``col_offset`` (decorated Python source)."""
+    if not isinstance(text, str):
+        raise ParseError(f"expected IR text (a str), got {type(text).__name__}")
+    if len(text) > MAX_INPUT_BYTES:
+        raise _too_large(source_name)
     p = _Parser(text, source_name, line_offset, col_offset)
     # Building the AST and the IR allocates many small acyclic objects; the cyclic
     # collector would rescan them over and over (a third of the parse time).
     with _gc_paused():
         try:
-            tree = ast.parse(text, filename=source_name)
+            with warnings.catch_warnings():
+                # Python's warnings about the text as Python code ("invalid escape
+                # sequence") say nothing about IR, and under -W error would be exceptions
+                warnings.simplefilter("ignore", SyntaxWarning)
+                warnings.simplefilter("ignore", DeprecationWarning)
+                tree = ast.parse(text, filename=source_name)
         except SyntaxError as err:
             p.fail_at(err.lineno or 1, err.offset or 1, f"invalid syntax: {err.msg}")
-        return p.module(tree)
+        except UnicodeEncodeError:
+            p.fail_at(
+                *_surrogate_position(text),
+                "a lone surrogate (U+D800..U+DFFF) is not a character of UTF-8 text",
+            )
+        except (RecursionError, MemoryError):  # Python's parser giving up on deep nesting
+            p.fail_at(
+                *_too_deep(text),
+                f"this expression nests too deeply (more than {_MAX_NESTING} levels of operators, calls or brackets)",
+            )
+        except ValueError as err:  # a null byte, on Python versions that do not call it a SyntaxError
+            p.fail_at(1, 1, f"invalid syntax: {err}")
+        try:
+            return p.module(tree)
+        except RecursionError:
+            msg = "this part of the program nests too deeply to be read"
+            if p.at is None:
+                raise ParseError(f"{source_name}: {msg}") from None
+            p.fail(p.at, msg)
+
+
+_NEWLINE = re.compile(r"\r\n?|\n")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _position(text: str, i: int) -> tuple[int, int]:
+    """1-based line and column of character ``i``; lines end at \\n, \\r\\n or \\r, as in Python."""
+    line = 1 + len(_NEWLINE.findall(text, 0, i))
+    start = max(text.rfind("\n", 0, i), text.rfind("\r", 0, i)) + 1
+    return line, i - start + 1
+
+
+def _surrogate_position(text: str) -> tuple[int, int]:
+    m = _SURROGATE.search(text)
+    return _position(text, m.start() if m else 0)
+
+
+# Just enough of Python's tokens to estimate how deeply an expression nests; strings,
+# comments, numbers and line continuations are skipped so that they do not count.
+_NEST_TOKENS = re.compile(
+    r"(?P<skip>[rRbBuUfF]{0,2}(?:"
+    r'"""(?:\\.|[^\\])*?"""'
+    r"|'''(?:\\.|[^\\])*?'''"
+    r'|"(?:\\.|[^"\\\n])*"'
+    r"|'(?:\\.|[^'\\\n])*'"
+    r")|\#[^\n]*|\d[\w.]*(?:[eE][-+]?\d+)?|\\\r?\n)"
+    r"|(?P<open>[(\[{])|(?P<close>[)\]}])|(?P<sep>[,;:\n]|=(?!=))"
+    r"|(?P<op>\*\*|//|[-+*/%@&|^~<>!.]|\b(?:not|await|if|else|lambda|and|or|in|is)\b)"
+)
+
+
+def _too_deep(text: str) -> tuple[int, int]:
+    """Where an expression first nests deeper than _MAX_NESTING, else where it nests deepest:
+    the place for the error when Python's parser gives up without saying where."""
+    depth = base = 0
+    stack: list[tuple[int, int]] = []
+    best, best_at = -1, 0
+    for m in _NEST_TOKENS.finditer(text):
+        kind = m.lastgroup
+        if kind == "skip":
+            continue
+        if kind == "op":
+            depth += 1
+        elif kind == "open":
+            stack.append((depth, base))
+            depth = base = depth + 1
+        elif kind == "close":
+            if stack:
+                depth, base = stack.pop()
+                depth += 1  # a call or index after a name nests like an operator: f()()()
+        elif m.group() == "\n" and not stack:
+            depth = base = 0
+        else:
+            depth = base
+        if depth > best:
+            best, best_at = depth, m.start()
+            if best > _MAX_NESTING:
+                break
+    return _position(text, best_at)
 
 
 @contextlib.contextmanager
@@ -149,8 +307,12 @@ class _Parser:
         self.line_offset = line_offset
         self.col_offset = col_offset
         pad = " " * col_offset
-        self.lines = [pad + s for s in text.splitlines()] if col_offset else text.splitlines()
+        # Python ends lines at \n, \r\n and \r only (str.splitlines also splits at \f, \x1c,
+        # \u2028, ...), so error lines are numbered as Python numbers them
+        lines = _NEWLINE.split(text)
+        self.lines = [pad + s for s in lines] if col_offset else lines
         self.non_ascii = set() if text.isascii() else {i + 1 for i, s in enumerate(self.lines) if not s.isascii()}
+        self.at: ast.AST | None = None  # the statement being read (for errors without a node)
         self.meshes = MeshTable({})
         self._type_cache: dict[str, Type] = {}
         self._ops: dict[str, OpDef | None] = {}
@@ -190,7 +352,10 @@ class _Parser:
         raise ParseError(message, self.span(node), notes)
 
     def fail_at(self, line: int, col: int, message: str) -> NoReturn:
-        span = Span(self.source_name, line + self.line_offset, col + self.col_offset, None, None, self.line_text(line))
+        text = self.line_text(line)
+        if text is not None and not text.isascii():
+            text = _SURROGATE.sub("\ufffd", text)  # printable on any stream
+        span = Span(self.source_name, line + self.line_offset, col + self.col_offset, None, None, text)
         raise ParseError(message, span)
 
     def form(self, fn: Callable, *args) -> Any:
@@ -198,7 +363,28 @@ class _Parser:
         try:
             return fn(*args)
         except FormError as err:
+            if err.inner is not None:
+                self.fail_inside(err.node, err.inner, err.message)
             self.fail(err.node, err.message)
+
+    def fail_inside(self, node: ast.AST, inner: tuple[int, int], message: str) -> None:
+        """Fail at characters ``inner`` of the string literal ``node`` when the literal is
+        written plainly on one line ("n // 0": the caret under the 0); else return."""
+        if not (isinstance(node, ast.Constant) and isinstance(node.value, str) and node.lineno == node.end_lineno):
+            return
+        line = node.lineno
+        src = self.line_text(line)
+        if src is None:
+            return
+        col = self._col(line, node.col_offset) + self.col_offset
+        end = self._col(line, node.end_col_offset) + self.col_offset  # type: ignore[arg-type]
+        literal = src[col:end]
+        if len(literal) != len(node.value) + 2 or literal[0] not in "'\"" or literal[1:-1] != node.value:
+            return
+        span = self.span(node)
+        start = span.column + 1 + inner[0]
+        span = Span(span.source_name, span.line, start, span.line, start + max(inner[1] - inner[0], 1), span.source_line)
+        raise ParseError(message, span)
 
     # ------------------------------------------------------------ module level
 
@@ -206,6 +392,7 @@ class _Parser:
         classes: list[ast.ClassDef] = []
         funcs: list[ast.FunctionDef] = []
         for stmt in tree.body:
+            self.at = stmt
             if isinstance(stmt, (ast.Import, ast.ImportFrom)):
                 self.check_import(stmt)
             elif isinstance(stmt, ast.ClassDef):
@@ -248,6 +435,7 @@ class _Parser:
         funcs: list[ast.FunctionDef] = []
         seen: set[str] = set()
         for stmt in cls.body:
+            self.at = stmt
             if isinstance(stmt, ast.FunctionDef):
                 funcs.append(stmt)
                 continue
@@ -275,6 +463,7 @@ class _Parser:
     def build_module(self, funcs: list[ast.FunctionDef], attrs, infos) -> IRModule:
         out: dict[str, Function] = {}
         for node in funcs:
+            self.at = _def_head(node)
             if node.name in out:
                 self.fail(node, f"duplicate function name '{node.name}'")
             out[node.name] = self.function(node)
@@ -376,11 +565,11 @@ class _Parser:
                 self.fail(node, "R.Tensor needs a shape, e.g. R.Tensor((128, \"n\"), dtype=\"float32\")")
             if "dtype" not in a:
                 self.fail(node, "R.Tensor needs a dtype, e.g. R.Tensor((128, \"n\"), dtype=\"float32\")")
-            shape = self.form(dims_from_ast, a["shape"], "shape")
+            shape = self.tensor_shape(a["shape"])
             return TensorType(shape, self.form(dtype_from_ast, a["dtype"]))
         if name == "R.DTensor":
             a = self.bind_args(node, ("shape", "dtype", "device_mesh", "placement"), 4, name)
-            shape = self.form(dims_from_ast, a["shape"], "shape")
+            shape = self.tensor_shape(a["shape"])
             dtype = self.form(dtype_from_ast, a["dtype"])
             mesh = self.form(self.meshes.resolve, a["device_mesh"])
             placement = self.placement(a["placement"], mesh, len(shape))
@@ -408,6 +597,14 @@ class _Parser:
             self.fail(a["dtype"], f"unknown dtype \"{dt}\" (known: {', '.join(DTYPES)})")
         return PrimType(dt)
 
+    def tensor_shape(self, node: ast.AST) -> tuple:
+        """The shape of a tensor type; a static dimension must not be negative."""
+        shape = self.form(dims_from_ast, node, "shape")
+        for d, e in zip(shape, node.elts):  # type: ignore[attr-defined]
+            if isinstance(d, int) and d < 0:
+                self.fail(e, f"a tensor dimension cannot be negative, got {d}")
+        return shape
+
     def placement(self, node: ast.AST, mesh: DeviceMesh, ndim: int | None) -> Placement:
         text = self.form(str_from_ast, node, 'a placement string such as "S[0], R"')
         try:
@@ -434,6 +631,7 @@ class _Parser:
         scope = _Scope()
         params = []
         for a in args.args:
+            self.at = a
             if a.annotation is None:
                 self.fail(a, f"parameter '{a.arg}' needs a type annotation, e.g. {a.arg}: R.Tensor((128,), dtype=\"float32\")")
             if a.arg in scope.vars:
@@ -441,6 +639,8 @@ class _Parser:
             v = Var(a.arg, self.type_expr(a.annotation), self.span(a))
             scope.vars[a.arg] = v
             params.append(v)
+        if node.returns is not None:
+            self.at = node.returns
         ret_type = self.type_expr(node.returns) if node.returns is not None else None
         self.collect_names(node.body, scope)
 
@@ -450,6 +650,7 @@ class _Parser:
         seen_binding = False
         body = node.body
         for i, stmt in enumerate(body):
+            self.at = stmt
             if isinstance(stmt, ast.Return):
                 if i != len(body) - 1:
                     self.fail(body[i + 1], "statements after 'return' are not allowed")
@@ -554,6 +755,7 @@ class _Parser:
         names_here: list[str] = []
         body = stmt.body
         for i, s in enumerate(body):
+            self.at = s
             if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and dotted_name(s.value.func) == "R.output":
                 if i != len(body) - 1:
                     self.fail(body[i + 1], "R.output(...) must be the last statement of a dataflow block")
@@ -828,15 +1030,21 @@ def _def_head(node: ast.FunctionDef) -> ast.AST:
 
 
 def _const_value(node: ast.AST) -> Any:
-    """Nested lists/tuples of number, bool and float("inf") literals."""
+    """Nested lists/tuples of number, bool and float("inf") literals (numpy checks the range)."""
     if isinstance(node, (ast.List, ast.Tuple)):
         return [_const_value(e) for e in node.elts]
     if isinstance(node, ast.Constant) and isinstance(node.value, bool):
         return node.value
-    try:
-        return int_from_ast(node)
-    except FormError:
-        return float_from_ast(node, "a number, True/False, or a nested list of them")
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    if (
+        isinstance(node, ast.UnaryOp)
+        and isinstance(node.op, ast.USub)
+        and isinstance(node.operand, ast.Constant)
+        and type(node.operand.value) is int
+    ):
+        return -node.operand.value
+    return float_from_ast(node, "a number, True/False, or a nested list of them")
 
 
 def _default_const_dtype(value: Any) -> str:
