@@ -296,8 +296,8 @@ class Module:
     x = np.random.default_rng(0).standard_normal((8, 4)).astype("float32")
     stats = SpmdStats()
     np.testing.assert_array_equal(run_spmd(lower(mod), x, stats=stats), x)
-    # each source replica feeds one target worker: two copies of the tensor
-    assert stats.total_bytes == 2 * x.nbytes and stats.num_workers == 6
+    # each source replica feeds one target worker: two copies of the tensor; devices 2 and 3 only idle
+    assert stats.total_bytes == 2 * x.nbytes and stats.num_workers == 6 and stats.simulated == 4
 
 
 def test_meshes_sharing_devices_send_only_what_moves():

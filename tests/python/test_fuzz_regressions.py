@@ -262,3 +262,14 @@ class Module:
     placed = distir.transform.get_pass("propagate-sharding")(mod)
     assert str(placed["main"].params[2].type.placement) == "S[0], R"
     assert_sharded_equivalent(mod, random_inputs(mod), num_workers=(1, 2, 3))
+
+
+def test_a_mesh_of_large_device_ids_simulates_only_its_devices():
+    """I.Range(100000000, 100000002): the simulator allocated 10^8 worker slots (GBs, then MemoryError)."""
+    from distir.runtime.spmd import SpmdStats
+
+    mesh = DeviceMesh((2,), Range(100000000, 100000002))
+    x = np.arange(16, dtype="float32").reshape(4, 4)
+    stats = SpmdStats()
+    np.testing.assert_array_equal(run_spmd(distribute_pipeline()(redistribute_module(mesh, (4, 4), "S[0]", "R")), x, stats=stats), x)
+    assert stats.simulated == 2

@@ -33,6 +33,7 @@ __all__ = [
     "positive_float",
     "positive_int",
     "seed",
+    "session_workers",
     "static_workers",
     "sweep_counts",
     "workers",
@@ -222,24 +223,31 @@ def check_bind_names(bind: Mapping[str, int], symbols: set[str], mesh_symbol: st
             raise DistirError(f"--bind {name}={value}: the module has no symbolic size '{name}'{hint} ({known})")
 
 
+def _device_ids(mod, values: Mapping[str, int] | None) -> list[list[int]] | None:
+    from ..ir import sym
+
+    try:
+        return [m.device_list(dict(values or {})) for m in mod.meshes()]
+    except sym.SymbolicError:
+        return None
+
+
 def static_workers(mod, values: Mapping[str, int] | None = None) -> int | None:
-    """The number of workers a module runs on (one past its largest device id), at sizes ``values``.
+    """The number of devices the module's meshes use, at sizes ``values`` (what the simulator runs).
 
     None when a mesh is still symbolic, or when there is no mesh."""
-    from ..ir import sym
-    from ..ir.mesh import Range
+    ids = _device_ids(mod, values)
+    if not ids:
+        return None
+    return len(set().union(*ids))
 
-    stops = []
-    for m in mod.meshes():
-        ids = m.device_ids
-        if isinstance(ids, Range):
-            stop = sym.normalize(sym.substitute(ids.stop, dict(values or {})))
-            if not isinstance(stop, int):
-                return None
-            stops.append(stop)
-        else:
-            stops.append(max(ids) + 1 if ids else 0)
-    return max(stops) if stops else None
+
+def session_workers(mod, values: Mapping[str, int] | None = None) -> int | None:
+    """The Disco session a module needs: one past its largest device id (idle ids included)."""
+    ids = _device_ids(mod, values)
+    if not ids:
+        return None
+    return max(max(i) for i in ids if i) + 1
 
 
 def check_mesh_symbol(mod, symbol: str, num_workers: int | None, *, option: str = "-n/--num-workers") -> bool:

@@ -96,7 +96,7 @@ def demo_job(example: str, out: TextIO, *, num_workers: int = 4, seq_len: int = 
     stats = SpmdStats()
     got = run_spmd(local, *inputs, stats=stats, seed=seed)
     ok, worst = compare_outputs(got, expected)
-    workers = stats.num_workers or num_workers
+    workers = stats.simulated or num_workers
     out.write(f"  3. simulated {workers} workers on random inputs (other dims = {seq_len}, seed {seed})\n")
     kinds = ", ".join(f"{k} x{v}" for k, v in sorted(stats.counts.items())) or "none"
     out.write(f"     collectives: {kinds}; sent per worker: {_fmt_bytes(float(stats.bytes_per_worker))}\n")

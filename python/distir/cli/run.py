@@ -128,7 +128,15 @@ def run_job(args: argparse.Namespace, out: TextIO) -> int:
     from ..transform.pipelines import distribute_pipeline
     from ..transform.specialize import specialize
     from . import read_module
-    from .args import UsageError, check_bind_names, check_mesh_symbol, mesh_symbols, module_symbols, static_workers
+    from .args import (
+        UsageError,
+        check_bind_names,
+        check_mesh_symbol,
+        mesh_symbols,
+        module_symbols,
+        session_workers,
+        static_workers,
+    )
 
     dims: dict[str, int] = {}
     for b in args.bind:
@@ -159,11 +167,12 @@ def run_job(args: argparse.Namespace, out: TextIO) -> int:
             f"the mesh size{'s' if len(missing) > 1 else ''} {', '.join(missing)} need{'' if len(missing) > 1 else 's'} "
             f"a value: -n sets only {args.symbol}; give the others with --bind, e.g. --bind {missing[0]}=2"
         )
-    total = static_workers(mod, values)
+    total = session_workers(mod, values) if args.backend == "tvm" else static_workers(mod, values)
     limit = MAX_DISCO_WORKERS if args.backend == "tvm" else MAX_WORKERS
     if total is not None and total > limit:
         raise DistirError(
-            f"the module's device meshes need {total} workers at {', '.join(f'{k}={v}' for k, v in values.items())}; "
+            f"the module's device meshes need {total} workers"
+            f"{' at ' + ', '.join(f'{k}={v}' for k, v in values.items()) if values else ''}; "
             f"--backend {args.backend} runs at most {limit}"
         )
     params = [p.name for p in mod[args.func].params]
@@ -186,7 +195,7 @@ def run_job(args: argparse.Namespace, out: TextIO) -> int:
     if args.backend == "sim":
         stats = SpmdStats()
         got = run_spmd(local, *inputs, func=args.func, stats=stats, seed=args.seed)
-        out.write(f"simulated {stats.num_workers} workers in {(time.perf_counter() - t0) * 1e3:.0f} ms: {stats.summary()}\n")
+        out.write(f"simulated {stats.simulated} workers in {(time.perf_counter() - t0) * 1e3:.0f} ms: {stats.summary()}\n")
     else:
         from ..tvm import run_disco, specialize_and_build, to_relax
 

@@ -1,8 +1,8 @@
 """The SPMD simulator: W workers in one process, running a specialized local-view module.
 
-The workers are the devices of the module's meshes: only those are simulated (a device id in
-no mesh would idle, so ids may be large or sparse), but the session counts D = 1 + the
-largest id, as Disco runs it. Inputs are given as global arrays and cut into each worker's
+The workers are the devices of the module's meshes: a device id in no mesh would only idle,
+so it is not simulated (ids may be large or sparse). The session still counts D = 1 + the
+largest id, as Disco runs it, and per-worker byte counts divide by D. Inputs are given as global arrays and cut into each worker's
 piece by the function's recorded global signature (a partial input is split into random
 parts whose reduction is the value, spread over all workers so that a wrong reduction
 shows). Bindings run in lock step.
@@ -62,8 +62,9 @@ class CollectiveRecord:
 class SpmdStats:
     """What the collectives of one run moved. Pass an instance as ``run_spmd(..., stats=s)``."""
 
-    num_workers: int = 0
+    num_workers: int = 0  # the session: 1 + the largest device id
     records: list[CollectiveRecord] = field(default_factory=list)
+    simulated: int = 0  # the devices of the module's meshes, which the simulator ran
 
     @property
     def counts(self) -> dict[str, int]:
@@ -308,7 +309,8 @@ def run_spmd(
         raise SpmdError(f"cannot evaluate {type(e).__name__}")
 
     if stats is not None:
-        stats.num_workers = workers[-1] + 1  # the session's size, as Disco runs it: idle ids included
+        stats.num_workers = workers[-1] + 1  # the session, as Disco runs it: ids in no mesh idle
+        stats.simulated = len(workers)
         stats.records.clear()
     with np.errstate(all="ignore"):
         for b in f.bindings():
