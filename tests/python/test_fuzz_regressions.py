@@ -273,3 +273,12 @@ def test_a_mesh_of_large_device_ids_simulates_only_its_devices():
     stats = SpmdStats()
     np.testing.assert_array_equal(run_spmd(distribute_pipeline()(redistribute_module(mesh, (4, 4), "S[0]", "R")), x, stats=stats), x)
     assert stats.simulated == 2
+
+
+def test_size_arithmetic_that_overflows_int64_is_a_distir_error():
+    from distir.ir import sym
+
+    with pytest.raises(DistirError, match="out of the int64 range"):
+        sym.mul(sym.var("s"), 2**64)
+    with pytest.raises(DistirError, match="overflows int64"):
+        sym.mul(sym.mul(sym.var("s"), 2**62), 16)

@@ -97,11 +97,6 @@ def report_errors(prog: str, body: Callable[[], int]) -> int:
             raise
         detail = str(err).strip().splitlines()
         last = detail[-1] if detail else ""
-        if "exceeds range of int64" in last:  # TVM's arithmetic on sizes (ir/sym) overflowed
-            value = last.rsplit("Literal value", 1)[-1].split("exceeds")[0].strip()
-            sys.stderr.write(f"{prog}: error: a size computed from the given sizes ({value}) exceeds the int64 "
-                             f"range of TVM's arithmetic; use smaller sizes\n")
-            return EXIT_ERROR
         sys.stderr.write(
             f"{prog}: internal error: {type(err).__name__}{': ' + last if last else ''} "
             f"(a bug in distir; set DISTIR_TRACEBACK=1 for the traceback)\n"

@@ -20,6 +20,8 @@ from tvm import tirx
 from tvm.ir.expr import ExprWithOp as PrimExpr
 from tvm.ir.prim import expr as _pe
 
+from ..errors import DistirError
+
 Dim = int | PrimExpr
 
 _VARS: dict[str, tirx.Var] = {}
@@ -46,7 +48,7 @@ __all__ = [
 ]
 
 
-class SymbolicError(ValueError):
+class SymbolicError(DistirError, ValueError):
     """A symbolic expression could not be read or evaluated.
 
     ``node`` is the offending part of the expression's ``ast`` when reading one (the
@@ -70,10 +72,15 @@ def is_symbolic(x: object) -> bool:
     return isinstance(x, PrimExpr) and not isinstance(x, _pe.IntImm)
 
 
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
 def _as_prim(x: Dim) -> PrimExpr:
     if isinstance(x, bool):
         raise SymbolicError(f"expected an integer, got {x!r}")
     if isinstance(x, int):
+        if not INT64_MIN <= x <= INT64_MAX:
+            raise SymbolicError(f"the size {x} is out of the int64 range")
         return tirx.IntImm("int64", x)
     return x
 
@@ -85,7 +92,13 @@ def normalize(x: Dim) -> Dim:
     if isinstance(x, _pe.IntImm):
         return int(x.value)
     if isinstance(x, PrimExpr):
-        s = _ANALYZER.simplify(x)
+        try:
+            s = _ANALYZER.simplify(x)
+        except Exception as err:  # noqa: BLE001 - TVM reports overflow and the like with several error types
+            if "exceeds range" in str(err):
+                raise SymbolicError(f"the size {_fmt_safe(x)} overflows int64") from None
+            lines = [ln for ln in str(err).splitlines() if ln.strip()]
+            raise SymbolicError(f"cannot simplify {_fmt_safe(x)}: {lines[-1] if lines else type(err).__name__}") from None
         if isinstance(s, _pe.IntImm):
             return int(s.value)
         return s
@@ -93,6 +106,13 @@ def normalize(x: Dim) -> Dim:
 
 
 simplify = normalize
+
+
+def _fmt_safe(x) -> str:
+    try:
+        return to_str(x)
+    except Exception:  # noqa: BLE001 - only for messages
+        return str(x)
 
 
 def add(a: Dim, b: Dim) -> Dim:
