@@ -106,7 +106,7 @@ def test_mlp_comm_formulas_are_symbolic_and_simplified(mlp_local):
     assert sym.to_str(volume.total_bytes) == "num_workers * 262144 - 262144"
     assert str(volume.bytes_per_worker) == "(num_workers * 262144 - 262144) / num_workers"
     (c,) = volume.collectives
-    assert (c.binding, c.op, c.kind, c.mesh_axis) == ("y_r", "ccl.allreduce", "all_reduce", 0)
+    assert (c.binding, c.op, c.kind, c.mesh_axis) == ("y_r", "ccl.all_reduce", "all_reduce", 0)
     assert sym.to_str(c.input_bytes) == "131072" and sym.to_str(c.steps) == "num_workers * 2 - 2"
 
 

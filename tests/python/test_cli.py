@@ -209,7 +209,7 @@ def test_distir_demo(capsys):
 def test_distir_demo_other_model_and_count(capsys):
     assert distir_main.main(["demo", "--example", "attention", "-n", "2", "--seq-len", "8", "--print-ir"]) == 0
     out = capsys.readouterr().out
-    assert "all_reduce x1" in out and "R.ccl.allreduce" in out and "num_workers=2" in out
+    assert "all_reduce x1" in out and "R.ccl.all_reduce" in out and "num_workers=2" in out
 
 
 def test_distir_demo_count_that_does_not_divide(capsys):

@@ -169,7 +169,7 @@ class Module:
 def test_lower_partial_to_replicated_on_the_next_stage():
     lowered = lower(distir.parse(module("P", "R", None)))
     lines = [
-        'y_0: R.Tensor((128, 64), dtype="float32") = R.ccl.allreduce(x, op_type="sum", device_mesh="mesh[0]", mesh_axis=0)',
+        'y_0: R.Tensor((128, 64), dtype="float32") = R.ccl.all_reduce(x, op_type="sum", device_mesh="mesh[0]", mesh_axis=0)',
         (
             'y: R.Tensor((128, 64), dtype="float32") = R.ccl.transfer(y_0, shape=[128, 64], src_mesh="mesh[0]", '
             'src_placement="R", dst_mesh="mesh[1]", dst_placement="R")'
@@ -270,7 +270,7 @@ class Module:
     @R.function
     def main(x: R.Tensor((4, 4), dtype="float32")):
         R.func_attr({"distir.global_params": [R.DTensor((8, 4), "float32", "mesh[0]", "S[0]")], "distir.global_result": R.DTensor((8, 4), "float32", "mesh[1]", "R")})
-        bad: R.Tensor((8, 4), dtype="float32") = R.ccl.allgather(x, num_workers=2, axis=0, device_mesh="mesh[1]", mesh_axis=0)
+        bad: R.Tensor((8, 4), dtype="float32") = R.ccl.all_gather(x, num_workers=2, axis=0, device_mesh="mesh[1]", mesh_axis=0)
         return bad
 '''
     with pytest.raises(SpmdError, match=r"'bad'.*devices \[2, 3\]"):
@@ -424,7 +424,7 @@ def test_pipeline_parallel_mlp_matches_the_single_device_run():
     mod = distir.parse(PIPELINE_MLP)
     lowered = distribute_pipeline()(mod)  # propagate-sharding keeps each stage on its own mesh
     ops = [b.value.op.name for b in lowered["main"].bindings()]
-    assert ops.count("ccl.transfer") == 1 and ops.count("ccl.allreduce") == 2
+    assert ops.count("ccl.transfer") == 1 and ops.count("ccl.all_reduce") == 2
     rng = np.random.default_rng(0)
     shapes = [(32, 64), (64, 128), (128, 64), (64, 128), (128, 64)]
     args = [(rng.standard_normal(s) / np.sqrt(s[0])).astype("float32") for s in shapes]

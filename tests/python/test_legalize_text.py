@@ -80,8 +80,8 @@ class Module:
 '''
 
 LOWERED = {
-    "S-to-R": ('"128 // num_workers", 64', 'y: R.Tensor((128, 64), dtype="float32") = R.ccl.allgather(x, num_workers="num_workers", axis=0, device_mesh="mesh[0]", mesh_axis=0)'),
-    "P-to-R": ("128, 64", 'y: R.Tensor((128, 64), dtype="float32") = R.ccl.allreduce(x, op_type="sum", device_mesh="mesh[0]", mesh_axis=0)'),
+    "S-to-R": ('"128 // num_workers", 64', 'y: R.Tensor((128, 64), dtype="float32") = R.ccl.all_gather(x, num_workers="num_workers", axis=0, device_mesh="mesh[0]", mesh_axis=0)'),
+    "P-to-R": ("128, 64", 'y: R.Tensor((128, 64), dtype="float32") = R.ccl.all_reduce(x, op_type="sum", device_mesh="mesh[0]", mesh_axis=0)'),
     "P-to-S": ("128, 64", 'y: R.Tensor((128, "64 // num_workers"), dtype="float32") = R.ccl.reduce_scatter(x, op_type="sum", num_workers="num_workers", axis=1, device_mesh="mesh[0]", mesh_axis=0)'),
     "S-to-S": ('"128 // num_workers", 64', 'y: R.Tensor((128, "64 // num_workers"), dtype="float32") = R.ccl.all_to_all(x, num_workers="num_workers", split_axis=1, concat_axis=0, device_mesh="mesh[0]", mesh_axis=0)'),
     "R-to-S": ("128, 64", 'y: R.Tensor(("128 // num_workers", 64), dtype="float32") = R.strided_slice(x, axes=[0], begin=["worker_id * (128 // num_workers)"], end=["worker_id * (128 // num_workers) + 128 // num_workers"], strides=None, assume_inbound=True)'),

@@ -354,7 +354,7 @@ def test_symbolic_slice_out_of_range_is_reported():
 def test_local_view_collectives_point_to_the_simulator():
     x = Var("x", TensorType((4,), "float32"))
     y = Var("y", x.type)
-    call = Call(get_op("ccl.allreduce"), (x,), {"op_type": "sum", "device_mesh": DeviceMesh((2,), Range(0, 2)),
+    call = Call(get_op("ccl.all_reduce"), (x,), {"op_type": "sum", "device_mesh": DeviceMesh((2,), Range(0, 2)),
                                                 "mesh_axis": 0})
     mod = IRModule({"main": Function("main", (x,), (Block((Binding(y, call),)),), y)})
     with pytest.raises(RunError, match="no numpy reference.*SPMD simulator"):

@@ -31,16 +31,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from ..errors import DistirError
 from ..ir import sym
 from ..ir.expr import Call, IRModule
+from ..ir.steps import all_steps, get_step
 from ..ir.sym import Dim
 from ..ir.types import DTensorType, TensorType
 from .common import AnalysisError, device_count, pick_function, value_bytes
 from .formula import Rational, _eval, sum_dims
 
-__all__ = ["KINDS", "CollectiveCost", "CommNumbers", "CommVolume", "collective_cost", "comm_volume"]
+__all__ = ["CollectiveCost", "CommNumbers", "CommVolume", "collective_cost", "comm_volume"]
 
-KINDS = ("all_gather", "all_reduce", "reduce_scatter", "all_to_all", "transfer")
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ class CollectiveCost:
     """One collective call: its group and what it moves (formulas in the mesh sizes)."""
 
     binding: str
-    op: str  # "ccl.allgather"
+    op: str  # "ccl.all_gather"
     kind: str  # "all_gather", as SpmdStats names it
     mesh_axis: int
     group_size: Dim  # n: workers in each group
@@ -59,29 +60,29 @@ class CollectiveCost:
     steps: Dim  # latency steps of the ring algorithm
 
 
-def collective_cost(kind: str, n: Dim, groups: Dim, input_bytes: Dim, *, binding: str = "", op: str = "",
-                    mesh_axis: int = 0) -> CollectiveCost:
-    """The cost of one ring collective; see the module docstring's table."""
-    L = input_bytes
-    n1 = sym.sub(n, 1)
-    if kind == "all_gather":
-        total = sym.mul(sym.mul(groups, sym.mul(n, n1)), L)
-        member = Rational.of(sym.mul(n1, L))
-        steps = n1
-    elif kind == "all_reduce":
-        total = sym.mul(sym.mul(groups, sym.mul(2, n1)), L)
-        member = Rational.of(sym.mul(sym.mul(2, n1), L), n)
-        steps = sym.mul(2, n1)
-    elif kind in ("reduce_scatter", "all_to_all"):
-        total = sym.mul(sym.mul(groups, n1), L)
-        member = Rational.of(sym.mul(n1, L), n)
-        steps = n1
-    else:
+def collective_cost(kind: str, n: Dim, groups: Dim, input_bytes: Dim, *, output_bytes: Dim | None = None,
+                    binding: str = "", op: str = "", mesh_axis: int = 0) -> CollectiveCost:
+    """The cost of one collective on one mesh axis, from its step kind's cost formula (the
+    planner's cost model, see :mod:`distir.ops.collectives`): ``n`` workers per group,
+    ``groups`` groups, ``input_bytes`` (and ``output_bytes``) held by each worker."""
+    try:
+        step = get_step(kind)
+    except DistirError:
+        step = None
+    if step is None or step.sent is None:
+        known = ", ".join(k for k, s in all_steps().items() if s.sent is not None or s.point_to_point is not None)
         raise AnalysisError(
             f"binding '{binding}': R.{op} is a collective of kind '{kind}', whose bytes the analysis "
-            f"does not know (it knows {', '.join(KINDS)})"
+            f"does not know (it knows {known})"
         )
-    return CollectiveCost(binding, op, kind, mesh_axis, n, groups, L, total, member, steps)
+    L = input_bytes
+    num, den = step.sent(n, L, L if output_bytes is None else output_bytes)
+    member = Rational.of(num, den)
+    total = Rational.of(sym.mul(sym.mul(groups, n), num), den)
+    if not total.is_integral:
+        raise AnalysisError(f"binding '{binding}': R.{op} sends a fraction of a byte in all ({total})")
+    return CollectiveCost(binding, op, kind, mesh_axis, n, groups, L, total.terms[0][0] if total.terms else 0,
+                          member, step.rounds(n))
 
 
 @dataclass(frozen=True)
@@ -148,31 +149,18 @@ class CommVolume:
         return CommNumbers(devices, self.counts, by_kind, total, Fraction(total, devices or 1))
 
 
-def _transfer_cost(binding: str, op: str, attrs, x: TensorType) -> CollectiveCost:
-    """A point-to-point transfer between meshes: every target worker receives its block once."""
-    from ..ir.layout import local_shape
-    from ..ir.transfer import route_bytes, transfer_cost_formula, transfer_routes
-    from ..ir.types import dtype_bytes
-
-    shape, size = tuple(attrs["shape"]), dtype_bytes(x.dtype)
-    src, src_p, dst, dst_p = attrs["src_mesh"], attrs["src_placement"], attrs["dst_mesh"], attrs["dst_placement"]
-    received = sym.mul(sym.product(local_shape(shape, dst, dst_p)), size)  # by each target worker
+def _point_to_point_cost(step, binding: str, op: str, attrs, x: TensorType) -> CollectiveCost:
+    """A kind that sends pieces point to point (a transfer between meshes): every target worker
+    receives its block once."""
     try:
-        total = transfer_cost_formula(shape, size, src, src_p, dst, dst_p)
-    except ValueError:  # the meshes may share devices: what stays put is free, known only at concrete sizes
-        try:
-            ints = [sym.evaluate(d, {}) for d in shape]
-            routes = transfer_routes(ints, [sym.evaluate(d, {}) for d in src.shape], src.device_list(), src_p,
-                                     [sym.evaluate(d, {}) for d in dst.shape], dst.device_list(), dst_p)
-        except sym.SymbolicError:
-            raise AnalysisError(
-                f"binding '{binding}': R.{op} moves data between meshes that may share devices; its bytes are "
-                "known only at concrete sizes: specialize the module first"
-            ) from None
-        total = int(route_bytes(routes)) * size
-    n_dst = dst.size
-    member = Rational.of(total, n_dst)
-    return CollectiveCost(binding, op, "transfer", -1, n_dst, 1, received, total, member, 1)
+        receivers, received, total = step.point_to_point(attrs, x)
+    except sym.SymbolicError:
+        raise AnalysisError(
+            f"binding '{binding}': R.{op} moves data between meshes that may share devices; its bytes are "
+            "known only at concrete sizes: specialize the module first"
+        ) from None
+    return CollectiveCost(binding, op, step.name, -1, receivers, 1, received, total, Rational.of(total, receivers),
+                          step.rounds(receivers))
 
 
 def comm_volume(mod: IRModule, func: str | None = None) -> CommVolume:
@@ -183,7 +171,9 @@ def comm_volume(mod: IRModule, func: str | None = None) -> CommVolume:
         v = b.value
         if not isinstance(v, Call):
             continue
-        kind = v.op.extra.get("collective")
+        step = v.op.step
+        communicates = step is not None and v.op is step.local_op and step.simulate is not None
+        kind = step.name if communicates else None
         if kind is None:
             if v.op.name.startswith("dist.") and any(isinstance(a.type, DTensorType) for a in v.args):
                 raise AnalysisError(
@@ -195,13 +185,13 @@ def comm_volume(mod: IRModule, func: str | None = None) -> CommVolume:
         if not isinstance(x, TensorType):
             raise AnalysisError(f"binding '{b.var.name}': R.{v.op.name} takes {x}, not a local tensor")
         attrs = v.op.full_attrs(v.attrs)
-        if kind == "transfer":
-            out.append(_transfer_cost(b.var.name, v.op.name, attrs, x))
+        if step.point_to_point is not None:  # not a collective on one mesh axis (a transfer between meshes)
+            out.append(_point_to_point_cost(step, b.var.name, v.op.name, attrs, x))
             continue
         mesh, axis = attrs["device_mesh"], attrs["mesh_axis"]
         others = sym.product(s for i, s in enumerate(mesh.shape) if i != axis)
         out.append(
-            collective_cost(kind, mesh.shape[axis], others, value_bytes(x), binding=b.var.name, op=v.op.name,
-                            mesh_axis=axis)
+            collective_cost(kind, mesh.shape[axis], others, value_bytes(x), output_bytes=value_bytes(v.type),
+                            binding=b.var.name, op=v.op.name, mesh_axis=axis)
         )
     return CommVolume(f.name, tuple(out), device_count(mod))

@@ -10,7 +10,7 @@ declared in :mod:`distir.ops`; adding an op means writing one declaration there.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import DistirError, TypeInferenceError
@@ -69,7 +69,7 @@ class OpDef:
     dist_aware: bool = False  # infer() handles DTensor inputs itself
     doc: str = ""
     tvm_compatible: bool = True  # TVM's own parser knows this op with these attrs
-    extra: dict = field(default_factory=dict)
+    step: Any = None  # the StepKind (distir.ir.steps) when the op is a redistribution step or its collective
 
     def __repr__(self) -> str:
         return f"Op(R.{self.name})"
@@ -142,6 +142,11 @@ def register_op(op: OpDef) -> OpDef:
         raise DistirError(f"op R.{op.name} repeats a parameter name")
     _REGISTRY[op.name] = op
     return op
+
+
+def unregister_op(name: str) -> None:
+    """Remove an op (for tests that declare an op of their own)."""
+    _REGISTRY.pop(name)
 
 
 def get_op(name: str) -> OpDef | None:

@@ -12,7 +12,8 @@ tensor's mesh holds **no value** for it (``None`` here). A parameter laid out on
 is given to that mesh's devices only; a plain tensor or scalar parameter to every worker.
 An ordinary op runs on a worker when every argument has a value there (so it runs on the
 workers of its inputs' mesh; an op without tensor arguments, e.g. a constant, runs on
-all). A collective (``R.ccl.*`` with ``extra["spmd"]``) gets all workers' inputs at once
+all). A collective (``R.ccl.<kind>`` of a step kind with ``simulate``, see
+:mod:`distir.ir.steps`) gets all workers' inputs at once
 and returns the outputs of the workers that take part: the devices of its
 ``device_mesh``, or for ``R.ccl.transfer`` the devices of ``dst_mesh``; every other
 worker holds no value afterwards. Every device of the sending mesh (``device_mesh``, or
@@ -22,7 +23,7 @@ whichever mesh that is (partials reduced, replicas checked to agree).
 
 Byte counts: ``stats.total_bytes`` is the sum over workers of bytes sent;
 ``stats.bytes_per_worker`` divides it by D. On one mesh of D devices that is what the
-per-worker cost model in :mod:`distir.ir.transitions` predicts; a redistribute between
+per-worker cost model of the step kinds (:mod:`distir.ops.collectives`) predicts; a redistribute between
 meshes is planned by total bytes (:func:`distir.transform.redistribute_plan.plan_cross_mesh`),
 which ``total_bytes`` measures.
 """
@@ -316,7 +317,8 @@ def run_spmd(
         for b in f.bindings():
             v = b.value
             if isinstance(v, Call):
-                spmd = v.op.extra.get("spmd")
+                kind = v.op.step
+                spmd = kind.simulate if kind is not None and v.op is kind.local_op else None
                 if spmd is not None:
                     attrs = v.op.full_attrs(v.attrs)
                     xs = {w: ev(v.args[0], w) for w in workers}
@@ -332,7 +334,7 @@ def run_spmd(
                     for w in workers:
                         envs[w][b.var] = outs.get(w)
                     if stats is not None:
-                        stats.records.append(CollectiveRecord(b.var.name, v.op.name, v.op.extra["collective"], int(sent)))
+                        stats.records.append(CollectiveRecord(b.var.name, v.op.name, kind.name, int(sent)))
                     continue
                 if v.op.numpy is None:
                     raise SpmdError(f"R.{v.op.name} (binding '{b.var.name}') has no numpy reference to run")

@@ -1,8 +1,9 @@
 """LegalizeRedistribute: every ``R.dist.redistribute`` becomes its cheapest steps.
 
-Each step is a global-view op (``R.dist.all_gather``, ``all_reduce``, ``reduce_scatter``,
-``all_to_all``, ``local_shard``, ``local_partial``) acting on one mesh axis and typed
-with DTensors, so the result stays printable and checkable. The plan comes from
+Each step is a global-view op ``R.dist.<kind>`` (one per kind of :mod:`distir.ir.steps`:
+``all_gather``, ``all_reduce``, ``reduce_scatter``, ``all_to_all``, ``local_shard``,
+``local_partial`` ...) acting on one mesh axis and typed with DTensors, so the result stays
+printable and checkable. The plan comes from
 :mod:`distir.transform.redistribute_plan`; a redistribute to the same layout becomes the
 value itself. A redistribute onto another mesh (pipeline stages) becomes steps on the
 source mesh, one ``R.dist.transfer`` and steps on the target mesh, chosen together by
@@ -18,6 +19,7 @@ from typing import ClassVar
 from ..errors import DiagnosticError, DistirError
 from ..ir.expr import Binding, Call, Function, IRModule, Var
 from ..ir.op import get_op
+from ..ir.steps import get_step
 from ..ir.types import DTensorType
 from .pass_infra import FunctionPass, PassContext, register_pass
 from .redistribute_plan import Transfer, plan_cross_mesh, plan_redistribute
@@ -28,13 +30,15 @@ __all__ = ["LegalizeRedistribute"]
 
 def _step_call(step, x: Var, target_mesh, span) -> Call:
     if isinstance(step, Transfer):
-        return Call(get_op("dist.transfer"), (x,), {"device_mesh": target_mesh, "placement": step.placement}, span)
+        op = get_step("transfer").global_op
+        return Call(op, (x,), {"device_mesh": target_mesh, "placement": step.placement}, span)
+    kind = step.step_kind
     attrs = {"mesh_axis": step.mesh_axis}
-    if step.dim is not None:
+    if kind.takes_dim:
         attrs["dim"] = step.dim
-    if step.kind == "local_partial":
+    if kind.takes_op:
         attrs["op_type"] = step.op_type
-    return Call(get_op(f"dist.{step.kind}"), (x,), attrs, span)
+    return Call(kind.global_op, (x,), attrs, span)
 
 
 @register_pass

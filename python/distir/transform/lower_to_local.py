@@ -3,10 +3,10 @@
 Every DTensor becomes a per-worker tensor whose shape is a formula in the mesh sizes
 (``(128 // num_workers, 64)``); compute ops keep their name and run on the local
 pieces (a sharded contraction leaves each worker a partial sum, exactly what the
-placement says); redistribution steps become ``R.ccl.*`` collectives over one mesh
-axis, or an ``R.strided_slice`` at ``worker_id``'s block (``worker_id`` is the
-symbolic id of the running worker, bound by the runtime); a transfer between meshes
-becomes ``R.ccl.transfer``. Every worker of the device set runs the function; a worker
+placement says); each redistribution step becomes its kind's local form (see
+:mod:`distir.ir.steps`): an ``R.ccl.*`` collective over one mesh axis, or an
+``R.strided_slice`` at ``worker_id``'s block (``worker_id`` is the symbolic id of the
+running worker, bound by the runtime); a transfer between meshes becomes ``R.ccl.transfer``. Every worker of the device set runs the function; a worker
 outside a tensor's mesh holds no value for it (see distir.runtime.spmd). Each function remembers
 its global signature in the ``distir.global_params`` / ``distir.global_result``
 attributes, so inputs can be sharded and outputs reassembled by any runner.
@@ -19,8 +19,7 @@ from typing import ClassVar
 from ..errors import DiagnosticError, DistirError
 from ..ir import sym
 from ..ir.expr import Binding, Block, Call, Expr, Function, IRModule, Tuple, TupleGetItem, Var
-from ..ir.layout import WORKER_ID, coord_expr, describe_indivisible, indivisible_dims, local_type
-from ..ir.op import get_op
+from ..ir.layout import describe_indivisible, indivisible_dims, local_type
 from ..ir.types import DTensorType, TupleType, Type
 from .pass_infra import FunctionPass, PassContext, register_pass
 
@@ -63,43 +62,6 @@ class _Lowerer:
     def fail(self, b: Binding, msg: str):
         raise DiagnosticError(f"lowering '{b.var.name}': {msg}", b.span or b.var.span)
 
-    def step(self, b: Binding, call: Call, x: Expr) -> Call:
-        src: DTensorType = call.args[0].type  # global type before the step
-        kind = call.op.name.split(".", 1)[1]
-        if kind == "transfer":
-            attrs = {
-                "shape": src.shape,
-                "src_mesh": src.mesh,
-                "src_placement": src.placement,
-                "dst_mesh": call.attrs["device_mesh"],
-                "dst_placement": call.attrs["placement"],
-            }
-            return Call(get_op("ccl.transfer"), (x,), attrs, call.span)
-        axis = call.attrs["mesh_axis"]
-        mesh = src.mesh
-        n = mesh.shape[axis]
-        common = {"device_mesh": mesh, "mesh_axis": axis}
-        spec = src.placement[axis]
-        if kind == "all_gather":
-            return Call(get_op("ccl.allgather"), (x,), {"num_workers": n, "axis": spec.dim, **common}, call.span)
-        if kind == "all_reduce":
-            return Call(get_op("ccl.allreduce"), (x,), {"op_type": spec.op, **common}, call.span)
-        if kind == "reduce_scatter":
-            attrs = {"op_type": spec.op, "num_workers": n, "axis": call.attrs["dim"], **common}
-            return Call(get_op("ccl.reduce_scatter"), (x,), attrs, call.span)
-        if kind == "all_to_all":
-            attrs = {"num_workers": n, "split_axis": call.attrs["dim"], "concat_axis": spec.dim, **common}
-            return Call(get_op("ccl.all_to_all"), (x,), attrs, call.span)
-        if kind == "local_partial":
-            return Call(get_op("ccl.local_partial"), (x,), {"op_type": call.attrs["op_type"], **common}, call.span)
-        if kind == "local_shard":
-            dim = call.attrs["dim"]
-            piece = local_type(call.type).shape[dim]
-            begin = sym.mul(coord_expr(mesh, axis, sym.var(WORKER_ID)), piece)
-            attrs = {"axes": (dim,), "begin": (begin,), "end": (sym.add(begin, piece),), "assume_inbound": True}
-            return Call(get_op("strided_slice"), (x,), attrs, call.span)
-        self.fail(b, f"unknown redistribution step R.{call.op.name}")
-
     def check_divisible(self, t: Type, name: str, span) -> None:
         """Refuse a layout whose static sizes do not divide (each worker would lose the remainder)."""
         if isinstance(t, TupleType):
@@ -122,12 +84,13 @@ class _Lowerer:
             if name in ("dist.annotate_sharding", "dist.replicate"):  # the same value on every worker
                 self.env[b.var] = args[0]
                 return None
-            if name.startswith("dist.") and isinstance(value.args[0].type, DTensorType):
+            kind = value.op.step
+            if kind is not None and value.op is kind.global_op:
                 axis = value.attrs.get("mesh_axis")
                 if axis is not None and sym.equal(value.args[0].type.mesh.shape[axis], 1):
                     self.env[b.var] = args[0]  # one device on the axis: every block stays where it is
                     return None
-                new = self.step(b, value, args[0])
+                new = kind.lower(value, args[0])
             else:
                 if value.op.localize is not None and _has_dtensor(gtype):
                     new = value.op.localize(value, args, ltype)

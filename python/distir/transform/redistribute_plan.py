@@ -1,7 +1,8 @@
 """Choosing the cheapest sequence of steps for one redistribute.
 
 A plan is a shortest path over placements: each edge is one step on one mesh axis
-(see :mod:`distir.ir.transitions`), weighted by the bytes it sends. Costs scale with the
+(a kind of :mod:`distir.ir.steps`; the built-in kinds are in :mod:`distir.ops.collectives`),
+weighted by the bytes it sends. Costs scale with the
 tensor's size, so a plan depends only on the mesh shape, the tensor's rank and the two
 placements, and is cached on those.
 
@@ -32,9 +33,9 @@ from ..ir import sym
 from ..ir.layout import shard_count
 from ..ir.mesh import DeviceMesh, Range
 from ..ir.placement import Partial, Placement, PlacementError, Replicate, Shard
+from ..ir.steps import StepKind, all_steps, get_step
 from ..ir.sym import Dim
 from ..ir.transfer import route_bytes, transfer_routes
-from ..ir.transitions import apply_step, cost_factor, cost_formula
 
 SAMPLE_SIZES = (2, 3, 4, 8)
 LARGE_SAMPLE_SIZES = (16, 32, 64, 128)
@@ -42,13 +43,19 @@ LARGE_SAMPLE_SIZES = (16, 32, 64, 128)
 
 @dataclass(frozen=True)
 class Step:
+    """One step of a plan: a step kind (by its name) on one mesh axis, with its dim or reduction."""
+
     kind: str
     mesh_axis: int
     dim: int | None = None
     op_type: str | None = None
 
+    @property
+    def step_kind(self) -> StepKind:
+        return get_step(self.kind)
+
     def apply(self, placement: Placement, mesh_shape=None) -> Placement:
-        return apply_step(self.kind, placement, self.mesh_axis, self.dim, self.op_type, mesh_shape)
+        return self.step_kind.apply(placement, self.mesh_axis, self.dim, self.op_type, mesh_shape)
 
     def __str__(self) -> str:
         extra = f", dim={self.dim}" if self.dim is not None else ""
@@ -64,25 +71,32 @@ def cuts_allow(cuts: Cuts, state: Placement) -> bool:
     return cuts is None or all(state.mesh_axes_of(d) in allowed for d, allowed in enumerate(cuts))
 
 
+def _axis_steps() -> list[StepKind]:
+    return [k for k in all_steps().values() if k.apply is not None]
+
+
 def _moves(state: Placement, ndim: int, target: Placement, cuts: Cuts, mesh_shape):
-    """Single steps out of ``state`` to layouts that ``cuts`` allows (see :func:`allowed_cuts`)."""
-    dims = range(ndim)
-    for axis, spec in enumerate(state.specs):
-        if isinstance(spec, Shard):
-            cands = [Step("all_gather", axis)] + [Step("all_to_all", axis, e) for e in dims if e != spec.dim]
-        elif isinstance(spec, Partial):
-            cands = [Step("all_reduce", axis)] + [Step("reduce_scatter", axis, d) for d in dims]
-        else:
-            cands = [Step("local_shard", axis, d) for d in dims]
-            if isinstance(target[axis], Partial):
-                cands.append(Step("local_partial", axis, op_type=target[axis].op))
-        for step in cands:
-            try:
-                nxt = step.apply(state, mesh_shape)
-            except PlacementError:
-                continue
-            if cuts_allow(cuts, nxt):
-                yield step, nxt
+    """Single steps out of ``state`` to layouts that ``cuts`` allows (see :func:`allowed_cuts`):
+    every kind of step, on every mesh axis, with every target dim (or the target's reduction)."""
+    kinds = _axis_steps()
+    for axis in range(len(state.specs)):
+        for kind in kinds:
+            if kind.takes_op:
+                if not isinstance(target[axis], Partial):
+                    continue
+                options = [(None, target[axis].op)]
+            elif kind.takes_dim:
+                options = [(d, None) for d in range(ndim)]
+            else:
+                options = [(None, None)]
+            for dim, op in options:
+                step = Step(kind.name, axis, dim, op)
+                try:
+                    nxt = kind.apply(state, axis, dim, op, mesh_shape)
+                except PlacementError:
+                    continue
+                if cuts_allow(cuts, nxt):
+                    yield step, nxt
 
 
 def _local_fraction(state: Placement, sizes: tuple[int, ...]) -> Fraction:
@@ -93,9 +107,17 @@ def _local_fraction(state: Placement, sizes: tuple[int, ...]) -> Fraction:
     return Fraction(1, count)
 
 
+def _held(state: Placement, sizes) -> Fraction:
+    """The share of the tensor each worker holds in ``state`` (at concrete mesh sizes)."""
+    return _local_fraction(state, sizes)
+
+
 def step_cost(step: Step, state: Placement, sizes: tuple[int, ...]) -> Fraction:
     """Bytes per worker the step sends, per byte of the whole tensor, at concrete mesh sizes."""
-    return _local_fraction(state, sizes) * cost_factor(step.kind, sizes[step.mesh_axis])
+    kind = step.step_kind
+    after = kind.apply(state, step.mesh_axis, step.dim, step.op_type, sizes)
+    num, den = kind.sent(sizes[step.mesh_axis], _held(state, sizes), _held(after, sizes))
+    return Fraction(num) / den
 
 
 def plan_cost(plan: tuple[Step, ...], src: Placement, sizes: tuple[int, ...]) -> Fraction:
@@ -250,11 +272,15 @@ def plan_cost_formula(plan: tuple[Step, ...], src: Placement, mesh: DeviceMesh, 
     """Bytes each worker sends for ``plan``, as a formula in the mesh sizes."""
     total: Dim = 0
     state = src
+
+    def held(p: Placement) -> Dim:
+        return sym.floordiv(nbytes, sym.product(mesh.shape[a] for a, s in enumerate(p.specs) if isinstance(s, Shard)))
+
     for step in plan:
-        count = sym.product(mesh.shape[a] for a, s in enumerate(state.specs) if isinstance(s, Shard))
-        local = sym.floordiv(nbytes, count)
-        total = sym.add(total, cost_formula(step.kind, mesh.shape[step.mesh_axis], local))
-        state = step.apply(state, mesh.shape)
+        nxt = step.apply(state, mesh.shape)
+        num, den = step.step_kind.sent(mesh.shape[step.mesh_axis], held(state), held(nxt))
+        total = sym.add(total, sym.floordiv(num, den))
+        state = nxt
     return total
 
 

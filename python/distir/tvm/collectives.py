@@ -30,6 +30,7 @@ from all workers and takes its own group's pieces, then reduces or concatenates 
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING
 
 from tvm import relax, tirx
@@ -37,17 +38,30 @@ from tvm import relax, tirx
 from ..ir import sym
 from ..ir.expr import Call
 from ..ir.layout import WORKER_ID, coord_expr, ids_are_contiguous, mesh_start, position_expr
+from ..ir.steps import all_steps
 from ..ir.types import TensorType
 from .session import AxisGroups, SessionPlan
 
 if TYPE_CHECKING:  # pragma: no cover
     from .export import _FunctionExporter
 
-__all__ = ["COLLECTIVES", "REDUCE_KIND", "emit_collective", "needs_worker_id"]
+__all__ = [
+    "REDUCE_KIND",
+    "collective_ops",
+    "emit_all_gather",
+    "emit_all_reduce",
+    "emit_all_to_all",
+    "emit_collective",
+    "emit_local_partial",
+    "emit_reduce_scatter",
+    "emit_transfer",
+    "needs_worker_id",
+]
 
-COLLECTIVES = (
-    "ccl.allgather", "ccl.allreduce", "ccl.reduce_scatter", "ccl.all_to_all", "ccl.local_partial", "ccl.transfer",
-)  # fmt: skip
+
+def collective_ops() -> frozenset[str]:
+    """Names of the local-view ops of every step kind (``ccl.all_gather`` ...)."""
+    return frozenset(k.local_op.name for k in all_steps().values() if k.local_op is not None)
 
 #: Disco's ReduceKind codes (tvm/runtime/disco/builtin.h)
 REDUCE_KIND = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4}
@@ -62,16 +76,17 @@ def _groups(call: Call, plan: SessionPlan) -> AxisGroups:
 
 def needs_worker_id(call: Call, plan: SessionPlan) -> bool:
     """Does the Relax form of this collective read the worker's coordinate?"""
-    if call.op.name not in COLLECTIVES:
+    step = call.op.step
+    if step is None or call.op is not step.local_op:
         return False
-    if call.op.name == "ccl.transfer":
+    if step.apply is None:  # point to point between meshes
         return True
     groups = _groups(call, plan)
     if groups.kind == "single":
         return False
-    if call.op.name in ("ccl.reduce_scatter", "ccl.all_to_all"):
+    if step.name in ("reduce_scatter", "all_to_all"):
         return True
-    if call.op.name == "ccl.local_partial":
+    if step.name == "local_partial":
         return call.op.full_attrs(call.attrs)["op_type"] == "sum"
     return groups.kind == "gather"
 
@@ -150,38 +165,74 @@ class _Collective:
             value, axes=[axis], begin=[self.ex.dim(begin)], end=[self.ex.dim(sym.add(begin, piece))], assume_inbound=True
         )
 
-    # ------------------------------------------------------------ the collectives
 
-    def emit(self) -> relax.Expr:
-        name = self.call.op.name
-        if self.groups.kind == "single":
-            return self.x  # one device on this axis: every collective is the identity
-        if name == "ccl.allreduce":
-            return self.reduced(self.attrs["op_type"])
-        if name == "ccl.allgather":
-            return self.merge(self.members(), self.attrs["axis"] % self.xt.ndim, self.out_t)
-        if name == "ccl.reduce_scatter":
-            axis = self.attrs["axis"] % self.xt.ndim
-            full = self.ex.emit(self.reduced(self.attrs["op_type"]))
-            return self.own_block(full, axis, self.out_t.shape[axis])
-        if name == "ccl.all_to_all":
-            split = self.attrs["split_axis"] % self.xt.ndim
-            concat = self.attrs["concat_axis"] % self.xt.ndim
-            piece = self.out_t.shape[split]
-            blocks = self.ex.emit(self.own_block(self.members(), split + 1, piece))
-            return self.merge(blocks, concat, self.out_t)
-        if name == "ccl.local_partial":
-            if self.attrs["op_type"] != "sum":
-                return self.x  # max/min/avg of identical copies is the value itself
-            keep = self.ex.emit(relax.op.equal(self.ex.scalar(self.coord()), self.ex.const(0, "int64")))
-            return relax.op.where(keep, self.x, self.ex.const(0, self.xt.dtype))
-        raise self.ex.error(f"R.{name} has no Disco form")
+
+def _axis_collective(emit):
+    """An emitter for a collective on one mesh axis: the identity when the axis has one device."""
+
+    def emitter(ex: _FunctionExporter, call: Call) -> relax.Expr:
+        c = _Collective(ex, call)
+        if c.groups.kind == "single":
+            return c.x
+        return emit(c)
+
+    emitter.__doc__ = emit.__doc__
+    return emitter
+
+
+@_axis_collective
+def emit_all_reduce(c: _Collective) -> relax.Expr:
+    """Disco's allreduce."""
+    return c.reduced(c.attrs["op_type"])
+
+
+@_axis_collective
+def emit_all_gather(c: _Collective) -> relax.Expr:
+    """Disco's allgather of the group's pieces, merged along the gathered axis."""
+    return c.merge(c.members(), c.attrs["axis"] % c.xt.ndim, c.out_t)
+
+
+@_axis_collective
+def emit_reduce_scatter(c: _Collective) -> relax.Expr:
+    """An allreduce, then each worker slices its block (Disco has no reduce-scatter)."""
+    axis = c.attrs["axis"] % c.xt.ndim
+    full = c.ex.emit(c.reduced(c.attrs["op_type"]))
+    return c.own_block(full, axis, c.out_t.shape[axis])
+
+
+@_axis_collective
+def emit_all_to_all(c: _Collective) -> relax.Expr:
+    """An allgather, then each worker's block of the split axis from every piece (Disco has no all-to-all)."""
+    split = c.attrs["split_axis"] % c.xt.ndim
+    concat = c.attrs["concat_axis"] % c.xt.ndim
+    blocks = c.ex.emit(c.own_block(c.members(), split + 1, c.out_t.shape[split]))
+    return c.merge(blocks, concat, c.out_t)
+
+
+@_axis_collective
+def emit_local_partial(c: _Collective) -> relax.Expr:
+    """Coordinate 0 keeps the value (sum); max, min and avg of identical copies are the value itself."""
+    if c.attrs["op_type"] != "sum":
+        return c.x
+    keep = c.ex.emit(relax.op.equal(c.ex.scalar(c.coord()), c.ex.const(0, "int64")))
+    return relax.op.where(keep, c.x, c.ex.const(0, c.xt.dtype))
 
 
 def emit_collective(ex: _FunctionExporter, call: Call) -> relax.Expr:
-    if call.op.name == "ccl.transfer":
-        return _emit_transfer(ex, call)
-    return _Collective(ex, call).emit()
+    """The Relax form of a step kind's local op, as its declaration names it (see distir.ir.steps)."""
+    step = call.op.step
+    emit = _resolve(step.tvm) if step is not None and step.tvm is not None else None
+    if emit is None:
+        raise ex.error(f"R.{call.op.name} has no Disco form")
+    return emit(ex, call)
+
+
+def _resolve(ref):
+    """A callable, or ``"module:function"`` imported on first use."""
+    if callable(ref):
+        return ref
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def _gather_all(ex: _FunctionExporter, x: relax.Expr, xt: TensorType) -> relax.Expr:
@@ -235,7 +286,8 @@ def _holders(ex: _FunctionExporter, mesh, placement, counts) -> relax.Expr:
     return _device_ids_at(ex, mesh, positions)
 
 
-def _emit_transfer(ex: _FunctionExporter, call: Call) -> relax.Expr:
+def emit_transfer(ex: _FunctionExporter, call: Call) -> relax.Expr:
+    """An allgather over all workers, then each worker rebuilds the tensor and slices its target block."""
     from ..ir.layout import block_start_expr, shard_count
 
     attrs = call.op.full_attrs(call.attrs)

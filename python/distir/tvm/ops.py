@@ -19,7 +19,7 @@ from ..ir import sym
 from ..ir.expr import Call
 from ..ir.layout import WORKER_ID
 from ..ir.types import TensorType
-from .collectives import COLLECTIVES, emit_collective
+from .collectives import collective_ops, emit_collective
 
 if TYPE_CHECKING:  # pragma: no cover
     from .export import _FunctionExporter
@@ -167,7 +167,7 @@ _RULES.update(
         "tril": _triangle("tril"),
         "triu": _triangle("triu"),
         "shard_take": _shard_take,
-        **{name: emit_collective for name in COLLECTIVES},
+        **{name: emit_collective for name in collective_ops()},
     }
 )
 

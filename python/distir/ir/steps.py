@@ -1,0 +1,172 @@
+"""Redistribution steps: one record per kind of step, read by every stage that meets one.
+
+A redistribute becomes a sequence of steps (``legalize-redistribute``). A :class:`StepKind`
+says everything distir knows about one kind of step, so that adding a kind touches this
+registry and nothing else:
+
+- what it does to a placement (``apply``), for the planner and for typing ``R.dist.<name>``;
+- what it costs: bytes each worker sends (``sent``) and its latency rounds (``rounds``),
+  for the planner, propagation and the analyses (the one cost model);
+- its global-view op ``R.dist.<name>`` (made from the record) and its local-view form
+  (``lower``: usually the collective ``R.ccl.<name>``, declared from ``local_params`` and
+  ``local_infer``);
+- how the SPMD simulator runs the collective (``simulate``), and its TVM Relax form
+  (``tvm``: a ``"module:function"`` resolved lazily by :mod:`distir.tvm`, or a callable).
+
+The kind's ``name`` is its one spelling: ``R.dist.all_gather``, ``R.ccl.all_gather``, and
+``"all_gather"`` in byte counts. The built-in kinds are declared in
+:mod:`distir.ops.collectives`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import DistirError
+from .placement import Placement
+from .sym import Dim
+
+__all__ = ["StepKind", "all_steps", "get_step", "register_step", "unregister_step"]
+
+#: ``apply(placement, mesh_axis, dim, op_type, mesh_shape) -> Placement``; raises PlacementError
+#: when the step does not apply there. ``mesh_shape`` may be None (sizes unknown).
+Apply = Callable[[Placement, int, "int | None", "str | None", Any], Placement]
+#: ``sent(n, before, after) -> bytes`` each worker sends on an axis of ``n`` devices, where it
+#: holds ``before`` bytes before the step and ``after`` after it. Ints give exact
+#: ``Fraction``s, symbolic sizes a formula (see :func:`distir.ir.sym.ratio`).
+Sent = Callable[[Dim, Any, Any], Any]
+
+
+@dataclass(eq=False)
+class StepKind:
+    """One kind of redistribution step on one mesh axis (see the module docstring)."""
+
+    name: str
+    doc: str
+    change: str  # the placement change on the axis, for docs: "S[d] -> R"
+    apply: Apply | None  # None: not a step on one mesh axis (a transfer between meshes)
+    sent: Sent | None
+    rounds: Callable[[Dim], Dim] = lambda n: 0  # latency steps of the algorithm (ring: n - 1)
+    takes_dim: bool = False  # the step names a target tensor dim (``dim=``)
+    takes_op: bool = False  # the step names a reduction (``op_type=``)
+    # the local view: (lowering context, the global call, its local input) -> the call one worker runs
+    lower: Callable | None = None
+    local_params: tuple = ()  # attributes of R.ccl.<name> after its tensor input (Params)
+    local_infer: Callable | None = None  # (input types, attrs) -> type, for R.ccl.<name>
+    local_doc: str = ""
+    local_numpy: Callable | None = None  # a local op without communication runs per worker: numpy reference
+    # SPMD simulator: (values by device, full attrs, context) -> (outputs by device, bytes sent in all)
+    simulate: Callable | None = None
+    tvm: str | Callable | None = None  # Relax form: "module:function" or (exporter, call) -> relax.Expr
+    # a kind that is not a step on one mesh axis declares its ops' parameters and types itself
+    global_params: tuple | None = None
+    global_infer: Callable | None = None
+    # its bytes when they are not sent(n, before, after) on one axis (point-to-point pieces):
+    # (local attrs, local input type) -> (receiving workers, bytes each receives, bytes sent in all);
+    # raises SymbolicError when they are known only at concrete sizes
+    point_to_point: Callable | None = None
+    global_op: Any = field(default=None, repr=False)  # R.dist.<name>, set by register_step
+    local_op: Any = field(default=None, repr=False)  # R.ccl.<name>, set by register_step
+
+    def __repr__(self) -> str:
+        return f"StepKind({self.name})"
+
+
+_STEPS: dict[str, StepKind] = {}
+
+
+def register_step(kind: StepKind) -> StepKind:
+    """Add a step kind and declare its ops ``R.dist.<name>`` and (if it has one) ``R.ccl.<name>``."""
+    from .op import OpDef, Param, register_op
+
+    if kind.name in _STEPS:
+        raise DistirError(f"redistribution step '{kind.name}' is declared twice")
+    kind.global_op = register_op(
+        OpDef(
+            name=f"dist.{kind.name}",
+            params=kind.global_params or _global_params(kind, Param),
+            infer=kind.global_infer or _global_infer(kind),
+            numpy=lambda xs, attrs, ctx: xs[0],  # in the global view a step moves data, not values
+            dist_aware=True,
+            doc=f"{kind.change} on one mesh axis: {kind.doc}" if kind.apply else kind.doc,
+            step=kind,
+        )
+    )
+    if kind.local_infer is not None:
+        kind.local_op = register_op(
+            OpDef(
+                name=f"ccl.{kind.name}",
+                params=(Param("x", "tensor"), *kind.local_params),
+                infer=kind.local_infer,
+                numpy=kind.local_numpy,
+                doc=kind.local_doc or kind.doc,
+                step=kind,
+            )
+        )
+    _STEPS[kind.name] = kind
+    return kind
+
+
+def unregister_step(name: str) -> None:
+    """Remove a step kind and its ops (for tests that declare a kind of their own)."""
+    from .op import unregister_op
+
+    kind = _STEPS.pop(name)
+    unregister_op(kind.global_op.name)
+    if kind.local_op is not None:
+        unregister_op(kind.local_op.name)
+
+
+def get_step(name: str) -> StepKind:
+    _ensure_loaded()
+    kind = _STEPS.get(name)
+    if kind is None:
+        raise DistirError(f"unknown redistribution step '{name}' (known: {', '.join(_STEPS)})")
+    return kind
+
+
+def all_steps() -> Mapping[str, StepKind]:
+    """Every step kind, in declaration order (the planner's order of preference on ties)."""
+    _ensure_loaded()
+    return dict(_STEPS)
+
+
+def _ensure_loaded() -> None:
+    from .op import _ensure_loaded as load_ops
+
+    load_ops()
+
+
+def _global_params(kind: StepKind, Param) -> tuple:
+    ps = [Param("x", "tensor"), Param("mesh_axis", "int")]
+    if kind.takes_dim:
+        ps.append(Param("dim", "int"))
+    if kind.takes_op:
+        ps.append(Param("op_type", "choice", "sum", choices=("sum", "max", "min", "avg")))
+    return tuple(ps)
+
+
+def _global_infer(kind: StepKind):
+    from ..errors import TypeInferenceError
+    from .placement import PlacementError
+    from .types import DTensorType
+
+    def infer(types, attrs):
+        x = types[0]
+        if not isinstance(x, DTensorType):
+            raise TypeInferenceError(f"R.dist.{kind.name}: input must be a DTensor, got {x}")
+        axis = attrs["mesh_axis"]
+        if not 0 <= axis < x.mesh.ndim:
+            raise TypeInferenceError(f"R.dist.{kind.name}: mesh_axis {axis} is out of range for a {x.mesh.ndim}-D mesh")
+        dim = attrs.get("dim")
+        if dim is not None and not 0 <= dim < x.ndim:
+            raise TypeInferenceError(f"R.dist.{kind.name}: dim {dim} is out of range for a tensor of rank {x.ndim}")
+        try:
+            new = kind.apply(x.placement, axis, dim, attrs.get("op_type"), x.mesh.shape)
+        except PlacementError as err:
+            raise TypeInferenceError(f"R.dist.{kind.name}: {err}") from None
+        return x.with_placement(new)
+
+    return infer
