@@ -28,7 +28,7 @@ from ..errors import DistirError
 from .placement import Placement
 from .sym import Dim
 
-__all__ = ["StepKind", "all_steps", "get_step", "register_step", "unregister_step"]
+__all__ = ["StepKind", "all_steps", "get_step", "register_step", "steps_version", "unregister_step"]
 
 #: ``apply(placement, mesh_axis, dim, op_type, mesh_shape) -> Placement``; raises PlacementError
 #: when the step does not apply there. ``mesh_shape`` may be None (sizes unknown).
@@ -49,6 +49,7 @@ class StepKind:
     apply: Apply | None  # None: not a step on one mesh axis (a transfer between meshes)
     sent: Sent | None
     rounds: Callable[[Dim], Dim] = lambda n: 0  # latency steps of the algorithm (ring: n - 1)
+    acts_on: type | None = None  # the spec it changes on its axis (Shard, Partial, Replicate), for a quick filter
     takes_dim: bool = False  # the step names a target tensor dim (``dim=``)
     takes_op: bool = False  # the step names a reduction (``op_type=``)
     # the local view: (lowering context, the global call, its local input) -> the call one worker runs
@@ -75,6 +76,11 @@ class StepKind:
 
 
 _STEPS: dict[str, StepKind] = {}
+_VERSION = [0]  # bumped when a kind comes or goes, so caches of plans (which name kinds) start over
+
+
+def steps_version() -> int:
+    return _VERSION[0]
 
 
 def register_step(kind: StepKind) -> StepKind:
@@ -106,6 +112,7 @@ def register_step(kind: StepKind) -> StepKind:
             )
         )
     _STEPS[kind.name] = kind
+    _VERSION[0] += 1
     return kind
 
 
@@ -114,6 +121,7 @@ def unregister_step(name: str) -> None:
     from .op import unregister_op
 
     kind = _STEPS.pop(name)
+    _VERSION[0] += 1
     unregister_op(kind.global_op.name)
     if kind.local_op is not None:
         unregister_op(kind.local_op.name)

@@ -473,7 +473,7 @@ def _transfer_lower(call: Call, x) -> Call:
 _EMIT = "distir.tvm.collectives:"
 
 register_step(StepKind(
-    name="all_gather", change="S[d] -> R", doc="all-gather: every worker gets the whole dim",
+    name="all_gather", acts_on=Shard, change="S[d] -> R", doc="all-gather: every worker gets the whole dim",
     apply=_gather, sent=_ring_all, rounds=_less_one,
     lower=_all_gather_lower,
     local_params=_group_params(Param("num_workers", "dim"), Param("axis", "int", 0)),
@@ -481,7 +481,7 @@ register_step(StepKind(
     local_doc="Concatenate the workers' pieces along `axis`, in mesh-coordinate order.",
 ))  # fmt: skip
 register_step(StepKind(
-    name="all_reduce", change="P[op] -> R", doc="all-reduce by the partial's reduction",
+    name="all_reduce", acts_on=Partial, change="P[op] -> R", doc="all-reduce by the partial's reduction",
     apply=_reduce_all, sent=_ring_reduce, rounds=lambda n: _times(2, _less_one(n)),
     lower=_all_reduce_lower,
     local_params=_group_params(Param("op_type", "choice", "sum", choices=_OP_TYPES)),
@@ -489,7 +489,7 @@ register_step(StepKind(
     local_doc="Reduce the workers' values (sum, max, min or avg); every worker gets the result.",
 ))  # fmt: skip
 register_step(StepKind(
-    name="reduce_scatter", change="P[op] -> S[dim]", doc="reduce-scatter: each worker keeps its reduced block",
+    name="reduce_scatter", acts_on=Partial, change="P[op] -> S[dim]", doc="reduce-scatter: each worker keeps its reduced block",
     apply=_reduce_scatter, sent=_ring_part, rounds=_less_one, takes_dim=True,
     lower=_reduce_scatter_lower,
     local_params=_group_params(
@@ -499,7 +499,7 @@ register_step(StepKind(
     local_doc="Reduce the workers' values and leave worker j with block j of `axis`.",
 ))  # fmt: skip
 register_step(StepKind(
-    name="all_to_all", change="S[d] -> S[dim]", doc="all-to-all: trade blocks of one dim for blocks of another",
+    name="all_to_all", acts_on=Shard, change="S[d] -> S[dim]", doc="all-to-all: trade blocks of one dim for blocks of another",
     apply=_all_to_all, sent=_ring_part, rounds=_less_one, takes_dim=True,
     lower=_all_to_all_lower,
     local_params=_group_params(Param("num_workers", "dim"), Param("split_axis", "int"), Param("concat_axis", "int")),
@@ -507,11 +507,11 @@ register_step(StepKind(
     local_doc="Worker j sends block k of `split_axis` to worker k; received blocks are concatenated on `concat_axis`.",
 ))  # fmt: skip
 register_step(StepKind(
-    name="local_shard", change="R -> S[dim]", doc="each worker slices its own block, no communication",
+    name="local_shard", acts_on=Replicate, change="R -> S[dim]", doc="each worker slices its own block, no communication",
     apply=_local_shard, sent=_free, takes_dim=True, lower=_local_shard_lower,
 ))  # fmt: skip
 register_step(StepKind(
-    name="local_partial", change="R -> P[op]",
+    name="local_partial", acts_on=Replicate, change="R -> P[op]",
     doc="no communication (for sum, workers off coordinate 0 hold zeros)",
     apply=_local_partial, sent=_free, takes_op=True, lower=_local_partial_lower,
     local_params=_group_params(Param("op_type", "choice", "sum", choices=_OP_TYPES)),

@@ -33,7 +33,7 @@ from ..ir import sym
 from ..ir.layout import shard_count
 from ..ir.mesh import DeviceMesh, Range
 from ..ir.placement import Partial, Placement, PlacementError, Replicate, Shard
-from ..ir.steps import StepKind, all_steps, get_step
+from ..ir.steps import StepKind, all_steps, get_step, steps_version
 from ..ir.sym import Dim
 from ..ir.transfer import route_bytes, transfer_routes
 
@@ -79,8 +79,10 @@ def _moves(state: Placement, ndim: int, target: Placement, cuts: Cuts, mesh_shap
     """Single steps out of ``state`` to layouts that ``cuts`` allows (see :func:`allowed_cuts`):
     every kind of step, on every mesh axis, with every target dim (or the target's reduction)."""
     kinds = _axis_steps()
-    for axis in range(len(state.specs)):
+    for axis, spec in enumerate(state.specs):
         for kind in kinds:
+            if kind.acts_on is not None and not isinstance(spec, kind.acts_on):
+                continue
             if kind.takes_op:
                 if not isinstance(target[axis], Partial):
                     continue
@@ -178,7 +180,8 @@ def _sample_points(mesh_shape: tuple[Dim, ...]) -> list[tuple[int, ...]]:
 
 
 @lru_cache(maxsize=4096)
-def _plan_cached(mesh_shape, ndim: int, src: Placement, dst: Placement, cuts: Cuts) -> tuple[Step, ...]:
+def _plan_cached(mesh_shape, ndim: int, src: Placement, dst: Placement, cuts: Cuts, version: int) -> tuple[Step, ...]:
+    """``version``: of the step registry (a plan names step kinds, so new kinds mean new plans)."""
     points = _sample_points(mesh_shape)
     candidates: list[tuple[Step, ...]] = []
     for p in points:
@@ -231,7 +234,7 @@ def plan_redistribute(
     if src == dst:
         return ()
     cuts = allowed_cuts(shape, mesh, ((mesh, src), (mesh, dst))) if shape is not None else None
-    return _plan_cached(_ShapeBox(mesh.shape), ndim, src, dst, cuts)
+    return _plan_cached(_ShapeBox(mesh.shape), ndim, src, dst, cuts, steps_version())
 
 
 class _ShapeBox(tuple):
@@ -455,7 +458,8 @@ def _aligned_ok(src_mesh: DeviceMesh, dst_mesh: DeviceMesh) -> bool:
 
 @lru_cache(maxsize=4096)
 def _plan_cross_cached(
-    src_mesh: DeviceMesh, dst_mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement, cuts: CrossCuts
+    src_mesh: DeviceMesh, dst_mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement, cuts: CrossCuts,
+    version: int,
 ):
     points = _cross_points(src_mesh, dst_mesh)
     aligned_ok = _aligned_ok(src_mesh, dst_mesh)
@@ -485,7 +489,8 @@ def plan_cross_mesh(
     sent by all workers together (see docs/redistribute.md). Optimal at every sampled size of
     the meshes' symbols when such a plan exists; else the smallest total excess. Given the
     tensor's ``shape``, layouts on the way cut only dims that surely divide."""
-    return _plan_cross_cached(src_mesh, dst_mesh, ndim, src, dst, _cross_cuts(src_mesh, src, dst_mesh, dst, shape))
+    cuts = _cross_cuts(src_mesh, src, dst_mesh, dst, shape)
+    return _plan_cross_cached(src_mesh, dst_mesh, ndim, src, dst, cuts, steps_version())
 
 
 def _cross_cuts(src_mesh: DeviceMesh, src: Placement, dst_mesh: DeviceMesh, dst: Placement, shape) -> CrossCuts:

@@ -84,11 +84,11 @@ def needs_worker_id(call: Call, plan: SessionPlan) -> bool:
     groups = _groups(call, plan)
     if groups.kind == "single":
         return False
-    if step.name in ("reduce_scatter", "all_to_all"):
-        return True
+    if step.name in ("all_gather", "all_reduce"):
+        return groups.kind == "gather"
     if step.name == "local_partial":
         return call.op.full_attrs(call.attrs)["op_type"] == "sum"
-    return groups.kind == "gather"
+    return True  # reduce_scatter, all_to_all, and any other kind: its worker's block depends on the id
 
 
 def _p(d):
