@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def _run(cmd: list[str], python_path: Path, cwd: Path) -> float:
     env = dict(os.environ, PYTHONPATH=str(python_path))
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, *cmd], cwd=cwd, env=env, capture_output=True, text=True)
+    done = subprocess.run([sys.executable, *cmd], check=False, cwd=cwd, env=env, capture_output=True, text=True)
     elapsed = time.perf_counter() - t0
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-3:]

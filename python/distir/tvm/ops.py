@@ -167,15 +167,17 @@ _RULES.update(
         "tril": _triangle("tril"),
         "triu": _triangle("triu"),
         "shard_take": _shard_take,
-        **{name: emit_collective for name in collective_ops()},
     }
 )
 
-SUPPORTED_OPS: frozenset[str] = frozenset(_RULES)
+SUPPORTED_OPS: frozenset[str] = frozenset(_RULES) | collective_ops()
 
 
 def emit_op(ex: _FunctionExporter, call: Call) -> relax.Expr:
     """The Relax expression for one distir call (intermediate steps are emitted on the way)."""
+    step = call.op.step
+    if step is not None and call.op is step.local_op:  # a step kind's collective, as its record says
+        return emit_collective(ex, call)
     rule = _RULES.get(call.op.name)
     if rule is None:
         hint = (
