@@ -42,7 +42,11 @@ def dims_rule(ndim_in: Sequence[int], ndim_out: int, name: str = "d") -> Shardin
 
 
 def forward(rule: ShardingRule, placements: Sequence[Placement], mesh_ndim: int, op_name: str = "op") -> list[Placement]:
-    """The output placements implied by the input placements, or TypeInferenceError saying why not."""
+    """The output placements implied by the input placements, or TypeInferenceError saying why not.
+
+    Each mesh axis is independent: on it the inputs are sharded (a factor flows to the
+    outputs, or becomes a partial sum if the op reduces it), partial (passed through where
+    the op is linear) or replicated."""
     outs = [[R] * mesh_ndim for _ in rule.outputs]
     for axis in range(mesh_ndim):
         specs = [p.specs[axis] for p in placements]
@@ -54,76 +58,10 @@ def forward(rule: ShardingRule, placements: Sequence[Placement], mesh_ndim: int,
                 f"{where}: input {partials[0][0]} is partial while input {shards[0][0]} is sharded; reduce the partial first"
             )
         if shards:
-            leading = set()
-            for k, d in shards:
-                dims = rule.inputs[k]
-                if d >= len(dims):
-                    raise TypeInferenceError(f"{where}: input {k} is sharded on dim {d}, beyond its rank {len(dims)}")
-                if not dims[d]:
-                    raise TypeInferenceError(f"{where}: input {k} dim {d} is broadcast (size 1) and cannot be sharded")
-                leading.add(dims[d][0])
-            if len(leading) > 1:
-                raise TypeInferenceError(
-                    f"{where}: inputs are sharded on dims that do not correspond ("
-                    + ", ".join(f"input {k} dim {d}" for k, d in shards)
-                    + "); redistribute one of them"
-                )
-            f = leading.pop()
-            if f in rule.blocked:
-                k, d = shards[0]
-                raise TypeInferenceError(
-                    f"{where}: input {k} is sharded on dim {d}, which R.{op_name} needs whole; replicate that dim first"
-                )
-            for k, dims in enumerate(rule.inputs):
-                holds = any(f in fs for fs in dims)
-                if holds and not isinstance(specs[k], Shard):
-                    k0, d0 = shards[0]
-                    raise TypeInferenceError(
-                        f"{where}: input {k0} is sharded on dim {d0} but input {k} is {specs[k]} on the matching dim; "
-                        "shard both alike"
-                    )
-                if holds and dims[specs[k].dim][0] != f:
-                    raise TypeInferenceError(f"{where}: input {k} is sharded on a dim that does not match input {shards[0][0]}")
-                if not holds and not isinstance(specs[k], Replicate):
-                    raise TypeInferenceError(f"{where}: input {k} must be replicated (it has no dim matching the sharded one)")
-            for o, dims in enumerate(rule.outputs):
-                found = [d for d, fs in enumerate(dims) if f in fs]
-                if found:
-                    d = found[0]
-                    if dims[d][0] != f:
-                        raise TypeInferenceError(
-                            f"{where}: the sharded dim becomes a minor part of output dim {d}, so shards would not be "
-                            "contiguous; reshard before this op"
-                        )
-                    outs[o][axis] = Shard(d)
-                elif f in rule.reductions:
-                    outs[o][axis] = Partial(rule.reductions[f])
-                else:
-                    raise TypeInferenceError(f"{where}: the sharded dim does not survive in output {o}; replicate it first")
+            for o, spec in enumerate(_forward_shard(rule, specs, shards, where, op_name)):
+                outs[o][axis] = spec
         elif partials:
-            ops = {op for _, op in partials}
-            if len(ops) > 1:
-                raise TypeInferenceError(f"{where}: inputs are partial under different reductions {sorted(ops)}")
-            op = ops.pop()
-            mode = rule.partial.get(op)
-            if mode is None:
-                raise TypeInferenceError(
-                    f"{where}: R.{op_name} cannot take a partial (P[{op}]) input; all-reduce it first"
-                )
-            n_in = len(rule.inputs)
-            if mode == "all":
-                if len(partials) != n_in:
-                    bad = next(k for k in range(n_in) if not isinstance(specs[k], Partial))
-                    raise TypeInferenceError(
-                        f"{where}: input {partials[0][0]} is P[{op}] but input {bad} is {specs[bad]}; "
-                        "all inputs must be partial alike"
-                    )
-            else:
-                if len(partials) > 1:
-                    raise TypeInferenceError(f"{where}: only one input may be partial, got {len(partials)}")
-                k = partials[0][0]
-                if rule.partial_inputs is not None and k not in rule.partial_inputs:
-                    raise TypeInferenceError(f"{where}: input {k} cannot be partial (P[{op}]); all-reduce it first")
+            op = _forward_partial(rule, specs, partials, where, op_name)
             for o in range(len(rule.outputs)):
                 outs[o][axis] = Partial(op)
     result = [Placement(tuple(o)) for o in outs]
@@ -135,6 +73,89 @@ def forward(rule: ShardingRule, placements: Sequence[Placement], mesh_ndim: int,
                 "reduce the partial input first"
             )
     return result
+
+
+def _sharded_factor(rule: ShardingRule, shards, where: str, op_name: str) -> str:
+    """The one factor the sharded input dims on a mesh axis agree on (the leading factor of each dim)."""
+    leading = set()
+    for k, d in shards:
+        dims = rule.inputs[k]
+        if d >= len(dims):
+            raise TypeInferenceError(f"{where}: input {k} is sharded on dim {d}, beyond its rank {len(dims)}")
+        if not dims[d]:
+            raise TypeInferenceError(f"{where}: input {k} dim {d} is broadcast (size 1) and cannot be sharded")
+        leading.add(dims[d][0])
+    if len(leading) > 1:
+        raise TypeInferenceError(
+            f"{where}: inputs are sharded on dims that do not correspond ("
+            + ", ".join(f"input {k} dim {d}" for k, d in shards)
+            + "); redistribute one of them"
+        )
+    f = leading.pop()
+    if f in rule.blocked:
+        k, d = shards[0]
+        raise TypeInferenceError(
+            f"{where}: input {k} is sharded on dim {d}, which R.{op_name} needs whole; replicate that dim first"
+        )
+    return f
+
+
+def _forward_shard(rule: ShardingRule, specs, shards, where: str, op_name: str) -> list:
+    """Each output's spec on a mesh axis where inputs are sharded: S[d] where the factor lands, P if reduced."""
+    f = _sharded_factor(rule, shards, where, op_name)
+    k0, d0 = shards[0]
+    for k, dims in enumerate(rule.inputs):
+        holds = any(f in fs for fs in dims)
+        if holds and not isinstance(specs[k], Shard):
+            raise TypeInferenceError(
+                f"{where}: input {k0} is sharded on dim {d0} but input {k} is {specs[k]} on the matching dim; "
+                "shard both alike"
+            )
+        if holds and dims[specs[k].dim][0] != f:
+            raise TypeInferenceError(f"{where}: input {k} is sharded on a dim that does not match input {k0}")
+        if not holds and not isinstance(specs[k], Replicate):
+            raise TypeInferenceError(f"{where}: input {k} must be replicated (it has no dim matching the sharded one)")
+    out = []
+    for o, dims in enumerate(rule.outputs):
+        found = [d for d, fs in enumerate(dims) if f in fs]
+        if found:
+            if dims[found[0]][0] != f:
+                raise TypeInferenceError(
+                    f"{where}: the sharded dim becomes a minor part of output dim {found[0]}, so shards would not be "
+                    "contiguous; reshard before this op"
+                )
+            out.append(Shard(found[0]))
+        elif f in rule.reductions:
+            out.append(Partial(rule.reductions[f]))
+        else:
+            raise TypeInferenceError(f"{where}: the sharded dim does not survive in output {o}; replicate it first")
+    return out
+
+
+def _forward_partial(rule: ShardingRule, specs, partials, where: str, op_name: str) -> str:
+    """The reduction a partial input passes to the outputs on a mesh axis, if the op is linear for it."""
+    ops = {op for _, op in partials}
+    if len(ops) > 1:
+        raise TypeInferenceError(f"{where}: inputs are partial under different reductions {sorted(ops)}")
+    op = ops.pop()
+    mode = rule.partial.get(op)
+    if mode is None:
+        raise TypeInferenceError(f"{where}: R.{op_name} cannot take a partial (P[{op}]) input; all-reduce it first")
+    n_in = len(rule.inputs)
+    if mode == "all":
+        if len(partials) != n_in:
+            bad = next(k for k in range(n_in) if not isinstance(specs[k], Partial))
+            raise TypeInferenceError(
+                f"{where}: input {partials[0][0]} is P[{op}] but input {bad} is {specs[bad]}; "
+                "all inputs must be partial alike"
+            )
+    else:
+        if len(partials) > 1:
+            raise TypeInferenceError(f"{where}: only one input may be partial, got {len(partials)}")
+        k = partials[0][0]
+        if rule.partial_inputs is not None and k not in rule.partial_inputs:
+            raise TypeInferenceError(f"{where}: input {k} cannot be partial (P[{op}]); all-reduce it first")
+    return op
 
 
 def without_placement(t: Type) -> Type:
