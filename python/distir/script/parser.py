@@ -618,7 +618,25 @@ class _Parser:
 
     def function(self, node: ast.FunctionDef) -> Function:
         fattrs: dict[str, Any] = self.function_decorator(node)
-        args = node.args
+        scope = _Scope()
+        params = self.params(node.args, scope)
+        if node.returns is not None:
+            self.at = node.returns
+        ret_type = self.type_expr(node.returns) if node.returns is not None else None
+        self.collect_names(node.body, scope)
+        blocks, result = self.body(node, scope, fattrs)
+        span = Span(
+            self.source_name,
+            node.lineno + self.line_offset,
+            node.col_offset + 1 + self.col_offset,
+            node.lineno + self.line_offset,
+            node.col_offset + 1 + self.col_offset + len("def ") + len(node.name),
+            self.line_text(node.lineno),
+        )
+        return Function(node.name, tuple(params), tuple(blocks), result, ret_type, fattrs, span)
+
+    def params(self, args: ast.arguments, scope: _Scope) -> list[Var]:
+        """The parameters: plain names, each with a type annotation."""
         for bad, what in (
             (args.posonlyargs, "positional-only parameters"),
             (args.kwonlyargs, "keyword-only parameters"),
@@ -628,7 +646,6 @@ class _Parser:
                 self.fail(bad[0], f"{what} are not allowed in an @R.function")
         if args.vararg or args.kwarg:
             self.fail(args.vararg or args.kwarg, "*args and **kwargs are not allowed in an @R.function")
-        scope = _Scope()
         params = []
         for a in args.args:
             self.at = a
@@ -639,14 +656,12 @@ class _Parser:
             v = Var(a.arg, self.type_expr(a.annotation), self.span(a))
             scope.vars[a.arg] = v
             params.append(v)
-        if node.returns is not None:
-            self.at = node.returns
-        ret_type = self.type_expr(node.returns) if node.returns is not None else None
-        self.collect_names(node.body, scope)
+        return params
 
+    def body(self, node: ast.FunctionDef, scope: _Scope, fattrs: dict[str, Any]) -> tuple[list[Block], Expr]:
+        """The blocks of bindings and the returned value; ``R.func_attr`` lines go into ``fattrs``."""
         blocks: list[Block] = []
         current: list[Binding] = []
-        result: Expr | None = None
         seen_binding = False
         body = node.body
         for i, stmt in enumerate(body):
@@ -656,43 +671,33 @@ class _Parser:
                     self.fail(body[i + 1], "statements after 'return' are not allowed")
                 if stmt.value is None:
                     self.fail(stmt, "the function must return a value")
-                result = self.leaf(stmt.value, scope, "the returned value")
-                break
+                if current:
+                    blocks.append(Block(current, is_dataflow=False))
+                return blocks, self.leaf(stmt.value, scope, "the returned value")
             if self.is_symvar_decl(stmt):
                 continue
             if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and dotted_name(stmt.value.func) == "R.func_attr":
                 if seen_binding:
                     self.fail(stmt, "R.func_attr must come before the first binding")
-                call = stmt.value
-                if len(call.args) != 1 or call.keywords:
-                    self.fail(call, "R.func_attr takes one dict")
-                for k, v in self.attr_dict(call.args[0], "R.func_attr").items():
-                    if k in fattrs:
-                        self.fail(call, f"function attribute '{k}' is given twice")
-                    fattrs[k] = v
+                self.func_attrs(stmt.value, fattrs)
                 continue
+            seen_binding = True
             if isinstance(stmt, ast.With):
                 if current:
                     blocks.append(Block(current, is_dataflow=False))
                     current = []
                 blocks.append(self.dataflow(stmt, scope))
-                seen_binding = True
                 continue
             current.append(self.binding(stmt, scope))
-            seen_binding = True
-        if result is None:
-            self.fail(_def_head(node), f"function '{node.name}' has no return statement: end it with 'return <value>'")
-        if current:
-            blocks.append(Block(current, is_dataflow=False))
-        span = Span(
-            self.source_name,
-            node.lineno + self.line_offset,
-            node.col_offset + 1 + self.col_offset,
-            node.lineno + self.line_offset,
-            node.col_offset + 1 + self.col_offset + len("def ") + len(node.name),
-            self.line_text(node.lineno),
-        )
-        return Function(node.name, tuple(params), tuple(blocks), result, ret_type, fattrs, span)
+        self.fail(_def_head(node), f"function '{node.name}' has no return statement: end it with 'return <value>'")
+
+    def func_attrs(self, call: ast.Call, fattrs: dict[str, Any]) -> None:
+        if len(call.args) != 1 or call.keywords:
+            self.fail(call, "R.func_attr takes one dict")
+        for k, v in self.attr_dict(call.args[0], "R.func_attr").items():
+            if k in fattrs:
+                self.fail(call, f"function attribute '{k}' is given twice")
+            fattrs[k] = v
 
     def function_decorator(self, node: ast.FunctionDef) -> dict[str, Any]:
         decos = node.decorator_list
