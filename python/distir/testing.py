@@ -2,16 +2,32 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 
 from .errors import DistirError
 from .ir.expr import IRModule
+from .ir.op import OpDef, register_op, unregister_op
 from .runtime.spmd import SpmdStats, run_spmd
 from .transform.specialize import specialize
 
-__all__ = ["assert_sharded_equivalent", "compare_outputs", "random_inputs"]
+__all__ = ["assert_sharded_equivalent", "compare_outputs", "random_inputs", "temporary_op"]
+
+
+@contextmanager
+def temporary_op(op: OpDef) -> Iterator[OpDef]:
+    """Declare ``op`` for the ``with`` block only (a test's own op).
+
+    The op registry is global: the op is removed again however the block ends, so that
+    other tests (and docs/ops.md's tables) never see it.
+    """
+    register_op(op)
+    try:
+        yield op
+    finally:
+        unregister_op(op.name)
 
 
 def random_inputs(

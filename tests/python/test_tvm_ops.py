@@ -102,3 +102,71 @@ def test_elementwise_and_creation_ops_on_disco():
     mod = distir.parse(elementwise_module())
     rng = np.random.default_rng(4)
     tvm_equivalent(mod, [rng.standard_normal((8, 16)).astype("float32") for _ in range(2)], atol=1e-4)
+
+
+# ---------------------------------------------------------------- an op declared only here
+
+
+def _leaky_relu_op():
+    """A toy elementwise op whose only TVM knowledge is its RelaxForm: relax.op.nn.leakyrelu,
+    with the slope passed as Relax's ``alpha`` and converted from a percentage."""
+    from distir.ir import OpDef, Param
+    from distir.ir.op import RelaxAttr, RelaxForm, ShardingDoc
+    from distir.ops._common import broadcast_rule, expect_tensor
+
+    return OpDef(
+        name="toy.leaky_relu",
+        params=(Param("data", "tensor"), Param("slope_percent", "int", 1)),
+        infer=lambda types, attrs: expect_tensor(types[0], "toy.leaky_relu"),
+        numpy=lambda xs, attrs, ctx: np.where(xs[0] > 0, xs[0], xs[0] * (attrs["slope_percent"] / 100)).astype(
+            xs[0].dtype
+        ),
+        sharding=lambda types, attrs, outs: broadcast_rule([types[0].shape], outs[0].ndim),
+        doc="Leaky ReLU with the negative slope in percent.",
+        relax=RelaxForm("relax.op.nn.leakyrelu", (RelaxAttr("slope_percent", "alpha", lambda p: p / 100),)),
+        category="elementwise",
+        sharding_doc=ShardingDoc(passes="all"),
+    )
+
+
+TOY_MODULE = """
+@I.ir_module
+class Module:
+    I.module_global_infos({"mesh": [R.device_mesh(("num_workers",), I.Range(0, "num_workers"))]})
+
+    @R.function
+    def main(x: R.DTensor((8, 16), "float32", "mesh[0]", "S[0]"), w: R.DTensor((16, 4), "float32", "mesh[0]", "R")):
+        with R.dataflow():
+            h = R.toy.leaky_relu(x, slope_percent=20)
+            y = R.matmul(h, w)
+            z = R.dist.redistribute(y, device_mesh="mesh[0]", placement="R")
+            R.output(z)
+        return z
+"""
+
+
+def test_an_op_declared_outside_distir_exports_builds_and_runs_on_disco():
+    """No edit in distir.tvm: the declaration's RelaxForm is the whole TVM form."""
+    import tvm
+
+    import distir
+    from distir.testing import temporary_op
+    from distir.tvm.ops import supported_ops
+
+    with temporary_op(_leaky_relu_op()):
+        assert "toy.leaky_relu" in supported_ops()
+        mod = distir.parse(TOY_MODULE)
+        exported = to_relax(distribute_pipeline()(mod))
+        calls = [
+            b.value
+            for block in exported["main"].body.blocks
+            for b in block.bindings
+            if isinstance(b.value, tvm.ir.expr.Call) and str(b.value.op.name) == "relax.nn.leakyrelu"
+        ]
+        assert len(calls) == 1 and float(calls[0].attrs.alpha) == pytest.approx(0.2)
+        rng = np.random.default_rng(5)
+        x, w = rng.standard_normal((8, 16)).astype("float32"), rng.standard_normal((16, 4)).astype("float32")
+        expected = run(mod, x, w)
+        assert np.any(x < 0) and not np.allclose(expected, run(mod, np.maximum(x, 0), w))  # the slope shows
+        tvm_equivalent(mod, [x, w])
+    assert "toy.leaky_relu" not in supported_ops()

@@ -17,7 +17,7 @@ from .expr import (
     Var,
 )
 from .mesh import DeviceMesh, MeshError, Range
-from .op import OpDef, Param, all_ops, get_op, register_op
+from .op import OpDef, Param, RelaxAttr, RelaxForm, ShardingDoc, all_ops, get_op, register_op
 from .placement import Partial, Placement, PlacementError, Replicate, Shard
 from .sharding import ShardingRule
 from .types import DTensorType, PrimType, ShapeType, TensorType, TupleType, Type
@@ -42,10 +42,13 @@ __all__ = [
     "PrimType",
     "PrimValue",
     "Range",
+    "RelaxAttr",
+    "RelaxForm",
     "Replicate",
     "ShapeExpr",
     "ShapeType",
     "Shard",
+    "ShardingDoc",
     "ShardingRule",
     "StringImm",
     "TensorType",

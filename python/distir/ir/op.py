@@ -3,8 +3,10 @@
 An :class:`OpDef` holds the op's script name (``"matmul"``, ``"nn.softmax"``,
 ``"dist.redistribute"``), its parameters (which are arguments, which are attributes,
 their kinds and defaults), its type inference, its sharding rule (for propagation and
-for typing DTensor inputs), its local-view lowering and its numpy reference. Ops are
-declared in :mod:`distir.ops`; adding an op means writing one declaration there.
+for typing DTensor inputs), its local-view lowering, its numpy reference, its TVM Relax
+form (:class:`RelaxForm`, used by :mod:`distir.tvm`) and what docs/ops.md says about it
+(``doc``, ``category``, :class:`ShardingDoc`). Ops are declared in :mod:`distir.ops`;
+adding an op means writing one declaration there.
 """
 
 from __future__ import annotations
@@ -54,6 +56,76 @@ class Param:
         return self.default is REQUIRED
 
 
+@dataclass(frozen=True)
+class RelaxAttr:
+    """One distir attribute passed to the Relax op: ``keyword=convert(attrs[name])``.
+
+    ``keyword`` defaults to ``name``; ``convert`` (plain Python, applied to the attribute's
+    value with defaults filled in) maps distir's spelling of the value to Relax's. Sizes
+    and lists of sizes become TVM expressions after the conversion.
+    """
+
+    name: str
+    keyword: str = ""
+    convert: Callable[[Any], Any] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.keyword:
+            object.__setattr__(self, "keyword", self.name)
+
+
+@dataclass(frozen=True)
+class RelaxForm:
+    """How an op becomes TVM Relax in the export (:mod:`distir.tvm.ops`).
+
+    - ``op``: the Relax op function by its dotted name under ``tvm``
+      (``"relax.op.nn.softmax"``), called with the op's arguments in order and ``attrs``
+      by keyword. It is resolved on first use by :mod:`distir.tvm`, so declaring it
+      imports nothing of TVM.
+    - ``attrs``: the distir attributes passed (a :class:`RelaxAttr`, or just its name when
+      the keyword is the same and the value needs no conversion).
+    - ``emit``: for a form Relax has no single op for, a ``"module:function"`` emitter
+      ``(exporter, call) -> relax.Expr``, also imported on first use; it may fall back to
+      ``op``/``attrs`` (``distir.tvm.ops.emit_relax_form``).
+    - ``doc``: what the emitter does, for docs/ops.md (required with ``emit``).
+    """
+
+    op: str | None = None
+    attrs: tuple[RelaxAttr, ...] = ()
+    emit: str | None = None
+    doc: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "attrs", tuple(a if isinstance(a, RelaxAttr) else RelaxAttr(a) for a in self.attrs))
+        if self.op is None and self.emit is None:
+            raise DistirError("a RelaxForm names a Relax op (op=...) or an emitter (emit=...)")
+        if self.op is not None and not self.op.startswith("relax."):
+            raise DistirError(f"RelaxForm op '{self.op}' must be a dotted name under tvm, e.g. 'relax.op.add'")
+        if self.emit is not None and ":" not in self.emit:
+            raise DistirError(f"RelaxForm emit '{self.emit}' must be 'module:function'")
+        if self.emit is not None and not self.doc:
+            raise DistirError(f"RelaxForm emit '{self.emit}' needs a doc saying what it emits")
+
+    @classmethod
+    def same_name(cls, name: str, *attrs: str | RelaxAttr) -> RelaxForm:
+        """The Relax op named like the distir op (``relax.op.<name>``), passing ``attrs``."""
+        return cls(f"relax.op.{name}", attrs)
+
+
+@dataclass(frozen=True)
+class ShardingDoc:
+    """How an op shards, in words, for the tables of docs/ops.md (the rule is ``OpDef.sharding``).
+
+    Empty fields print as a dash; ``partials`` is usually written by
+    :func:`distir.ops.docgen.partials_text` from the same table the rule reads.
+    """
+
+    passes: str  # which dims pass their sharding to the output
+    blocked: str = ""  # which dims must be whole
+    gives_partial: str = ""  # a sharded dim the op reduces over, and the partial it leaves
+    partials: str = "none"  # which partial inputs pass through, and how
+
+
 @dataclass(eq=False)
 class OpDef:
     """Everything about one op. See the module docstring."""
@@ -67,8 +139,10 @@ class OpDef:
     # global call gives the hook its inputs' placements (e.g. to offset by the worker's block)
     localize: Callable | None = None
     dist_aware: bool = False  # infer() handles DTensor inputs itself
-    doc: str = ""
-    tvm_compatible: bool = True  # TVM's own parser knows this op with these attrs
+    doc: str = ""  # one line, for docs/ops.md
+    relax: RelaxForm | None = None  # its TVM Relax form (None: none, or a collective's step says it)
+    category: str = ""  # its table in docs/ops.md ("elementwise", ...); dist.*/ccl.* ops go by prefix
+    sharding_doc: ShardingDoc | None = None  # how it shards, in words (docs/ops.md)
     step: Any = None  # the StepKind (distir.ir.steps) when the op is a redistribution step or its collective
 
     def __repr__(self) -> str:
@@ -140,6 +214,11 @@ def register_op(op: OpDef) -> OpDef:
     names = [p.name for p in op.params]
     if len(set(names)) != len(names):
         raise DistirError(f"op R.{op.name} repeats a parameter name")
+    if op.relax is not None:
+        attrs = {p.name for p in op.attr_params}
+        for a in op.relax.attrs:
+            if a.name not in attrs:
+                raise DistirError(f"op R.{op.name}: its Relax form passes '{a.name}', which is not one of its attributes")
     _REGISTRY[op.name] = op
     return op
 

@@ -15,6 +15,7 @@ from ..errors import TypeInferenceError
 from ..ir import sym
 from ..ir.expr import Call, ShapeExpr
 from ..ir.layout import block_start_expr
+from ..ir.op import RelaxForm, ShardingDoc
 from ..ir.types import DTensorType, ShapeType
 from ._common import (
     LAYOUT_PARTIALS,
@@ -28,6 +29,7 @@ from ._common import (
     np_dtype,
     register_op,
 )
+from .docgen import partials_text
 
 # ---------------------------------------------------------------- full / zeros / ones
 
@@ -85,8 +87,14 @@ register_op(
         sharding=_create_rule,
         localize=_create_localize,
         doc="A tensor of `shape` filled with the scalar fill_value (dtype defaults to fill_value's).",
+        relax=RelaxForm.same_name("full", "dtype"),
+        category="creation",
+        sharding_doc=ShardingDoc(
+            passes="– (outputs start replicated)", partials="a partial scalar fill gives a partial result"
+        ),
     )
 )
+
 
 def _const_numpy(value: int):
     def numpy(xs, attrs, ctx):
@@ -105,6 +113,9 @@ for _name, _value in (("zeros", 0), ("ones", 1)):
             sharding=_create_rule,
             localize=_create_localize,
             doc=f"A tensor of `shape` filled with {_value}.",
+            relax=RelaxForm.same_name(_name, "dtype"),
+            category="creation",
+            sharding_doc=ShardingDoc(passes="– (outputs start replicated)", partials=""),
         )
     )
 
@@ -168,5 +179,15 @@ for _name, _fn in (("tril", np.tril), ("triu", np.triu)):
             localize=_tri_localize,
             doc=f"{'Lower' if _name == 'tril' else 'Upper'} triangle of the last two dims (diagonal offset k). "
             "Every dim may be sharded: a worker shifts k by its row and column block offsets.",
+            relax=RelaxForm(
+                f"relax.op.{_name}",
+                ("k",),
+                emit="distir.tvm.ops:emit_triangle",
+                doc="a `k` that depends on the worker masks with index tensors instead",
+            ),
+            category="creation",
+            sharding_doc=ShardingDoc(
+                passes="all dims (batch, head, rows, columns)", partials=partials_text(LAYOUT_PARTIALS)
+            ),
         )
     )

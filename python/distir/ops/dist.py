@@ -76,7 +76,6 @@ register_op(
         infer=_replicate_infer,
         numpy=lambda xs, attrs, ctx: xs[0],
         dist_aware=True,
-        tvm_compatible=False,
         doc="A plain tensor (computed from constants: the same on every worker) as a replicated DTensor on the "
         "mesh, so it can be redistributed like any DTensor. No communication; the local view drops it.",
     )

@@ -1,4 +1,8 @@
-"""Elementwise ops: binary with broadcasting, and unary activations."""
+"""Elementwise ops: binary with broadcasting, and unary activations.
+
+Each table below declares its ops whole: adding a row adds the op with its type rule,
+numpy reference, sharding rule, docs and Relax form (the Relax op of the same name).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import math
 import numpy as np
 
 from ..errors import TypeInferenceError
+from ..ir.op import RelaxForm, ShardingDoc
 from ._common import (
     OpDef,
     Param,
@@ -18,30 +23,33 @@ from ._common import (
     is_float_dtype,
     register_op,
 )
+from .docgen import partials_text
 
 # How a partial input passes through each binary op: add/subtract are linear in all
 # inputs jointly; multiply is linear in each; divide only in its numerator; max/min
 # commute with a max/min reduction when both sides are partial alike. partial_inputs
-# (third entry) limits which input may be the lone partial in "one" mode.
+# (third entry) limits which input may be the lone partial in "one" mode; the last entry
+# says why, for docs/ops.md.
 _BINARY = {
     # add/subtract: also max(p_i + r) = max(p_i) + r, so a lone P[max]/P[min] passes (only as
     # subtract's lhs: r - p flips max into min)
-    "add": (np.add, {"sum": "all", "avg": "all", "max": "one", "min": "one"}, None),
-    "subtract": (np.subtract, {"sum": "all", "avg": "all", "max": "one", "min": "one"}, (0,)),
-    "multiply": (np.multiply, {"sum": "one", "avg": "one"}, None),
-    "divide": (np.divide, {"sum": "one", "avg": "one"}, (0,)),
-    "maximum": (np.maximum, {"max": "all"}, None),
-    "minimum": (np.minimum, {"min": "all"}, None),
-    "power": (np.power, {}, None),
+    "add": (np.add, {"sum": "all", "avg": "all", "max": "one", "min": "one"}, None, "max(p + r) = max(p) + r"),
+    "subtract": (np.subtract, {"sum": "all", "avg": "all", "max": "one", "min": "one"}, (0,), "r − p turns max into min"),
+    "multiply": (np.multiply, {"sum": "one", "avg": "one"}, None, ""),
+    "divide": (np.divide, {"sum": "one", "avg": "one"}, (0,), "the numerator"),
+    "maximum": (np.maximum, {"max": "all"}, None, ""),
+    "minimum": (np.minimum, {"min": "all"}, None, ""),
+    "power": (np.power, {}, None, ""),
 }
 _COMPARE = {
-    "equal": np.equal,
-    "not_equal": np.not_equal,
-    "less": np.less,
-    "less_equal": np.less_equal,
-    "greater": np.greater,
-    "greater_equal": np.greater_equal,
+    "equal": (np.equal, "x1 == x2"),
+    "not_equal": (np.not_equal, "x1 != x2"),
+    "less": (np.less, "x1 < x2"),
+    "less_equal": (np.less_equal, "x1 <= x2"),
+    "greater": (np.greater, "x1 > x2"),
+    "greater_equal": (np.greater_equal, "x1 >= x2"),
 }
+_BROADCAST = "all dims, broadcasting"
 
 
 def _binary_infer(name, result_dtype=None):
@@ -70,7 +78,11 @@ def _binary_numpy(fn, keep_dtype: bool):
     return numpy
 
 
-for _name, (_fn, _partial, _pin) in _BINARY.items():
+def _only(partial_inputs) -> str:
+    return " and ".join(("x1", "x2")[i] for i in partial_inputs or ())
+
+
+for _name, (_fn, _partial, _pin, _why) in _BINARY.items():
     register_op(
         OpDef(
             name=_name,
@@ -79,10 +91,15 @@ for _name, (_fn, _partial, _pin) in _BINARY.items():
             numpy=_binary_numpy(_fn, keep_dtype=True),
             sharding=_binary_rule(_partial, _pin),
             doc=f"Elementwise {_name} with numpy-style broadcasting.",
+            relax=RelaxForm.same_name(_name),
+            category="elementwise",
+            sharding_doc=ShardingDoc(
+                passes=_BROADCAST, blocked="size-1 dims", partials=partials_text(_partial, _only(_pin), _why)
+            ),
         )
     )
 
-for _name, _fn in _COMPARE.items():
+for _name, (_fn, _what) in _COMPARE.items():
     register_op(
         OpDef(
             name=_name,
@@ -90,7 +107,10 @@ for _name, _fn in _COMPARE.items():
             infer=_binary_infer(_name, "bool"),
             numpy=_binary_numpy(_fn, keep_dtype=False),
             sharding=_binary_rule({}, None),
-            doc=f"Elementwise comparison ({_name}); the result is bool.",
+            doc=f"Elementwise comparison {_what}, with broadcasting; the result is bool.",
+            relax=RelaxForm.same_name(_name),
+            category="elementwise",
+            sharding_doc=ShardingDoc(passes=_BROADCAST, blocked="size-1 dims"),
         )
     )
 
@@ -112,6 +132,9 @@ register_op(
         numpy=lambda xs, attrs, ctx: np.asarray(np.where(xs[0], xs[1], xs[2])),
         sharding=lambda types, attrs, outs: broadcast_rule([t.shape for t in types], outs[0].ndim),
         doc="Select from x1 where condition holds, else from x2.",
+        relax=RelaxForm.same_name("where"),
+        category="elementwise",
+        sharding_doc=ShardingDoc(passes=_BROADCAST, blocked="size-1 dims"),
     )
 )
 
@@ -147,25 +170,25 @@ def _sigmoid(x):
 
 _MONOTONE = {"max": "one", "min": "one"}  # increasing f: f(max p_i) = max f(p_i)
 
-# name -> (numpy function (float64 in, any out), partial reductions it passes through, param name)
-# nn.* ops name their input "data" and the others "x", as TVM Relax does.
+# name -> (numpy function (float64 in, any out), partial reductions it passes through, param
+# name, what it computes). nn.* ops name their input "data" and the others "x", as TVM Relax does.
 _UNARY = {
-    "nn.gelu": (_gelu, {}, "data"),
-    "nn.gelu_tanh": (_gelu_tanh, {}, "data"),
-    "nn.relu": (lambda x: np.maximum(x, 0), _MONOTONE, "data"),
-    "nn.silu": (lambda x: x * _sigmoid(x), {}, "data"),
-    "exp": (np.exp, _MONOTONE, "x"),
-    "log": (np.log, _MONOTONE, "x"),
-    "sqrt": (np.sqrt, _MONOTONE, "x"),
-    "rsqrt": (lambda x: 1.0 / np.sqrt(x), {}, "x"),
-    "tanh": (np.tanh, _MONOTONE, "x"),
-    "sigmoid": (_sigmoid, _MONOTONE, "x"),
-    "erf": (_erf64, _MONOTONE, "x"),
-    "sin": (np.sin, {}, "x"),
-    "cos": (np.cos, {}, "x"),
-    "square": (np.square, {}, "x"),
-    "negative": (np.negative, {"sum": "one", "avg": "one"}, "x"),
-    "abs": (np.abs, {}, "x"),
+    "nn.gelu": (_gelu, {}, "data", "GELU, x·Φ(x) with the exact normal CDF (erf)"),
+    "nn.gelu_tanh": (_gelu_tanh, {}, "data", "GELU with the tanh approximation"),
+    "nn.relu": (lambda x: np.maximum(x, 0), _MONOTONE, "data", "ReLU max(x, 0)"),
+    "nn.silu": (lambda x: x * _sigmoid(x), {}, "data", "SiLU x·sigmoid(x)"),
+    "exp": (np.exp, _MONOTONE, "x", "exponential e^x"),
+    "log": (np.log, _MONOTONE, "x", "natural logarithm"),
+    "sqrt": (np.sqrt, _MONOTONE, "x", "square root"),
+    "rsqrt": (lambda x: 1.0 / np.sqrt(x), {}, "x", "reciprocal square root 1 / sqrt(x)"),
+    "tanh": (np.tanh, _MONOTONE, "x", "hyperbolic tangent"),
+    "sigmoid": (_sigmoid, _MONOTONE, "x", "logistic sigmoid 1 / (1 + e^-x)"),
+    "erf": (_erf64, _MONOTONE, "x", "error function erf(x)"),
+    "sin": (np.sin, {}, "x", "sine"),
+    "cos": (np.cos, {}, "x", "cosine"),
+    "square": (np.square, {}, "x", "square x·x"),
+    "negative": (np.negative, {"sum": "one", "avg": "one"}, "x", "negation -x"),
+    "abs": (np.abs, {}, "x", "absolute value"),
 }
 
 
@@ -203,7 +226,7 @@ def _unary_rule(partial):
     return rule
 
 
-for _name, (_fn, _partial, _pname) in _UNARY.items():
+for _name, (_fn, _partial, _pname, _what) in _UNARY.items():
     register_op(
         OpDef(
             name=_name,
@@ -211,6 +234,11 @@ for _name, (_fn, _partial, _pname) in _UNARY.items():
             infer=_unary_infer(_name),
             numpy=_unary_numpy(_fn),
             sharding=_unary_rule(_partial),
-            doc=f"Elementwise {_name}.",
+            doc=f"Elementwise {_what}" + ("." if _name in _ANY_DTYPE else "; needs floats."),
+            relax=RelaxForm.same_name(_name),
+            category="elementwise",
+            sharding_doc=ShardingDoc(
+                passes="all", partials=partials_text(_partial, note="increasing" if _partial is _MONOTONE else "")
+            ),
         )
     )

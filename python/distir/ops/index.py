@@ -17,7 +17,7 @@ from ..errors import DistirError, TypeInferenceError
 from ..ir import sym
 from ..ir.expr import Call
 from ..ir.layout import block_start_expr
-from ..ir.op import get_op
+from ..ir.op import RelaxForm, ShardingDoc, get_op
 from ..ir.types import DTensorType
 from ._common import (
     LAYOUT_PARTIALS,
@@ -37,6 +37,7 @@ from ._common import (
     shape_str,
     simplify_nonneg,
 )
+from .docgen import partials_text
 
 # ---------------------------------------------------------------- strided_slice
 
@@ -176,6 +177,18 @@ register_op(
         sharding=_slice_rule,
         localize=_slice_localize,
         doc="x[begin:end:stride] on each of `axes`. A sliced axis must be whole unless the slice covers it.",
+        relax=RelaxForm(
+            "relax.op.strided_slice",
+            ("axes", "begin", "end", "strides", "assume_inbound"),
+            emit="distir.tvm.ops:emit_strided_slice",
+            doc="a worker outside a mesh clamps its (unused) worker-dependent bounds into the tensor",
+        ),
+        category="indexing",
+        sharding_doc=ShardingDoc(
+            passes="unsliced dims; a sliced dim whose slice covers it (begin 0, stride 1, end ≥ dim)",
+            blocked="every other sliced dim",
+            partials=partials_text(LAYOUT_PARTIALS),
+        ),
     )
 )
 
@@ -291,6 +304,19 @@ register_op(
         localize=_take_localize,
         doc="Gather slices of x along `axis` at `indices` (an embedding lookup with axis=0). "
         "With x sharded on `axis` (mode \"fast\"), the output is P[sum].",
+        relax=RelaxForm(
+            "relax.op.take",
+            ("axis", "mode"),
+            emit="distir.tvm.ops:emit_take",
+            doc="modes fast, wrap and clip (Relax has no nan)",
+        ),
+        category="indexing",
+        sharding_doc=ShardingDoc(
+            passes="every table dim (mode `fast`; see below); every dim of indices",
+            blocked="the table's `axis` for modes other than `fast`",
+            gives_partial="the table's `axis` (mode `fast`) → `P[sum]`",
+            partials=partials_text(LAYOUT_PARTIALS, only="x"),
+        ),
     )
 )
 
@@ -332,7 +358,16 @@ register_op(
         ),
         doc="Per-worker form of R.take from a table sharded on `axis`: x holds the table's rows "
         "[offset, offset + x.shape[axis]); indices in that range are looked up, the others give zeros. "
-        "Summing over the workers gives the take. Local view only (not a TVM op).",
-        tvm_compatible=False,
+        "Summing over the workers gives the take. Local view only (not a Relax op).",
+        relax=RelaxForm(
+            emit="distir.tvm.ops:emit_shard_take",
+            doc="take of the indices that fall in the worker's rows (`relax.op.take`), zeros for the others (`where`)",
+        ),
+        category="indexing",
+        sharding_doc=ShardingDoc(
+            passes="local view op; as `take`, but the window's `axis` stays whole",
+            blocked="`axis`",
+            partials=partials_text(LAYOUT_PARTIALS, only="x"),
+        ),
     )
 )

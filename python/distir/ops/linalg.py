@@ -6,7 +6,12 @@ import numpy as np
 
 from ..errors import TypeInferenceError
 from ..ir import sym
+from ..ir.op import RelaxForm, ShardingDoc
 from ._common import OpDef, Param, ShardingRule, TensorType, broadcast_shapes, expect_tensor, np_dtype, register_op
+from .docgen import partials_text
+
+# a partial operand passes when the other is replicated: matmul is linear in each
+_PARTIAL = {"sum": "one", "avg": "one"}
 
 
 def _infer(types, attrs):
@@ -57,7 +62,7 @@ def _rule(types, attrs, outs):
         inputs=(a_dims, b_dims),
         outputs=(out,),
         reductions={"k": "sum"},
-        partial={"sum": "one", "avg": "one"},
+        partial=_PARTIAL,
     )
 
 
@@ -80,5 +85,12 @@ register_op(
         numpy=_numpy,
         sharding=_rule,
         doc="Matrix product with numpy semantics (batched, broadcasting). A sharded contraction dim gives P[sum].",
+        relax=RelaxForm.same_name("matmul", "out_dtype"),
+        category="reduction",
+        sharding_doc=ShardingDoc(
+            passes="batch dims (broadcasting), rows of x1, columns of x2",
+            gives_partial="contraction dim → `P[sum]`",
+            partials=partials_text(_PARTIAL),
+        ),
     )
 )

@@ -9,6 +9,7 @@ import numpy as np
 from ..errors import TypeInferenceError
 from ..ir import sym
 from ..ir.expr import Call, ShapeExpr
+from ..ir.op import RelaxForm, ShardingDoc
 from ..ir.types import ShapeType, TupleType
 from ._common import (
     LAYOUT_PARTIALS,
@@ -28,6 +29,9 @@ from ._common import (
     register_op,
     shape_str,
 )
+from .docgen import partials_text
+
+_LAYOUT = partials_text(LAYOUT_PARTIALS)
 
 
 def _target_shape(x: TensorType, shape_t) -> tuple:
@@ -135,6 +139,13 @@ register_op(
         sharding=lambda types, attrs, outs: _with_shape_input(_reshape_rule(types[:1], attrs, outs)),
         localize=_reshape_localize,
         doc="Reshape in C order. A sharded dim passes through when it stays the leading part of its output dim.",
+        relax=RelaxForm.same_name("reshape"),
+        category="shape",
+        sharding_doc=ShardingDoc(
+            passes="a dim that stays the leading (major) part of an output dim, through splits and merges",
+            blocked="dims in many-to-many groups; a sharded dim that would become a minor part",
+            partials=_LAYOUT,
+        ),
     )
 )
 
@@ -183,6 +194,9 @@ register_op(
         numpy=lambda xs, attrs, ctx: np.transpose(xs[0], _permute_axes(attrs, xs[0].ndim)),
         sharding=_permute_rule,
         doc="Permute dims (reverse them when axes is None).",
+        relax=RelaxForm.same_name("permute_dims", "axes"),
+        category="shape",
+        sharding_doc=ShardingDoc(passes="all (renumbered)", partials=_LAYOUT),
     )
 )
 
@@ -213,6 +227,13 @@ register_op(
         numpy=lambda xs, attrs, ctx: xs[0].astype(np_dtype(attrs["dtype"])),
         sharding=_astype_rule,
         doc="Convert the element type.",
+        relax=RelaxForm.same_name("astype", "dtype"),
+        category="elementwise",
+        sharding_doc=ShardingDoc(
+            passes="all",
+            partials="sum, avg: `one` when the cast does not round (into a float, or int to int); "
+            "max, min: `one` unless bool is involved",
+        ),
     )
 )
 
@@ -256,6 +277,9 @@ register_op(
         numpy=_expand_numpy,
         sharding=_expand_rule,
         doc="Insert size-1 dims at `axis` (positions in the output). Every dim of x passes its sharding.",
+        relax=RelaxForm.same_name("expand_dims", "axis"),
+        category="shape",
+        sharding_doc=ShardingDoc(passes="all (renumbered)", partials=_LAYOUT),
     )
 )
 
@@ -324,6 +348,9 @@ register_op(
         sharding=_squeeze_rule,
         localize=_squeeze_localize,
         doc="Remove size-1 dims (all statically size-1 dims when axis is None). Other dims pass their sharding.",
+        relax=RelaxForm.same_name("squeeze", "axis"),
+        category="shape",
+        sharding_doc=ShardingDoc(passes="all kept dims", partials=_LAYOUT),
     )
 )
 
@@ -362,19 +389,17 @@ def _concat_infer(types, attrs):
     return TensorType(tuple(total if d == axis else s for d, s in enumerate(first.shape)), first.dtype)
 
 
+# a partial value concatenated with partials of the same reduction stays partial: the
+# reduction is elementwise and concat only places elements
+_CONCAT_PARTIALS = {"sum": "all", "avg": "all", "max": "all", "min": "all"}
+
+
 def _concat_rule(types, attrs, outs):
     # types: the flattened tensors of the tuple
     ndim = types[0].ndim
     axis = norm_axis(attrs["axis"], ndim, "concat")
     f = dims_factors(ndim)
-    # a partial value concatenated with partials of the same reduction stays partial: the
-    # reduction is elementwise and concat only places elements
-    return ShardingRule(
-        inputs=(f,) * len(types),
-        outputs=(f,),
-        blocked=frozenset({f"d{axis}"}),
-        partial={"sum": "all", "avg": "all", "max": "all", "min": "all"},
-    )
+    return ShardingRule(inputs=(f,) * len(types), outputs=(f,), blocked=frozenset({f"d{axis}"}), partial=_CONCAT_PARTIALS)
 
 
 register_op(
@@ -385,6 +410,11 @@ register_op(
         numpy=lambda xs, attrs, ctx: np.concatenate(list(xs[0]), axis=attrs["axis"]),
         sharding=_concat_rule,
         doc="Concatenate a tuple of tensors along `axis`; that axis must be whole, the others pass.",
+        relax=RelaxForm.same_name("concat", "axis"),
+        category="shape",
+        sharding_doc=ShardingDoc(
+            passes="other dims, sharded alike in every input", blocked="`axis`", partials=partials_text(_CONCAT_PARTIALS)
+        ),
     )
 )
 
@@ -453,5 +483,8 @@ register_op(
         numpy=_split_numpy,
         sharding=_split_rule,
         doc="Split along `axis` into n sections or at the given indices; a tuple of tensors. The axis must be whole.",
+        relax=RelaxForm.same_name("split", "indices_or_sections", "axis"),
+        category="shape",
+        sharding_doc=ShardingDoc(passes="other dims, into every output", blocked="`axis`", partials=_LAYOUT),
     )
 )

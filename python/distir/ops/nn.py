@@ -11,6 +11,7 @@ import numpy as np
 
 from ..errors import TypeInferenceError
 from ..ir import sym
+from ..ir.op import RelaxForm, ShardingDoc
 from ._common import (
     OpDef,
     Param,
@@ -74,6 +75,9 @@ register_op(
         numpy=_softmax,
         sharding=_softmax_rule("nn.softmax"),
         doc="Softmax over `axis`; that axis must not be sharded.",
+        relax=RelaxForm.same_name("nn.softmax", "axis"),
+        category="normalisation",
+        sharding_doc=ShardingDoc(passes="other dims", blocked="`axis`"),
     )
 )
 
@@ -85,6 +89,9 @@ register_op(
         numpy=_log_softmax,
         sharding=_softmax_rule("nn.log_softmax"),
         doc="log(softmax(x)) over `axis`, computed stably; that axis must not be sharded.",
+        relax=RelaxForm.same_name("nn.log_softmax", "axis"),
+        category="normalisation",
+        sharding_doc=ShardingDoc(passes="other dims", blocked="`axis`"),
     )
 )
 
@@ -182,6 +189,11 @@ register_op(
         numpy=_layer_norm,
         sharding=_norm_rule("nn.layer_norm", 2),
         doc="Layer normalisation over `axes` (whole), scaled by gamma and shifted by beta; batch dims pass.",
+        relax=RelaxForm.same_name("nn.layer_norm", "axes", "epsilon", "center", "scale"),
+        category="normalisation",
+        sharding_doc=ShardingDoc(
+            passes="other dims (gamma, beta replicated)", blocked="`axes` (and gamma/beta, which span them)"
+        ),
     )
 )
 
@@ -198,5 +210,8 @@ register_op(
         numpy=_rms_norm,
         sharding=_norm_rule("nn.rms_norm", 1),
         doc="Root-mean-square normalisation over `axes` (whole), scaled by weight; batch dims pass.",
+        relax=RelaxForm.same_name("nn.rms_norm", "axes", "epsilon"),
+        category="normalisation",
+        sharding_doc=ShardingDoc(passes="other dims (weight replicated)", blocked="`axes` (and weight)"),
     )
 )

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir.op import RelaxForm, ShardingDoc
 from ._common import OpDef, Param, ShardingRule, TensorType, as_compute, expect_tensor, norm_axes, register_op
+from .docgen import partials_text
 
 # name -> (numpy function, partial kind produced by reducing a sharded dim, partial kinds passed through)
 _REDUCE = {
@@ -55,6 +57,12 @@ def _numpy(fn, wide: bool):
     return run
 
 
+def _gives(produced: str | None) -> str:
+    if produced is None:
+        return ""
+    return f"reduced dim → `P[{produced}]`" + (" (equal shards)" if produced == "avg" else "")
+
+
 for _name, (_fn, _produced, _passes) in _REDUCE.items():
     register_op(
         OpDef(
@@ -64,5 +72,13 @@ for _name, (_fn, _produced, _passes) in _REDUCE.items():
             numpy=_numpy(_fn, wide=_name in ("sum", "mean", "prod")),
             sharding=_rule(_name, _produced, _passes),
             doc=f"Reduce by {_name} over `axis` (all axes when None).",
+            relax=RelaxForm.same_name(_name, "axis", "keepdims"),
+            category="reduction",
+            sharding_doc=ShardingDoc(
+                passes="kept dims",
+                blocked="" if _produced else "reduced dims",
+                gives_partial=_gives(_produced),
+                partials=partials_text(_passes),
+            ),
         )
     )

@@ -1,85 +1,139 @@
-"""The op table of the export: each distir op of the local view as standard Relax ops.
+"""The export of ops: each distir op of the local view as standard Relax ops.
 
-Most ops are Relax ops of the same name whose attributes have the same names and
-meaning, so one generic rule serves them. The rest are written out: ops whose attribute
-may depend on the worker id (``tril``/``triu`` after the lowering shifted ``k``),
-``shard_take`` (a vocab-parallel lookup, composed from take and masks), and the
-``R.ccl.*`` collectives (in :mod:`distir.tvm.collectives`). Anything else is an error
-naming the op.
+Every op declares its Relax form (:class:`distir.ir.op.RelaxForm`): a Relax op by its
+dotted name and the attributes it passes, which :func:`emit_relax_form` resolves and
+calls, or an emitter of this package for a form composed of several Relax ops. The
+emitters for such ops live here: ``take`` (modes Relax lacks are an error),
+``strided_slice`` (bounds clamped on workers outside a mesh), ``tril``/``triu`` (a
+diagonal that depends on the worker) and ``shard_take`` (a vocab-parallel lookup). The
+``R.ccl.*`` collectives are emitted as their step kind says (:mod:`distir.tvm.collectives`).
+An op with neither is an error naming it.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import tvm
 from tvm import relax
 
+from ..errors import DistirError
 from ..ir import sym
 from ..ir.expr import Call
 from ..ir.layout import WORKER_ID
+from ..ir.op import OpDef, RelaxForm, all_ops
 from ..ir.types import TensorType
 from .collectives import collective_ops, emit_collective
 
 if TYPE_CHECKING:  # pragma: no cover
     from .export import _FunctionExporter
 
-__all__ = ["SUPPORTED_OPS", "emit_op"]
+__all__ = [
+    "emit_op",
+    "emit_relax_form",
+    "emit_shard_take",
+    "emit_strided_slice",
+    "emit_take",
+    "emit_triangle",
+    "relax_function",
+    "supported_ops",
+]
 
-Rule = Callable[["_FunctionExporter", Call], relax.Expr]
+Emitter = Callable[["_FunctionExporter", Call], relax.Expr]
 
-_UNARY = ("abs", "cos", "erf", "exp", "log", "negative", "rsqrt", "sigmoid", "sin", "sqrt", "square", "tanh")
-_BINARY = (
-    "add", "subtract", "multiply", "divide", "power", "maximum", "minimum",
-    "equal", "not_equal", "greater", "greater_equal", "less", "less_equal",
-)  # fmt: skip
-# distir op -> (Relax op function, attribute names passed by keyword)
-_SAME_NAME: dict[str, tuple[Callable, tuple[str, ...]]] = {
-    **{n: (getattr(relax.op, n), ()) for n in _UNARY + _BINARY},
-    "where": (relax.op.where, ()),
-    "astype": (relax.op.astype, ("dtype",)),
-    "matmul": (relax.op.matmul, ("out_dtype",)),
-    **{n: (getattr(relax.op, n), ("axis", "keepdims")) for n in ("sum", "mean", "max", "min", "prod")},
-    "nn.relu": (relax.op.nn.relu, ()),
-    "nn.gelu": (relax.op.nn.gelu, ()),
-    "nn.gelu_tanh": (relax.op.nn.gelu_tanh, ()),
-    "nn.silu": (relax.op.nn.silu, ()),
-    "nn.softmax": (relax.op.nn.softmax, ("axis",)),
-    "nn.log_softmax": (relax.op.nn.log_softmax, ("axis",)),
-    "nn.layer_norm": (relax.op.nn.layer_norm, ("axes", "epsilon", "center", "scale")),
-    "nn.rms_norm": (relax.op.nn.rms_norm, ("axes", "epsilon")),
-    "reshape": (relax.op.reshape, ()),
-    "permute_dims": (relax.op.permute_dims, ("axes",)),
-    "expand_dims": (relax.op.expand_dims, ("axis",)),
-    "squeeze": (relax.op.squeeze, ("axis",)),
-    "concat": (relax.op.concat, ("axis",)),
-    "split": (relax.op.split, ("indices_or_sections", "axis")),
-    "take": (relax.op.take, ("axis", "mode")),
-    "full": (relax.op.full, ("dtype",)),
-    "zeros": (relax.op.zeros, ("dtype",)),
-    "ones": (relax.op.ones, ("dtype",)),
-}
+
+def supported_ops() -> frozenset[str]:
+    """Names of the ops with a TVM form: a declared Relax form, or a collective with a Disco form."""
+    declared = {name for name, op in all_ops().items() if op.relax is not None}
+    return frozenset(declared) | collective_ops()
+
+
+def __getattr__(name: str):
+    if name == "SUPPORTED_OPS":  # derived from the declarations when asked for
+        return supported_ops()
+    raise AttributeError(f"module 'distir.tvm.ops' has no attribute '{name}'")
+
+
+@functools.cache
+def relax_function(path: str) -> Callable:
+    """The Relax op function at dotted ``path`` under ``tvm`` (``"relax.op.nn.softmax"``)."""
+    obj = tvm
+    for part in path.removeprefix("tvm.").split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise DistirError(f"TVM {tvm.__version__} has no Relax op '{path}'") from None
+    if not callable(obj):
+        raise DistirError(f"'{path}' is not a Relax op function")
+    return obj
+
+
+@functools.cache
+def _emitter(ref: str) -> Emitter:
+    module, _, name = ref.partition(":")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        raise DistirError(f"the Relax emitter '{ref}' does not exist") from None
+
+
+def emit_op(ex: _FunctionExporter, call: Call) -> relax.Expr:
+    """The Relax expression for one distir call (intermediate steps are emitted on the way)."""
+    op: OpDef = call.op
+    if op.step is not None and op is op.step.local_op:  # a step kind's collective, as its record says
+        return emit_collective(ex, call)
+    form = op.relax
+    if form is not None:
+        try:
+            emit = _emitter(form.emit) if form.emit is not None else emit_relax_form
+        except DistirError as err:
+            raise ex.error(f"{err} (declared by R.{op.name})") from None
+        return emit(ex, call)
+    hint = "; it belongs to the global view: run the distribute pipeline first" if op.name.startswith("dist.") else ""
+    raise ex.error(f"R.{op.name} has no TVM Relax form (declare OpDef.relax){hint}")
+
+
+def emit_relax_form(ex: _FunctionExporter, call: Call, form: RelaxForm | None = None) -> relax.Expr:
+    """The declared Relax op (``form``, by default the op's own) on the call's arguments and attributes."""
+    form = form or call.op.relax
+    if form.op is None:
+        raise ex.error(f"R.{call.op.name}'s Relax form names no Relax op, only the emitter {form.emit}")
+    try:
+        fn = relax_function(form.op)
+    except DistirError as err:
+        raise ex.error(f"{err} (declared by R.{call.op.name})") from None
+    attrs = call.op.full_attrs(call.attrs)
+    args = [ex.value(a) for a in call.args]
+    kwargs = {}
+    for a in form.attrs:
+        value = attrs[a.name]
+        kwargs[a.keyword] = ex.attr(a.convert(value) if a.convert is not None else value)
+    try:
+        return fn(*args, **kwargs)
+    except Exception as err:  # noqa: BLE001 - TVM raises several error types
+        from .export import _tvm_message
+
+        raise ex.error(f"TVM rejects {form.op} with attributes {sorted(kwargs)}: {_tvm_message(err)}") from None
+
+
+# ---------------------------------------------------------------- emitters of composed forms
 
 _TAKE_MODES = ("fast", "wrap", "clip")  # what Relax's take knows
 
 
-def _same_name_rule(fn: Callable, attr_names: tuple[str, ...]) -> Rule:
-    def rule(ex: _FunctionExporter, call: Call) -> relax.Expr:
-        attrs = call.op.full_attrs(call.attrs)
-        args = [ex.value(a) for a in call.args]
-        return fn(*args, **{name: ex.attr(attrs[name]) for name in attr_names})
-
-    return rule
-
-
-def _take(ex: _FunctionExporter, call: Call) -> relax.Expr:
+def emit_take(ex: _FunctionExporter, call: Call) -> relax.Expr:
+    """``relax.op.take``, for the modes it has."""
     mode = call.op.full_attrs(call.attrs)["mode"]
     if mode not in _TAKE_MODES:
         raise ex.error(f"Relax's take has no mode \"{mode}\" (it has {', '.join(_TAKE_MODES)})")
-    return _same_name_rule(*_SAME_NAME["take"])(ex, call)
+    return emit_relax_form(ex, call)
 
 
-def _strided_slice(ex: _FunctionExporter, call: Call) -> relax.Expr:
+def emit_strided_slice(ex: _FunctionExporter, call: Call) -> relax.Expr:
+    """``relax.op.strided_slice``, with worker-dependent bounds kept inside the tensor."""
     attrs = call.op.full_attrs(call.attrs)
     x = call.args[0].type
     begin, end = list(attrs["begin"]), list(attrs["end"])
@@ -113,25 +167,24 @@ def _clamp(value, high):
     return sym.normalize(tirx.min(tirx.max(v, tirx.IntImm("int64", 0)), h))
 
 
-def _triangle(name: str) -> Rule:
-    def rule(ex: _FunctionExporter, call: Call) -> relax.Expr:
-        k = call.op.full_attrs(call.attrs)["k"]
-        x = ex.value(call.args[0])
-        if WORKER_ID not in sym.free_vars(k):
-            return getattr(relax.op, name)(x, ex.dim(k))
-        # k depends on the worker (a sharded row or column block): build the mask from index
-        # tensors, since a kernel taking the worker id as a scalar breaks TVM 0.27's FuseTIR
-        t: TensorType = call.args[0].type
-        rows, cols = t.shape[-2], t.shape[-1]
-        i = ex.emit(relax.op.arange(0, ex.dim(rows), 1, "int64"))
-        i = ex.emit(relax.op.reshape(i, relax.ShapeExpr([_p(ex.dim(rows)), _p(1)])))
-        j = ex.emit(relax.op.arange(0, ex.dim(cols), 1, "int64"))
-        diag = ex.emit(relax.op.subtract(j, i))  # (rows, cols): column minus row
-        keep = relax.op.less_equal if name == "tril" else relax.op.greater_equal
-        mask = ex.emit(keep(diag, ex.scalar(k)))
-        return relax.op.where(mask, x, ex.const(0, t.dtype))
-
-    return rule
+def emit_triangle(ex: _FunctionExporter, call: Call) -> relax.Expr:
+    """``relax.op.tril``/``triu``; with a diagonal offset that depends on the worker, a mask from index tensors."""
+    k = call.op.full_attrs(call.attrs)["k"]
+    if WORKER_ID not in sym.free_vars(k):
+        return emit_relax_form(ex, call)
+    x = ex.value(call.args[0])
+    lower = call.op.name == "tril"
+    # k depends on the worker (a sharded row or column block): build the mask from index
+    # tensors, since a kernel taking the worker id as a scalar breaks TVM 0.27's FuseTIR
+    t: TensorType = call.args[0].type
+    rows, cols = t.shape[-2], t.shape[-1]
+    i = ex.emit(relax.op.arange(0, ex.dim(rows), 1, "int64"))
+    i = ex.emit(relax.op.reshape(i, relax.ShapeExpr([_p(ex.dim(rows)), _p(1)])))
+    j = ex.emit(relax.op.arange(0, ex.dim(cols), 1, "int64"))
+    diag = ex.emit(relax.op.subtract(j, i))  # (rows, cols): column minus row
+    keep = relax.op.less_equal if lower else relax.op.greater_equal
+    mask = ex.emit(keep(diag, ex.scalar(k)))
+    return relax.op.where(mask, x, ex.const(0, t.dtype))
 
 
 def _p(d):
@@ -140,7 +193,7 @@ def _p(d):
     return tirx.IntImm("int64", d) if isinstance(d, int) else d
 
 
-def _shard_take(ex: _FunctionExporter, call: Call) -> relax.Expr:
+def emit_shard_take(ex: _FunctionExporter, call: Call) -> relax.Expr:
     """Look up the indices that fall in this worker's rows [offset, offset + rows); zeros elsewhere."""
     attrs = call.op.full_attrs(call.attrs)
     xt: TensorType = call.args[0].type
@@ -157,33 +210,3 @@ def _shard_take(ex: _FunctionExporter, call: Call) -> relax.Expr:
     mask_shape = [1] * axis + list(it.shape) + [1] * (xt.ndim - axis - 1)
     mask = ex.emit(relax.op.reshape(mine, relax.ShapeExpr([_p(d) for d in ex.dims(mask_shape)])))
     return relax.op.where(mask, got, ex.const(0, xt.dtype))
-
-
-_RULES: dict[str, Rule] = {name: _same_name_rule(fn, attrs) for name, (fn, attrs) in _SAME_NAME.items()}
-_RULES.update(
-    {
-        "take": _take,
-        "strided_slice": _strided_slice,
-        "tril": _triangle("tril"),
-        "triu": _triangle("triu"),
-        "shard_take": _shard_take,
-    }
-)
-
-SUPPORTED_OPS: frozenset[str] = frozenset(_RULES) | collective_ops()
-
-
-def emit_op(ex: _FunctionExporter, call: Call) -> relax.Expr:
-    """The Relax expression for one distir call (intermediate steps are emitted on the way)."""
-    step = call.op.step
-    if step is not None and call.op is step.local_op:  # a step kind's collective, as its record says
-        return emit_collective(ex, call)
-    rule = _RULES.get(call.op.name)
-    if rule is None:
-        hint = (
-            "; it belongs to the global view: run the distribute pipeline first"
-            if call.op.name.startswith("dist.")
-            else ""
-        )
-        raise ex.error(f"R.{call.op.name} has no TVM Relax form in distir.tvm{hint}")
-    return rule(ex, call)
