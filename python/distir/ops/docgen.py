@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DistirError
-from ..ir.op import REQUIRED, OpDef, Param, all_ops
+from ..ir.op import REQUIRED, OpDef, Param, ShardingDoc, all_ops
 
 __all__ = [
     "REGENERATE",
@@ -160,11 +160,8 @@ def render_table(category: str) -> str:
     for op in ops:
         row = [f"`{op.name}`", _args(op), _attrs(op), op.doc]
         if sharded:
-            sd = op.sharding_doc
-            if sd is None:
-                row += ["?", "?"] + (["?"] if gives else []) + ["?"]
-            else:
-                row += [sd.passes, sd.blocked] + ([sd.gives_partial] if gives else []) + [sd.partials]
+            sd = op.sharding_doc or ShardingDoc(passes="", partials="")  # doc_tables insists on one
+            row += [sd.passes, sd.blocked] + ([sd.gives_partial] if gives else []) + [sd.partials]
         row.append(relax_text(op))
         rows.append(row)
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]

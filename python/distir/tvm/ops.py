@@ -148,14 +148,7 @@ def emit_strided_slice(ex: _FunctionExporter, call: Call) -> relax.Expr:
                 dim = x.shape[axis % x.ndim]
                 clamped = _clamp(b, sym.sub(dim, extent))
                 begin[i], end[i] = clamped, sym.add(clamped, extent)
-    return relax.op.strided_slice(
-        ex.value(call.args[0]),
-        axes=list(attrs["axes"]),
-        begin=ex.dims(begin),
-        end=ex.dims(end),
-        strides=None if strides is None else ex.dims(strides),
-        assume_inbound=attrs["assume_inbound"],
-    )
+    return emit_relax_form(ex, Call(call.op, call.args, {**attrs, "begin": begin, "end": end}, call.span))
 
 
 def _clamp(value, high):
