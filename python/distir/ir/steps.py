@@ -96,7 +96,7 @@ def register_step(kind: StepKind) -> StepKind:
             infer=kind.global_infer or _global_infer(kind),
             numpy=lambda xs, attrs, ctx: xs[0],  # in the global view a step moves data, not values
             dist_aware=True,
-            doc=f"{kind.change} on one mesh axis: {kind.doc}" if kind.apply else kind.doc,
+            doc=f"{kind.change} on one mesh axis ({kind.doc})" if kind.apply else kind.doc,
             step=kind,
         )
     )
