@@ -18,7 +18,6 @@ import pytest
 
 SEED = 0
 CASES = 80
-WORKERS = list(range(1, 9))
 
 _PATH = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "fuzz.py"
 
@@ -40,7 +39,7 @@ _RESULTS: dict = {}
 
 def _result(index: int):
     if index not in _RESULTS:
-        case = fuzz.generate_case(SEED, index, WORKERS)
+        case = fuzz.generate_case(SEED, index)
         _RESULTS[index] = fuzz.execute(case, fuzz.Options())
     return _RESULTS[index]
 
@@ -72,7 +71,7 @@ def test_the_slice_runs_programs_end_to_end():
 
 
 def test_generation_is_deterministic():
-    a = fuzz.generate_case(SEED, 7, WORKERS)
-    b = fuzz.generate_case(SEED, 7, WORKERS)
+    a = fuzz.generate_case(SEED, 7)
+    b = fuzz.generate_case(SEED, 7)
     assert a == b and a.text == b.text
-    assert fuzz.generate_case(SEED, 8, WORKERS).text != a.text
+    assert fuzz.generate_case(SEED, 8).text != a.text
