@@ -711,6 +711,40 @@ class Generator:
         kw = [("axes", [k]), ("begin", [b]), ("end", [e]), ("strides", st), ("assume_inbound", False)]
         return self.emit("R.strided_slice", [Ref(a.name)], kw, shape=shape, dtype=a.dtype, mesh=a.mesh)
 
+    def op_astype(self, a: Val):
+        if a.dtype == "int32":
+            return None
+        to = "float64" if a.dtype == "float32" else "float32"
+        return self.emit("R.astype", [Ref(a.name)], [("dtype", to)], shape=a.shape, dtype=to, mesh=a.mesh)
+
+    def op_layer_norm(self, a: Val):
+        if a.dtype == "int32" or not a.shape:
+            return None
+        g = self.new_param((a.shape[-1],), a.dtype, a.mesh)
+        b = self.new_param((a.shape[-1],), a.dtype, a.mesh)
+        kw = [("axes", [-1]), ("epsilon", 1e-5), ("center", True), ("scale", True)]
+        return self.emit("R.nn.layer_norm", [Ref(a.name), Ref(g.name), Ref(b.name)], kw, shape=a.shape, dtype=a.dtype,
+                         mesh=a.mesh)
+
+    def op_constant(self, a: Val):
+        """A tensor made from constants (the same on every worker), maybe masked, combined with ``a``."""
+        r = self.rng
+        if not a.shape or not _static(a.shape) or a.dtype == "int32":
+            return None
+        fill = Raw(f'R.const({r.choice([1.0, -0.5, 2.0])}, "{a.dtype}")')
+        c = self.emit("R.full", [ShapeLit(a.shape), fill], [("dtype", a.dtype)], shape=a.shape, dtype=a.dtype, mesh=a.mesh)
+        self.produced.remove(c)
+        self.vals.remove(c)  # only combined with a tensor laid out somewhere (a hint on it is an error)
+        if len(a.shape) >= 2 and r.random() < 0.6:
+            c = self.emit(r.choice(["R.triu", "R.tril"]), [Ref(c.name)], [("k", r.choice([0, 1, -1]))], shape=a.shape,
+                          dtype=a.dtype, mesh=a.mesh)
+            self.produced.remove(c)
+            self.vals.remove(c)
+        args = [Ref(a.name), Ref(c.name)]
+        if r.random() < 0.3:
+            args.reverse()
+        return self.emit(r.choice(["R.add", "R.multiply"]), args, shape=a.shape, dtype=a.dtype, mesh=a.mesh)
+
     def op_hint(self, a: Val):
         pl = self.placement(a.mesh, a.shape, False, a.dtype)
         self.layouts.append((a.shape, a.mesh, pl))
@@ -743,6 +777,7 @@ class Generator:
     OPS: ClassVar[dict] = {
         "redistribute": 16, "cross": 8, "hint": 10, "unary": 8, "binary": 12, "matmul": 9, "reduce": 8,
         "reshape": 6, "permute": 5, "softmax": 4, "rms_norm": 2, "concat": 4, "split": 4, "expand": 2, "slice": 3,
+        "astype": 2, "layer_norm": 1, "constant": 3,
     }
 
     def program(self) -> Program:
@@ -776,6 +811,7 @@ class Generator:
                 "reduce": self.op_reduce, "reshape": self.op_reshape, "permute": self.op_permute,
                 "softmax": self.op_softmax, "rms_norm": self.op_rms_norm, "concat": self.op_concat,
                 "split": self.op_split, "expand": self.op_expand_squeeze, "slice": self.op_slice,
+                "astype": self.op_astype, "layer_norm": self.op_layer_norm, "constant": self.op_constant,
             }[kind]
             fn(a)
         if not self.produced:
@@ -1261,10 +1297,12 @@ def _tvm_case(text, dims, seed, workers, rtol, atol, per_count):
         from distir.tvm import run_disco, specialize_and_build, to_relax
 
         exported = to_relax(lowered)
+    except Exception as e:  # noqa: BLE001
+        return [dataclasses.astuple(_exc_outcome(e, "tvm-export", None, True))]
+    try:
         built = None if per_count else tvm.compile(exported, target="llvm")
     except Exception as e:  # noqa: BLE001
-        o = _exc_outcome(e, "tvm-export", None, True)
-        return [dataclasses.astuple(o)]
+        return [dataclasses.astuple(_exc_outcome(e, "tvm-build", None, True))]
     for w in workers:
         try:
             specialize(lowered, {NW: w})  # a count the specializer refuses is not run
@@ -1407,6 +1445,9 @@ def _candidates(case: Case):
     w = case.workers[0] if case.workers else 1
     if _live(prog) != prog:
         yield replace(case, program=_live(prog))
+    if len(case.workers) > 1:
+        for w1 in case.workers:
+            yield replace(case, workers=(w1,))
     if prog.uses_workers():
         for w2 in range(1, w):
             yield replace(case, workers=(w2,))
@@ -1540,7 +1581,7 @@ def _size(case: Case) -> tuple:
     shapes = sum(d if isinstance(d, int) else d[0] * 8 for q in p.params for d in q.shape)
     mesh = sum(m.ndim * 4 + (0 if m.ids is None else 2) + (0 if m.start == Lin(0) else 1) for m in p.meshes)
     pls = sum(1 for q in p.params for s in (q.placement.specs if q.placement else ()) if s != "R")
-    return (len(p.binds), len(p.outputs), len(p.params), mesh, case.workers[0] if case.workers else 0,
+    return (len(p.binds), len(p.outputs), len(p.params), mesh, len(case.workers), max(case.workers, default=0),
             shapes, pls, len(p.dims), case.seed)
 
 
@@ -1548,7 +1589,14 @@ def shrink(case: Case, target: Outcome, opts: Options, budget: float = 60.0, max
            tvm: TvmRunner | None = None, log=None) -> tuple[Case, Outcome, int]:
     """Greedy shrinking: take the first smaller variant that fails the same way, repeat."""
     deadline = time.perf_counter() + budget
-    best = replace(case, workers=(target.workers,) if target.workers is not None else case.workers[:1])
+    # a failure before specialization happens at every count; one of a dead TVM process at an unknown one
+    if target.workers is not None:
+        ws = (target.workers,)
+    elif target.stage == "tvm":
+        ws = case.workers
+    else:
+        ws = case.workers[:1]
+    best = replace(case, workers=ws)
     best_outcome = target
     runs = 0
 
