@@ -1704,9 +1704,10 @@ def replay(path: str, args, opts: Options) -> int:
             outs += runner.run(case, opts)
         finally:
             runner.close()
-    for o in outs:
-        print(o.line())
-        if o.detail and (args.verbose or o.cls in FAILURES):
+    for i, o in enumerate(outs):
+        if not args.verbose or i >= len(res.outcomes):  # verbose: the simulator's lines are printed already
+            print(o.line())
+        if o.detail and o.cls in FAILURES:
             print("  " + o.detail.strip().replace("\n", "\n  "))
     cls = min((o.cls for o in outs), key=SEVERITY.__getitem__, default="OK")
     print(f"class: {cls}")
