@@ -320,7 +320,7 @@ class Case:
     program: Program
     workers: tuple  # num_workers values to specialize to
     seed: int  # seed of the random inputs and of the partial splits
-    origin: str = ""  # "seed S case I"
+    origin: str = ""  # how to regenerate it: "--seed S --only I [generator options]"
 
     @property
     def text(self) -> str:
@@ -369,6 +369,21 @@ class GenConfig:
     max_devices: int = 16  # most simulated devices (1 + the largest device id)
     even_only: bool = False  # only counts at which every stated layout divides evenly
     lists: str = "any"  # explicit device lists: any (out of order, gaps), ordered (ascending), none
+
+    def flags(self) -> str:
+        """The command-line options that give this configuration (the defaults omitted)."""
+        d = GenConfig()
+        out = []
+        if self.workers != d.workers:
+            out.append("--workers " + ",".join(map(str, self.workers)))
+        for name, flag in (("counts", "--counts-per-case"), ("max_ops", "--max-ops"), ("max_devices", "--max-devices")):
+            if getattr(self, name) != getattr(d, name):
+                out.append(f"{flag} {getattr(self, name)}")
+        if self.even_only:
+            out.append("--even-only")
+        if self.lists != d.lists:
+            out.append(f"--device-lists {self.lists}")
+        return " ".join(out)
 
 
 class Generator:
@@ -874,7 +889,8 @@ def generate_case(seed: int, index: int, cfg: GenConfig | None = None) -> Case:
         if bad and pool is good and len(ws) < k and rng.random() < 0.5:
             ws.append(rng.choice(bad))
         ws = tuple(sorted(ws))
-    return Case(prog, ws, rng.randrange(1000), origin=f"seed {seed} case {index}")
+    flags = cfg.flags()
+    return Case(prog, ws, rng.randrange(1000), origin=f"--seed {seed} --only {index}" + (f" {flags}" if flags else ""))
 
 
 # ----------------------------------------------------------------------------- running a case
@@ -1289,6 +1305,9 @@ def _tvm_case(text, dims, seed, workers, rtol, atol, per_count):
         inputs = random_inputs(mod, "main", dims, seed=seed)
         expected = run(mod, *inputs)
         lowered = distribute_pipeline()(mod)
+        layouts = user_layouts(mod)
+        valid = {w: layouts_divide(layouts, w, dims) is None for w in workers}
+        valid_any = any(valid.values())
     except Exception as e:  # noqa: BLE001  (the simulator run reports these)
         return [("OK", "tvm", None, f"not run on TVM: {type(e).__name__}", "", "")]
     try:
@@ -1298,11 +1317,11 @@ def _tvm_case(text, dims, seed, workers, rtol, atol, per_count):
 
         exported = to_relax(lowered)
     except Exception as e:  # noqa: BLE001
-        return [dataclasses.astuple(_exc_outcome(e, "tvm-export", None, True))]
+        return [dataclasses.astuple(_exc_outcome(e, "tvm-export", None, valid_any))]
     try:
         built = None if per_count else tvm.compile(exported, target="llvm")
     except Exception as e:  # noqa: BLE001
-        return [dataclasses.astuple(_exc_outcome(e, "tvm-build", None, True))]
+        return [dataclasses.astuple(_exc_outcome(e, "tvm-build", None, valid_any))]
     for w in workers:
         try:
             specialize(lowered, {NW: w})  # a count the specializer refuses is not run
@@ -1312,14 +1331,15 @@ def _tvm_case(text, dims, seed, workers, rtol, atol, per_count):
             b = specialize_and_build(exported, {NW: w}) if per_count else built
             got = run_disco(b, lowered, *inputs, num_workers=w, seed=seed)
         except Exception as e:  # noqa: BLE001
-            res.append(dataclasses.astuple(_exc_outcome(e, "tvm-run", w, True)))
+            res.append(dataclasses.astuple(_exc_outcome(e, "tvm-run", w, valid[w])))
             continue
         ok, worst = compare_outputs(got, expected, rtol, atol)
         if ok:
-            res.append(("OK", "tvm-run", w, f"TVM matches (largest difference {worst:.3g})", "", ""))
+            res.append(("OK", "tvm-run", w, f"TVM matches (largest difference {worst:.3g})", "", "", valid[w]))
         else:
-            res.append(("WRONG-NUMBER", "tvm-run", w, f"TVM/Disco result differs, largest difference {worst:.3g}",
-                        "WRONG-NUMBER|tvm-run", _differences(got, expected, np)))
+            note = "" if valid[w] else " (stated layouts do not divide: expected a refusal)"
+            res.append(("WRONG-NUMBER", "tvm-run", w, f"TVM/Disco result differs, largest difference {worst:.3g}{note}",
+                        "WRONG-NUMBER|tvm-run", _differences(got, expected, np), valid[w]))
     return res
 
 
@@ -1652,7 +1672,7 @@ def repro_text(case: Case, outcome: Outcome, note: str = "", path: str = "REPRO.
     lines = [
         f"# distir fuzz reproducer: {outcome.cls} at {outcome.stage}"
         + (f", num_workers={outcome.workers}" if outcome.workers is not None else ""),
-        f"# found by: python scripts/fuzz.py ({case.origin}){note}",
+        f"# found by: python scripts/fuzz.py {case.origin}{note}",
         "# message:",
         msg,
     ]

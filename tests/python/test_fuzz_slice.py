@@ -46,7 +46,7 @@ def _result(index: int):
 
 def _report(res, bad) -> str:
     case = res.case
-    lines = [f"{case.origin} (re-run: python scripts/fuzz.py --seed {SEED} --only {case.origin.split()[-1]})"]
+    lines = [f"case {case.origin.split()[3]} of seed {SEED} (re-run: python scripts/fuzz.py {case.origin})"]
     lines += [f"  {o.line()}" for o in bad]
     small, outcome, _ = fuzz.shrink(case, bad[0], fuzz.Options(), budget=10.0)
     lines += ["shrunk reproducer:", fuzz.repro_text(small, outcome, path="repro.ir")]
