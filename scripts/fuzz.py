@@ -932,7 +932,8 @@ class CaseResult:
 
 
 # DistirError messages that are never a reasoned refusal of the user's program, but a pass
-# finding that another pass left something inconsistent: suspect whatever the layouts.
+# finding that another pass left something inconsistent: suspect unless the stated layouts
+# do not divide (then some refusal is right, if not this one).
 INTERNAL_ERRORS = [
     r"per-worker type .* differs from the expected",
     r"verifier",
@@ -986,9 +987,10 @@ def _exc_outcome_(exc: BaseException, stage: str, w, valid: bool | None) -> Outc
     if isinstance(exc, DistirError):
         if stage == "simulate" and "replicas disagree" in str(exc):
             return Outcome("WRONG-NUMBER", stage, w, msg, key="WRONG-NUMBER|simulate|replicas disagree")
-        internal = any(re.search(p, str(exc)) for p in INTERNAL_ERRORS)
+        internal = valid is not False and any(re.search(p, str(exc)) for p in INTERNAL_ERRORS)
         cls = "SUSPECT-REFUSAL" if suspect or internal else "CLEAN-REFUSAL"
-        return Outcome(cls, stage, w, msg, key=f"{cls}|{stage}|{type(exc).__name__}|{_words(str(exc))}")
+        note = " (stated layouts do not divide: a refusal is right)" if valid is False else ""
+        return Outcome(cls, stage, w, msg + note, key=f"{cls}|{stage}|{type(exc).__name__}|{_words(str(exc))}")
     site = _crash_site(exc)
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, chain=False)[-7:])
     note = " (stated layouts do not divide: expected a refusal)" if valid is False else ""
