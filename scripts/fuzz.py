@@ -1,0 +1,2104 @@
+#!/usr/bin/env python3
+"""Differential fuzzer for distir: random distributed programs, distributed once, run on
+simulated workers (and optionally on TVM's Disco), compared with the single-device run.
+
+Each case is a random global-view program in distir's IR text: random meshes (1-D, 2-D,
+3-D; static sizes or a symbolic ``num_workers`` axis; device ranges that start anywhere;
+explicit device lists, out of order too; one or two meshes), random tensors (static sizes
+including 1, primes and sizes below the device count; symbolic sizes like ``s`` bound only
+at run time), random placements (R, S[d], P, P[max], P[min], P[avg]), chains of
+``R.dist.redistribute`` (also between meshes) and ops (elementwise, matmul, reductions,
+reshape, permute_dims, softmax, rms_norm, concat, split, strided_slice ...) with
+``R.dist.annotate_sharding`` hints so that sharding propagation has work to do.
+
+The distribute pipeline runs ONCE with num_workers symbolic; then, for a few device counts,
+the module is specialized, simulated (``distir.runtime.run_spmd``) and compared with the
+single-device interpreter (``distir.runtime.run``) on the same random inputs. The bytes the
+simulator moved are compared with the cost model (``distir.analysis.comm_volume``, both the
+symbolic formula and the specialized module). With --tvm the module is also exported to
+TVM Relax, built and run on Disco (in a child process: an error inside Disco aborts it).
+
+Every case gets one class (the worst over its device counts):
+
+  WRONG-NUMBER     results differ and nothing complained (or the simulator found replicas
+                   that disagree): the worst outcome
+  CRASH            an exception that is not a distir.errors.DistirError (or a timeout, or
+                   the Disco process died): a bug
+  COST-MISMATCH    numbers fine, but the simulator's bytes differ from the cost model's
+  SUSPECT-REFUSAL  a DistirError although every layout the program states divides evenly
+                   at that device count (the refusal may be a bug; listed, not fatal)
+  CLEAN-REFUSAL    a DistirError (a refusal is acceptable; its message is tallied)
+  OK               the numbers are equal
+  INVALID          the generator wrote a program the parser or the single-device
+                   interpreter rejects (the generator's fault; should stay near zero)
+
+Failures (all but OK, CLEAN-REFUSAL and INVALID) are shrunk to a small reproducer (fewer
+bindings and outputs, smaller shapes and device counts, fewer mesh axes, simpler layouts)
+and written to --out as IR text, with a header giving the class, the message and the
+command lines that reproduce it. The exit status is 1 when a WRONG-NUMBER or a CRASH was
+found, else 0.
+
+examples:
+  python scripts/fuzz.py --cases 500 --seed 1            500 cases, then a summary
+  python scripts/fuzz.py --minutes 10 --jobs 2           ten minutes on two processes
+  python scripts/fuzz.py --cases 50 --tvm                also build with TVM, run on Disco
+  python scripts/fuzz.py --seed 1 --only 37              re-run case 37 of seed 1, verbosely
+  python scripts/fuzz.py --replay fuzz-out/wrong-1.ir    re-run a written reproducer
+  python scripts/fuzz.py --seed 1 --only 37 --print      print the program of a case
+
+Run from the repository root with the package importable (pip install -e . or
+PYTHONPATH=python).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import random
+import re
+import signal
+import sys
+import time
+import traceback
+import warnings
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from typing import ClassVar
+
+NW = "num_workers"
+
+# ----------------------------------------------------------------------------- program model
+
+
+@dataclass(frozen=True)
+class Lin:
+    """``a + b * num_workers`` (device-id bounds of a mesh)."""
+
+    a: int
+    b: int = 0
+
+    def at(self, w: int) -> int:
+        return self.a + self.b * w
+
+    def __add__(self, other: Lin) -> Lin:
+        return Lin(self.a + other.a, self.b + other.b)
+
+    def text(self) -> str:
+        if self.b == 0:
+            return str(self.a)
+        s = NW if self.b == 1 else f"{self.b} * {NW}"
+        if self.a:
+            s += f" + {self.a}"
+        return f'"{s}"'
+
+
+@dataclass(frozen=True)
+class Mesh:
+    """A device mesh: axis sizes (ints, or NW for the one symbolic axis), and its devices:
+    a range from ``start`` or an explicit list ``ids`` (static meshes only)."""
+
+    shape: tuple
+    start: Lin = Lin(0)
+    ids: tuple | None = None
+
+    @property
+    def symbolic(self) -> bool:
+        return NW in self.shape
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def sizes(self, w: int) -> tuple[int, ...]:
+        return tuple(w if d == NW else d for d in self.shape)
+
+    def static_product(self) -> int:
+        n = 1
+        for d in self.shape:
+            if d != NW:
+                n *= d
+        return n
+
+    def size(self) -> Lin:
+        c = self.static_product()
+        return Lin(0, c) if self.symbolic else Lin(c)
+
+    def devices(self, w: int) -> list[int]:
+        if self.ids is not None:
+            return list(self.ids)
+        start, n = self.start.at(w), self.size().at(w)
+        return list(range(start, start + n))
+
+    def render(self) -> str:
+        dims = ", ".join(f'"{d}"' if d == NW else str(d) for d in self.shape)
+        shape = f"({dims},)" if len(self.shape) == 1 else f"({dims})"
+        if self.ids is not None:
+            return f"R.device_mesh({shape}, [{', '.join(map(str, self.ids))}])"
+        return f"R.device_mesh({shape}, I.Range({self.start.text()}, {(self.start + self.size()).text()}))"
+
+    def describe(self) -> str:
+        kind = "symbolic" if self.symbolic else "static"
+        if self.ids is not None:
+            order = "in order" if list(self.ids) == sorted(self.ids) else "out of order"
+            return f"{kind} {len(self.shape)}-D list {order}"
+        return f"{kind} {len(self.shape)}-D range" + (" not from 0" if self.start != Lin(0) else "")
+
+
+# A dim is an int or (k, name): k * name, a size bound at run time.
+
+
+def dim_text(d, quoted: bool) -> str:
+    if isinstance(d, int):
+        return str(d)
+    k, name = d
+    s = name if k == 1 else f"{name} * {k}"
+    return f'"{s}"' if quoted else s
+
+
+def dim_value(d, dims: dict) -> int:
+    return d if isinstance(d, int) else d[0] * dims[d[1]]
+
+
+def shape_text(shape, quoted=True) -> str:
+    inner = ", ".join(dim_text(d, quoted) for d in shape)
+    return f"({inner},)" if len(shape) == 1 else f"({inner})"
+
+
+@dataclass(frozen=True)
+class Ref:
+    name: str
+
+
+@dataclass(frozen=True)
+class Tup:
+    names: tuple
+
+
+@dataclass(frozen=True)
+class Raw:
+    text: str
+
+
+@dataclass(frozen=True)
+class MeshRef:
+    index: int
+
+
+@dataclass(frozen=True)
+class Pl:
+    specs: tuple
+
+    def text(self) -> str:
+        return ", ".join(self.specs)
+
+
+@dataclass(frozen=True)
+class ShapeLit:
+    dims: tuple
+
+
+def _attr_text(v) -> str:
+    if isinstance(v, MeshRef):
+        return f'"mesh[{v.index}]"'
+    if isinstance(v, Pl):
+        return f'"{v.text()}"'
+    if isinstance(v, ShapeLit):
+        return "R.shape([" + ", ".join(dim_text(d, False) for d in v.dims) + "])"
+    if isinstance(v, Raw):
+        return v.text
+    if isinstance(v, str):
+        return f'"{v}"'
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_attr_text(x) for x in v) + "]"
+    return repr(v)
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    shape: tuple
+    dtype: str
+    mesh: int | None = None
+    placement: Pl | None = None
+
+    def render(self) -> str:
+        if self.placement is None:
+            return f'{self.name}: R.Tensor({shape_text(self.shape)}, "{self.dtype}")'
+        return f'{self.name}: R.DTensor({shape_text(self.shape)}, "{self.dtype}", "mesh[{self.mesh}]", "{self.placement.text()}")'
+
+
+@dataclass(frozen=True)
+class Bind:
+    """``var = op(args..., key=value...)``; op "item" is ``var = t[index]``."""
+
+    var: str
+    op: str
+    args: tuple
+    kwargs: tuple = ()
+
+    def refs(self) -> list[str]:
+        out = []
+        for a in self.args:
+            if isinstance(a, Ref):
+                out.append(a.name)
+            elif isinstance(a, Tup):
+                out.extend(a.names)
+        return out
+
+    def kw(self, key, default=None):
+        for k, v in self.kwargs:
+            if k == key:
+                return v
+        return default
+
+    def render(self) -> str:
+        if self.op == "item":
+            return f"{self.var} = {self.args[0].name}[{self.kw('index')}]"
+        parts = []
+        for a in self.args:
+            if isinstance(a, Ref):
+                parts.append(a.name)
+            elif isinstance(a, Tup):
+                parts.append("(" + ", ".join(a.names) + ("," if len(a.names) == 1 else "") + ")")
+            else:
+                parts.append(_attr_text(a))
+        parts += [f"{k}={_attr_text(v)}" for k, v in self.kwargs]
+        return f"{self.var} = {self.op}({', '.join(parts)})"
+
+    def rename(self, mapping: dict) -> Bind:
+        def r(a):
+            if isinstance(a, Ref):
+                return Ref(mapping.get(a.name, a.name))
+            if isinstance(a, Tup):
+                return Tup(tuple(mapping.get(n, n) for n in a.names))
+            return a
+
+        return replace(self, args=tuple(r(a) for a in self.args))
+
+
+@dataclass(frozen=True)
+class Program:
+    meshes: tuple
+    params: tuple
+    binds: tuple
+    outputs: tuple
+    dims: tuple = ()  # (("s", 7), ...): sizes bound at run time
+
+    @property
+    def dim_values(self) -> dict:
+        return dict(self.dims)
+
+    def render(self) -> str:
+        meshes = ", ".join(m.render() for m in self.meshes)
+        params = ", ".join(p.render() for p in self.params)
+        lines = [
+            "@I.ir_module",
+            "class Module:",
+            f'    I.module_global_infos({{"mesh": [{meshes}]}})',
+            "",
+            "    @R.function",
+            f"    def main({params}):",
+        ]
+        bound = {b.var for b in self.binds}
+        if self.binds:
+            lines.append("        with R.dataflow():")
+            lines += [f"            {b.render()}" for b in self.binds]
+            outs = [o for o in dict.fromkeys(self.outputs) if o in bound]
+            lines.append(f"            R.output({', '.join(outs)})")
+        ret = self.outputs[0] if len(self.outputs) == 1 else "(" + ", ".join(self.outputs) + ")"
+        lines.append(f"        return {ret}")
+        return "\n".join(lines) + "\n"
+
+    def uses_workers(self) -> bool:
+        return any(m.symbolic for m in self.meshes)
+
+
+@dataclass(frozen=True)
+class Case:
+    program: Program
+    workers: tuple  # num_workers values to specialize to
+    seed: int  # seed of the random inputs and of the partial splits
+    origin: str = ""  # how to regenerate it: "--seed S --only I [generator options]"
+
+    @property
+    def text(self) -> str:
+        return self.program.render()
+
+
+# ----------------------------------------------------------------------------- generator
+
+SIZES = [1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24]
+SIZE_WEIGHTS = [3, 5, 4, 7, 2, 5, 2, 8, 5, 5, 3]
+DYN_VALUES = [1, 2, 3, 4, 5, 6, 7, 8, 12, 16]
+DYN_WEIGHTS = [1, 3, 2, 4, 1, 3, 2, 4, 3, 2]
+SYM_MESHES = [(NW,)] * 4 + [(2, NW), (NW, 2), (3, NW), (2, NW, 2), (NW, 2, 1), (1, NW, 2)]
+STATIC_MESHES = [(1,), (2,), (2,), (3,), (4,), (4,), (5,), (8,), (2, 2), (2, 3), (3, 2), (1, 4), (4, 1), (2, 4),
+                 (2, 2, 2), (1, 2, 2), (2, 1, 3)]
+UNARY_FLOAT = ["R.tanh", "R.exp", "R.sigmoid", "R.nn.relu", "R.negative", "R.abs", "R.square", "R.nn.gelu", "R.nn.silu"]
+UNARY_INT = ["R.negative", "R.abs", "R.square", "R.nn.relu"]
+BINARY = ["R.add", "R.add", "R.subtract", "R.multiply", "R.maximum", "R.minimum"]
+PARTIALS = ["P", "P[max]", "P[min]", "P[avg]"]
+
+
+@dataclass
+class Val:
+    name: str
+    shape: tuple
+    dtype: str
+    mesh: int
+    dtensor: bool = False  # known to be typed as a DTensor
+
+
+def _static(shape) -> bool:
+    return all(isinstance(d, int) for d in shape)
+
+
+def _divisors(n: int) -> list[int]:
+    return [k for k in range(2, n) if n % k == 0]
+
+
+@dataclass(frozen=True)
+class GenConfig:
+    """What cases look like. The defaults are the test suite's slice."""
+
+    workers: tuple = tuple(range(1, 9))  # num_workers values to draw from
+    counts: int = 3  # device counts per case
+    max_ops: int = 8
+    max_devices: int = 16  # most simulated devices (1 + the largest device id)
+    even_only: bool = False  # only counts at which every stated layout divides evenly
+    lists: str = "any"  # explicit device lists: any (out of order, gaps), ordered (ascending), none
+
+    def flags(self) -> str:
+        """The command-line options that give this configuration (the defaults omitted)."""
+        d = GenConfig()
+        out = []
+        if self.workers != d.workers:
+            out.append("--workers " + ",".join(map(str, self.workers)))
+        for name, flag in (("counts", "--counts-per-case"), ("max_ops", "--max-ops"), ("max_devices", "--max-devices")):
+            if getattr(self, name) != getattr(d, name):
+                out.append(f"{flag} {getattr(self, name)}")
+        if self.even_only:
+            out.append("--even-only")
+        if self.lists != d.lists:
+            out.append(f"--device-lists {self.lists}")
+        return " ".join(out)
+
+
+class Generator:
+    """One random program per call of :meth:`program` (deterministic given the rng)."""
+
+    def __init__(self, rng: random.Random, cfg: GenConfig | None = None):
+        self.rng = rng
+        self.cfg = cfg or GenConfig()
+        self.max_ops = self.cfg.max_ops
+
+    # -- meshes
+
+    def _mesh_list(self, n: int, start: int) -> tuple:
+        r = self.rng
+        if r.random() < 0.6:
+            ids = list(range(start, start + n))
+        else:
+            ids = r.sample(range(n + 3), n)
+            ids.sort()
+        if n > 1 and r.random() < 0.7 and self.cfg.lists == "any":
+            while ids == sorted(ids):
+                r.shuffle(ids)
+        return tuple(ids)
+
+    def _static_mesh(self, start: int) -> Mesh:
+        r = self.rng
+        shape = r.choice(STATIC_MESHES)
+        n = 1
+        for d in shape:
+            n *= d
+        if r.random() < 0.3 and self.cfg.lists != "none":
+            return Mesh(shape, ids=self._mesh_list(n, start))
+        return Mesh(shape, Lin(start))
+
+    def meshes(self) -> tuple:
+        r = self.rng
+        if r.random() < 0.6:
+            m0 = Mesh(r.choice(SYM_MESHES), Lin(r.choice([0, 0, 0, 0, 1, 2])))
+        else:
+            m0 = self._static_mesh(r.choice([0, 0, 0, 1, 2, 3]))
+        if r.random() < 0.7:
+            return (m0,)
+        choice = r.random()
+        end = m0.start + m0.size() if m0.ids is None else Lin(max(m0.ids) + 1)
+        if m0.symbolic and choice < 0.4:
+            m1 = Mesh(m0.shape, end)  # the next pipeline stage, same shape
+        elif m0.symbolic and choice < 0.6:
+            m1 = Mesh(r.choice(SYM_MESHES), end)
+        elif m0.symbolic and choice < 0.7 and m0.ndim == 2 and m0.ids is None:
+            m1 = Mesh(tuple(reversed(m0.shape)), m0.start)  # the same devices, another grid
+        elif choice < 0.85:
+            m1 = self._static_mesh(r.choice([0, 1, 2]))  # may share devices
+        else:
+            m1 = self._static_mesh(end.a if end.b == 0 else 0)
+            if end.b:
+                m1 = Mesh(m1.shape, end, None) if m1.ids is None else m1
+        return (m0, m1) if r.random() < 0.5 else (m1, m0)
+
+    # -- tensors
+
+    def size(self) -> int:
+        return self.rng.choices(SIZES, SIZE_WEIGHTS)[0]
+
+    def shape(self, rank: int | None = None) -> tuple:
+        r = self.rng
+        if rank is None:
+            rank = r.choices([1, 2, 3], [2, 5, 2])[0]
+        out = []
+        for _ in range(rank):
+            if self.dyn_names and r.random() < 0.2:
+                out.append((1, r.choice(self.dyn_names)))
+            else:
+                out.append(self.size())
+        return tuple(out)
+
+    def placement(self, mesh: int, shape, partial: bool, dtype: str) -> Pl:
+        r = self.rng
+        specs = []
+        rank = len(shape)
+        reduction = r.choice([p for p in PARTIALS if not (p == "P[avg]" and dtype == "int32")])  # one per value
+        for _ in range(self.prog_meshes[mesh].ndim):
+            x = r.random()
+            if x < 0.3 or rank == 0:
+                specs.append("R")
+            elif partial and x > 0.8:
+                specs.append(reduction)
+            else:
+                dims = [d for d in range(rank) if shape[d] != 1] or list(range(rank))
+                if r.random() < 0.1:
+                    dims = list(range(rank))
+                specs.append(f"S[{r.choice(dims)}]")
+        return Pl(tuple(specs))
+
+    def new_param(self, shape, dtype: str, mesh: int, plain_ok: bool = True) -> Val:
+        name = f"p{len(self.params)}"
+        if plain_ok and len(self.prog_meshes) == 1 and self.params and self.rng.random() < 0.35:
+            p = Param(name, tuple(shape), dtype)
+            dt = False
+        else:
+            p = Param(name, tuple(shape), dtype, mesh, self.placement(mesh, shape, True, dtype))
+            self.layouts.append((tuple(shape), mesh, p.placement))
+            dt = True
+        self.params.append(p)
+        v = Val(name, tuple(shape), dtype, mesh, dt)
+        self.vals.append(v)
+        return v
+
+    # -- helpers
+
+    def fresh(self, prefix="v") -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter}"
+
+    def pick(self, pred=lambda v: True) -> Val | None:
+        cands = [v for v in self.vals if pred(v)]
+        if not cands:
+            return None
+        weights = [1.6 ** i for i in range(len(cands))]
+        return self.rng.choices(cands, weights)[0]
+
+    def emit(self, op, args, kwargs=(), shape=None, dtype=None, mesh=0, dtensor=False, var=None) -> Val:
+        var = var or self.fresh()
+        self.binds.append(Bind(var, op, tuple(args), tuple(kwargs)))
+        v = Val(var, tuple(shape), dtype, mesh, dtensor)
+        self.vals.append(v)
+        self.produced.append(v)
+        return v
+
+    def dtensor_names(self) -> set:
+        """Names whose parsed type is a DTensor (parses the program so far)."""
+        import distir
+        from distir.ir.types import DTensorType
+
+        if not self.binds:
+            return {v.name for v in self.vals if v.dtensor}
+        prog = Program(tuple(self.prog_meshes), tuple(self.params), tuple(self.binds), (self.binds[-1].var,))
+        try:
+            f = distir.parse(prog.render())["main"]
+        except Exception:  # noqa: BLE001  (the generator's own check: fall back to what it knows)
+            return {v.name for v in self.vals if v.dtensor}
+        names = {p.name for p in f.params if isinstance(p.type, DTensorType)}
+        names |= {b.var.name for b in f.bindings() if isinstance(b.var.type, DTensorType)}
+        return names
+
+    # -- ops
+
+    def op_unary(self, a: Val):
+        ops = UNARY_INT if a.dtype == "int32" else UNARY_FLOAT
+        return self.emit(self.rng.choice(ops), [Ref(a.name)], shape=a.shape, dtype=a.dtype, mesh=a.mesh)
+
+    def op_binary(self, a: Val):
+        r = self.rng
+        op = r.choice(BINARY)
+        if r.random() < 0.12:
+            c = "R.const(2, \"int32\")" if a.dtype == "int32" else f'R.const({r.choice([0.5, -1.5, 2.0])}, "{a.dtype}")'
+            return self.emit(op, [Ref(a.name), Raw(c)], shape=a.shape, dtype=a.dtype, mesh=a.mesh)
+        same = [v for v in self.vals if v.shape == a.shape and v.dtype == a.dtype and v.mesh == a.mesh]
+        if same and r.random() < 0.5:
+            b = r.choice(same)
+        else:
+            shape = list(a.shape)
+            x = r.random()
+            if x < 0.25 and shape:
+                for i in range(len(shape)):
+                    if r.random() < 0.5:
+                        shape[i] = 1
+            elif x < 0.45 and len(shape) > 1:
+                shape = shape[r.randint(1, len(shape) - 1):]
+            b = self.new_param(tuple(shape), a.dtype, a.mesh)
+        args = [Ref(a.name), Ref(b.name)]
+        if r.random() < 0.3:
+            args.reverse()
+        return self.emit(op, args, shape=a.shape, dtype=a.dtype, mesh=a.mesh)
+
+    def op_matmul(self, a: Val):
+        r = self.rng
+        if a.dtype == "int32" or len(a.shape) < 2:
+            return None
+        k = a.shape[-1]
+        fits = [v for v in self.vals if len(v.shape) == 2 and v.shape[0] == k and v.mesh == a.mesh and v.dtype == a.dtype]
+        if fits and r.random() < 0.4:
+            b = r.choice(fits)
+        elif len(a.shape) == 3 and r.random() < 0.3:
+            b = self.new_param((a.shape[0], k, self.size()), a.dtype, a.mesh)
+        else:
+            b = self.new_param((k, self.size()), a.dtype, a.mesh)
+        shape = a.shape[:-1] + (b.shape[-1],)
+        return self.emit("R.matmul", [Ref(a.name), Ref(b.name)], [("out_dtype", None)], shape=shape, dtype=a.dtype, mesh=a.mesh)
+
+    def op_reduce(self, a: Val):
+        r = self.rng
+        ops = ["R.sum", "R.sum", "R.max", "R.min"] + ([] if a.dtype == "int32" else ["R.mean"])
+        op = r.choice(ops)
+        rank = len(a.shape)
+        if rank == 0:
+            return None
+        keep = r.random() < 0.4
+        if r.random() < 0.12:
+            axes = None
+            shape = tuple(1 for _ in a.shape) if keep else ()
+        else:
+            axes = sorted(r.sample(range(rank), r.choice([1, 1, 1, 2]) if rank > 1 else 1))
+            if r.random() < 0.2:
+                axes = [x - rank for x in axes]  # negative axes
+            pos = {x % rank for x in axes}
+            shape = tuple(1 if i in pos else d for i, d in enumerate(a.shape) if keep or i not in pos)
+        return self.emit(op, [Ref(a.name)], [("axis", axes), ("keepdims", keep)], shape=shape, dtype=a.dtype, mesh=a.mesh)
+
+    def op_reshape(self, a: Val):
+        r = self.rng
+        s = list(a.shape)
+        opts = []
+        for i in range(len(s) - 1):
+            x, y = s[i], s[i + 1]
+            if isinstance(x, int) and isinstance(y, int):
+                opts.append(s[:i] + [x * y] + s[i + 2:])
+            elif isinstance(x, int) != isinstance(y, int):
+                k, name = x if not isinstance(x, int) else y
+                m = y if isinstance(y, int) else x
+                opts.append(s[:i] + [(k * m, name)] + s[i + 2:])
+        for i, x in enumerate(s):
+            if isinstance(x, int):
+                for f in _divisors(x):
+                    opts.append(s[:i] + [f, x // f] + s[i + 1:])
+                if x > 1 and r.random() < 0.2:
+                    opts.append(s[:i] + [1, x] + s[i + 1:])
+        if _static(s) and len(s) > 1:
+            n = 1
+            for x in s:
+                n *= x
+            opts.append([n])
+            if _divisors(n):
+                f = r.choice(_divisors(n))
+                opts.append([f, n // f])
+        if not opts:
+            return None
+        shape = tuple(r.choice(opts))
+        return self.emit("R.reshape", [Ref(a.name), ShapeLit(shape)], shape=shape, dtype=a.dtype, mesh=a.mesh)
+
+    def op_permute(self, a: Val):
+        rank = len(a.shape)
+        if rank < 2:
+            return None
+        perm = list(range(rank))
+        while perm == sorted(perm):
+            self.rng.shuffle(perm)
+        shape = tuple(a.shape[i] for i in perm)
+        return self.emit("R.permute_dims", [Ref(a.name)], [("axes", perm)], shape=shape, dtype=a.dtype, mesh=a.mesh)
+
+    def op_softmax(self, a: Val):
+        if a.dtype == "int32" or not a.shape:
+            return None
+        rank = len(a.shape)
+        axis = -1 if self.rng.random() < 0.6 else self.rng.randrange(-rank, rank)
+        op = "R.nn.softmax" if self.rng.random() < 0.8 else "R.nn.log_softmax"
+        return self.emit(op, [Ref(a.name)], [("axis", axis)], shape=a.shape, dtype=a.dtype, mesh=a.mesh)
+
+    def op_rms_norm(self, a: Val):
+        if a.dtype == "int32" or not a.shape:
+            return None
+        w = self.new_param((a.shape[-1],), a.dtype, a.mesh)
+        return self.emit("R.nn.rms_norm", [Ref(a.name), Ref(w.name)], [("axes", [-1]), ("epsilon", 1e-5)],
+                         shape=a.shape, dtype=a.dtype, mesh=a.mesh)
+
+    def op_concat(self, a: Val):
+        r = self.rng
+        rank = len(a.shape)
+        if rank == 0:
+            return None
+        k = r.randrange(rank)
+        d = a.shape[k]
+        if r.random() < 0.4 or not isinstance(d, int):
+            b = a
+            new = 2 * d if isinstance(d, int) else (2 * d[0], d[1])
+        else:
+            other = self.size()
+            shape = a.shape[:k] + (other,) + a.shape[k + 1:]
+            b = self.new_param(shape, a.dtype, a.mesh)
+            new = d + other
+        names = (a.name, b.name) if r.random() < 0.7 else (b.name, a.name)
+        shape = a.shape[:k] + (new,) + a.shape[k + 1:]
+        return self.emit("R.concat", [Tup(names)], [("axis", k)], shape=shape, dtype=a.dtype, mesh=a.mesh)
+
+    def op_split(self, a: Val):
+        r = self.rng
+        axes = [i for i, d in enumerate(a.shape) if isinstance(d, int) and d >= 2]
+        if not axes:
+            return None
+        k = r.choice(axes)
+        d = a.shape[k]
+        secs = [n for n in (2, 3) if d % n == 0]
+        if secs and r.random() < 0.6:
+            n = r.choice(secs)
+            sizes = [d // n] * n
+            arg = n
+        else:
+            cuts = sorted(r.sample(range(1, d), min(d - 1, r.choice([1, 1, 2]))))
+            sizes = [b - a_ for a_, b in zip([0] + cuts, cuts + [d])]
+            arg = cuts
+        t = self.fresh("t")
+        self.binds.append(Bind(t, "R.split", (Ref(a.name),), (("indices_or_sections", arg), ("axis", k))))
+        picks = r.sample(range(len(sizes)), min(len(sizes), r.choice([1, 2])))
+        items = []
+        for j in picks:
+            shape = a.shape[:k] + (sizes[j],) + a.shape[k + 1:]
+            items.append(self.emit("item", [Ref(t)], [("index", j)], shape=shape, dtype=a.dtype, mesh=a.mesh))
+        if len(items) == 2 and r.random() < 0.6:
+            new = sizes[picks[0]] + sizes[picks[1]]
+            shape = a.shape[:k] + (new,) + a.shape[k + 1:]
+            return self.emit("R.concat", [Tup((items[0].name, items[1].name))], [("axis", k)], shape=shape,
+                             dtype=a.dtype, mesh=a.mesh)
+        return items[-1]
+
+    def op_expand_squeeze(self, a: Val):
+        r = self.rng
+        ones = [i for i, d in enumerate(a.shape) if d == 1]
+        if ones and r.random() < 0.5:
+            i = r.choice(ones)
+            shape = a.shape[:i] + a.shape[i + 1:]
+            return self.emit("R.squeeze", [Ref(a.name)], [("axis", [i])], shape=shape, dtype=a.dtype, mesh=a.mesh)
+        i = r.randint(0, len(a.shape))
+        shape = a.shape[:i] + (1,) + a.shape[i:]
+        return self.emit("R.expand_dims", [Ref(a.name)], [("axis", i)], shape=shape, dtype=a.dtype, mesh=a.mesh)
+
+    def op_slice(self, a: Val):
+        r = self.rng
+        axes = [i for i, d in enumerate(a.shape) if isinstance(d, int) and d >= 2]
+        if not axes:
+            return None
+        k = r.choice(axes)
+        d = a.shape[k]
+        b = r.randrange(0, d)
+        e = r.randint(b + 1, d)
+        if r.random() < 0.3:
+            b, e = 0, d  # a slice covering the dim
+        st = r.choice([None, None, None, [2]])
+        step = st[0] if st else 1
+        n = len(range(b, e, step))
+        shape = a.shape[:k] + (n,) + a.shape[k + 1:]
+        kw = [("axes", [k]), ("begin", [b]), ("end", [e]), ("strides", st), ("assume_inbound", False)]
+        return self.emit("R.strided_slice", [Ref(a.name)], kw, shape=shape, dtype=a.dtype, mesh=a.mesh)
+
+    def op_astype(self, a: Val):
+        if a.dtype == "int32":
+            return None
+        to = "float64" if a.dtype == "float32" else "float32"
+        return self.emit("R.astype", [Ref(a.name)], [("dtype", to)], shape=a.shape, dtype=to, mesh=a.mesh)
+
+    def op_layer_norm(self, a: Val):
+        if a.dtype == "int32" or not a.shape:
+            return None
+        g = self.new_param((a.shape[-1],), a.dtype, a.mesh)
+        b = self.new_param((a.shape[-1],), a.dtype, a.mesh)
+        kw = [("axes", [-1]), ("epsilon", 1e-5), ("center", True), ("scale", True)]
+        return self.emit("R.nn.layer_norm", [Ref(a.name), Ref(g.name), Ref(b.name)], kw, shape=a.shape, dtype=a.dtype,
+                         mesh=a.mesh)
+
+    def op_constant(self, a: Val):
+        """A tensor made from constants (the same on every worker), maybe masked, combined with ``a``."""
+        r = self.rng
+        if not a.shape or not _static(a.shape) or a.dtype == "int32":
+            return None
+        fill = Raw(f'R.const({r.choice([1.0, -0.5, 2.0])}, "{a.dtype}")')
+        c = self.emit("R.full", [ShapeLit(a.shape), fill], [("dtype", a.dtype)], shape=a.shape, dtype=a.dtype, mesh=a.mesh)
+        self.produced.remove(c)
+        self.vals.remove(c)  # only combined with a tensor laid out somewhere (a hint on it is an error)
+        if len(a.shape) >= 2 and r.random() < 0.6:
+            c = self.emit(r.choice(["R.triu", "R.tril"]), [Ref(c.name)], [("k", r.choice([0, 1, -1]))], shape=a.shape,
+                          dtype=a.dtype, mesh=a.mesh)
+            self.produced.remove(c)
+            self.vals.remove(c)
+        args = [Ref(a.name), Ref(c.name)]
+        if r.random() < 0.3:
+            args.reverse()
+        return self.emit(r.choice(["R.add", "R.multiply"]), args, shape=a.shape, dtype=a.dtype, mesh=a.mesh)
+
+    def op_hint(self, a: Val):
+        pl = self.placement(a.mesh, a.shape, False, a.dtype)
+        self.layouts.append((a.shape, a.mesh, pl))
+        return self.emit("R.dist.annotate_sharding", [Ref(a.name)], [("device_mesh", MeshRef(a.mesh)), ("placement", pl)],
+                         shape=a.shape, dtype=a.dtype, mesh=a.mesh)
+
+    def op_redistribute(self, a: Val, cross: bool = False):
+        r = self.rng
+        names = {v.name for v in self.vals if v.dtensor}
+        if r.random() < 0.6:
+            names = self.dtensor_names()
+            for v in self.vals:
+                v.dtensor = v.dtensor or v.name in names
+        if a.name not in names:
+            a = self.pick(lambda v: v.name in names)
+            if a is None:
+                return None
+        v = a
+        for _ in range(r.choice([1, 1, 2, 3])):
+            mesh = v.mesh
+            if cross and len(self.prog_meshes) > 1:
+                mesh = r.choice([i for i in range(len(self.prog_meshes)) if i != v.mesh])
+                cross = False
+            pl = self.placement(mesh, v.shape, r.random() < 0.5, v.dtype)
+            self.layouts.append((v.shape, mesh, pl))
+            v = self.emit("R.dist.redistribute", [Ref(v.name)], [("device_mesh", MeshRef(mesh)), ("placement", pl)],
+                          shape=v.shape, dtype=v.dtype, mesh=mesh, dtensor=True)
+        return v
+
+    OPS: ClassVar[dict] = {
+        "redistribute": 16, "cross": 8, "hint": 10, "unary": 8, "binary": 12, "matmul": 9, "reduce": 8,
+        "reshape": 6, "permute": 5, "softmax": 4, "rms_norm": 2, "concat": 4, "split": 4, "expand": 2, "slice": 3,
+        "astype": 2, "layer_norm": 1, "constant": 3,
+    }
+
+    def program(self) -> Program:
+        r = self.rng
+        self.counter = 0
+        self.params, self.binds, self.vals, self.produced, self.layouts = [], [], [], [], []
+        self.prog_meshes = list(self.meshes())
+        nmesh = len(self.prog_meshes)
+        self.dyn_names = []
+        dims = []
+        if r.random() < 0.4:
+            self.dyn_names.append("s")
+            if r.random() < 0.2:
+                self.dyn_names.append("t")
+        for name in self.dyn_names:
+            dims.append((name, r.choices(DYN_VALUES, DYN_WEIGHTS)[0]))
+        dtype = r.choices(["float32", "float64", "int32"], [8, 1, 1])[0]
+        for i in range(r.choice([1, 1, 2, 2, 3])):
+            self.new_param(self.shape(), dtype, r.randrange(nmesh), plain_ok=(i > 0))
+        kinds = list(self.OPS)
+        weights = [self.OPS[k] if (k != "cross" or nmesh > 1) else 0 for k in kinds]
+        n_ops = r.randint(1, self.max_ops)
+        tries = 0
+        while len(self.produced) < n_ops and tries < 4 * n_ops:
+            tries += 1
+            kind = r.choices(kinds, weights)[0]
+            a = self.pick()
+            fn = {
+                "redistribute": self.op_redistribute, "cross": lambda v: self.op_redistribute(v, cross=True),
+                "hint": self.op_hint, "unary": self.op_unary, "binary": self.op_binary, "matmul": self.op_matmul,
+                "reduce": self.op_reduce, "reshape": self.op_reshape, "permute": self.op_permute,
+                "softmax": self.op_softmax, "rms_norm": self.op_rms_norm, "concat": self.op_concat,
+                "split": self.op_split, "expand": self.op_expand_squeeze, "slice": self.op_slice,
+                "astype": self.op_astype, "layer_norm": self.op_layer_norm, "constant": self.op_constant,
+            }[kind]
+            fn(a)
+        if not self.produced:
+            self.op_unary(self.vals[0]) if self.vals[0].dtype != "int32" else self.op_reduce(self.vals[0])
+        last = self.produced[-1]
+        others = [v.name for v in self.produced[:-1] if v.name != last.name]
+        outs = r.sample(others, min(len(others), r.choice([0, 0, 1, 2]))) + [last.name]
+        return Program(tuple(self.prog_meshes), tuple(self.params), tuple(self.binds), tuple(outs), tuple(dims))
+
+    def divides(self, prog: Program, w: int) -> bool:
+        """Whether every layout the generator stated cuts its dims evenly at num_workers=w."""
+        dims = prog.dim_values
+        for shape, m, pl in self.layouts:
+            sizes = prog.meshes[m].sizes(w)
+            for d, dim in enumerate(shape):
+                n = 1
+                for ax, spec in enumerate(pl.specs):
+                    if spec == f"S[{d}]":
+                        n *= sizes[ax]
+                if dim_value(dim, dims) % n:
+                    return False
+        return True
+
+
+def max_device(program: Program, w: int) -> int:
+    return max(max(m.devices(w)) for m in program.meshes) + 1
+
+
+def generate_case(seed: int, index: int, cfg: GenConfig | None = None) -> Case:
+    """Case ``index`` of run ``seed``: the same program on every machine and run.
+
+    Most cases use device counts at which every stated layout divides (a refusal teaches
+    little); about one in five also tries a count where some layout does not, and programs
+    whose layouts divide at no count are kept only now and then (never with even_only).
+    """
+    cfg = cfg or GenConfig()
+    workers = list(cfg.workers)
+    rng = random.Random(f"distir-fuzz:{seed}:{index}")
+    gen = Generator(rng, cfg)
+    for attempt in range(50):
+        prog = gen.program()
+        fits = [w for w in workers if max_device(prog, w) <= cfg.max_devices]
+        if not fits:
+            continue
+        good = [w for w in fits if gen.divides(prog, w)]
+        if good or (not cfg.even_only and (rng.random() < 0.1 or attempt >= 19)):
+            break
+    if not fits:
+        fits = [min(workers)]
+    good = [w for w in fits if gen.divides(prog, w)]
+    bad = [w for w in fits if w not in good]
+    if cfg.even_only and good:
+        fits, bad = good, []
+    if not prog.uses_workers():
+        ws = (fits[0],)
+    else:
+        k = min(cfg.counts, len(fits))
+        pool = good if good and (not bad or rng.random() < 0.8) else fits
+        ws = rng.sample(pool, min(k, len(pool)))
+        if bad and pool is good and len(ws) < k and rng.random() < 0.5:
+            ws.append(rng.choice(bad))
+        ws = tuple(sorted(ws))
+    flags = cfg.flags()
+    return Case(prog, ws, rng.randrange(1000), origin=f"--seed {seed} --only {index}" + (f" {flags}" if flags else ""))
+
+
+# ----------------------------------------------------------------------------- running a case
+
+CLASSES = ["WRONG-NUMBER", "CRASH", "COST-MISMATCH", "SUSPECT-REFUSAL", "CLEAN-REFUSAL", "OK", "INVALID"]
+SEVERITY = {c: i for i, c in enumerate(CLASSES)}
+FATAL = ("WRONG-NUMBER", "CRASH")
+FAILURES = ("WRONG-NUMBER", "CRASH", "COST-MISMATCH", "SUSPECT-REFUSAL")
+
+
+@dataclass
+class Outcome:
+    cls: str
+    stage: str  # parse, reference, <pass name>, specialize, simulate, compare, cost, tvm-...
+    workers: int | None = None
+    message: str = ""
+    key: str = ""  # what a shrunk case must keep reproducing
+    detail: str = ""
+    valid: bool | None = None  # every stated layout divides evenly at this count (None: not known)
+
+    def line(self) -> str:
+        w = f" num_workers={self.workers}" if self.workers is not None else ""
+        msg = self.message.strip().splitlines()[0] if self.message.strip() else ""
+        return f"{self.cls} at {self.stage}{w}: {msg[:300]}"
+
+
+@dataclass
+class CaseResult:
+    case: Case
+    outcomes: list = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def cls(self) -> str:
+        return min((o.cls for o in self.outcomes), key=SEVERITY.__getitem__, default="OK")
+
+    def worst(self) -> Outcome | None:
+        return min(self.outcomes, key=lambda o: SEVERITY[o.cls], default=None)
+
+
+# DistirError messages that are never a reasoned refusal of the user's program, but a pass
+# finding that another pass left something inconsistent: suspect unless the stated layouts
+# do not divide (then some refusal is right, if not this one).
+INTERNAL_ERRORS = [
+    r"per-worker type .* differs from the expected",
+    r"verifier",
+    r"no worker holds a value",
+    r"holds no value",
+]
+
+
+class CaseTimeout(BaseException):
+    """Raised by the alarm (BaseException: no library `except Exception` swallows it)."""
+
+
+def _on_alarm(signum, frame):
+    raise CaseTimeout()
+
+
+def _words(message: str, n: int = 14) -> str:
+    """A message's gist, stable under shrinking: its first line, names, numbers and types dropped."""
+    first = message.strip().splitlines()[0] if message.strip() else ""
+    first = re.sub(r"^error:\s*", "", first)
+    first = re.sub(r"'[^']*'|\"[^\"]*\"", " ", first)
+    first = re.sub(r"\([^()]*\)", " ", first)
+    words = [w for w in re.findall(r"[A-Za-z_][A-Za-z_\-]+", first) if len(w) > 2 and not re.search(r"\d", w)]
+    return " ".join(words[:n])
+
+
+def _crash_site(exc: BaseException) -> str:
+    """The innermost frame of distir in the traceback (file:function:line)."""
+    site = ""
+    for fr in traceback.extract_tb(exc.__traceback__):
+        if "/distir/" in fr.filename.replace("\\", "/"):
+            site = f"{fr.filename.split('/distir/')[-1]}:{fr.name}:{fr.lineno}"
+    return site or "outside distir"
+
+
+def _exc_outcome(exc: BaseException, stage: str, w, valid: bool | None) -> Outcome:
+    """The outcome of an exception at ``stage``; ``valid``: whether every stated layout divides
+    (None: not known or not relevant)."""
+    o = _exc_outcome_(exc, stage, w, valid)
+    o.valid = valid
+    return o
+
+
+def _exc_outcome_(exc: BaseException, stage: str, w, valid: bool | None) -> Outcome:
+    from distir.errors import DistirError
+
+    suspect = bool(valid)
+    msg = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, CaseTimeout):
+        return Outcome("CRASH", stage, w, f"timeout during {stage}", key=f"CRASH|timeout|{stage}")
+    if isinstance(exc, DistirError):
+        if stage == "simulate" and "replicas disagree" in str(exc):
+            return Outcome("WRONG-NUMBER", stage, w, msg, key="WRONG-NUMBER|simulate|replicas disagree")
+        internal = valid is not False and any(re.search(p, str(exc)) for p in INTERNAL_ERRORS)
+        cls = "SUSPECT-REFUSAL" if suspect or internal else "CLEAN-REFUSAL"
+        note = " (stated layouts do not divide: a refusal is right)" if valid is False else ""
+        return Outcome(cls, stage, w, msg + note, key=f"{cls}|{stage}|{type(exc).__name__}|{_words(str(exc))}")
+    site = _crash_site(exc)
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, chain=False)[-7:])
+    note = " (stated layouts do not divide: expected a refusal)" if valid is False else ""
+    return Outcome("CRASH", stage, w, f"{msg} [at {site}]{note}", key=f"CRASH|{stage}|{type(exc).__name__}|{site}",
+                   detail=tb)
+
+
+def user_layouts(mod) -> list:
+    """(what, shape, mesh, placement) of every layout the program states: DTensor parameters,
+    hints and redistribute targets."""
+    from distir.ir.types import DTensorType
+
+    f = mod["main"]
+    out = [(f"parameter '{p.name}'", p.type.shape, p.type.mesh, p.type.placement)
+           for p in f.params if isinstance(p.type, DTensorType)]
+    for b in f.bindings():
+        v = b.value
+        name = getattr(getattr(v, "op", None), "name", "")
+        if name == "dist.annotate_sharding":
+            out.append((f"hint '{b.var.name}'", v.args[0].type.shape, v.attrs["device_mesh"], v.attrs["placement"]))
+        elif name == "dist.redistribute" and isinstance(b.var.type, DTensorType):
+            out.append((f"redistribute '{b.var.name}'", b.var.type.shape, b.var.type.mesh, b.var.type.placement))
+    return out
+
+
+def layouts_divide(layouts, w: int, dims: dict) -> str | None:
+    """None when every stated layout cuts its dims evenly at num_workers=w, else why not."""
+    from distir.ir import sym
+    from distir.ir.placement import Shard
+
+    env = dict(dims)
+    env[NW] = w
+    for what, shape, mesh, placement in layouts:
+        try:
+            sizes = [sym.evaluate(d, env) for d in mesh.shape]
+        except Exception:  # noqa: BLE001
+            return f"{what}: mesh size unknown"
+        for d, dim in enumerate(shape):
+            n = 1
+            for ax, spec in enumerate(placement.specs):
+                if isinstance(spec, Shard) and spec.dim == d:
+                    n *= sizes[ax]
+            try:
+                v = sym.evaluate(dim, env)
+            except Exception:  # noqa: BLE001  (a size nothing binds: not checkable)
+                v = 0
+            if v % n:
+                return f"{what} dim {d} of size {v} is cut over {n} devices"
+    return None
+
+
+@dataclass
+class Options:
+    rtol: float = 1e-4
+    atol: float = 1e-4
+    timeout: float = 30.0
+    check_cost: bool = True
+
+
+def execute(case: Case, opts: Options | None = None, verbose: bool = False) -> CaseResult:
+    """Run one case: parse, reference, pipeline once, then per device count specialize,
+    simulate, compare and check the bytes. Never raises (except KeyboardInterrupt)."""
+    opts = opts or Options()
+    t0 = time.perf_counter()
+    res = CaseResult(case)
+    use_alarm = opts.timeout and hasattr(signal, "SIGALRM") and _main_thread()
+    if use_alarm:
+        old = signal.signal(signal.SIGALRM, _on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, opts.timeout)
+    try:
+        _execute(case, opts, res, verbose)
+    except CaseTimeout:
+        res.outcomes.append(Outcome("CRASH", "timeout", None, f"the case took more than {opts.timeout:g} s",
+                                    key="CRASH|timeout"))
+    finally:
+        if use_alarm:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+    res.seconds = time.perf_counter() - t0
+    return res
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def _execute(case: Case, opts: Options, res: CaseResult, verbose: bool) -> None:
+    import numpy as np
+
+    import distir
+    from distir.analysis import comm_volume
+    from distir.errors import DistirError, SpecializeError
+    from distir.runtime import run
+    from distir.runtime.spmd import SpmdStats, run_spmd
+    from distir.testing import compare_outputs, random_inputs
+    from distir.transform import get_pass
+    from distir.transform.pipelines import _DISTRIBUTE
+    from distir.transform.specialize import specialize
+
+    out = res.outcomes
+    prog = case.program
+    dims = prog.dim_values
+    text = prog.render()
+    say = print if verbose else (lambda *a, **k: None)
+
+    # 1. the program and its single-device result (a refusal here is the generator's fault)
+    try:
+        mod = distir.parse(text)
+        inputs = random_inputs(mod, "main", dims, seed=case.seed)
+    except DistirError as e:
+        out.append(Outcome("INVALID", "parse", None, f"{type(e).__name__}: {e}", key="INVALID|parse"))
+        say(out[-1].line())
+        return
+    except CaseTimeout:
+        raise
+    except Exception as e:  # noqa: BLE001
+        out.append(_exc_outcome(e, "parse", None, None))
+        return
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            expected = run(mod, *inputs)
+    except DistirError as e:
+        out.append(Outcome("INVALID", "reference", None, f"{type(e).__name__}: {e}", key="INVALID|reference"))
+        say(out[-1].line())
+        return
+    except CaseTimeout:
+        raise
+    except Exception as e:  # noqa: BLE001
+        out.append(_exc_outcome(e, "reference", None, None))
+        return
+    layouts = user_layouts(mod)
+    why_not = {w: layouts_divide(layouts, w, dims) for w in case.workers}
+    valid_any = any(v is None for v in why_not.values())
+    say(f"stated layouts: {len(layouts)}; " + "; ".join(f"num_workers={w}: {why or 'all divide'}" for w, why in why_not.items()))
+
+    # 2. the distribute pipeline, once, num_workers symbolic; pass by pass to name the stage
+    lowered = mod
+    for name in _DISTRIBUTE:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                lowered = get_pass(name)(lowered)
+        except CaseTimeout:
+            raise
+        except Exception as e:  # noqa: BLE001
+            out.append(_exc_outcome(e, name, None, valid_any))
+            say(out[-1].line())
+            return
+    if verbose:
+        print("--- after the distribute pipeline:")
+        print(lowered.script())
+    formula = None
+    if opts.check_cost:
+        try:
+            formula = comm_volume(lowered)
+        except DistirError:
+            formula = None  # e.g. transfers between meshes that share devices: exact only when specialized
+        except CaseTimeout:
+            raise
+        except Exception as e:  # noqa: BLE001
+            out.append(_exc_outcome(e, "cost-formula", None, None))
+
+    # 3. per device count
+    for w in case.workers:
+        valid = why_not[w] is None
+        try:
+            local = specialize(lowered, {NW: w})
+        except CaseTimeout:
+            raise
+        except Exception as e:  # noqa: BLE001
+            o = _exc_outcome(e, "specialize", w, valid)
+            if o.cls == "SUSPECT-REFUSAL" and isinstance(e, SpecializeError):
+                # Propagation plans for num_workers = 8 (docs/propagation.md): a layout it chose that
+                # divides at 8 but not at this count is by design, not a suspect.
+                at = _likely_count(layouts, dims, w)
+                if at is not None and _specializes(specialize, lowered, at):
+                    o = replace(o, cls="CLEAN-REFUSAL", key=o.key.replace("SUSPECT-REFUSAL", "CLEAN-REFUSAL", 1),
+                                message=o.message + f" (it specializes at num_workers={at}: a layout chosen for 8)")
+            out.append(o)
+            say(out[-1].line())
+            continue
+        stats = SpmdStats()
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                got = run_spmd(local, *inputs, stats=stats, seed=case.seed)
+        except CaseTimeout:
+            raise
+        except Exception as e:  # noqa: BLE001
+            out.append(_exc_outcome(e, "simulate", w, valid))
+            say(out[-1].line())
+            continue
+        try:
+            ok, worst = compare_outputs(got, expected, opts.rtol, opts.atol)
+        except Exception as e:  # noqa: BLE001
+            out.append(_exc_outcome(e, "compare", w, None))
+            continue
+        if not ok:
+            detail = _differences(got, expected, np)
+            note = "" if valid else f" (stated layouts do not divide: {why_not[w]}; expected a refusal)"
+            out.append(Outcome("WRONG-NUMBER", "simulate", w,
+                               f"simulated result differs from the single-device run, largest difference {worst:.3g}{note}",
+                               key="WRONG-NUMBER|simulate", detail=detail, valid=valid))
+            say(out[-1].line())
+            say(detail)
+            continue
+        o = Outcome("OK", "simulate", w, f"matches (largest difference {worst:.3g}); {stats.summary()}", valid=valid)
+        if opts.check_cost:
+            problem = _cost_problem(local, formula, stats, w, dims, comm_volume, DistirError)
+            if problem and not valid:
+                problem += f" (stated layouts do not divide: {why_not[w]})"
+            if problem:
+                o = Outcome("COST-MISMATCH", "cost", w, problem, key="COST-MISMATCH|" + _words(problem, 6), valid=valid)
+        out.append(o)
+        say(o.line())
+
+
+def _likely_count(layouts, dims, w) -> int | None:
+    """The count propagation plans for (8), or the largest power of two below it at which
+    every stated layout divides."""
+    for at in (8, 4, 2):
+        if at != w and layouts_divide(layouts, at, dims) is None:
+            return at
+    return None
+
+
+def _specializes(specialize, lowered, at: int) -> bool:
+    try:
+        specialize(lowered, {NW: at})
+    except Exception:  # noqa: BLE001
+        return False
+    return True
+
+
+def _differences(got, expected, np) -> str:
+    from distir.testing import _as_tuple
+
+    got, expected = _as_tuple(got), _as_tuple(expected)
+    lines = []
+    for i, (g, e) in enumerate(zip(got, expected)):
+        g, e = np.asarray(g), np.asarray(e)
+        if g.shape != e.shape:
+            lines.append(f"output {i}: shape {g.shape}, expected {e.shape}")
+            continue
+        bad = ~np.isclose(g.astype(np.float64), e.astype(np.float64), rtol=1e-4,
+                          atol=1e-4 * max(float(np.max(np.abs(e))) if e.size else 0.0, 1e-30), equal_nan=True)
+        if bad.any():
+            idx = np.argwhere(bad)
+            lines.append(f"output {i} {e.shape}: {int(bad.sum())} of {e.size} elements differ, first at "
+                         f"{tuple(int(x) for x in idx[0])}: got {g[tuple(idx[0])]!r}, expected {e[tuple(idx[0])]!r}")
+    if len(got) != len(expected):
+        lines.append(f"{len(got)} outputs, expected {len(expected)}")
+    return "\n".join(lines)
+
+
+def _cost_problem(local, formula, stats, w, dims, comm_volume, DistirError) -> str | None:
+    env = dict(dims)
+    env[NW] = w
+    try:
+        nums = comm_volume(local).evaluate(env)
+    except DistirError as e:
+        if dims and "concrete sizes" in str(e):
+            return None  # a transfer between meshes sharing devices, of a tensor with run-time sizes
+        return f"comm_volume of the specialized module fails: {e}"
+    measured = stats.total_bytes
+    if nums.total_bytes != measured or nums.counts != stats.counts:
+        return (f"cost model (specialized module): {nums.total_bytes} bytes {nums.counts}, "
+                f"simulator: {measured} bytes {stats.counts}")
+    if formula is not None:
+        try:
+            f_nums = formula.evaluate(env)
+        except Exception as e:  # noqa: BLE001
+            return f"the symbolic cost formula cannot be evaluated at num_workers={w}: {e}"
+        if f_nums.total_bytes != measured or f_nums.counts != stats.counts:
+            return (f"symbolic cost formula at num_workers={w}: {f_nums.total_bytes} bytes {f_nums.counts}, "
+                    f"simulator: {measured} bytes {stats.counts}")
+    return None
+
+
+# ----------------------------------------------------------------------------- TVM (a child process)
+
+
+def _tvm_child(conn, stderr_path):
+    """Runs cases on TVM/Disco; a Disco error aborts this process, not the fuzzer."""
+    fd = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(fd, 2)
+    warnings.simplefilter("ignore")
+    while True:
+        try:
+            req = conn.recv()
+        except EOFError:
+            return
+        if req is None:
+            return
+        conn.send(_tvm_case(*req))
+
+
+def _tvm_case(text, dims, seed, workers, rtol, atol, per_count):
+    import numpy as np
+
+    import distir
+    from distir.errors import DistirError
+    from distir.runtime import run
+    from distir.testing import compare_outputs, random_inputs
+    from distir.transform.pipelines import distribute_pipeline
+    from distir.transform.specialize import specialize
+
+    res = []
+    try:
+        mod = distir.parse(text)
+        inputs = random_inputs(mod, "main", dims, seed=seed)
+        expected = run(mod, *inputs)
+        lowered = distribute_pipeline()(mod)
+        layouts = user_layouts(mod)
+        valid = {w: layouts_divide(layouts, w, dims) is None for w in workers}
+        valid_any = any(valid.values())
+    except Exception as e:  # noqa: BLE001  (the simulator run reports these)
+        return [("OK", "tvm", None, f"not run on TVM: {type(e).__name__}", "", "")]
+    try:
+        import tvm
+
+        from distir.tvm import run_disco, specialize_and_build, to_relax
+
+        exported = to_relax(lowered)
+    except Exception as e:  # noqa: BLE001
+        return [dataclasses.astuple(_exc_outcome(e, "tvm-export", None, valid_any))]
+    try:
+        built = None if per_count else tvm.compile(exported, target="llvm")
+    except Exception as e:  # noqa: BLE001
+        return [dataclasses.astuple(_exc_outcome(e, "tvm-build", None, valid_any))]
+    for w in workers:
+        try:
+            specialize(lowered, {NW: w})  # a count the specializer refuses is not run
+        except DistirError:
+            continue
+        try:
+            b = specialize_and_build(exported, {NW: w}) if per_count else built
+            got = run_disco(b, lowered, *inputs, num_workers=w, seed=seed)
+        except Exception as e:  # noqa: BLE001
+            res.append(dataclasses.astuple(_exc_outcome(e, "tvm-run", w, valid[w])))
+            continue
+        ok, worst = compare_outputs(got, expected, rtol, atol)
+        if ok:
+            res.append(("OK", "tvm-run", w, f"TVM matches (largest difference {worst:.3g})", "", "", valid[w]))
+        else:
+            note = "" if valid[w] else " (stated layouts do not divide: expected a refusal)"
+            res.append(("WRONG-NUMBER", "tvm-run", w, f"TVM/Disco result differs, largest difference {worst:.3g}{note}",
+                        "WRONG-NUMBER|tvm-run", _differences(got, expected, np), valid[w]))
+    return res
+
+
+class TvmRunner:
+    def __init__(self, timeout: float = 300.0, per_count: bool = False):
+        import multiprocessing as mp
+        import tempfile
+
+        self.ctx = mp.get_context("spawn")
+        self.timeout = timeout
+        self.per_count = per_count
+        self.stderr_path = os.path.join(tempfile.mkdtemp(prefix="distir-fuzz-tvm-"), "stderr.txt")
+        self.proc = None
+
+    def _start(self):
+        self.conn, child = self.ctx.Pipe()
+        self.proc = self.ctx.Process(target=_tvm_child, args=(child, self.stderr_path), daemon=True)
+        self.proc.start()
+
+    def run(self, case: Case, opts: Options) -> list[Outcome]:
+        if self.proc is None or not self.proc.is_alive():
+            self._start()
+        req = (case.text, case.program.dim_values, case.seed, case.workers, opts.rtol, opts.atol, self.per_count)
+        self.conn.send(req)
+        if not self.conn.poll(self.timeout):
+            self.proc.kill()
+            self.proc = None
+            return [Outcome("CRASH", "tvm", None, f"TVM run took more than {self.timeout:g} s", key="CRASH|tvm|timeout")]
+        try:
+            rows = self.conn.recv()
+        except (EOFError, ConnectionError):
+            self.proc.join(5)
+            code = self.proc.exitcode
+            self.proc = None
+            tail = ""
+            try:
+                with open(self.stderr_path, errors="replace") as f:
+                    tail = " | ".join(ln.strip() for ln in f.read().strip().splitlines()[-3:])
+            except OSError:
+                pass
+            return [Outcome("CRASH", "tvm", None, f"the TVM/Disco process died (exit code {code}): {tail[:400]}",
+                            key="CRASH|tvm|died|" + _words(tail, 6))]
+        return [Outcome(*row) for row in rows]
+
+    def close(self):
+        if self.proc is not None and self.proc.is_alive():
+            try:
+                self.conn.send(None)
+                self.proc.join(5)
+            except (OSError, ValueError):
+                pass
+            if self.proc.is_alive():
+                self.proc.kill()
+
+
+# ----------------------------------------------------------------------------- shrinking
+
+
+def _live(prog: Program) -> Program:
+    """Drop bindings the outputs do not need, then unused parameters."""
+    need = set(prog.outputs)
+    keep = []
+    for b in reversed(prog.binds):
+        if b.var in need:
+            keep.append(b)
+            need.update(b.refs())
+    keep.reverse()
+    params = tuple(p for p in prog.params if p.name in need)
+    return replace(prog, binds=tuple(keep), params=params)
+
+
+def _sub_dims(shape, old, new):
+    return tuple(new if d == old else d for d in shape)
+
+
+def _map_attrs(b: Bind, fn) -> Bind:
+    return replace(b, kwargs=tuple((k, fn(k, v)) for k, v in b.kwargs))
+
+
+def _placement_of(b: Bind):
+    return b.kw("placement"), b.kw("device_mesh")
+
+
+def _drop_axis(prog: Program, m: int, ax: int) -> Program:
+    mesh = prog.meshes[m]
+    shape = mesh.shape[:ax] + mesh.shape[ax + 1:]
+    n = 1
+    for d in shape:
+        if d != NW:
+            n *= d
+    ids = None if mesh.ids is None else tuple(sorted(mesh.ids)[:n])
+    new_mesh = Mesh(shape, mesh.start, ids)
+    meshes = prog.meshes[:m] + (new_mesh,) + prog.meshes[m + 1:]
+
+    def fix_pl(pl: Pl) -> Pl:
+        return Pl(pl.specs[:ax] + pl.specs[ax + 1:])
+
+    params = tuple(replace(p, placement=fix_pl(p.placement)) if p.mesh == m and p.placement else p for p in prog.params)
+    binds = []
+    for b in prog.binds:
+        pl, mr = _placement_of(b)
+        if pl is not None and mr == MeshRef(m):
+            b = _map_attrs(b, lambda k, v: fix_pl(v) if k == "placement" else v)
+        binds.append(b)
+    return replace(prog, meshes=meshes, params=params, binds=tuple(binds))
+
+
+def _drop_mesh(prog: Program, m: int) -> Program | None:
+    if any(p.mesh == m for p in prog.params) or any(b.kw("device_mesh") == MeshRef(m) for b in prog.binds):
+        return None
+
+    def ren(i):
+        return i - 1 if i > m else i
+
+    params = tuple(replace(p, mesh=ren(p.mesh)) if p.mesh is not None else p for p in prog.params)
+    binds = tuple(_map_attrs(b, lambda k, v: MeshRef(ren(v.index)) if isinstance(v, MeshRef) else v) for b in prog.binds)
+    return replace(prog, meshes=prog.meshes[:m] + prog.meshes[m + 1:], params=params, binds=binds)
+
+
+def _candidates(case: Case):
+    """Smaller variants of a case, roughly biggest cuts first."""
+    prog = case.program
+    w = case.workers[0] if case.workers else 1
+    if _live(prog) != prog:
+        yield replace(case, program=_live(prog))
+    if len(case.workers) > 1:
+        for w1 in case.workers:
+            yield replace(case, workers=(w1,))
+    if prog.uses_workers():
+        for w2 in range(1, w):
+            yield replace(case, workers=(w2,))
+    else:
+        if w != 1:
+            yield replace(case, workers=(1,))
+    # fewer outputs: each binding alone, earliest first
+    tensors = [b.var for b in prog.binds if b.op != "R.split"]
+    if len(prog.outputs) > 1 or len(prog.binds) > 1:
+        for v in tensors:
+            if (v,) != prog.outputs:
+                yield replace(case, program=_live(replace(prog, outputs=(v,))))
+    if len(prog.outputs) > 1:
+        for i in range(len(prog.outputs)):
+            yield replace(case, program=_live(replace(prog, outputs=prog.outputs[:i] + prog.outputs[i + 1:])))
+    # bypass a binding: its users read one of its arguments instead
+    for i in reversed(range(len(prog.binds))):
+        b = prog.binds[i]
+        for a in b.args:
+            if isinstance(a, Ref) and b.op != "item":
+                binds = [x.rename({b.var: a.name}) for j, x in enumerate(prog.binds) if j != i]
+                outs = tuple(a.name if o == b.var else o for o in prog.outputs)
+                if all(o in {x.var for x in binds} for o in outs):
+                    yield replace(case, program=_live(replace(prog, binds=tuple(binds), outputs=outs)))
+    # drop unused meshes, mesh axes, smaller meshes, plainer device lists
+    for m in reversed(range(len(prog.meshes))):
+        p2 = _drop_mesh(prog, m)
+        if p2 is not None:
+            yield replace(case, program=p2)
+    for m, mesh in enumerate(prog.meshes):
+        for ax in range(mesh.ndim):
+            if mesh.ndim > 1:
+                yield replace(case, program=_drop_axis(prog, m, ax))
+        for ax, d in enumerate(mesh.shape):
+            if d == NW:
+                sh = mesh.shape[:ax] + (w,) + mesh.shape[ax + 1:]
+                start = Lin(mesh.start.at(w))
+                meshes = prog.meshes[:m] + (Mesh(sh, start),) + prog.meshes[m + 1:]
+                yield replace(case, program=replace(prog, meshes=meshes))
+            elif isinstance(d, int) and d > 1 and mesh.ids is None:
+                for d2 in sorted({1, 2, d - 1}):
+                    if d2 < d:
+                        sh = mesh.shape[:ax] + (d2,) + mesh.shape[ax + 1:]
+                        meshes = prog.meshes[:m] + (Mesh(sh, mesh.start),) + prog.meshes[m + 1:]
+                        yield replace(case, program=replace(prog, meshes=meshes))
+        if mesh.ids is not None:
+            meshes = prog.meshes[:m] + (Mesh(mesh.shape, Lin(min(mesh.ids))),) + prog.meshes[m + 1:]
+            yield replace(case, program=replace(prog, meshes=meshes))
+            lo = Mesh(mesh.shape, ids=tuple(i - min(mesh.ids) for i in mesh.ids))
+            if lo != mesh:
+                yield replace(case, program=replace(prog, meshes=prog.meshes[:m] + (lo,) + prog.meshes[m + 1:]))
+        elif mesh.start != Lin(0):
+            meshes = prog.meshes[:m] + (Mesh(mesh.shape, Lin(0)),) + prog.meshes[m + 1:]
+            yield replace(case, program=replace(prog, meshes=meshes))
+    # simpler layouts: one mesh-axis entry at a time to R; parameters plain
+    for i, p in enumerate(prog.params):
+        if p.placement is None:
+            continue
+        for ax, s in enumerate(p.placement.specs):
+            if s != "R":
+                pl = Pl(p.placement.specs[:ax] + ("R",) + p.placement.specs[ax + 1:])
+                params = prog.params[:i] + (replace(p, placement=pl),) + prog.params[i + 1:]
+                yield replace(case, program=replace(prog, params=params))
+    for i, b in enumerate(prog.binds):
+        pl = b.kw("placement")
+        if pl is None:
+            continue
+        for ax, s in enumerate(pl.specs):
+            if s != "R":
+                new = Pl(pl.specs[:ax] + ("R",) + pl.specs[ax + 1:])
+                b2 = _map_attrs(b, lambda k, v, new=new: new if k == "placement" else v)
+                yield replace(case, program=replace(prog, binds=prog.binds[:i] + (b2,) + prog.binds[i + 1:]))
+    # symbolic sizes: static, or smaller at run time
+    for name, value in prog.dims:
+        yield replace(case, program=_subst_dim(prog, name, value))
+        for v2 in sorted({1, 2, 3, value // 2, value - 1}):
+            if 1 <= v2 < value:
+                dims = tuple((n, v2 if n == name else v) for n, v in prog.dims)
+                yield replace(case, program=replace(prog, dims=dims))
+    # smaller static sizes, everywhere at once, then one parameter dim at a time
+    values = sorted({d for p in prog.params for d in p.shape if isinstance(d, int) and d > 1}, reverse=True)
+    for v in values:
+        for v2 in sorted({1, 2, 3, v // 2, v - 1}):
+            if 1 <= v2 < v:
+                yield replace(case, program=_subst_size(prog, v, v2))
+    for i, p in enumerate(prog.params):
+        for j, d in enumerate(p.shape):
+            if isinstance(d, int) and d > 1:
+                for v2 in sorted({1, 2, d // 2, d - 1}):
+                    if 1 <= v2 < d:
+                        shape = p.shape[:j] + (v2,) + p.shape[j + 1:]
+                        params = prog.params[:i] + (replace(p, shape=shape),) + prog.params[i + 1:]
+                        yield replace(case, program=replace(prog, params=params))
+    # float32 everywhere; input seed 0
+    if any(p.dtype != "float32" for p in prog.params):
+        params = tuple(replace(p, dtype="float32") for p in prog.params)
+        binds = tuple(replace(b, args=tuple(Raw(re.sub(r'"(int32|float64)"', '"float32"', a.text).replace(
+            "R.const(2, ", "R.const(2.0, ")) if isinstance(a, Raw) else a for a in b.args)) for b in prog.binds)
+        yield replace(case, program=replace(prog, params=params, binds=binds))
+    if case.seed != 0:
+        yield replace(case, seed=0)
+
+
+def _subst_dim(prog: Program, name: str, value: int) -> Program:
+    def f(d):
+        return d[0] * value if isinstance(d, tuple) and d[1] == name else d
+
+    params = tuple(replace(p, shape=tuple(f(d) for d in p.shape)) for p in prog.params)
+    binds = tuple(_map_attrs(b, lambda k, v: ShapeLit(tuple(f(d) for d in v.dims)) if isinstance(v, ShapeLit) else v)
+                  for b in prog.binds)
+    dims = tuple((n, v) for n, v in prog.dims if n != name)
+    return replace(prog, params=params, binds=binds, dims=dims)
+
+
+def _subst_size(prog: Program, old: int, new: int) -> Program:
+    params = tuple(replace(p, shape=_sub_dims(p.shape, old, new)) for p in prog.params)
+
+    def fix(k, v):
+        if isinstance(v, ShapeLit):
+            return ShapeLit(_sub_dims(v.dims, old, new))
+        if k in ("end",) and isinstance(v, list):
+            return [new if x == old else x for x in v]
+        return v
+
+    binds = tuple(_map_attrs(b, fix) for b in prog.binds)
+    return replace(prog, params=params, binds=binds)
+
+
+def _size(case: Case) -> tuple:
+    p = case.program
+    shapes = sum(d if isinstance(d, int) else d[0] * 8 for q in p.params for d in q.shape)
+    mesh = sum(m.ndim * 4 + (0 if m.ids is None else 2) + (0 if m.start == Lin(0) else 1) for m in p.meshes)
+    pls = sum(1 for q in p.params for s in (q.placement.specs if q.placement else ()) if s != "R")
+    return (len(p.binds), len(p.outputs), len(p.params), mesh, len(case.workers), max(case.workers, default=0),
+            shapes, pls, len(p.dims), case.seed)
+
+
+def shrink(case: Case, target: Outcome, opts: Options, budget: float = 60.0, max_runs: int = 400,
+           tvm: TvmRunner | None = None, log=None) -> tuple[Case, Outcome, int]:
+    """Greedy shrinking: take the first smaller variant that fails the same way, repeat."""
+    deadline = time.perf_counter() + budget
+    # a failure before specialization happens at every count; one of a dead TVM process at an unknown one
+    if target.workers is not None:
+        ws = (target.workers,)
+    elif target.stage == "tvm":
+        ws = case.workers
+    else:
+        ws = case.workers[:1]
+    best = replace(case, workers=ws)
+    best_outcome = target
+    runs = 0
+
+    def same(c: Case) -> Outcome | None:
+        nonlocal runs
+        runs += 1
+        if target.stage.startswith("tvm"):
+            if tvm is None:
+                return None
+            outs = tvm.run(c, opts)
+        else:
+            outs = execute(c, opts).outcomes
+        for o in outs:
+            # the same failure, and no drifting from layouts that divide to layouts that do not
+            if o.key == target.key and (target.valid is not True or o.valid is True):
+                return o
+        return None
+
+    first = same(best)
+    if first is None:  # flaky or depends on another count: keep the case as found
+        return replace(case), target, runs
+    best_outcome = first
+    progress = True
+    while progress and time.perf_counter() < deadline and runs < max_runs:
+        progress = False
+        for cand in _candidates(best):
+            if time.perf_counter() > deadline or runs >= max_runs:
+                break
+            if _size(cand) >= _size(best):
+                continue
+            o = same(cand)
+            if o is not None:
+                best, best_outcome, progress = cand, o, True
+                if log:
+                    log(f"    shrunk to {len(best.program.binds)} bindings, {len(best.program.params)} params")
+                break
+    return best, best_outcome, runs
+
+
+# ----------------------------------------------------------------------------- reproducers
+
+HEADER_RE = re.compile(r"^# fuzz: (.*)$", re.MULTILINE)
+
+
+def repro_text(case: Case, outcome: Outcome, note: str = "", path: str = "REPRO.ir") -> str:
+    w = case.workers[0] if case.workers else 1
+    dims = " ".join(f"--bind {n}={v}" for n, v in case.program.dims)
+    backend = " --backend tvm" if outcome.stage.startswith("tvm") else ""
+    meta = f"workers={','.join(map(str, case.workers))} seed={case.seed}" + "".join(
+        f" {n}={v}" for n, v in case.program.dims)
+    msg = "\n".join("#   " + ln for ln in (outcome.message.strip().splitlines() or [""])[:12])
+    det = "\n".join("#   " + ln for ln in outcome.detail.strip().splitlines()[:12]) if outcome.detail else ""
+    lines = [
+        f"# distir fuzz reproducer: {outcome.cls} at {outcome.stage}"
+        + (f", num_workers={outcome.workers}" if outcome.workers is not None else ""),
+        f"# found by: python scripts/fuzz.py {case.origin}{note}",
+        "# message:",
+        msg,
+    ]
+    if det:
+        lines += ["# detail:", det]
+    lines += [
+        "# reproduce:",
+        f"#   PYTHONPATH=python python scripts/fuzz.py --replay {path}" + (" --tvm" if backend else ""),
+        f"#   distir run {path} -n {w} --seed {case.seed}{(' ' + dims) if dims else ''}{backend}",
+        f"# fuzz: {meta}",
+        "",
+    ]
+    return "\n".join(lines) + case.text
+
+
+def read_repro(path: str) -> tuple[str, dict]:
+    with open(path) as f:
+        text = f.read()
+    meta = {}
+    m = HEADER_RE.search(text)
+    if m:
+        for item in m.group(1).split():
+            k, _, v = item.partition("=")
+            meta[k] = v
+    return text, meta
+
+
+def replay(path: str, args, opts: Options) -> int:
+    """Re-run a written reproducer (its header says the counts, seed and run-time sizes)."""
+    import distir
+    from distir.testing import random_inputs  # noqa: F401
+
+    text, meta = read_repro(path)
+    workers = _parse_workers(args.workers) if args.workers_given else [int(x) for x in meta.get("workers", "1").split(",")]
+    seed = int(meta.get("seed", 0)) if args.input_seed is None else args.input_seed
+    dims = {k: int(v) for k, v in meta.items() if k not in ("workers", "seed")}
+    for b in args.bind:
+        k, _, v = b.partition("=")
+        dims[k] = int(v)
+    mod = distir.parse(text)  # the reproducer is ordinary IR text
+    prog = _TextProgram(text, dims, mod)
+    case = Case(prog, tuple(workers), seed, origin=path)
+    print(f"replaying {path}: num_workers {workers}, seed {seed}" + (f", {dims}" if dims else ""))
+    res = execute(case, opts, verbose=args.verbose)
+    outs = list(res.outcomes)
+    if args.tvm:
+        runner = TvmRunner(per_count=args.tvm_per_count)
+        try:
+            outs += runner.run(case, opts)
+        finally:
+            runner.close()
+    for i, o in enumerate(outs):
+        if not args.verbose or i >= len(res.outcomes):  # verbose: the simulator's lines are printed already
+            print(o.line())
+        if o.detail and o.cls in FAILURES:
+            print("  " + o.detail.strip().replace("\n", "\n  "))
+    cls = min((o.cls for o in outs), key=SEVERITY.__getitem__, default="OK")
+    print(f"class: {cls}")
+    return 1 if cls in FATAL else 0
+
+
+@dataclass(frozen=True)
+class _TextProgram:
+    """A program given as text (a replayed file): enough of Program for execute()."""
+
+    text: str
+    dims: dict
+    mod: object
+
+    def render(self) -> str:
+        return self.text
+
+    @property
+    def dim_values(self) -> dict:
+        return dict(self.dims)
+
+    def uses_workers(self) -> bool:
+        return NW in self.text
+
+
+# ----------------------------------------------------------------------------- the driver
+
+
+def _parse_workers(text: str) -> list[int]:
+    out = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "-" in part:
+            a, b = part.split("-", 1)
+            out.update(range(int(a), int(b) + 1))
+        else:
+            out.add(int(part))
+    if not out or min(out) < 1:
+        raise argparse.ArgumentTypeError(f"expected worker counts like 1-8 or 1,2,4,8, got '{text}'")
+    return sorted(out)
+
+
+_WORKER_STATE: dict = {}
+
+
+def _pool_init(state):
+    _WORKER_STATE.update(state)
+    warnings.simplefilter("ignore")
+
+
+def _pool_run(index):
+    s = _WORKER_STATE
+    case = generate_case(s["seed"], index, s["cfg"])
+    return index, execute(case, s["opts"])
+
+
+class Stats:
+    def __init__(self):
+        self.cases = Counter()
+        self.runs = Counter()
+        self.refusals = Counter()
+        self.suspects = Counter()
+        self.invalid = Counter()
+        self.n = 0
+        self.case_seconds = 0.0
+
+    def add(self, res: CaseResult):
+        self.n += 1
+        self.case_seconds += res.seconds
+        self.cases[res.cls] += 1
+        for o in res.outcomes:
+            self.runs[o.cls] += 1
+            if o.cls == "CLEAN-REFUSAL":
+                self.refusals[f"{o.stage}: {_words(o.message, 20)}"] += 1
+            elif o.cls == "SUSPECT-REFUSAL":
+                self.suspects[f"{o.stage}: {_words(o.message, 20)}"] += 1
+            elif o.cls == "INVALID":
+                self.invalid[f"{o.stage}: {_words(o.message, 20)}"] += 1
+
+    def counts_line(self) -> str:
+        return "  ".join(f"{c} {self.cases[c]}" for c in CLASSES if self.cases[c])
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:40]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="scripts/fuzz.py", description=__doc__.split("\n\n")[0],
+        epilog="\n\n".join(__doc__.split("\n\n")[1:]), formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = ap.add_argument_group("how much")
+    g.add_argument("--cases", type=int, help="number of cases (default 200 unless --minutes is given)")
+    g.add_argument("--minutes", type=float, help="fuzz for this long (shrinking included); with --cases, whichever ends first")
+    g.add_argument("--seed", type=int, default=0, help="run seed: case I of seed S is the same program everywhere (default 0)")
+    g.add_argument("--start", type=int, default=0, help="first case index (default 0)")
+    g.add_argument("--only", type=int, action="append", metavar="I",
+                   help="run only case I of --seed, verbosely (repeatable)")
+    g.add_argument("--jobs", "-j", type=int, default=1, help="processes running cases in parallel (default 1)")
+    g = ap.add_argument_group("what")
+    g.add_argument("--workers", default="1-8", help="num_workers values to specialize to, e.g. 1-8 or 1,2,3,4,8 (default 1-8)")
+    g.add_argument("--counts-per-case", type=int, default=3, metavar="K",
+                   help="device counts tried per case, drawn from --workers (default 3)")
+    g.add_argument("--max-ops", type=int, default=8, help="most ops per program (default 8)")
+    g.add_argument("--max-devices", type=int, default=16, help="most simulated devices (default 16)")
+    g.add_argument("--even-only", action="store_true",
+                   help="only device counts at which every stated layout divides evenly (steers clear of the "
+                        "uneven-layout bugs to find others)")
+    g.add_argument("--device-lists", choices=("any", "ordered", "none"), default="any",
+                   help="explicit device lists of static meshes: any (out of order, with gaps; default), "
+                        "ordered (ascending), none (ranges only)")
+    g.add_argument("--tvm", action="store_true", help="also export to TVM, build and run on Disco (slow: ~1-2 s per case)")
+    g.add_argument("--tvm-per-count", action="store_true",
+                   help="with --tvm: BindSymbolicVars + tvm.compile per count instead of one symbolic build")
+    g.add_argument("--no-cost", action="store_true", help="do not compare the simulator's bytes with the cost model")
+    g.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance (default 1e-4)")
+    g.add_argument("--atol", type=float, default=1e-4,
+                   help="absolute tolerance, relative to the largest expected magnitude (default 1e-4)")
+    g.add_argument("--timeout", type=float, default=30.0, help="seconds per case before it counts as a CRASH (default 30)")
+    g = ap.add_argument_group("output")
+    g.add_argument("--out", default="fuzz-out", help="folder for reproducers and summary.json (default fuzz-out)")
+    g.add_argument("--no-shrink", action="store_true", help="write failures as found, without shrinking")
+    g.add_argument("--shrink-seconds", type=float, default=60.0, help="time to shrink one failure (default 60)")
+    g.add_argument("--max-shrinks", type=int, default=3,
+                   help="failures shrunk per kind of failure (same stage and message gist), default 3")
+    g.add_argument("--suspects", action="store_true", help="also shrink and write SUSPECT-REFUSAL and COST-MISMATCH cases")
+    g.add_argument("--print", action="store_true", dest="print_only", help="with --only: print the program and stop")
+    g.add_argument("--replay", metavar="FILE", help="re-run a reproducer written by the fuzzer (or any IR file)")
+    g.add_argument("--bind", action="append", default=[], metavar="NAME=INT", help="with --replay: a run-time size")
+    g.add_argument("--input-seed", type=int, help="with --replay: seed of the inputs (default: the file's)")
+    g.add_argument("-v", "--verbose", action="store_true", help="print every case's outcome")
+    g.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    args = ap.parse_args(argv)
+    args.workers_given = any(a == "--workers" or a.startswith("--workers=") for a in (argv or sys.argv[1:]))
+    workers = _parse_workers(args.workers)
+    opts = Options(rtol=args.rtol, atol=args.atol, timeout=args.timeout, check_cost=not args.no_cost)
+    cfg = GenConfig(tuple(workers), args.counts_per_case, args.max_ops, args.max_devices, args.even_only, args.device_lists)
+    warnings.simplefilter("ignore")
+
+    if args.replay:
+        return replay(args.replay, args, opts)
+
+    if args.only:
+        worst = "OK"
+        tvm = TvmRunner(per_count=args.tvm_per_count) if args.tvm else None
+        for i in args.only:
+            case = generate_case(args.seed, i, cfg)
+            print(f"# {case.origin}: num_workers {list(case.workers)}, input seed {case.seed}, "
+                  f"run-time sizes {case.program.dim_values or 'none'}")
+            print(case.text)
+            if args.print_only:
+                continue
+            res = execute(case, opts, verbose=True)
+            outs = list(res.outcomes) + (tvm.run(case, opts) if tvm else [])
+            for o in outs:
+                if o.cls in FAILURES and o.detail:
+                    print("  " + o.detail.strip().replace("\n", "\n  "))
+            cls = min((o.cls for o in outs), key=SEVERITY.__getitem__, default="OK")
+            print(f"class: {cls}  ({res.seconds * 1e3:.0f} ms)")
+            worst = min(worst, cls, key=SEVERITY.__getitem__)
+        if tvm:
+            tvm.close()
+        return 1 if worst in FATAL else 0
+
+    return fuzz(args, cfg, opts)
+
+
+def fuzz(args, cfg: GenConfig, opts) -> int:
+    n_cases = args.cases if args.cases is not None else (None if args.minutes else 200)
+    t_start = time.perf_counter()
+    deadline = t_start + args.minutes * 60 if args.minutes else None
+    os.makedirs(args.out, exist_ok=True)
+    stats = Stats()
+    tvm = TvmRunner(per_count=args.tvm_per_count) if args.tvm else None
+    shrink_tasks: dict[str, int] = Counter()
+    found: list[dict] = []
+    shrink_seconds = 0.0
+    last_print = t_start
+    tty = sys.stderr.isatty() and not args.verbose
+
+    def log(msg):
+        if not args.quiet:
+            if tty:
+                sys.stderr.write("\r\033[K")
+            print(msg, file=sys.stderr, flush=True)
+
+    def progress(force=False):
+        nonlocal last_print
+        now = time.perf_counter()
+        if args.quiet or (not force and now - last_print < (0.5 if tty else 10)):
+            return
+        last_print = now
+        el = now - t_start
+        rate = stats.n / max(el - shrink_seconds, 1e-9)
+        line = f"[{el:6.0f}s] {stats.n} cases, {rate:.1f} cases/s  {stats.counts_line()}"
+        if tty:
+            sys.stderr.write("\r\033[K" + line[:200])
+            sys.stderr.flush()
+        else:
+            print(line, file=sys.stderr, flush=True)
+
+    def indices():
+        i = args.start
+        while n_cases is None or i < args.start + n_cases:
+            yield i
+            i += 1
+
+    def results():
+        if args.jobs <= 1:
+            for i in indices():
+                if deadline and time.perf_counter() > deadline:
+                    return
+                case = generate_case(args.seed, i, cfg)
+                yield i, execute(case, opts)
+            return
+        import concurrent.futures as cf
+        import multiprocessing as mp
+
+        state = {"seed": args.seed, "cfg": cfg, "opts": opts}
+        with cf.ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("fork"), initializer=_pool_init,
+                                    initargs=(state,)) as ex:
+            it = indices()
+            pending = []
+            for i in it:
+                pending.append(ex.submit(_pool_run, i))
+                if len(pending) >= 4 * args.jobs:
+                    break
+            while pending:
+                fut = pending.pop(0)
+                yield fut.result()
+                if deadline and time.perf_counter() > deadline:
+                    for f in pending:
+                        f.cancel()
+                    return
+                nxt = next(it, None)
+                if nxt is not None:
+                    pending.append(ex.submit(_pool_run, nxt))
+
+    try:
+        for i, res in results():
+            if tvm is not None and not any(o.cls == "INVALID" or o.stage in ("parse", "reference") for o in res.outcomes):
+                res.outcomes += tvm.run(res.case, opts)
+            stats.add(res)
+            if args.verbose:
+                log(f"case {i}: {res.cls}" + "".join(f"\n    {o.line()}" for o in res.outcomes if o.cls != "OK"))
+            wanted = FATAL + (("COST-MISMATCH", "SUSPECT-REFUSAL") if args.suspects else ())
+            keys_here = set()
+            for o in res.outcomes:
+                if o.cls not in FAILURES or o.key in keys_here:
+                    continue  # one record per kind of failure and case (not one per device count)
+                keys_here.add(o.key)
+                key = o.key
+                bucket = _bucket(res.case, o)
+                rec = {"case": i, "cls": o.cls, "stage": o.stage, "workers": o.workers, "key": key,
+                       "message": o.message[:2000], "origin": res.case.origin}
+                found.append(rec)
+                if o.cls not in wanted or shrink_tasks[bucket] >= args.max_shrinks:
+                    continue
+                shrink_tasks[bucket] += 1
+                log(f"case {i}: {o.line()}")
+                t0 = time.perf_counter()
+                if args.no_shrink:
+                    small, so, runs = replace(res.case, workers=(o.workers,) if o.workers else res.case.workers), o, 0
+                else:
+                    budget = args.shrink_seconds
+                    if deadline:
+                        budget = max(1.0, min(budget, deadline - time.perf_counter()))
+                    small, so, runs = shrink(res.case, o, opts, budget=budget, tvm=tvm)
+                shrink_seconds += time.perf_counter() - t0
+                n = sum(1 for r in found if r.get("file")) + 1
+                name = f"{o.cls.lower()}-{n:03d}-{_slug(o.stage + '-' + _words(o.message, 5))}"
+                path = os.path.join(args.out, name + ".ir")
+                note = (f", shrunk from {len(res.case.program.binds)} to {len(small.program.binds)} bindings in "
+                        f"{runs} runs") if not args.no_shrink else ""
+                with open(path, "w") as f:
+                    f.write(repro_text(small, so, note, path))
+                with open(os.path.join(args.out, name + ".orig.ir"), "w") as f:
+                    f.write(repro_text(replace(res.case, workers=(o.workers,) if o.workers else res.case.workers),
+                                       o, " (as found)", os.path.join(args.out, name + ".orig.ir")))
+                rec.update(file=path, shrunk_message=so.message[:2000], signature=_signature(small, so))
+                log(f"    -> {path} ({len(small.program.binds)} bindings, {runs} runs)")
+            progress()
+    except KeyboardInterrupt:
+        log("interrupted")
+    finally:
+        if tvm is not None:
+            tvm.close()
+    progress(force=True)
+    if tty and not args.quiet:
+        sys.stderr.write("\n")
+    elapsed = time.perf_counter() - t_start
+    return _summary(args, stats, found, elapsed, shrink_seconds)
+
+
+def _mesh_features(p) -> list[str]:
+    out = []
+    for m in p.meshes:
+        if m.ids is not None and list(m.ids) != list(range(min(m.ids), min(m.ids) + len(m.ids))):
+            out.append("device list out of order or with gaps")
+            break
+    if len(p.meshes) > 1:
+        out.append("two meshes")
+    return out
+
+
+def _bucket(case: Case, o: Outcome) -> str:
+    """A failure's kind for deciding whether to shrink another one: its key plus the case's
+    features that often make a different bug (device lists, uneven layouts, two meshes)."""
+    feats = _mesh_features(case.program)
+    if "do not divide" in o.message:
+        feats.append("uneven")
+    return o.key + "|" + ",".join(feats)
+
+
+def _signature(case: Case, o: Outcome) -> str:
+    """What a minimized failure looks like, to group failures that are likely one bug."""
+    p = case.program
+    ops = sorted({b.op.replace("R.", "") for b in p.binds} - {"item"})
+    meshes = "; ".join(m.describe() for m in p.meshes)
+    if o.cls == "WRONG-NUMBER":
+        valid = "stated layouts divide" if "do not divide" not in o.message else "stated layouts do not divide"
+        dyn = "run-time sizes" if p.dims else "static sizes"
+        return f"{o.cls}|{o.stage}|{','.join(ops)}|{meshes}|{valid}|{dyn}"
+    return o.key + "|" + ",".join(_mesh_features(p))
+
+
+def _summary(args, stats: Stats, found: list, elapsed: float, shrink_seconds: float) -> int:
+    fuzz_s = max(elapsed - shrink_seconds, 1e-9)
+    print()
+    print(f"distir fuzz: seed {args.seed}, {stats.n} cases in {elapsed:.1f} s "
+          f"({stats.n / fuzz_s:.1f} cases/s fuzzing, {shrink_seconds:.1f} s shrinking; "
+          f"{stats.case_seconds / max(stats.n, 1) * 1e3:.0f} ms per case)")
+    print("cases by class (a case's class is its worst over its device counts):")
+    for c in CLASSES:
+        if stats.cases[c]:
+            print(f"  {c:16} {stats.cases[c]:6}   (runs: {stats.runs[c]})")
+    for title, counter in (("clean refusals", stats.refusals), ("suspect refusals", stats.suspects),
+                           ("invalid programs (generator)", stats.invalid)):
+        if counter:
+            print(f"{title}, most common messages:")
+            for msg, n in counter.most_common(8):
+                print(f"  {n:5}  {msg[:150]}")
+    written = [r for r in found if r.get("file")]
+    if found:
+        groups = Counter(r["key"] for r in found)
+        print(f"failures: {len(found)} ({len(groups)} kinds by stage and message gist)")
+        for k, n in groups.most_common(20):
+            print(f"  {n:5}  {k[:160]}")
+    if written:
+        print("reproducers (shrunk):")
+        seen = {}
+        for r in written:
+            seen.setdefault(r["signature"], r)
+        for r in seen.values():
+            print(f"  {r['file']}: {r['cls']} at {r['stage']}, {r['origin']}")
+            print(f"      {(r.get('shrunk_message') or r['message']).strip().splitlines()[0][:200]}")
+    summary = {"seed": args.seed, "cases": stats.n, "seconds": elapsed, "shrink_seconds": shrink_seconds,
+               "cases_per_second": stats.n / fuzz_s, "classes": dict(stats.cases), "runs": dict(stats.runs),
+               "refusals": dict(stats.refusals.most_common(50)), "suspects": dict(stats.suspects.most_common(50)),
+               "invalid": dict(stats.invalid.most_common(50)), "failures": found}
+    with open(os.path.join(args.out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1, default=str)
+    fatal = stats.cases["WRONG-NUMBER"] + stats.cases["CRASH"]
+    print(f"summary written to {os.path.join(args.out, 'summary.json')}; "
+          + ("WRONG-NUMBER or CRASH found: exit 1" if fatal else "no WRONG-NUMBER or CRASH"))
+    return 1 if fatal else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
