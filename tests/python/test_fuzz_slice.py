@@ -10,7 +10,6 @@ reproducer.
 
 from __future__ import annotations
 
-import importlib.util
 import pathlib
 import sys
 
@@ -23,13 +22,13 @@ _PATH = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "fuzz.py"
 
 
 def _load():
-    name = "distir_fuzz_script"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, _PATH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while the file runs
-    spec.loader.exec_module(module)
+    """scripts/fuzz.py as the module ``fuzz`` (importable by name, so that the child process that
+    runs TVM cases can import it too)."""
+    scripts = str(_PATH.parent)
+    if scripts not in sys.path:
+        sys.path.insert(0, scripts)
+    import fuzz as module
+
     return module
 
 

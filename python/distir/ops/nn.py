@@ -210,7 +210,12 @@ register_op(
         numpy=_rms_norm,
         sharding=_norm_rule("nn.rms_norm", 1),
         doc="Root-mean-square normalisation over `axes` (whole), scaled by weight; batch dims pass.",
-        relax=RelaxForm.same_name("nn.rms_norm", "axes", "epsilon"),
+        relax=RelaxForm(
+            "relax.op.nn.rms_norm",
+            ("axes", "epsilon"),
+            emit="distir.tvm.ops:emit_rms_norm",
+            doc="rank 1 through a (1, n) view",
+        ),
         category="normalisation",
         sharding_doc=ShardingDoc(passes="other dims (weight replicated)", blocked="`axes` (and weight)"),
     )

@@ -180,7 +180,7 @@ def shard_input(t: DTensorType, value: np.ndarray, values, rng) -> dict[int, np.
             extent = full.shape[d]
             step = extent // count
             index.append(slice(b * step, (b + 1) * step))
-        out[dev] = np.ascontiguousarray(full[tuple(index)])
+        out[dev] = np.array(full[tuple(index)], order="C")  # a copy; keeps 0-d arrays 0-d
     return out
 
 

@@ -162,7 +162,7 @@ def _allreduce(state: State, send, kind: int, in_group: bool, recv) -> None:
         out = _REDUCE[int(kind)](out, p.astype(wide) if wide else p)
     if int(kind) == 4:
         out = out / len(parts)
-    recv.copyfrom(np.ascontiguousarray(out.astype(data.dtype)))
+    recv.copyfrom(np.array(out.astype(data.dtype), order="C"))  # 0-d stays 0-d
     state.count("allreduce", 2 * (len(parts) - 1) * data.nbytes // len(parts), w == r.members[0])  # a ring
 
 

@@ -42,7 +42,7 @@ from ..ir.expr import (
     Var,
 )
 from ..ir.layout import WORKER_ID
-from ..ir.mesh import DeviceMesh
+from ..ir.mesh import DeviceMesh, Range
 from ..ir.sym import Dim
 from ..ir.types import DTensorType, PrimType, ShapeType, TensorType, TupleType, Type
 from .errors import TvmExportError
@@ -122,6 +122,9 @@ def _dims_of_value(v: Any):
         yield v
     elif isinstance(v, DeviceMesh):
         yield from v.shape
+        if isinstance(v.device_ids, Range):  # ids may depend on a size that no shape uses
+            yield v.device_ids.start
+            yield v.device_ids.stop
     elif isinstance(v, (list, tuple)):
         for x in v:
             yield from _dims_of_value(x)

@@ -160,6 +160,19 @@ def _clamp(value, high):
     return sym.normalize(tirx.min(tirx.max(v, tirx.IntImm("int64", 0)), h))
 
 
+def emit_rms_norm(ex: _FunctionExporter, call: Call) -> relax.Expr:
+    """``relax.op.nn.rms_norm``; a rank-1 tensor goes through a ``(1, n)`` view, which TVM 0.27's
+    legalization needs (it fails to build rank 1)."""
+    x: TensorType = call.args[0].type
+    if x.ndim != 1:
+        return emit_relax_form(ex, call)
+    attrs = call.op.full_attrs(call.attrs)
+    row = relax.ShapeExpr([1, _p(ex.dim(x.shape[0]))])
+    data = ex.emit(relax.op.reshape(ex.value(call.args[0]), row))
+    out = ex.emit(relax.op.nn.rms_norm(data, ex.value(call.args[1]), axes=[-1], epsilon=attrs["epsilon"]))
+    return relax.op.reshape(out, relax.ShapeExpr([_p(ex.dim(x.shape[0]))]))
+
+
 def emit_triangle(ex: _FunctionExporter, call: Call) -> relax.Expr:
     """``relax.op.tril``/``triu``; with a diagonal offset that depends on the worker, a mask from index tensors."""
     k = call.op.full_attrs(call.attrs)["k"]

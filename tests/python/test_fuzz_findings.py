@@ -1,0 +1,50 @@
+"""Every reproducer the differential fuzzer wrote (scripts/fuzz_findings/*.ir) is replayed:
+none may give a wrong number or crash, on the simulator and, for the ones found on TVM, on
+Disco. A clean refusal is allowed (the uneven layouts of n06 and n09 are refused until
+sharded sizes that do not divide are supported)."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from test_fuzz_slice import fuzz
+
+FINDINGS = sorted((pathlib.Path(__file__).resolve().parents[2] / "scripts" / "fuzz_findings").glob("*.ir"))
+ON_TVM = ("k1", "n01b", "n02", "n03", "n07", "n08", "n10")  # found on TVM, or broken there too
+
+
+def _case(path: pathlib.Path):
+    import distir
+
+    text, meta = fuzz.read_repro(str(path))
+    workers = tuple(int(x) for x in meta.get("workers", "1").split(","))
+    dims = {k: int(v) for k, v in meta.items() if k not in ("workers", "seed")}
+    prog = fuzz._TextProgram(text, dims, distir.parse(text))
+    return fuzz.Case(prog, workers, int(meta.get("seed", 0)), origin=str(path))
+
+
+def _bad(outcomes) -> list[str]:
+    return [o.line() for o in outcomes if o.cls in ("WRONG-NUMBER", "CRASH")]
+
+
+def test_findings_are_there():
+    assert len(FINDINGS) >= 20
+
+
+@pytest.mark.parametrize("path", FINDINGS, ids=lambda p: p.stem.split("-")[0])
+def test_finding_replays_without_a_wrong_number_or_a_crash(path):
+    res = fuzz.execute(_case(path), fuzz.Options())
+    assert not _bad(res.outcomes), f"{path.name}: " + "; ".join(_bad(res.outcomes))
+    assert any(o.cls == "OK" for o in res.outcomes) or path.stem.split("-")[0] in ("k2", "k3", "n06", "n09")
+
+
+@pytest.mark.parametrize("path", [p for p in FINDINGS if p.stem.split("-")[0] in ON_TVM], ids=lambda p: p.stem.split("-")[0])
+def test_finding_replays_on_disco(path):
+    runner = fuzz.TvmRunner(per_count=True)
+    try:
+        outcomes = runner.run(_case(path), fuzz.Options())
+    finally:
+        runner.close()
+    assert outcomes and all(o.cls == "OK" for o in outcomes), f"{path.name}: " + "; ".join(o.line() for o in outcomes)
