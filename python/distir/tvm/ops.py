@@ -106,11 +106,7 @@ def _strided_slice(ex: _FunctionExporter, call: Call) -> relax.Expr:
 
 def _clamp(value, high):
     """``min(max(value, 0), high)`` as a symbolic int."""
-    from tvm import tirx
-
-    v = value if not isinstance(value, int) else tirx.IntImm("int64", value)
-    h = high if not isinstance(high, int) else tirx.IntImm("int64", high)
-    return sym.normalize(tirx.min(tirx.max(v, tirx.IntImm("int64", 0)), h))
+    return sym.clamp(value, 0, high)
 
 
 def _triangle(name: str) -> Rule:
@@ -135,9 +131,7 @@ def _triangle(name: str) -> Rule:
 
 
 def _p(d):
-    from tvm import tirx
-
-    return tirx.IntImm("int64", d) if isinstance(d, int) else d
+    return sym.to_prim(d)
 
 
 def _shard_take(ex: _FunctionExporter, call: Call) -> relax.Expr:
