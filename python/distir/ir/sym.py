@@ -656,19 +656,18 @@ _REBUILD = {
 
 
 def from_tvm(e) -> Dim:
-    """A PrimExpr built on other TVM variables (a Relax function's own) as a distir Dim.
+    """A TVM integer expression on other TVM variables (a Relax function's own, an imported
+    module's) as a distir Dim.
 
-    Each variable becomes distir's variable of the same name, so the one analyzer, with
-    its non-negativity, reasons about it. A SymbolicError for a kind of expression distir's
-    dims do not use (a select, a cast to another type...)."""
+    Each variable becomes distir's int64 variable of the same name, so the one analyzer,
+    with its non-negativity, reasons about it. A SymbolicError for what distir's dims do
+    not use (a select, a comparison, a float)."""
     if isinstance(e, int) and not isinstance(e, bool):
         return e
-    if isinstance(e, _pe.IntImm):
+    if isinstance(e, _pe.IntImm) and str(e.ty) != "bool":
         return int(e.value)
-    if not isinstance(e, PrimExpr):
+    if not isinstance(e, PrimExpr) or not str(e.ty).startswith(("int", "uint")):
         raise SymbolicError(f"expected a TVM integer expression, got {e!r}")
-    if str(e.ty) != "int64":
-        raise SymbolicError(f"expected an int64 expression, got {e} of type {e.ty}")
     return normalize(_subst(e, _Adopt()))
 
 

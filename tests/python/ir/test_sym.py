@@ -255,11 +255,19 @@ def test_from_tvm_renames_to_distir_variables():
     assert own_n is not n
     assert sym.identical(sym.from_tvm(own_n * 2 + 1), P("n * 2 + 1"))
     assert sym.identical(sym.from_tvm(tirx.max(own_n, tirx.IntImm("int64", 0))), n)  # n >= 0 applies
-    assert sym.from_tvm(tirx.IntImm("int64", 5)) == 5
-    with pytest.raises(sym.SymbolicError):
-        sym.from_tvm(tirx.Var("k", "int32") + 1)
-    with pytest.raises(sym.SymbolicError):
-        sym.from_tvm(tirx.Select(own_n > 0, own_n, tirx.IntImm("int64", 1)))
+    assert sym.from_tvm(tirx.IntImm("int64", 5)) == 5 and sym.from_tvm(7) == 7
+    k32 = sym.from_tvm(tirx.Var("k", "int32") + 1)  # an int32 size becomes distir's int64 one
+    assert sym.identical(k32, P("k + 1")) and str(k32.ty) == "int64"
+    for bad in (
+        tirx.Select(own_n > 0, own_n, tirx.IntImm("int64", 1)),
+        own_n > 0,
+        tirx.FloatImm("float32", 1.5),
+        tirx.IntImm("bool", 1),
+        True,
+        "n",
+    ):
+        with pytest.raises(sym.SymbolicError):
+            sym.from_tvm(bad)
 
 
 # ---------------------------------------------------------------- nobody else talks to TVM's integer API
