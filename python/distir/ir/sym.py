@@ -19,6 +19,7 @@ integer API (``tvm.sym``, ``tvm.tirx``, ``tvm_ffi.structural_*``) itself.
 from __future__ import annotations
 
 import ast
+import contextlib
 from collections.abc import Mapping
 
 import tvm_ffi
@@ -357,16 +358,18 @@ class assume_positive:
     proofs, not around building values that outlive it."""
 
     def __init__(self, names):
-        self._scopes = [_ANALYZER.constraint_scope(var(n) >= 1) for n in sorted(names)]
+        self._names = sorted(names)
+        self._stack = contextlib.ExitStack()
 
     def __enter__(self):
-        for s in self._scopes:
-            s.__enter__()
+        with contextlib.ExitStack() as stack:  # a failure part way leaves no scope entered
+            for n in self._names:
+                stack.enter_context(_ANALYZER.constraint_scope(var(n) >= 1))
+            self._stack = stack.pop_all()
         return self
 
     def __exit__(self, *exc):
-        for s in reversed(self._scopes):
-            s.__exit__(*exc)
+        self._stack.close()
         return False
 
 

@@ -84,6 +84,10 @@ def test_assume_positive_is_scoped():
         assert sym.prove_ge(n, 1)
     assert not sym.prove_le(m, P("m * n"))
     assert not sym.prove_ge(n, 1)
+    with pytest.raises(RuntimeError), sym.assume_positive({"n", "m"}):
+        assert sym.prove_ge(P("n * m"), 1)
+        raise RuntimeError
+    assert not sym.prove_ge(P("n * m"), 1)
 
 
 def test_int_fast_paths_stay_ints():
