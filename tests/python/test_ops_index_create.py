@@ -86,6 +86,21 @@ def test_symbolic_slices():
     assert sym.equal(sl(x, [0], [w * piece], [w * piece + piece]).type.shape[0], piece)
 
 
+def test_symbolic_strided_lengths_evaluate_like_python():
+    # (begin, end, stride, the same slice in Python on range(n)): lengths are exact ceilings
+    cases = [
+        (1, N, 3, lambda n: range(n)[1:n:3]),
+        (0, N, 2, lambda n: range(n)[0:n:2]),
+        (N - 1, -(2**31 - 1), -2, lambda n: range(n)[n - 1 :: -2]),
+        (-1, 0, -3, lambda n: range(n)[-1:0:-3]),
+        (2, N - 1, 5, lambda n: range(n)[2 : n - 1 : 5]),
+    ]
+    for b, e, s, ref_range in cases:
+        length = sl(T(N, 2), [0], [b], [e], [s]).type.shape[0]
+        for n in range(3, 23):
+            assert sym.evaluate(length, {"n": n}) == len(ref_range(n)), (b, e, s, n)
+
+
 def test_slice_errors():
     with pytest.raises(TypeInferenceError, match="one entry per sliced axis"):
         _ = sl(T(4, 4), [0, 1], [0], [2]).type

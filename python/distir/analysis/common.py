@@ -46,16 +46,8 @@ def device_count(mod: IRModule) -> Dim:
     ends = [ends[i] for i in prune_dominated(ends)]  # (n, 3 * n) -> 3 * n: sizes are at least 1
     out = ends[0]
     for e in ends[1:]:
-        from tvm import tirx
-
-        out = sym.normalize(tirx.max(_prim(out), _prim(e)))
+        out = sym.max_(out, e)
     return out
-
-
-def _prim(x: Dim):
-    from tvm import tirx
-
-    return tirx.IntImm("int64", x) if isinstance(x, int) else x
 
 
 def value_bytes(t: Type) -> Dim:

@@ -19,9 +19,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
-from tvm import sym as _tvm_sym
-from tvm import tirx
-
 from ..ir import sym
 from ..ir.sym import Dim
 from .common import AnalysisError
@@ -43,7 +40,7 @@ def sum_dims(dims: Iterable[Dim]) -> Dim:
         reps.setdefault(k, d)
     if not counts:
         return const
-    total = _prim(const)
+    total = sym.to_prim(const)
     for k, c in counts.items():
         total = total + (reps[k] if c == 1 else reps[k] * c)
     return sym.normalize(total)
@@ -149,10 +146,6 @@ class Maximum:
 Formula = Dim | Rational | Maximum
 
 
-def _prim(x: Dim):
-    return tirx.IntImm("int64", x) if isinstance(x, int) else x
-
-
 def _is_atom(x: Dim) -> bool:
     return isinstance(x, int) or not any(ch in sym.to_str(x) for ch in " ")
 
@@ -182,40 +175,16 @@ def free_vars(x: Formula) -> set[str]:
 
 def prune_dominated(options: list[Dim]) -> list[int]:
     """Indices of the options not provably at most another option (sizes taken to be >= 1)."""
-    analyzer = _tvm_sym.Analyzer()
     names = set()
     for o in options:
         names |= sym.free_vars(o)
     keep = list(range(len(options)))
-    with _positive(analyzer, names):
+    with sym.assume_positive(names):
         for i in range(len(options)):
             if i not in keep:
                 continue
             for j in keep:
-                if j != i and _le(analyzer, options[i], options[j]):
+                if j != i and sym.prove_le(options[i], options[j]):
                     keep.remove(i)
                     break
     return keep
-
-
-def _le(analyzer, a: Dim, b: Dim) -> bool:
-    if isinstance(a, int) and isinstance(b, int):
-        return a <= b
-    return bool(analyzer.can_prove(_prim(a) <= _prim(b)))
-
-
-class _positive:
-    """Constraint scope: every named size is at least 1."""
-
-    def __init__(self, analyzer, names: set[str]):
-        self.scopes = [analyzer.constraint_scope(sym.var(n) >= 1) for n in sorted(names)]
-
-    def __enter__(self):
-        for s in self.scopes:
-            s.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        for s in reversed(self.scopes):
-            s.__exit__(*exc)
-        return False

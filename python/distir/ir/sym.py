@@ -1,17 +1,25 @@
-"""Symbolic integers: the one place that compares, simplifies and prints TVM PrimExprs.
+"""Symbolic integers: the one place that builds, compares, simplifies and prints TVM PrimExprs.
 
 Shapes, mesh sizes and slice bounds are ``int`` or TVM ``PrimExpr`` (int64). Python
 ints stay ints (the fast path for static programs); a PrimExpr that simplifies to a
 constant becomes an int again. Never compare two PrimExprs with ``==`` elsewhere:
-that builds an expression. Use :func:`equal`, :func:`prove`, :func:`key`.
+that builds an expression. Use :func:`equal`, :func:`prove_ge` and friends, :func:`key`.
 
 Symbolic variables are interned by name (``var("n")`` is always the same TVM Var), so
 that a name means one thing across a module and substitution can go by name.
+
+One analyzer serves every simplification and proof, and it knows that every symbolic
+variable is non-negative: a variable is a size (``num_workers``, a sequence length) or a
+worker id, never below 0. So ``T.max(n, 0)`` simplifies to ``n``, and :func:`prove_ge`,
+:func:`equal` and :func:`simplify` all reason under the same assumption. Code outside
+this module (and the ``distir.tvm`` package, which builds Relax) does not call TVM's
+integer API (``tvm.sym``, ``tvm.tirx``, ``tvm_ffi.structural_*``) itself.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 from collections.abc import Mapping
 
 import tvm_ffi
@@ -26,23 +34,43 @@ Dim = int | PrimExpr
 
 _VARS: dict[str, tirx.Var] = {}
 _ANALYZER = _tvm_sym.Analyzer()
+_NONNEG = _tvm_sym.ConstIntBound(0, _tvm_sym.ConstIntBound.POS_INF)
 
 __all__ = [
     "Dim",
     "PrimExpr",
     "SymbolicError",
+    "add",
+    "assume_positive",
+    "ceildiv",
+    "clamp",
     "equal",
     "evaluate",
+    "floordiv",
+    "floormod",
     "free_vars",
+    "from_tvm",
+    "identical",
     "is_symbolic",
     "key",
+    "max_",
+    "min_",
+    "mul",
     "normalize",
     "normalize_checked",
     "parse",
+    "product",
     "prove",
     "prove_divisible",
+    "prove_equal",
+    "prove_ge",
+    "prove_le",
+    "prove_lt",
     "simplify",
+    "structural_hash",
+    "sub",
     "substitute",
+    "to_prim",
     "to_str",
     "var",
 ]
@@ -60,10 +88,11 @@ class SymbolicError(DistirError, ValueError):
 
 
 def var(name: str) -> tirx.Var:
-    """The int64 symbolic variable called ``name`` (one object per name)."""
+    """The int64 symbolic variable called ``name`` (one object per name), known to be >= 0."""
     v = _VARS.get(name)
     if v is None:
         v = tirx.Var(name, "int64")
+        _ANALYZER.update(v, _NONNEG)
         _VARS[name] = v
     return v
 
@@ -75,7 +104,9 @@ def is_symbolic(x: object) -> bool:
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
-def _as_prim(x: Dim) -> PrimExpr:
+def to_prim(x: Dim) -> PrimExpr:
+    """``x`` as a TVM PrimExpr: an int becomes an int64 immediate (SymbolicError outside
+    int64), a PrimExpr stays as it is."""
     if isinstance(x, bool):
         raise SymbolicError(f"expected an integer, got {x!r}")
     if isinstance(x, int):
@@ -118,19 +149,19 @@ def _fmt_safe(x) -> str:
 def add(a: Dim, b: Dim) -> Dim:
     if isinstance(a, int) and isinstance(b, int):
         return a + b
-    return normalize(_as_prim(a) + _as_prim(b))
+    return normalize(to_prim(a) + to_prim(b))
 
 
 def sub(a: Dim, b: Dim) -> Dim:
     if isinstance(a, int) and isinstance(b, int):
         return a - b
-    return normalize(_as_prim(a) - _as_prim(b))
+    return normalize(to_prim(a) - to_prim(b))
 
 
 def mul(a: Dim, b: Dim) -> Dim:
     if isinstance(a, int) and isinstance(b, int):
         return a * b
-    return normalize(_as_prim(a) * _as_prim(b))
+    return normalize(to_prim(a) * to_prim(b))
 
 
 def mul_exact(a: Dim, b: Dim) -> Dim:
@@ -142,11 +173,11 @@ def mul_exact(a: Dim, b: Dim) -> Dim:
     for p, q in ((a, b), (b, a)):
         if isinstance(p, _pe.FloorDiv):
             if prove_divisible(q, p.b):
-                return normalize(p.a * _as_prim(floordiv(q, p.b)))
+                return normalize(p.a * to_prim(floordiv(q, p.b)))
             rest = _cofactor(p.b, q)
             if rest is not None:
-                return normalize(tirx.floordiv(p.a, _as_prim(rest)))
-    return normalize(_as_prim(a) * _as_prim(b))
+                return normalize(tirx.floordiv(p.a, to_prim(rest)))
+    return normalize(to_prim(a) * to_prim(b))
 
 
 def _cofactor(prod, q):
@@ -167,26 +198,62 @@ def floordiv(a: Dim, b: Dim) -> Dim:
     if isinstance(a, int) and isinstance(b, int):
         return a // b
     if isinstance(a, _pe.FloorDiv):  # (x // c) // b == x // (c * b): one canonical form
-        return normalize(tirx.floordiv(a.a, a.b * _as_prim(b)))
-    return normalize(tirx.floordiv(_as_prim(a), _as_prim(b)))
+        return normalize(tirx.floordiv(a.a, a.b * to_prim(b)))
+    return normalize(tirx.floordiv(to_prim(a), to_prim(b)))
 
 
 def floormod(a: Dim, b: Dim) -> Dim:
     if isinstance(a, int) and isinstance(b, int):
         return a % b
-    return normalize(tirx.floormod(_as_prim(a), _as_prim(b)))
+    return normalize(tirx.floormod(to_prim(a), to_prim(b)))
 
 
 def max_(a: Dim, b: Dim) -> Dim:
     if isinstance(a, int) and isinstance(b, int):
         return max(a, b)
-    return normalize(tirx.max(_as_prim(a), _as_prim(b)))
+    return normalize(tirx.max(to_prim(a), to_prim(b)))
 
 
 def min_(a: Dim, b: Dim) -> Dim:
     if isinstance(a, int) and isinstance(b, int):
         return min(a, b)
-    return normalize(tirx.min(_as_prim(a), _as_prim(b)))
+    return normalize(tirx.min(to_prim(a), to_prim(b)))
+
+
+def clamp(x: Dim, lo: Dim, hi: Dim) -> Dim:
+    """``min(max(x, lo), hi)``: ``x`` moved into ``[lo, hi]`` (``hi`` wins when ``lo > hi``)."""
+    if isinstance(x, int) and isinstance(lo, int) and isinstance(hi, int):
+        return min(max(x, lo), hi)
+    return normalize(tirx.min(tirx.max(to_prim(x), to_prim(lo)), to_prim(hi)))
+
+
+def ceildiv(a: Dim, b: Dim) -> Dim:
+    """The exact ceiling of ``a / b`` for a positive divisor ``b``.
+
+    Ints are divided exactly (``-(-a // b)``, no float rounding, any size); a symbolic
+    value is ``(a + b - 1) // b``, which is the ceiling for every ``a`` once ``b >= 1``.
+    A divisor that is 0, or a negative constant, is a SymbolicError. (A symbolic divisor is
+    taken to be positive: it is a size.)
+
+    Note for shapes: :func:`equal` and :func:`mul_exact` take every ``//`` in a shape to be
+    exact (specialization checks it), which a ceiling is not; uneven shards using this need
+    that assumption revisited.
+    """
+    if isinstance(b, int) and not isinstance(b, bool):
+        if b == 0:
+            raise SymbolicError(f"ceildiv of {_fmt_safe(a)} by zero")
+        if b < 0:
+            raise SymbolicError(f"ceildiv needs a positive divisor, got {b}")
+        if isinstance(a, int) and not isinstance(a, bool):
+            return -(-a // b)
+        if b == 1:
+            return normalize(a)
+    elif _is_zero(b):
+        raise SymbolicError(f"ceildiv of {_fmt_safe(a)} by zero ({_fmt_safe(b)})")
+    if prove_divisible(a, b):  # 2 * n / n is 2, not (2 * n + n - 1) // n
+        return floordiv(a, b)
+    pb = to_prim(b)
+    return normalize(tirx.floordiv(to_prim(a) + (pb - tirx.IntImm("int64", 1)), pb))
 
 
 def product(dims) -> Dim:
@@ -202,8 +269,8 @@ def equal(a: Dim, b: Dim) -> bool:
         return a == b
     if isinstance(a, int) != isinstance(b, int) and not (is_symbolic(a) and is_symbolic(b)):
         # one constant, one symbolic: equal only if the analyzer can show it
-        return _ANALYZER.can_prove_equal(_as_prim(a), _as_prim(b))
-    pa, pb = _as_prim(a), _as_prim(b)
+        return _ANALYZER.can_prove_equal(to_prim(a), to_prim(b))
+    pa, pb = to_prim(a), to_prim(b)
     if tvm_ffi.structural_equal(pa, pb) or _ANALYZER.can_prove_equal(pa, pb):
         return True
     # Shapes' floor divisions are exact (specialization checks it): compare as rational
@@ -248,8 +315,62 @@ def _eval_rational(e, env):
 
 
 def prove(cond: PrimExpr) -> bool:
-    """True when the analyzer proves ``cond`` for every value of its variables."""
+    """True when the analyzer proves ``cond`` for every (non-negative) value of its variables."""
     return bool(_ANALYZER.can_prove(cond))
+
+
+def prove_ge(a: Dim, b: Dim) -> bool:
+    """True when ``a >= b`` for every value of their variables (all non-negative)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a >= b
+    return bool(_ANALYZER.can_prove(to_prim(a) >= to_prim(b)))
+
+
+def prove_le(a: Dim, b: Dim) -> bool:
+    """True when ``a <= b`` for every value of their variables (all non-negative)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a <= b
+    return bool(_ANALYZER.can_prove(to_prim(a) <= to_prim(b)))
+
+
+def prove_lt(a: Dim, b: Dim) -> bool:
+    """True when ``a < b`` for every value of their variables (all non-negative)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a < b
+    return bool(_ANALYZER.can_prove(to_prim(a) < to_prim(b)))
+
+
+def prove_equal(a: Dim, b: Dim) -> bool:
+    """True when the analyzer proves ``a == b``: :func:`equal` without its reading of every
+    ``//`` as exact, for comparing with expressions that are not distir shapes."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    pa, pb = to_prim(a), to_prim(b)
+    return bool(tvm_ffi.structural_equal(pa, pb) or _ANALYZER.can_prove_equal(pa, pb))
+
+
+class assume_positive:
+    """``with assume_positive(names):`` the analyzer also knows each named variable is >= 1.
+
+    For comparisons that need sizes to be at least 1 (``m <= m * n``), where the
+    default assumption (every variable >= 0) is not enough. Not for worker ids, which
+    start at 0. Simplifications made inside the block may rely on it: use it around
+    proofs, not around building values that outlive it."""
+
+    def __init__(self, names):
+        self._names = sorted(names)
+        self._stack = contextlib.ExitStack()
+
+    def __enter__(self):
+        with contextlib.ExitStack() as stack:  # a failure part way leaves no scope entered
+            for n in self._names:
+                stack.enter_context(_ANALYZER.constraint_scope(var(n) >= 1))
+            self._stack = stack.pop_all()
+        return self
+
+    def __exit__(self, *exc):
+        self._stack.close()
+        return False
 
 
 def prove_divisible(a: Dim, b: Dim) -> bool:
@@ -264,6 +385,20 @@ def key(x: Dim):
     if isinstance(x, int):
         return x
     return ("sym", tvm_ffi.structural_hash(x), to_str(x))
+
+
+def structural_hash(x: Dim) -> int:
+    """A hash that agrees with :func:`identical` (cheaper than :func:`key`: no printing)."""
+    if isinstance(x, int):
+        return hash(x)
+    return tvm_ffi.structural_hash(x)
+
+
+def identical(a: Dim, b: Dim) -> bool:
+    """True when ``a`` and ``b`` are the same expression (structurally; nothing is proved)."""
+    if isinstance(a, int) or isinstance(b, int):
+        return isinstance(a, int) and isinstance(b, int) and a == b
+    return bool(tvm_ffi.structural_equal(a, b))
 
 
 # ---------------------------------------------------------------- printing
@@ -306,8 +441,6 @@ def _fmt(e, prec: int) -> str:
 
 # ---------------------------------------------------------------- parsing
 
-INT64_MIN = -(2**63)
-INT64_MAX = 2**63 - 1
 # Reading is bounded before anything is built: a symbolic expression has at most this
 # many characters (as text), operator nesting levels and names/integers/operators.
 MAX_EXPR_CHARS = 4096
@@ -412,7 +545,7 @@ def from_ast(node: ast.AST, text: str = "", names: Mapping[str, Dim] | None = No
     a division by zero or a constant outside int64 is a SymbolicError naming that part,
     never an error from TVM."""
     check_ast(node, text)
-    return _as_prim(_build(node, text, names))
+    return to_prim(_build(node, text, names))
 
 
 def _build(node: ast.AST, text: str, names: Mapping[str, Dim] | None) -> Dim:
@@ -438,13 +571,13 @@ def _build(node: ast.AST, text: str, names: Mapping[str, Dim] | None) -> Dim:
             raise SymbolicError(f"{what} by zero{where}", node.right)
         if isinstance(a, int) and isinstance(b, int):
             return _in_range(_FOLD[op](a, b), node, where)
-        return _guarded(lambda: _AST_OPS[op](_as_prim(a), _as_prim(b)), node, where)
+        return _guarded(lambda: _AST_OPS[op](to_prim(a), to_prim(b)), node, where)
     assert isinstance(node, ast.Call)  # T.min / T.max, by check_ast
     a, b = (_build(x, text, names) for x in node.args)
     is_min = node.func.attr == "min"  # type: ignore[attr-defined]
     if isinstance(a, int) and isinstance(b, int):
         return min(a, b) if is_min else max(a, b)
-    return _guarded(lambda: (tirx.min if is_min else tirx.max)(_as_prim(a), _as_prim(b)), node, where)
+    return _guarded(lambda: (tirx.min if is_min else tirx.max)(to_prim(a), to_prim(b)), node, where)
 
 
 def _in_range(v: int, node: ast.AST, where: str) -> int:
@@ -525,6 +658,29 @@ _REBUILD = {
 }
 
 
+def from_tvm(e) -> Dim:
+    """A TVM integer expression on other TVM variables (a Relax function's own, an imported
+    module's) as a distir Dim.
+
+    Each variable becomes distir's int64 variable of the same name, so the one analyzer,
+    with its non-negativity, reasons about it. A SymbolicError for what distir's dims do
+    not use (a select, a comparison, a float)."""
+    if isinstance(e, int) and not isinstance(e, bool):
+        return e
+    if isinstance(e, _pe.IntImm) and str(e.ty) != "bool":
+        return int(e.value)
+    if not isinstance(e, PrimExpr) or not str(e.ty).startswith(("int", "uint")):
+        raise SymbolicError(f"expected a TVM integer expression, got {e!r}")
+    return normalize(_subst(e, _Adopt()))
+
+
+class _Adopt:
+    """Substitution values mapping every name to distir's variable of that name."""
+
+    def get(self, name):
+        return var(name)
+
+
 def substitute(x: Dim, values: Mapping[str, Dim]) -> Dim:
     """Replace variables by name and simplify."""
     if isinstance(x, int) or not values:
@@ -537,7 +693,7 @@ def _subst(e, values):
         return e
     if isinstance(e, tirx.Var):
         v = values.get(str(e.name))
-        return e if v is None else _as_prim(v)
+        return e if v is None else to_prim(v)
     t = type(e)
     if t in _REBUILD:
         return _REBUILD[t](_subst(e.a, values), _subst(e.b, values))

@@ -174,12 +174,7 @@ def route_bytes(routes: Sequence[Route]) -> int | Fraction:
 
 
 def _provably_less(a: Dim, b: Dim, strict: bool) -> bool:
-    if isinstance(a, int) and isinstance(b, int):
-        return a < b if strict else a <= b
-    from tvm import tirx
-
-    pa, pb = (tirx.IntImm("int64", x) if isinstance(x, int) else x for x in (a, b))
-    return sym.prove(pa < pb if strict else pa <= pb)
+    return sym.prove_lt(a, b) if strict else sym.prove_le(a, b)
 
 
 def devices_disjoint(a: DeviceMesh, b: DeviceMesh) -> bool | None:

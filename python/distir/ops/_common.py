@@ -115,53 +115,7 @@ def dims_factors(ndim: int, prefix: str = "d") -> tuple[tuple[str, ...], ...]:
     return tuple((f"{prefix}{i}",) for i in range(ndim))
 
 
-# ---------------------------------------------------------------- symbolic helpers
-
-_NONNEG = None
-_NONNEG_VARS: set[str] = set()
-
-
-def nonneg_analyzer(*exprs):
-    """A TVM analyzer that knows every symbolic variable in ``exprs`` is >= 0.
-
-    distir's symbolic variables are sizes and worker ids, never negative; telling the
-    analyzer so turns ``T.max(n, 0)`` into ``n`` when clamping slice bounds.
-    """
-    global _NONNEG
-    from tvm import sym as tvm_sym
-
-    if _NONNEG is None:
-        _NONNEG = tvm_sym.Analyzer()
-    for e in exprs:
-        for name in sym.free_vars(e):
-            if name not in _NONNEG_VARS:
-                _NONNEG.update(sym.var(name), tvm_sym.ConstIntBound(0, tvm_sym.ConstIntBound.POS_INF))
-                _NONNEG_VARS.add(name)
-    return _NONNEG
-
-
-def prim(x: Dim):
-    """``x`` as a TVM PrimExpr (ints become int64 immediates)."""
-    from tvm import tirx
-
-    if isinstance(x, int):
-        return tirx.IntImm("int64", x)
-    return x
-
-
-def simplify_nonneg(e) -> Dim:
-    """Simplify a PrimExpr assuming its variables are non-negative; ints come back as ints."""
-    if isinstance(e, int):
-        return e
-    out = nonneg_analyzer(e).simplify(e)
-    return sym.normalize(out)
-
-
-def prove_ge(a: Dim, b: Dim) -> bool:
-    """Prove ``a >= b`` assuming every variable in them is non-negative."""
-    if isinstance(a, int) and isinstance(b, int):
-        return a >= b
-    return bool(nonneg_analyzer(a, b).can_prove(prim(a) >= prim(b)))
+# ---------------------------------------------------------------- dims
 
 
 def is_one(d: Dim) -> bool:

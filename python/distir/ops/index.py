@@ -11,7 +11,6 @@ R.shard_take: a lookup in its own rows, with zeros for indices outside them.
 from __future__ import annotations
 
 import numpy as np
-from tvm import tirx
 
 from ..errors import DistirError, TypeInferenceError
 from ..ir import sym
@@ -31,11 +30,8 @@ from ._common import (
     expect_tensor,
     is_int_dtype,
     norm_axis,
-    prim,
-    prove_ge,
     register_op,
     shape_str,
-    simplify_nonneg,
 )
 from .docgen import partials_text
 
@@ -92,17 +88,15 @@ def _slice_len(dim: Dim, b: Dim, e: Dim, s: int) -> Dim:
         elif e < 0:
             e = sym.add(dim, e)
     if s > 0:
-        if prove_ge(e, dim):
+        if sym.prove_ge(e, dim):
             e = dim
-        if prove_ge(b, dim):
+        if sym.prove_ge(b, dim):
             b = dim
-        n = tirx.floordiv(prim(e) - prim(b) + (s - 1), s)
-    else:
-        last = sym.sub(dim, 1)
-        if prove_ge(b, last):
-            b = last
-        n = tirx.floordiv(prim(b) - prim(e) + (-s - 1), -s)
-    return simplify_nonneg(n)
+        return sym.ceildiv(sym.sub(e, b), s)
+    last = sym.sub(dim, 1)
+    if sym.prove_ge(b, last):
+        b = last
+    return sym.ceildiv(sym.sub(b, e), -s)
 
 
 def _covers(dim: Dim, b: Dim, e: Dim, s: int) -> bool:
@@ -113,7 +107,7 @@ def _covers(dim: Dim, b: Dim, e: Dim, s: int) -> bool:
         return True
     if isinstance(e, int) and isinstance(dim, int):
         return e >= dim
-    return sym.equal(e, dim) or prove_ge(e, dim)
+    return sym.equal(e, dim) or sym.prove_ge(e, dim)
 
 
 def _slice_infer(types, attrs):

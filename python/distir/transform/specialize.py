@@ -23,8 +23,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-import tvm_ffi
-
 from ..errors import SpecializeError
 from ..ir import sym
 from ..ir.expr import (
@@ -98,10 +96,10 @@ class _Template:
         hit = self._dim_ids.get(id(d))
         if hit is not None:
             return hit[1]
-        h = tvm_ffi.structural_hash(d)
+        h = sym.structural_hash(d)
         same = self._dim_hash.setdefault(h, [])
         for i in same:
-            if tvm_ffi.structural_equal(self.dims[i], d):
+            if sym.identical(self.dims[i], d):
                 break
         else:
             i = len(self.dims)

@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 import tvm
 from tvm import relax, tirx
-from tvm import sym as tvm_sym
 
 from ..ir import sym
 from ..ir.expr import (
@@ -96,8 +95,7 @@ def _emit_layout_function(bb: relax.BlockBuilder, plan: SessionPlan) -> None:
         bb.emit_func_output(relax.ShapeExpr([_prim(sym.substitute(total, fresh)), _prim(sym.substitute(groups, fresh))]))
 
 
-def _prim(d: Dim):
-    return tirx.IntImm("int64", d) if isinstance(d, int) else d
+_prim = sym.to_prim
 
 
 # ---------------------------------------------------------------- free variables of a function
@@ -172,7 +170,6 @@ class _FunctionExporter:
         self.worker_var: tirx.Var | None = None
         self._worker_tensor: relax.Expr | None = None
         self._scalars: dict[Any, relax.Expr] = {}
-        self.analyzer = tvm_sym.Analyzer()
         self.binding: Binding | None = None
         self.in_dataflow = False
 
@@ -293,10 +290,7 @@ class _FunctionExporter:
             shape = have.shape
             if not isinstance(shape, relax.ShapeExpr):
                 return False
-            return all(
-                self.analyzer.can_prove_equal(tvm.tirx.IntImm("int64", w) if isinstance(w, int) else w, h)
-                for h, w in zip(shape.values, self.dims(want.shape))
-            )
+            return all(_proves_same(h, w) for h, w in zip(shape.values, want.shape))
         if isinstance(want, TupleType):
             if not isinstance(have, relax.TupleType) or len(have.fields) != len(want.fields):
                 raise self.error(f"TVM types the result as {have}, distir as {want}")
@@ -423,6 +417,21 @@ class _FunctionExporter:
                         self.bind(b, False)
             result = self.value(f.result)
             self.bb.emit_func_output(result)
+
+
+def _proves_same(have, want: Dim) -> bool:
+    """Is a dim of a Relax type (in the function's own TVM variables) provably distir's ``want``?
+
+    The exporter gives each Relax function its own size variables (a Relax module does not
+    share a TIR variable between functions), which :mod:`distir.ir.sym`'s analyzer does not
+    know. :func:`sym.from_tvm` renames them back to distir's variables, so the comparison is
+    made by the one analyzer, which knows sizes and the worker id are non-negative. A Relax
+    expression distir does not use is not provably equal (the binding gets a match_cast)."""
+    try:
+        h = sym.from_tvm(have)
+    except sym.SymbolicError:
+        return False
+    return sym.prove_equal(h, want)
 
 
 def _np_dtype(dtype: str):

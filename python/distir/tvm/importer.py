@@ -87,13 +87,8 @@ class _Importer:
 
     def dim(self, e) -> sym.Dim:
         """A TVM PrimExpr as a distir dim (symbolic variables interned by name)."""
-        if isinstance(e, int):
-            return e
-        if isinstance(e, tvm.tirx.IntImm):
-            return int(e.value)
         try:
-            names = sym.free_vars(e)
-            return sym.substitute(e, {n: sym.var(n) for n in names}) if names else sym.normalize(e)
+            return sym.from_tvm(e)
         except sym.SymbolicError as err:
             raise self.fail(f"unsupported size expression {e} ({err})") from None
 

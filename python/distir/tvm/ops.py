@@ -153,11 +153,7 @@ def emit_strided_slice(ex: _FunctionExporter, call: Call) -> relax.Expr:
 
 def _clamp(value, high):
     """``min(max(value, 0), high)`` as a symbolic int."""
-    from tvm import tirx
-
-    v = value if not isinstance(value, int) else tirx.IntImm("int64", value)
-    h = high if not isinstance(high, int) else tirx.IntImm("int64", high)
-    return sym.normalize(tirx.min(tirx.max(v, tirx.IntImm("int64", 0)), h))
+    return sym.clamp(value, 0, high)
 
 
 def emit_rms_norm(ex: _FunctionExporter, call: Call) -> relax.Expr:
@@ -194,9 +190,7 @@ def emit_triangle(ex: _FunctionExporter, call: Call) -> relax.Expr:
 
 
 def _p(d):
-    from tvm import tirx
-
-    return tirx.IntImm("int64", d) if isinstance(d, int) else d
+    return sym.to_prim(d)
 
 
 def emit_shard_take(ex: _FunctionExporter, call: Call) -> relax.Expr:

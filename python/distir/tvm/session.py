@@ -23,7 +23,6 @@ from ..ir.expr import IRModule
 from ..ir.layout import ids_are_contiguous, mesh_start
 from ..ir.mesh import DeviceMesh, Range
 from ..ir.sym import Dim
-from ..ops._common import prove_ge
 from .errors import TvmExportError
 
 
@@ -59,7 +58,7 @@ class SessionPlan:
             return SessionPlan(1, ())
         stops = [mesh_stop(m) for m in meshes]
         for cand in stops:
-            if all(prove_ge(cand, s) for s in stops):
+            if all(sym.prove_ge(cand, s) for s in stops):
                 return SessionPlan(sym.normalize(cand), tuple(meshes))
         raise TvmExportError(
             "cannot tell which device mesh is the largest (device ids end at "
