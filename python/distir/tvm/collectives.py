@@ -92,7 +92,7 @@ def needs_worker_id(call: Call, plan: SessionPlan) -> bool:
 
 
 def _p(d):
-    return tirx.IntImm("int64", d) if isinstance(d, int) else d
+    return sym.to_prim(d)
 
 
 def _bool(flag: bool) -> relax.Expr:
@@ -120,9 +120,7 @@ class _Collective:
         c = coord_expr(self.mesh, self.axis, sym.var(WORKER_ID))
         if not self.ex.plan.every_mesh_covers_all:
             # workers outside the mesh get an index past it; clamp so their (unused) slices stay in bounds
-            from .ops import _clamp
-
-            c = _clamp(c, sym.sub(self.groups.size, 1))
+            c = sym.clamp(c, 0, sym.sub(self.groups.size, 1))
         return c
 
     def members(self) -> relax.Expr:
@@ -243,9 +241,7 @@ def _gather_all(ex: _FunctionExporter, x: relax.Expr, xt: TensorType) -> relax.E
 
 
 def _clamped(ex: _FunctionExporter, value, high):
-    from .ops import _clamp
-
-    return value if ex.plan.every_mesh_covers_all else _clamp(value, high)
+    return value if ex.plan.every_mesh_covers_all else sym.clamp(value, 0, high)
 
 
 def _device_ids_at(ex: _FunctionExporter, mesh, positions: relax.Expr) -> relax.Expr:

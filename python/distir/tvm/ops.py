@@ -146,14 +146,9 @@ def emit_strided_slice(ex: _FunctionExporter, call: Call) -> relax.Expr:
             if WORKER_ID in sym.free_vars(b) and (strides is None or strides[i] == 1):
                 extent = sym.sub(e, b)
                 dim = x.shape[axis % x.ndim]
-                clamped = _clamp(b, sym.sub(dim, extent))
+                clamped = sym.clamp(b, 0, sym.sub(dim, extent))
                 begin[i], end[i] = clamped, sym.add(clamped, extent)
     return emit_relax_form(ex, Call(call.op, call.args, {**attrs, "begin": begin, "end": end}, call.span))
-
-
-def _clamp(value, high):
-    """``min(max(value, 0), high)`` as a symbolic int."""
-    return sym.clamp(value, 0, high)
 
 
 def emit_rms_norm(ex: _FunctionExporter, call: Call) -> relax.Expr:
