@@ -1087,7 +1087,7 @@ def _execute(case: Case, opts: Options, res: CaseResult, verbose: bool) -> None:
     from distir.errors import DistirError, SpecializeError
     from distir.runtime import run
     from distir.runtime.spmd import SpmdStats, run_spmd
-    from distir.testing import compare_outputs, random_inputs
+    from distir.testing import random_inputs
     from distir.transform import get_pass
     from distir.transform.pipelines import _DISTRIBUTE
     from distir.transform.specialize import specialize
@@ -1324,7 +1324,7 @@ def _tvm_case(text, dims, seed, workers, rtol, atol, per_count):
     import distir
     from distir.errors import DistirError
     from distir.runtime import run
-    from distir.testing import compare_outputs, random_inputs
+    from distir.testing import random_inputs
     from distir.transform.pipelines import distribute_pipeline
     from distir.transform.specialize import specialize
 
