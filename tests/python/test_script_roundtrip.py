@@ -11,6 +11,7 @@ import distir
 from distir.ir import IRModule, assert_structural_equal, structural_equal, sym
 from distir.ir.placement import Partial, Placement, Shard
 from distir.ir.types import DTensorType, TensorType, TupleType
+from distir.runtime import run
 from distir.script import print_module
 
 STATIC_1D = '''
@@ -530,3 +531,28 @@ class Module:
         mod = get_pass(name)(mod)
         roundtrip(mod)
     roundtrip(Specialize({"num_workers": 4})(mod))
+
+
+def test_nested_calls_are_bound_first_as_tvmscript_normalizes_them():
+    text = '''
+@I.ir_module
+class Module:
+    @R.function
+    def main(x: R.Tensor((4, 8), "float32"), w: R.Tensor((8, 8), "float32")):
+        with R.dataflow():
+            y = R.nn.relu(R.matmul(x, w))
+            lv = R.add(y, R.exp(y))
+            R.output(lv)
+        return R.sum(lv, axis=[0])
+'''
+    mod = distir.parse(text)
+    f = mod["main"]
+    assert [(b.var.name, b.value.op.name) for b in f.bindings()] == [
+        ("lv1", "matmul"), ("y", "nn.relu"), ("lv2", "exp"), ("lv", "add"), ("lv3", "sum"),
+    ]
+    assert len(f.blocks) == 2 and f.blocks[0].is_dataflow and not f.blocks[1].is_dataflow
+    printed = mod.script()
+    assert "R.nn.relu(lv1)" in printed and "return lv3" in printed
+    assert_structural_equal(distir.parse(printed), mod)
+    x, w = np.ones((4, 8), "float32"), np.eye(8, dtype="float32")
+    np.testing.assert_allclose(run(mod, x, w), (np.maximum(x @ w, 0) + np.exp(np.maximum(x @ w, 0))).sum(0), rtol=1e-6)

@@ -303,6 +303,7 @@ class _Scope:
 
 class _Parser:
     def __init__(self, text: str, source_name: str, line_offset: int, col_offset: int) -> None:
+        self.pending: list[Binding] = []  # bindings for calls nested in the statement being read
         self.source_name = source_name
         self.line_offset = line_offset
         self.col_offset = col_offset
@@ -671,9 +672,12 @@ class _Parser:
                     self.fail(body[i + 1], "statements after 'return' are not allowed")
                 if stmt.value is None:
                     self.fail(stmt, "the function must return a value")
+                self.pending = []
+                result = self.leaf(stmt.value, scope, "the returned value")
+                current.extend(self.pending)  # calls in the returned value, bound first
                 if current:
                     blocks.append(Block(current, is_dataflow=False))
-                return blocks, self.leaf(stmt.value, scope, "the returned value")
+                return blocks, result
             if self.is_symvar_decl(stmt):
                 continue
             if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call) and dotted_name(stmt.value.func) == "R.func_attr":
@@ -688,7 +692,7 @@ class _Parser:
                     current = []
                 blocks.append(self.dataflow(stmt, scope))
                 continue
-            current.append(self.binding(stmt, scope))
+            current.extend(self.binding(stmt, scope))
         self.fail(_def_head(node), f"function '{node.name}' has no return statement: end it with 'return <value>'")
 
     def func_attrs(self, call: ast.Call, fattrs: dict[str, Any]) -> None:
@@ -772,9 +776,9 @@ class _Parser:
                 self.fail(s, "dataflow blocks cannot be nested")
             if isinstance(s, ast.Return):
                 self.fail(s, "'return' inside a dataflow block: end the block with R.output(...) and return after it")
-            b = self.binding(s, scope)
-            bindings.append(b)
-            names_here.append(b.var.name)
+            for b in self.binding(s, scope):
+                bindings.append(b)
+                names_here.append(b.var.name)
         kept = {id(v) for v in outputs or ()}
         for b in bindings:
             if id(b.var) not in kept and scope.vars.get(b.var.name) is b.var:
@@ -799,7 +803,10 @@ class _Parser:
 
     # ------------------------------------------------------------ bindings
 
-    def binding(self, stmt: ast.stmt, scope: _Scope) -> Binding:
+    def binding(self, stmt: ast.stmt, scope: _Scope) -> list[Binding]:
+        """The binding a statement writes, after one binding per call nested in its value
+        (``y = R.nn.relu(R.matmul(x, w))`` binds the matmul first, as TVMScript does)."""
+        self.pending = []
         if isinstance(stmt, ast.AnnAssign):
             target, ann, value = stmt.target, stmt.annotation, stmt.value
             if value is None:
@@ -813,22 +820,41 @@ class _Parser:
         if not isinstance(target, ast.Name):
             self.fail(target, "expected a variable name on the left of '=' (tuple unpacking is not supported; use t[0])")
         expr = self.value(value, scope)
-        if ann is not None:
-            ty = self.type_expr(ann)
-        else:
-            try:
-                ty = expr.type
-            except TypeInferenceError as err:
-                ty = self.unplaced_type(expr)
-                if ty is None:
-                    self.fail(value, str(err))
-            except DistirError as err:
-                self.fail(value, f"cannot infer the type: {err}")
+        ty = self.type_expr(ann) if ann is not None else self.inferred_type(expr, value)
         name = target.id
         var = Var(name, ty, self.span(target))
         scope.vars[name] = var
         scope.local_to.pop(name, None)
-        return Binding(var, expr, self.span(stmt))
+        return [*self.pending, Binding(var, expr, self.span(stmt))]
+
+    def inferred_type(self, expr: Expr, node: ast.AST) -> Type:
+        try:
+            return expr.type
+        except TypeInferenceError as err:
+            ty = self.unplaced_type(expr)
+            if ty is None:
+                self.fail(node, str(err))
+            return ty
+        except DistirError as err:
+            self.fail(node, f"cannot infer the type: {err}")
+
+    def nested_call(self, node: ast.Call, name: str, scope: _Scope) -> Var:
+        """A call written inside another expression: bound to a fresh variable before the statement."""
+        call = self.op_call(node, name[2:], scope)
+        var = Var(self.fresh_name(scope), self.inferred_type(call, node), self.span(node))
+        scope.vars[var.name] = var
+        self.pending.append(Binding(var, call, self.span(node)))
+        return var
+
+    @staticmethod
+    def fresh_name(scope: _Scope) -> str:
+        """``lv``, ``lv1``, ... (TVMScript's names for normalized calls), skipping every name in use."""
+        k = 0
+        while True:
+            name = "lv" if k == 0 else f"lv{k}"
+            if name not in scope.vars and name not in scope.defined_at and name not in scope.local_to:
+                return name
+            k += 1
 
     @staticmethod
     def unplaced_type(expr: Expr) -> Type | None:
@@ -888,8 +914,8 @@ class _Parser:
             if name == "R.str":
                 a = self.bind_args(node, ("value",), 1, name)
                 return StringImm(self.form(str_from_ast, a["value"]), self.span(node))
-            if name is not None and name.startswith("R.") and name not in _TYPE_CALLS:
-                self.fail(node, f"a call cannot be used as {what}: bind the inner call {name}(...) to a variable first")
+            if name is not None and name.startswith("R.") and name not in _TYPE_CALLS and name not in _LITERAL_CALLS:
+                return self.nested_call(node, name, scope)
         self.fail(
             node,
             f"expected {what}: a variable, a tuple (a, b), R.const(...), R.shape([...]) or R.prim_value(...)",
@@ -1013,11 +1039,7 @@ class _Parser:
         if isinstance(node, ast.Call):
             name = dotted_name(node.func)
             if name is not None and name.startswith("R.") and name not in _LITERAL_CALLS:
-                self.fail(
-                    node,
-                    f"nested call as argument '{p.name}' of R.{opname}: bind the inner call {name}(...) "
-                    "to a variable first",
-                )
+                return self.nested_call(node, name, scope)
         if kind == "shape" and isinstance(node, (ast.Tuple, ast.List)):
             return ShapeExpr(self.form(dims_from_ast, node, "shape"), self.span(node))
         if kind == "prim" and not isinstance(node, (ast.Call, ast.Tuple, ast.Subscript)):
