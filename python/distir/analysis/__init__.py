@@ -10,8 +10,9 @@ count with ``.evaluate({"num_workers": 8})``; on a specialized module they are n
 See docs/analysis.md.
 """
 
+from .. import ops  # noqa: F401  (declares every op and step kind)
 from .comm import CollectiveCost, CommNumbers, CommVolume, collective_cost, comm_volume
-from .common import AnalysisError
+from .errors import AnalysisError
 from .formula import Maximum, Rational, evaluate, to_str
 from .memory import MemoryFootprint, MemoryNumbers, memory_footprint
 from .timing import CommModel, CommTime, comm_time, comm_time_formula

@@ -37,7 +37,8 @@ from ..ir.expr import Call, IRModule
 from ..ir.steps import all_steps, get_step
 from ..ir.sym import Dim
 from ..ir.types import DTensorType, TensorType
-from .common import AnalysisError, device_count, pick_function, value_bytes
+from .common import device_count, pick_function, value_bytes
+from .errors import AnalysisError
 from .formula import Rational, _eval, sum_dims
 
 __all__ = ["CollectiveCost", "CommNumbers", "CommVolume", "collective_cost", "comm_volume"]

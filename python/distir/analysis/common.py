@@ -3,19 +3,15 @@ and how many bytes a value takes on one worker."""
 
 from __future__ import annotations
 
-from ..errors import DistirError
 from ..ir import sym
 from ..ir.expr import Function, IRModule
 from ..ir.layout import local_bytes
 from ..ir.mesh import Range
 from ..ir.sym import Dim
 from ..ir.types import DTensorType, TensorType, TupleType, Type, nbytes
+from .errors import AnalysisError
 
 __all__ = ["AnalysisError", "device_count", "pick_function", "value_bytes"]
-
-
-class AnalysisError(DistirError):
-    """A module cannot be analysed as given (wrong view, unknown collective, unbound size)."""
 
 
 def pick_function(mod: IRModule, func: str | None) -> Function:

@@ -21,7 +21,7 @@ from fractions import Fraction
 
 from ..ir import sym
 from ..ir.sym import Dim
-from .common import AnalysisError
+from .errors import AnalysisError
 
 __all__ = ["Formula", "Maximum", "Rational", "evaluate", "free_vars", "sum_dims", "to_str"]
 

@@ -25,7 +25,7 @@ from ..ir.layout import block_index, concrete_mesh_shape, mesh_coords
 from ..ir.placement import Placement, Replicate
 from ..ir.sym import Dim
 from ..ir.types import DTensorType, TensorType, shape_str
-from .common import AnalysisError
+from .errors import AnalysisError
 
 __all__ = ["MAX_COLS", "MAX_DEVICES", "MAX_ROWS", "LayoutGrid", "layout_grid", "write_png"]
 

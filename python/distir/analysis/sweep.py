@@ -18,7 +18,7 @@ from typing import Any
 from ..errors import DistirError
 from ..ir.expr import IRModule
 from .comm import CommVolume, comm_volume
-from .common import AnalysisError
+from .errors import AnalysisError
 from .formula import to_str
 from .memory import MemoryFootprint, memory_footprint
 from .timing import CommModel, CommTime, comm_time_formula

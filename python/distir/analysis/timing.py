@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from ..ir.sym import Dim
 from .comm import CollectiveCost, CommVolume
-from .common import AnalysisError
+from .errors import AnalysisError
 from .formula import Rational, _eval, sum_dims
 
 __all__ = ["CommModel", "CommTime", "comm_time", "comm_time_formula"]

@@ -47,7 +47,6 @@ def text(name: str) -> str:
 
 def load(name: str):
     """Parse example ``name`` into an IRModule."""
-    from .. import parse
+    from ..script import parse_file
 
-    p = path(name)
-    return parse(p.read_text(), source_name=str(p))
+    return parse_file(path(name))

@@ -8,7 +8,7 @@ the verifier checks it against what the op infers.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -189,9 +189,7 @@ class Function(Expr):
             yield from block.bindings
 
     def script(self, mod: IRModule | None = None) -> str:
-        from ..script.printer import print_function
-
-        return print_function(self, mod)
+        return _printer("function")(self, mod)
 
     def replace(self, **changes) -> Function:
         values = {
@@ -246,9 +244,7 @@ class IRModule:
         return self.replace(functions=funcs)
 
     def script(self, **kwargs) -> str:
-        from ..script.printer import print_module
-
-        return print_module(self, **kwargs)
+        return _printer("module")(self, **kwargs)
 
     def __str__(self) -> str:
         return self.script()
@@ -266,3 +262,22 @@ def leaf_vars(expr: Expr) -> Iterator[Var]:
     elif isinstance(expr, Call):
         for a in expr.args:
             yield from leaf_vars(a)
+
+
+# The text printer lives in distir.script, a layer above; it registers itself here on import
+# (as TVM's printer registers with its IR), so that ``mod.script()`` and ``str(mod)`` work.
+_PRINTERS: dict[str, Callable] = {}
+
+
+def set_printer(kind: str, printer: Callable) -> None:
+    """Register the printer of ``kind`` ("module" or "function")."""
+    _PRINTERS[kind] = printer
+
+
+def _printer(kind: str) -> Callable:
+    printer = _PRINTERS.get(kind)
+    if printer is None:
+        from ..errors import DistirError
+
+        raise DistirError("printing IR needs the text format: import distir.script (any layer above the IR does)")
+    return printer

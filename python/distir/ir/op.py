@@ -229,15 +229,12 @@ def unregister_op(name: str) -> None:
 
 
 def get_op(name: str) -> OpDef | None:
-    """The op called ``name`` (``"matmul"``, ``"nn.softmax"``), or None."""
-    _ensure_loaded()
+    """The op called ``name`` (``"matmul"``, ``"nn.softmax"``), or None.
+
+    The registry holds the ops that have been declared: importing :mod:`distir.ops` declares
+    them all, and every layer above the IR (the parser, the passes, the runners) imports it."""
     return _REGISTRY.get(name)
 
 
 def all_ops() -> dict[str, OpDef]:
-    _ensure_loaded()
     return dict(_REGISTRY)
-
-
-def _ensure_loaded() -> None:
-    from .. import ops  # noqa: F401  (declares every op on import)

@@ -128,7 +128,6 @@ def unregister_step(name: str) -> None:
 
 
 def get_step(name: str) -> StepKind:
-    _ensure_loaded()
     kind = _STEPS.get(name)
     if kind is None:
         raise DistirError(f"unknown redistribution step '{name}' (known: {', '.join(_STEPS)})")
@@ -136,15 +135,9 @@ def get_step(name: str) -> StepKind:
 
 
 def all_steps() -> Mapping[str, StepKind]:
-    """Every step kind, in declaration order (the planner's order of preference on ties)."""
-    _ensure_loaded()
+    """Every step kind, in declaration order (the planner's order of preference on ties);
+    importing :mod:`distir.ops` declares the built-in ones."""
     return dict(_STEPS)
-
-
-def _ensure_loaded() -> None:
-    from .op import _ensure_loaded as load_ops
-
-    load_ops()
 
 
 def _global_params(kind: StepKind, Param) -> tuple:

@@ -4,6 +4,7 @@
 once it exists.
 """
 
+from .. import ops  # noqa: F401  (declares every op and step kind)
 from .interpreter import Plan, RunContext, RunError, bind_params, compile_function, run
 
 __all__ = ["Plan", "RunContext", "RunError", "bind_params", "compile_function", "run"]

@@ -12,6 +12,7 @@ import importlib
 import pkgutil
 from typing import Any
 
+from .. import ops  # noqa: F401  (declares every op and step kind)
 from .canonicalize import Canonicalize
 from .instruments import (
     PassInstrument,
@@ -26,6 +27,7 @@ from .pass_infra import (
     Pass,
     PassContext,
     Sequential,
+    add_pass_loader,
     get_pass,
     list_passes,
     list_pipelines,
@@ -89,3 +91,6 @@ def __getattr__(name: str) -> Any:
         if name in getattr(mod, "__all__", ()):
             return getattr(mod, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+add_pass_loader(_load_builtin_passes)

@@ -249,10 +249,17 @@ def _qualname(obj: Any) -> str:
     return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', repr(obj))}"
 
 
-def _ensure_loaded() -> None:
-    from . import _load_builtin_passes
+_LOADERS: list[Callable[[], None]] = []
 
-    _load_builtin_passes()
+
+def add_pass_loader(load: Callable[[], None]) -> None:
+    """``load()`` runs before the registry is read (the package registers one that imports its pass modules)."""
+    _LOADERS.append(load)
+
+
+def _ensure_loaded() -> None:
+    for load in _LOADERS:
+        load()
 
 
 def list_passes() -> dict[str, type[Pass]]:

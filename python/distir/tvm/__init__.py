@@ -12,6 +12,7 @@ See docs/tvm.md.
 
 from __future__ import annotations
 
+from .. import ops  # noqa: F401  (declares every op and step kind)
 from .errors import DiscoRunError, TvmExportError, TvmImportError
 from .export import DISCO_LAYOUT_FUNC, to_relax
 

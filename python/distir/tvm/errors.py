@@ -15,3 +15,9 @@ class TvmImportError(DiagnosticError):
 
 class DiscoRunError(DistirError):
     """Running on Disco failed: wrong inputs, a module built for other sizes, a collective that failed."""
+
+
+def tvm_message(err: Exception) -> str:
+    """The last non-empty line of a TVM error (its message, without TVM's traceback)."""
+    lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else type(err).__name__

@@ -44,7 +44,7 @@ from ..ir.layout import WORKER_ID
 from ..ir.mesh import DeviceMesh, Range
 from ..ir.sym import Dim
 from ..ir.types import DTensorType, PrimType, ShapeType, TensorType, TupleType, Type
-from .errors import TvmExportError
+from .errors import TvmExportError, tvm_message
 from .session import SessionPlan
 
 __all__ = ["DISCO_LAYOUT_FUNC", "SIZE_PREFIX", "to_relax"]
@@ -68,13 +68,8 @@ def to_relax(local_mod: IRModule) -> tvm.IRModule:
     try:
         relax.analysis.well_formed(out)
     except Exception as err:  # noqa: BLE001 - TVM raises several error types
-        raise TvmExportError(f"TVM rejects the exported module: {_tvm_message(err)}") from None
+        raise TvmExportError(f"TVM rejects the exported module: {tvm_message(err)}") from None
     return out
-
-
-def _tvm_message(err: Exception) -> str:
-    lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
-    return lines[-1] if lines else type(err).__name__
 
 
 def size_names(exprs) -> list[str]:
@@ -203,7 +198,7 @@ class _FunctionExporter:
         try:
             return self.bb.emit(expr, name_hint=name)
         except Exception as err:  # noqa: BLE001 - TVM raises several error types
-            raise self.error(f"TVM rejects the Relax form of this op: {_tvm_message(err)}") from None
+            raise self.error(f"TVM rejects the Relax form of this op: {tvm_message(err)}") from None
 
     def const(self, value, dtype: str) -> relax.Expr:
         return relax.const(np.array(value, dtype=_np_dtype(dtype)), dtype)
@@ -333,7 +328,7 @@ class _FunctionExporter:
         try:
             expr = self.bb.normalize(expr)
         except Exception as err:  # noqa: BLE001 - TVM raises several error types
-            raise self.error(f"TVM rejects the Relax form of this op: {_tvm_message(err)}") from None
+            raise self.error(f"TVM rejects the Relax form of this op: {tvm_message(err)}") from None
         if self._same(expr.ty, b.var.type):
             var = self.bb.emit_output(expr, name_hint=name) if expose else self.emit(expr, name)
         else:

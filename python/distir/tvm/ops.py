@@ -27,6 +27,7 @@ from ..ir.layout import WORKER_ID
 from ..ir.op import OpDef, RelaxForm, all_ops
 from ..ir.types import TensorType
 from .collectives import collective_ops, emit_collective
+from .errors import tvm_message
 
 if TYPE_CHECKING:  # pragma: no cover
     from .export import _FunctionExporter
@@ -114,9 +115,7 @@ def emit_relax_form(ex: _FunctionExporter, call: Call, form: RelaxForm | None = 
     try:
         return fn(*args, **kwargs)
     except Exception as err:  # noqa: BLE001 - TVM raises several error types
-        from .export import _tvm_message
-
-        raise ex.error(f"TVM rejects {form.op} with attributes {sorted(kwargs)}: {_tvm_message(err)}") from None
+        raise ex.error(f"TVM rejects {form.op} with attributes {sorted(kwargs)}: {tvm_message(err)}") from None
 
 
 # ---------------------------------------------------------------- emitters of composed forms
