@@ -174,13 +174,12 @@ def _groups(attrs, env):
     return mesh_groups(attrs["device_mesh"], attrs["mesh_axis"], env.values)
 
 
-def _reduce(op: str, arrays):
-    out = arrays[0].copy()
-    for a in arrays[1:]:
-        out = _REDUCE[op](out, a)
+def _reduce_stack(op: str, stacked: np.ndarray) -> np.ndarray:
+    """The reduction of the arrays stacked on axis 0, added in worker order, in the arrays' dtype."""
+    out = _REDUCE[op].reduce(stacked, axis=0)
     if op == "avg":
-        out = out / len(arrays)
-    return out.astype(arrays[0].dtype, copy=False)
+        out = out / len(stacked)
+    return out.astype(stacked.dtype, copy=False)
 
 
 def _exchange(xs, group, axis):
@@ -243,33 +242,17 @@ def _all_gather_lower(call: Call, x) -> Call:
 # all_reduce
 
 
-def _ring_chunks(flat_size: int, n: int) -> list[slice]:
-    base, extra = divmod(flat_size, n)
-    out, start = [], 0
-    for c in range(n):
-        size = base + (1 if c < extra else 0)
-        out.append(slice(start, start + size))
-        start += size
-    return out
-
-
 def _all_reduce_simulate(xs, attrs, env):
     """Ring all-reduce: a reduce-scatter of the flattened buffer, then an all-gather."""
     op = attrs["op_type"]
     out, sent = {}, 0
     for group in _groups(attrs, env):
-        n = len(group)
-        flat = [xs[w].reshape(-1) for w in group]
-        chunks = _ring_chunks(flat[0].size, n)
-        itemsize = flat[0].itemsize
-        reduced = []
-        for sl in chunks:
-            # every worker but the chunk's owner sends its piece of the chunk
-            reduced.append(_reduce(op, [f[sl] for f in flat]))
-            sent += (n - 1) * (sl.stop - sl.start) * itemsize
-        # the owner of each reduced chunk sends it to the n - 1 others
-        sent += sum((n - 1) * (sl.stop - sl.start) * itemsize for sl in chunks)
-        full = np.concatenate(reduced).reshape(xs[group[0]].shape) if reduced else xs[group[0]]
+        n, first = len(group), xs[group[0]]
+        # each chunk of the ring: every worker but its owner sends its piece, then the owner
+        # sends the reduced chunk to the n - 1 others; the chunks cover the buffer once
+        sent += 2 * (n - 1) * first.nbytes
+        # reducing the whole stack adds in worker order, as the chunks of the ring do
+        full = _reduce_stack(op, np.stack([xs[w] for w in group])) if n > 1 else first
         for w in group:
             out[w] = full
     return out, sent
@@ -295,10 +278,11 @@ def _reduce_scatter_simulate(xs, attrs, env):
     op, axis = attrs["op_type"], attrs["axis"]
     out, sent = {}, 0
     for group in _groups(attrs, env):
-        pieces, group_sent = _exchange(xs, group, axis)
-        for j, w in enumerate(group):
-            out[w] = _reduce(op, [pieces[v][j] for v in group])
-        sent += group_sent
+        n = len(group)
+        blocks = np.split(_reduce_stack(op, np.stack([xs[w] for w in group])), n, axis=axis)
+        for w, block in zip(group, blocks):
+            out[w] = block
+        sent += (n - 1) * xs[group[0]].nbytes  # each worker sends all blocks but its own
     return out, sent
 
 

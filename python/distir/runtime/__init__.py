@@ -1,17 +1,9 @@
-"""Running distir modules with numpy: ``run`` interprets the global view (the ground truth).
-
-``run_spmd`` (the SPMD simulator, in :mod:`distir.runtime.spmd`) is exported here too
-once it exists.
-"""
+"""Running distir modules with numpy: ``run`` interprets the global view (the ground truth),
+``run_spmd`` simulates the workers of a specialized local-view module with the same
+compiled plan (:mod:`distir.runtime.spmd`)."""
 
 from .. import ops  # noqa: F401  (declares every op and step kind)
 from .interpreter import Plan, RunContext, RunError, bind_params, compile_function, run
+from .spmd import SpmdError, SpmdStats, run_spmd
 
-__all__ = ["Plan", "RunContext", "RunError", "bind_params", "compile_function", "run"]
-
-try:  # the SPMD simulator lives in its own module, written separately
-    from .spmd import run_spmd  # noqa: F401
-
-    __all__.append("run_spmd")
-except ImportError:  # pragma: no cover - until spmd.py exists
-    pass
+__all__ = ["Plan", "RunContext", "RunError", "SpmdError", "SpmdStats", "bind_params", "compile_function", "run", "run_spmd"]

@@ -7,7 +7,9 @@ shapes; attributes holding symbolic values are evaluated under those bindings.
 
 A function is compiled once into a :class:`Plan` (a flat list of steps over numbered
 slots, with attributes and expected result types prepared) and cached, so running it
-again costs one Python call per binding and no dictionary churn.
+again costs one Python call per binding and no dictionary churn. The SPMD simulator
+(:mod:`distir.runtime.spmd`) runs the same plan once per worker: a ``hook`` given to
+:func:`compile_function` marks the calls it runs itself (the collectives).
 """
 
 from __future__ import annotations
@@ -223,15 +225,23 @@ def _solve(d, name: str, actual: int, values: Mapping[str, int]) -> int | None:
 
 
 def bind_params(
-    func: Function, inputs: Sequence[Any], sym_values: Mapping[str, int] | None = None
+    func: Function,
+    inputs: Sequence[Any],
+    sym_values: Mapping[str, int] | None = None,
+    types: Sequence[Type] | None = None,
 ) -> tuple[list[Any], dict[str, int]]:
-    """Check ``inputs`` against ``func``'s parameters; return them (normalised) and the symbolic values."""
+    """Check ``inputs`` against ``func``'s parameters; return them (normalised) and the symbolic values.
+
+    ``types`` replaces the parameters' types: the recorded global signature of a
+    local-view function, against which the simulator and Disco check global inputs.
+    """
     params = func.params
     if len(inputs) != len(params):
         names = ", ".join(p.name for p in params)
         raise RunError(f"R.{func.name} takes {len(params)} argument(s) ({names}), got {len(inputs)}")
     binder = _Binder({k: int(v) for k, v in (sym_values or {}).items()})
-    out = [binder.match(f"parameter '{p.name}'", p.type, a) for p, a in zip(params, inputs)]
+    types = [p.type for p in params] if types is None else types
+    out = [binder.match(f"parameter '{p.name}'", t, a) for p, t, a in zip(params, types, inputs)]
     binder.finish()
     return out, binder.values
 
@@ -288,7 +298,12 @@ class _Compiler:
         if isinstance(e, TupleGetItem):
             inner = self.getter(e.tuple_value)
             idx = e.index
-            return lambda env, ctx: inner(env, ctx)[idx]
+
+            def item(env, ctx):
+                t = inner(env, ctx)
+                return None if t is None else t[idx]  # None: a simulated worker outside the tuple's mesh
+
+            return item
         raise RunError(f"R.{self.func.name}: the interpreter cannot evaluate {type(e).__name__} expressions")
 
 
@@ -341,16 +356,44 @@ class _Step:
     what: str  # "R.op" or the kind of value
     run: Callable[[list, RunContext], Any]
     expect: Any
+    value: Expr  # the bound expression
+    # for a call, its parts, so that a runner of many workers can share what they agree on:
+    args: Callable[[list, RunContext], list] | None = None  # the argument values
+    fn: Callable | None = None  # the op's numpy reference, fn(args, attrs, ctx)
+    attrs: dict | None = None  # full attributes, symbolic dims unevaluated
+    resolve: Callable[[RunContext], dict] | None = None  # attrs with symbolic dims evaluated; None: attrs as is
+    hook: Any = None  # what the plan's hook returned for the call (which then does not run as an op)
 
 
-def _call_runner(compiler: _Compiler, var: Var, call: Call) -> Callable[[list, RunContext], Any]:
+def _args_getter(compiler: _Compiler, args) -> Callable[[list, RunContext], list]:
+    if all(isinstance(a, Var) for a in args):
+        idx = [compiler.index(a) for a in args]
+        return lambda env, ctx: [env[i] for i in idx]
+    getters = [compiler.getter(a) for a in args]
+    return lambda env, ctx: [g(env, ctx) for g in getters]
+
+
+def _call_step(compiler: _Compiler, slot: int, var: Var, call: Call, expect, hook) -> _Step:
     op = call.op
     if not isinstance(op, OpDef):
         raise RunError(f"binding '{var.name}': the interpreter runs op calls only, got a call to {op!r}")
+    what = f"R.{op.name}"
+    args = _args_getter(compiler, call.args)
+    marked = hook(var, call) if hook is not None else None
+    if marked is not None:
+
+        def elsewhere(env, ctx):
+            raise RunError(f"binding '{var.name}': {what} runs across workers, not in one")
+
+        return _Step(slot, var.name, what, elsewhere, expect, call, args, hook=marked)
     if op.numpy is None:
         raise RunError(
             f"binding '{var.name}': R.{op.name} has no numpy reference, so the interpreter cannot run it"
-            + ("; local-view modules with collectives run on the SPMD simulator" if op.name.startswith("ccl.") else "")
+            + (
+                "; local-view modules with collectives run on the SPMD simulator"
+                if op.name.startswith("ccl.") and hook is None
+                else ""
+            )
         )
     try:
         attrs = op.full_attrs(call.attrs)
@@ -358,22 +401,32 @@ def _call_runner(compiler: _Compiler, var: Var, call: Call) -> Callable[[list, R
         raise RunError(f"binding '{var.name}': {err}") from None
     fn = op.numpy
     resolve = _resolve_attrs(op, attrs)
-    args = call.args
-    if all(isinstance(a, Var) for a in args):
-        idx = [compiler.index(a) for a in args]
+    if all(isinstance(a, Var) for a in call.args):  # the common case, in one closure
+        idx = [compiler.index(a) for a in call.args]
         if resolve is None:
-            return lambda env, ctx: fn([env[i] for i in idx], attrs, ctx)
-        return lambda env, ctx: fn([env[i] for i in idx], resolve(ctx), ctx)
-    getters = [compiler.getter(a) for a in args]
-    if resolve is None:
-        return lambda env, ctx: fn([g(env, ctx) for g in getters], attrs, ctx)
-    return lambda env, ctx: fn([g(env, ctx) for g in getters], resolve(ctx), ctx)
+            run = lambda env, ctx: fn([env[i] for i in idx], attrs, ctx)
+        else:
+            run = lambda env, ctx: fn([env[i] for i in idx], resolve(ctx), ctx)
+    elif resolve is None:
+        run = lambda env, ctx: fn(args(env, ctx), attrs, ctx)
+    else:
+        run = lambda env, ctx: fn(args(env, ctx), resolve(ctx), ctx)
+    return _Step(slot, var.name, what, run, expect, call, args, fn, attrs, resolve)
+
+
+#: ``hook(var, call)``: something (not None) for a call the runner carries out itself
+Hook = Callable[[Var, Call], Any]
 
 
 class Plan:
-    """A function compiled for the interpreter. ``execute`` runs it on checked inputs."""
+    """A function compiled for the interpreter. ``execute`` runs it on checked inputs.
 
-    def __init__(self, func: Function):
+    With a ``hook``, a call for which ``hook(var, call)`` is not None becomes a step the
+    caller runs (its ``hook`` field holds what the hook returned); the plan alone cannot
+    execute it.
+    """
+
+    def __init__(self, func: Function, hook: Hook | None = None):
         self.func = func
         c = _Compiler(func)
         self.param_slots = [c.slot(p) for p in func.params]
@@ -381,14 +434,15 @@ class Plan:
         interned: dict = {}
         for binding in func.bindings():
             value = binding.value
+            expect = _expected(binding.var.type, interned)
             if isinstance(value, Call):
-                runner = _call_runner(c, binding.var, value)
-                what = f"R.{value.op.name}" if isinstance(value.op, OpDef) else "call"
+                # the arguments are read before the bound var gets its slot (a var is never its own argument)
+                step = _call_step(c, -1, binding.var, value, expect, hook)
+                step.slot = c.slot(binding.var)
             else:
                 runner = c.getter(value)
-                what = type(value).__name__
-            expect = _expected(binding.var.type, interned)
-            self.steps.append(_Step(c.slot(binding.var), binding.var.name, what, runner, expect))
+                step = _Step(c.slot(binding.var), binding.var.name, type(value).__name__, runner, expect, value)
+            self.steps.append(step)
         self.result = c.getter(func.result)
         self.n_slots = len(c.names)
 
@@ -442,15 +496,17 @@ def _check(step: _Step, expect, out, ctx: RunContext, path: str):
     return out
 
 
-_PLANS: weakref.WeakKeyDictionary[Function, Plan] = weakref.WeakKeyDictionary()
+_PLANS: weakref.WeakKeyDictionary[Function, dict] = weakref.WeakKeyDictionary()
 
 
-def compile_function(func: Function) -> Plan:
-    """The (cached) plan of ``func``."""
-    plan = _PLANS.get(func)
+def compile_function(func: Function, hook: Hook | None = None) -> Plan:
+    """The (cached) plan of ``func``; ``hook`` marks the calls the caller runs (see :class:`Plan`)."""
+    plans = _PLANS.get(func)
+    if plans is None:
+        plans = _PLANS[func] = {}
+    plan = plans.get(hook)
     if plan is None:
-        plan = Plan(func)
-        _PLANS[func] = plan
+        plan = plans[hook] = Plan(func, hook)
     return plan
 
 

@@ -2,34 +2,47 @@
 
 The workers are the devices of the module's meshes: a device id in no mesh would only idle,
 so it is not simulated (ids may be large or sparse). The session still counts D = 1 + the
-largest id, as Disco runs it, and per-worker byte counts divide by D. Inputs are given as global arrays and cut into each worker's
-piece by the function's recorded global signature (a partial input is split into random
-parts whose reduction is the value, spread over all workers so that a wrong reduction
-shows). Bindings run in lock step.
+largest id, as Disco runs it, and per-worker byte counts divide by D. Inputs are given as
+global arrays, checked against the function's recorded global signature (dtypes, ranks,
+sizes; symbolic sizes are bound from them, then every sharded size must divide), and cut
+into each worker's piece by it (a partial input is split into random parts whose
+reduction is the value, spread over all workers so that a wrong reduction shows).
+
+One evaluator: the function runs as the interpreter's compiled plan
+(:func:`distir.runtime.interpreter.compile_function`), binding by binding in lock step
+over the workers, each with its own slots and a run context binding ``worker_id`` to its
+device id. Every intermediate value is checked against its local type, as the interpreter
+does (but for an op whose attributes name ``worker_id``: a worker outside the mesh of a
+worker-indexed slice cuts nothing meaningful, and holds no value for what it meets). A collective (``R.ccl.<kind>`` of a step kind with ``simulate``, see
+:mod:`distir.ir.steps`) is a hook of the plan: it gets all workers' inputs at once and
+returns the outputs of the workers that take part. Workers whose arguments are the very
+same arrays (replicas, the output of a collective) compute an op once and share the
+result, unless the op may read the worker id (its attributes name ``worker_id``, or it is
+a step kind's local op).
 
 Which worker computes what (several meshes, e.g. pipeline stages): a worker outside a
 tensor's mesh holds **no value** for it (``None`` here). A parameter laid out on a mesh
 is given to that mesh's devices only; a plain tensor or scalar parameter to every worker.
 An ordinary op runs on a worker when every argument has a value there (so it runs on the
 workers of its inputs' mesh; an op without tensor arguments, e.g. a constant, runs on
-all). A collective (``R.ccl.<kind>`` of a step kind with ``simulate``, see
-:mod:`distir.ir.steps`) gets all workers' inputs at once
-and returns the outputs of the workers that take part: the devices of its
-``device_mesh``, or for ``R.ccl.transfer`` the devices of ``dst_mesh``; every other
-worker holds no value afterwards. Every device of the sending mesh (``device_mesh``, or
-``src_mesh`` for a transfer) must hold a value, else SpmdError names the binding.
-Outputs are reassembled from the devices of the mesh in the recorded global result type,
-whichever mesh that is (partials reduced, replicas checked to agree).
+all). A collective returns the outputs of the devices of its ``device_mesh``, or for
+``R.ccl.transfer`` the devices of ``dst_mesh``; every other worker holds no value
+afterwards. Every device of the sending mesh (``device_mesh``, or ``src_mesh`` for a
+transfer) must hold a value, else SpmdError names the binding. Outputs are reassembled
+from the devices of the mesh in the recorded global result type, whichever mesh that is
+(partials reduced, replicas checked to agree).
 
 Byte counts: ``stats.total_bytes`` is the sum over workers of bytes sent;
 ``stats.bytes_per_worker`` divides it by D. On one mesh of D devices that is what the
 per-worker cost model of the step kinds (:mod:`distir.ops.collectives`) predicts; a redistribute between
 meshes is planned by total bytes (:func:`distir.transform.redistribute_plan.plan_cross_mesh`),
-which ``total_bytes`` measures.
+which ``total_bytes`` measures. ``stats.simulated`` is the number of devices simulated.
 """
 
 from __future__ import annotations
 
+import functools
+import weakref
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,11 +53,23 @@ import numpy as np
 
 from ..errors import DistirError
 from ..ir import sym
-from ..ir.expr import Call, Constant, Expr, IRModule, PrimValue, ShapeExpr, Tuple, TupleGetItem, Var
-from ..ir.layout import WORKER_ID, block_index, concrete_mesh_shape, mesh_coords
-from ..ir.types import DTensorType, TensorType, TupleType, Type
+from ..ir.expr import Call, Function, IRModule, Var
+from ..ir.layout import WORKER_ID, concrete_mesh_shape, mesh_coords
+from ..ir.mesh import DeviceMesh
+from ..ir.placement import Placement
+from ..ir.types import DTensorType, TupleType, Type
+from .interpreter import Plan, RunContext, RunError, _check, bind_params, compile_function
 
-__all__ = ["CollectiveRecord", "SpmdError", "SpmdStats", "assemble_output", "bind_dims", "run_spmd", "shard_input"]
+__all__ = [
+    "CollectiveRecord",
+    "SpmdError",
+    "SpmdStats",
+    "WorkerContext",
+    "assemble_output",
+    "bind_global_inputs",
+    "run_spmd",
+    "shard_input",
+]
 
 
 class SpmdError(DistirError):
@@ -91,47 +116,75 @@ class SpmdStats:
         return f"{self.num_workers} workers: {kinds}; {float(self.bytes_per_worker):.0f} bytes sent per worker"
 
 
-class WorkerContext:
-    """What an op's numpy reference may ask: the values of symbolic sizes, for one worker."""
+class WorkerContext(RunContext):
+    """The run context of one worker: the sizes, and ``worker_id`` bound to its device id."""
 
+    __slots__ = ("worker",)
     worker_var = sym.var(WORKER_ID)
 
-    def __init__(self, values: Mapping[str, int]):
-        self.values = dict(values)
+    def __init__(self, values: Mapping[str, int], worker: int, shapes: dict | None = None):
+        super().__init__({**values, WORKER_ID: worker})
+        self.worker = worker
+        if shapes is not None:  # local types do not name worker_id, so workers share evaluated shapes
+            self._shapes = shapes
 
-    def dim(self, d) -> int:
-        return sym.evaluate(d, self.values)
+
+# ---------------------------------------------------------------- global inputs and outputs
 
 
-def _mesh_sizes(t: DTensorType, values) -> tuple[int, ...]:
+def _mesh_sizes(mesh: DeviceMesh, values) -> tuple[int, ...]:
     try:
-        return concrete_mesh_shape(t.mesh, values)
+        return concrete_mesh_shape(mesh, values)
     except sym.SymbolicError as err:
-        raise SpmdError(f"the mesh {t.mesh.shape_str()} is still symbolic ({err}); specialize the module first") from None
+        raise SpmdError(f"the mesh {mesh.shape_str()} is still symbolic ({err}); specialize the module first") from None
 
 
-def bind_dims(types: Sequence[Type], arrays: Sequence[np.ndarray], values: dict[str, int]) -> None:
-    """Bind the symbolic dims of ``types`` from the arrays' shapes into ``values`` (any runner's first step)."""
-    for i, (t, a) in enumerate(zip(types, arrays)):
-        if not isinstance(t, (TensorType, DTensorType)):
-            continue
-        if a.ndim != t.ndim:
-            raise SpmdError(f"input {i}: expected rank {t.ndim} {t}, got an array of shape {a.shape}")
-        for d, (dim, n) in enumerate(zip(t.shape, a.shape)):
-            if sym.is_symbolic(dim) and len(sym.free_vars(dim)) == 1 and str(dim) in sym.free_vars(dim):
-                name = str(dim)
-                if name in values and values[name] != n:
-                    raise SpmdError(f"input {i} dim {d}: {name} is {values[name]} elsewhere but {n} here")
-                values[name] = int(n)
-    for i, (t, a) in enumerate(zip(types, arrays)):
-        if isinstance(t, (TensorType, DTensorType)):
-            for d, (dim, n) in enumerate(zip(t.shape, a.shape)):
-                try:
-                    want = sym.evaluate(dim, values)
-                except sym.SymbolicError as err:
-                    raise SpmdError(f"input {i} dim {d}: cannot tell its size ({err})") from None
-                if want != n:
-                    raise SpmdError(f"input {i} dim {d}: expected size {want} for {t}, got {n}")
+@functools.lru_cache(maxsize=256)
+def _layout(placement: Placement, ndim: int, sizes: tuple[int, ...], devices: tuple[int, ...]) -> tuple:
+    """Where the pieces of a tensor laid out ``placement`` lie: per device (in mesh order) its
+    id, the block of each tensor dim it holds ((index, count) per dim) and its coordinates
+    on the partial axes."""
+    paxes = placement.partial_axes()
+    axes_of = [placement.mesh_axes_of(d) for d in range(ndim)]
+    out = []
+    for pos, dev in enumerate(devices):
+        coords = mesh_coords(pos, sizes)
+        blocks = []
+        for axes in axes_of:
+            index, count = 0, 1
+            for axis in axes:
+                index = index * sizes[axis] + coords[axis]
+                count *= sizes[axis]
+            blocks.append((index, count))
+        out.append((dev, tuple(blocks), tuple(coords[a] for a in paxes)))
+    return tuple(out)
+
+
+def _pieces(t: DTensorType, values) -> tuple:
+    return _layout(t.placement, t.ndim, _mesh_sizes(t.mesh, values), tuple(t.mesh.device_list(values)))
+
+
+def _block_slices(shape: Sequence[int], blocks) -> tuple[slice, ...]:
+    return tuple(slice(b * (n // count), (b + 1) * (n // count)) for n, (b, count) in zip(shape, blocks))
+
+
+def bind_global_inputs(
+    func: Function, arrays: Sequence[Any], sym_values: Mapping[str, int] | None = None
+) -> tuple[list[np.ndarray], dict[str, int]]:
+    """Check global ``arrays`` against a local-view function's recorded global signature.
+
+    Returns the arrays and the symbolic sizes bound from them (and ``sym_values``), as the
+    interpreter binds its parameters; raises SpmdError on a wrong count, dtype, rank or size.
+    """
+    from ..transform.lower_to_local import GLOBAL_PARAMS
+
+    types = func.attrs.get(GLOBAL_PARAMS)
+    if types is None:
+        raise SpmdError(f"@{func.name} is not in the local view; run lower-global-view-to-local-view first")
+    try:
+        return bind_params(func, arrays, sym_values, types=types)
+    except RunError as err:
+        raise SpmdError(str(err)) from None
 
 
 def _split_partial(value: np.ndarray, op: str, n: int, rng: np.random.Generator) -> list[np.ndarray]:
@@ -158,9 +211,12 @@ def _split_partial(value: np.ndarray, op: str, n: int, rng: np.random.Generator)
 
 
 def shard_input(t: DTensorType, value: np.ndarray, values, rng) -> dict[int, np.ndarray]:
-    """Each device of ``t``'s mesh and its piece; devices outside the mesh get nothing."""
-    sizes = _mesh_sizes(t, values)
-    devices = t.mesh.device_list(values)
+    """Each device of ``t``'s mesh and its piece; devices outside the mesh get nothing.
+
+    Devices holding the same block of the same part share one array (so the simulator
+    computes on replicas once).
+    """
+    sizes = _mesh_sizes(t.mesh, values)
     paxes = t.placement.partial_axes()
     parts: dict[tuple, np.ndarray] = {(): value}
     for axis in paxes:
@@ -170,17 +226,14 @@ def shard_input(t: DTensorType, value: np.ndarray, values, rng) -> dict[int, np.
             for c, piece in enumerate(_split_partial(v, op, sizes[axis], rng)):
                 nxt[key + (c,)] = piece
         parts = nxt
+    pieces: dict[tuple, np.ndarray] = {}
     out: dict[int, np.ndarray] = {}
-    for pos, dev in enumerate(devices):
-        coords = mesh_coords(pos, sizes)
-        full = parts[tuple(coords[a] for a in paxes)]
-        index = []
-        for d in range(t.ndim):
-            b, count = block_index(t.placement, d, coords, sizes)
-            extent = full.shape[d]
-            step = extent // count
-            index.append(slice(b * step, (b + 1) * step))
-        out[dev] = np.array(full[tuple(index)], order="C")  # a copy; keeps 0-d arrays 0-d
+    for dev, blocks, pkey in _pieces(t, values):
+        piece = pieces.get((blocks, pkey))
+        if piece is None:
+            full = parts[pkey]
+            piece = pieces[(blocks, pkey)] = np.array(full[_block_slices(full.shape, blocks)], order="C")  # keeps 0-d
+        out[dev] = piece
     return out
 
 
@@ -199,24 +252,19 @@ def assemble_output(t: Type, per_worker: dict[int, Any], values, what: str, rtol
         if not held:
             raise SpmdError(f"{what}: no worker holds a value")
         return held[0]
-    sizes = _mesh_sizes(t, values)
-    devices = t.mesh.device_list(values)
     shape = tuple(sym.evaluate(d, values) for d in t.shape)
     paxes = t.placement.partial_axes()
     blocks: dict[tuple, dict[tuple, np.ndarray]] = {}
-    for pos, dev in enumerate(devices):
-        coords = mesh_coords(pos, sizes)
-        if per_worker.get(dev) is None:
+    for dev, key, pkey in _pieces(t, values):
+        local = per_worker.get(dev)
+        if local is None:
             raise SpmdError(f"{what}: device {dev} of its mesh holds no value")
-        local = np.asarray(per_worker[dev])
-        key = tuple(block_index(t.placement, d, coords, sizes) for d in range(t.ndim))
-        pkey = tuple(coords[a] for a in paxes)
         seen = blocks.setdefault(key, {})
-        if pkey in seen:
-            if not np.allclose(seen[pkey], local, rtol=rtol, atol=atol, equal_nan=True):
-                raise SpmdError(f"{what}: replicas disagree (device {dev} holds a different copy)")
-        else:
-            seen[pkey] = local
+        held = seen.get(pkey)
+        if held is None:
+            seen[pkey] = np.asarray(local)
+        elif held is not local and not np.allclose(held, local, rtol=rtol, atol=atol, equal_nan=True):
+            raise SpmdError(f"{what}: replicas disagree (device {dev} holds a different copy)")
     out = None
     for key, parts in blocks.items():
         vals = list(parts.values())
@@ -229,18 +277,197 @@ def assemble_output(t: Type, per_worker: dict[int, Any], values, what: str, rtol
         value = value.astype(vals[0].dtype) if paxes else value
         if out is None:
             out = np.zeros(shape, dtype=value.dtype)
-        index = tuple(
-            slice(b * (shape[d] // count), (b + 1) * (shape[d] // count)) for d, (b, count) in enumerate(key)
-        )
-        out[index] = value
+        out[_block_slices(shape, key)] = value
     return out
+
+
+# ---------------------------------------------------------------- the plan, with collectives as hooks
+
+
+@dataclass(frozen=True)
+class _Collective:
+    """A binding the simulator runs across workers: a step kind's collective."""
+
+    kind: Any  # the StepKind
+    attrs: dict
+    sender: DeviceMesh | None  # every device of it must hold the input
+
+
+def _collective_hook(var: Var, call: Call) -> _Collective | None:
+    kind = getattr(call.op, "step", None)
+    if kind is None or call.op is not kind.local_op or kind.simulate is None:
+        return None
+    attrs = call.op.full_attrs(call.attrs)
+    return _Collective(kind, attrs, attrs.get("src_mesh", attrs.get("device_mesh")))
+
+
+def _names_worker(v) -> bool:
+    if isinstance(v, (list, tuple)):
+        return any(_names_worker(x) for x in v)
+    return sym.is_symbolic(v) and WORKER_ID in sym.free_vars(v)
+
+
+@dataclass
+class _Program:
+    """A function's plan and, per step, how the workers run it."""
+
+    plan: Plan
+    # per step: "collective", "call" (with whether workers may share a result and whether its
+    # attributes differ per worker), or "value"
+    modes: list[tuple[str, bool, bool]]
+
+
+_PROGRAMS: weakref.WeakKeyDictionary[Function, _Program] = weakref.WeakKeyDictionary()
+
+
+def _program(func: Function) -> _Program:
+    prog = _PROGRAMS.get(func)
+    if prog is None:
+        try:
+            plan = compile_function(func, _collective_hook)
+        except RunError as err:
+            raise SpmdError(str(err)) from None
+        modes = []
+        for step in plan.steps:
+            if step.hook is not None:
+                modes.append(("collective", False, False))
+            elif step.fn is not None:
+                per_worker_attrs = _names_worker(list(step.attrs.values()))
+                reads_worker = per_worker_attrs or step.value.op.step is not None
+                modes.append(("call", not reads_worker, per_worker_attrs))
+            else:
+                modes.append(("value", False, False))
+        prog = _PROGRAMS[func] = _Program(plan, modes)
+    return prog
+
+
+# ---------------------------------------------------------------- a run
 
 
 def _holds_nothing(value: Any) -> bool:
     """Whether a worker lacks (part of) an argument: it is outside that value's mesh."""
     if value is None:
         return True
-    return isinstance(value, tuple) and any(_holds_nothing(v) for v in value)
+    return type(value) is tuple and any(_holds_nothing(v) for v in value)
+
+
+def _same(a):
+    """What equal arguments have in common: shapes and integers by value, anything else by identity."""
+    t = type(a)
+    if t is tuple:
+        return tuple(map(_same, a))
+    return a if t is int or t is str else id(a)
+
+
+def _lacks(argv: list) -> bool:
+    for a in argv:
+        if a is None or (type(a) is tuple and _holds_nothing(a)):
+            return True
+    return False
+
+
+class _Workers:
+    """The simulated workers of one run: their device ids, slots and run contexts."""
+
+    def __init__(self, prog: _Program, devices: list[int], values: dict[str, int]):
+        shapes: dict = {}
+        self.prog = prog
+        self.devices = devices
+        self.envs = [[None] * prog.plan.n_slots for _ in devices]
+        self.ctxs = [WorkerContext(values, w, shapes) for w in devices]
+        self.lanes = list(zip(devices, self.envs, self.ctxs))
+        self.sparse = False  # some worker holds no value for some variable (it is outside a mesh)
+
+    def scatter(self, func: Function, types: Sequence[Type], arrays: Sequence[np.ndarray], values, rng) -> None:
+        """Each worker's piece of each input (nothing outside the input's mesh)."""
+        for slot, t, a in zip(self.prog.plan.param_slots, types, arrays):
+            pieces = shard_input(t, a, values, rng) if isinstance(t, DTensorType) else None
+            for w, env, _ in self.lanes:
+                env[slot] = a if pieces is None else pieces.get(w)
+            self.sparse |= pieces is not None and len(pieces) < len(self.lanes)
+
+    def collective(self, step, hook: _Collective, stats: SpmdStats | None) -> None:
+        arg = step.args
+        xs = {w: arg(env, ctx)[0] for w, env, ctx in self.lanes}
+        if hook.sender is not None:
+            missing = [d for d in hook.sender.device_list(self.ctxs[0].values) if xs.get(d) is None]
+            if missing:
+                raise SpmdError(
+                    f"{step.what} (binding '{step.name}'): devices {missing} of its mesh "
+                    "hold no value for the input (is the input on another mesh?)"
+                )
+        outs, sent = hook.kind.simulate(xs, hook.attrs, self.ctxs[0])
+        slot = step.slot
+        for w, env, _ in self.lanes:
+            env[slot] = outs.get(w)
+        self.sparse |= len(outs) < len(self.lanes)
+        if stats is not None:
+            stats.records.append(CollectiveRecord(step.name, step.what[2:], hook.kind.name, int(sent)))
+
+    def call(self, step, shared: bool, per_worker_attrs: bool, check: bool) -> None:
+        """An op on every worker holding its arguments; workers with the same arguments share one result."""
+        # a slice at the worker's own offset is not checked: a worker outside that mesh (but in
+        # another) cuts nothing meaningful, and holds no value for the tensor it is used with
+        args, fn, slot = step.args, step.fn, step.slot
+        expect = step.expect if check and not per_worker_attrs else None
+        attrs = step.attrs
+        if step.resolve is not None and not per_worker_attrs:
+            attrs = step.resolve(self.ctxs[0])  # the same for every worker: evaluated once
+        resolve = step.resolve if per_worker_attrs else None
+        memo: dict[tuple, tuple] = {}
+        sparse = self.sparse
+        for w, env, ctx in self.lanes:
+            argv = args(env, ctx)
+            if sparse and _lacks(argv):
+                env[slot] = None
+                continue
+            if shared:
+                key = tuple(map(_same, argv))
+                hit = memo.get(key)
+                if hit is not None:
+                    env[slot] = hit[1]
+                    continue
+            try:
+                out = fn(argv, attrs if resolve is None else resolve(ctx), ctx)
+                if expect is not None:
+                    out = _check(step, expect, out, ctx, "")
+            except (DistirError, ValueError, IndexError, TypeError, ArithmeticError, KeyError, AttributeError) as err:
+                raise SpmdError(f"binding '{step.name}' = {step.what}(...) on worker {w}: {err}") from err
+            if shared:
+                memo[key] = (argv, out)  # argv kept alive, so no other object takes its ids
+            env[slot] = out
+
+    def value(self, step, check: bool) -> None:
+        run, slot, expect = step.run, step.slot, step.expect if check else None
+        for w, env, ctx in self.lanes:
+            out = run(env, ctx)
+            if expect is not None and not _holds_nothing(out):
+                try:
+                    out = _check(step, expect, out, ctx, "")
+                except RunError as err:
+                    raise SpmdError(f"{err} (on worker {w})") from None
+            env[slot] = out
+
+    def run(self, stats: SpmdStats | None, check: bool) -> dict[int, Any]:
+        """Every binding in lock step; each worker's result."""
+        plan = self.prog.plan
+        with np.errstate(all="ignore"):  # inf/nan are values here (masks use -inf), as in the interpreter
+            for step, (mode, shared, per_worker_attrs) in zip(plan.steps, self.prog.modes):
+                if mode == "call":
+                    self.call(step, shared, per_worker_attrs, check)
+                elif mode == "collective":
+                    self.collective(step, step.hook, stats)
+                else:
+                    self.value(step, check)
+            return {w: plan.result(env, ctx) for w, env, ctx in self.lanes}
+
+
+def _devices(mod: IRModule, values: Mapping[str, int]) -> list[int]:
+    """The simulated workers: every device of the module's meshes (one when it has none)."""
+    try:
+        return sorted(set().union(*(m.device_list(values) for m in mod.meshes()))) or [0]
+    except sym.SymbolicError as err:
+        raise SpmdError(f"a device mesh is still symbolic ({err}); specialize the module first") from None
 
 
 def run_spmd(
@@ -251,11 +478,13 @@ def run_spmd(
     seed: int = 0,
     rtol: float = 1e-5,
     atol: float = 1e-6,
+    check: bool = True,
 ):
     """Run a specialized local-view module on simulated workers; see the module docstring.
 
     Returns the reassembled global output (a tuple for tuple results). Pass ``stats`` (an
-    :class:`SpmdStats`) to get per-collective counts and bytes.
+    :class:`SpmdStats`) to get per-collective counts and bytes. ``check=False`` skips the
+    check of every intermediate value against its type.
     """
     from ..transform.lower_to_local import GLOBAL_PARAMS, GLOBAL_RESULT
     from ..transform.specialize import check_divisible
@@ -263,87 +492,14 @@ def run_spmd(
     if func not in mod.functions:
         raise SpmdError(f"the module has no function '{func}' (it has: {', '.join(mod.functions)})")
     f = mod.functions[func]
-    gparams = f.attrs.get(GLOBAL_PARAMS)
-    gresult = f.attrs.get(GLOBAL_RESULT)
-    if gparams is None:
-        raise SpmdError(f"@{func} is not in the local view; run lower-global-view-to-local-view first")
-    if len(arrays) != len(f.params):
-        raise SpmdError(f"@{func} takes {len(f.params)} inputs, got {len(arrays)}")
-    arrays = [np.asarray(a) for a in arrays]
-    for i, (t, a) in enumerate(zip(gparams, arrays)):
-        if isinstance(t, (TensorType, DTensorType)) and str(a.dtype) != t.dtype:
-            raise SpmdError(f"input {i} ('{f.params[i].name}'): expected dtype {t.dtype}, got {a.dtype}")
-    values: dict[str, int] = {}
-    bind_dims(gparams, arrays, values)
+    inputs, values = bind_global_inputs(f, arrays)
     check_divisible(mod, values, "inputs with")
-    meshes = mod.meshes()
-    try:
-        workers = sorted(set().union(*(m.device_list(values) for m in meshes))) or [0]
-    except sym.SymbolicError as err:
-        raise SpmdError(f"a device mesh is still symbolic ({err}); specialize the module first") from None
-    rng = np.random.default_rng(seed)
-    envs: dict[int, dict[Var, Any]] = {w: {} for w in workers}
-    for i, (p, t, a) in enumerate(zip(f.params, gparams, arrays)):
-        if isinstance(t, DTensorType):
-            pieces = shard_input(t, a, values, rng)
-            for w in workers:
-                envs[w][p] = pieces.get(w)
-        else:
-            for w in workers:
-                envs[w][p] = a
-    ctxs = {w: WorkerContext({**values, WORKER_ID: w}) for w in workers}
-
-    def ev(e: Expr, w: int):
-        if isinstance(e, Var):
-            return envs[w][e]
-        if isinstance(e, Constant):
-            return e.data
-        if isinstance(e, Tuple):
-            return tuple(ev(x, w) for x in e.fields)
-        if isinstance(e, TupleGetItem):
-            t = ev(e.tuple_value, w)
-            return None if t is None else t[e.index]
-        if isinstance(e, ShapeExpr):
-            return tuple(ctxs[w].dim(v) for v in e.values)
-        if isinstance(e, PrimValue):
-            return ctxs[w].dim(e.value)
-        raise SpmdError(f"cannot evaluate {type(e).__name__}")
-
+    devices = _devices(mod, values)
+    workers = _Workers(_program(f), devices, values)
+    workers.scatter(f, f.attrs[GLOBAL_PARAMS], inputs, values, np.random.default_rng(seed))
     if stats is not None:
-        stats.num_workers = workers[-1] + 1  # the session, as Disco runs it: ids in no mesh idle
-        stats.simulated = len(workers)
+        stats.num_workers = devices[-1] + 1  # the session, as Disco runs it: ids in no mesh idle
+        stats.simulated = len(devices)
         stats.records.clear()
-    with np.errstate(all="ignore"):
-        for b in f.bindings():
-            v = b.value
-            if isinstance(v, Call):
-                kind = v.op.step
-                spmd = kind.simulate if kind is not None and v.op is kind.local_op else None
-                if spmd is not None:
-                    attrs = v.op.full_attrs(v.attrs)
-                    xs = {w: ev(v.args[0], w) for w in workers}
-                    sender = attrs.get("src_mesh", attrs.get("device_mesh"))
-                    if sender is not None:
-                        missing = [d for d in sender.device_list(values) if xs.get(d) is None]
-                        if missing:
-                            raise SpmdError(
-                                f"R.{v.op.name} (binding '{b.var.name}'): devices {missing} of its mesh "
-                                "hold no value for the input (is the input on another mesh?)"
-                            )
-                    outs, sent = spmd(xs, attrs, ctxs[workers[0]])
-                    for w in workers:
-                        envs[w][b.var] = outs.get(w)
-                    if stats is not None:
-                        stats.records.append(CollectiveRecord(b.var.name, v.op.name, kind.name, int(sent)))
-                    continue
-                if v.op.numpy is None:
-                    raise SpmdError(f"R.{v.op.name} (binding '{b.var.name}') has no numpy reference to run")
-                attrs = v.op.full_attrs(v.attrs)
-                for w in workers:
-                    args = [ev(a, w) for a in v.args]
-                    envs[w][b.var] = None if any(_holds_nothing(a) for a in args) else v.op.numpy(args, attrs, ctxs[w])
-            else:
-                for w in workers:
-                    envs[w][b.var] = ev(v, w)
-        results = {w: ev(f.result, w) for w in workers}
-    return assemble_output(gresult, results, values, f"the result of @{func}", rtol, atol)
+    results = workers.run(stats, check)
+    return assemble_output(f.attrs.get(GLOBAL_RESULT), results, values, f"the result of @{func}", rtol, atol)

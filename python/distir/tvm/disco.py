@@ -157,7 +157,8 @@ def run_disco(
     ``num_workers`` is the value of ``symbol``. Pass a dict as ``stats`` to get the
     collectives' call counts and bytes sent.
     """
-    from ..runtime.spmd import SpmdError, assemble_output, bind_dims
+    from ..runtime.interpreter import bind_params
+    from ..runtime.spmd import SpmdError, assemble_output
     from ..transform.lower_to_local import GLOBAL_PARAMS, GLOBAL_RESULT
     from ..transform.specialize import check_divisible
 
@@ -169,10 +170,9 @@ def run_disco(
     gresult = f.attrs.get(GLOBAL_RESULT, f.result.type)
     arrays = [np.asarray(a) for a in global_arrays]
     _check_inputs(gparams, arrays, [p.name for p in f.params])
-    values: dict[str, int] = {symbol: int(num_workers)}
     try:
-        bind_dims(gparams, arrays, values)
-    except Exception as err:  # noqa: BLE001 - SpmdError and symbolic errors, reported the same way
+        arrays, values = bind_params(f, arrays, {symbol: int(num_workers)}, types=gparams)
+    except Exception as err:  # noqa: BLE001 - RunError and symbolic errors, reported the same way
         raise DiscoRunError(str(err)) from None
     check_divisible(local_mod, values, "inputs with")  # the export asserts it too, but inside a worker thread
 
