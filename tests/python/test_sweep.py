@@ -12,9 +12,10 @@ import pytest
 import distir
 from distir import examples
 from distir.analysis import comm_volume, memory_footprint
-from distir.analysis.sweep import parse_counts, sweep, tvm_builder
+from distir.analysis.sweep import parse_counts, sweep
 from distir.cli import main as distir_main
 from distir.cli.sweep import human_bytes, human_rate, human_seconds
+from distir.driver import tvm_builder
 from distir.errors import DistirError
 from distir.transform.pipelines import distribute_pipeline
 from distir.transform.specialize import specialize

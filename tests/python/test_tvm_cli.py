@@ -8,7 +8,7 @@ import pytest
 from distir import examples
 from distir.cli import main as distir_main
 from distir.cli import opt
-from distir.testing import compare_outputs as compare
+from distir.driver import compare_outputs as compare
 
 MLP = str(examples.path("mlp"))
 ATTENTION = str(examples.path("attention"))
@@ -105,7 +105,8 @@ def test_specialize_and_build_binds_only_the_symbols_the_module_has():
 
 def test_sweep_builds_a_module_without_num_workers():
     import distir
-    from distir.analysis.sweep import sweep, tvm_builder
+    from distir.analysis.sweep import sweep
+    from distir.driver import tvm_builder
 
     result = sweep(distir.parse(STATIC), [2], build=tvm_builder())
     assert result.rows[0].error is None and result.rows[0].build_seconds > 0

@@ -9,6 +9,7 @@ import tvm
 
 import distir
 from distir import examples
+from distir.driver import Driver, compare, random_inputs
 from distir.ir import (
     Binding,
     Block,
@@ -24,11 +25,8 @@ from distir.ir import (
     sym,
 )
 from distir.runtime import run
-from distir.runtime.spmd import SpmdStats, run_spmd
-from distir.testing import random_inputs
 from distir.transform import Sequential, get_pass
 from distir.transform.pipelines import distribute_pipeline
-from distir.transform.specialize import specialize
 from distir.tvm import DiscoRunError, run_disco, specialize_and_build, to_relax
 
 W = sym.var("num_workers")
@@ -37,37 +35,27 @@ COUNTS = (1, 2, 4)
 
 def assert_matches(got, expected, rtol=1e-5, atol=1e-5):
     """Tight: rtol 1e-5 and an absolute 1e-5 of the largest expected magnitude (float32 sums)."""
-    got = got if isinstance(got, tuple) else (got,)
-    expected = expected if isinstance(expected, tuple) else (expected,)
-    assert len(got) == len(expected)
-    for g, e in zip(got, expected):
-        g, e = np.asarray(g, np.float64), np.asarray(e, np.float64)
-        assert g.shape == e.shape
-        np.testing.assert_allclose(g, e, rtol=rtol, atol=atol * float(np.max(np.abs(e))))
+    c = compare(got, expected, rtol, atol)
+    assert c.ok, c.mismatch
 
 
 @pytest.fixture(scope="module", params=["mlp", "attention", "llama"])
 def model(request):
-    """(global module, symbolic local module, its one export, inputs, single-device result)."""
+    """(a driver of the model, which exports it once, and its inputs)."""
     mod = examples.load(request.param)
-    local = distribute_pipeline()(mod)
-    inputs = random_inputs(mod, seed=7)
-    return mod, local, to_relax(local), inputs, run(mod, *inputs)
+    return Driver(mod), random_inputs(mod, seed=7)
 
 
 @pytest.mark.parametrize("workers", COUNTS)
 def test_models_on_disco_equal_the_single_device_run(model, workers):
-    _mod, local, exported, inputs, expected = model
-    built = specialize_and_build(exported, {"num_workers": workers})
-    stats: dict = {}
-    got = run_disco(built, local, *inputs, num_workers=workers, stats=stats)
-    assert_matches(got, expected)
-    assert stats["num_workers"] == workers
+    driver, inputs = model
+    on_disco = driver.run(inputs, workers, backend="tvm")
+    assert on_disco.ok, on_disco.comparison.mismatch
+    assert on_disco.disco["num_workers"] == workers == on_disco.workers
     # the same collectives move the same bytes as in distir's simulator (ring all-reduce, all-gather)
-    sim = SpmdStats()
-    run_spmd(specialize(local, {"num_workers": workers}), *inputs, stats=sim)
-    assert stats["bytes_sent"] == sim.total_bytes
-    assert sum(stats["calls"].values()) == sum(sim.counts.values())
+    sim = driver.run(inputs, workers).stats
+    assert on_disco.disco["bytes_sent"] == sim.total_bytes
+    assert sum(on_disco.disco["calls"].values()) == sum(sim.counts.values())
 
 
 def redistribute_module(mesh: DeviceMesh, src: str, dst: str, dst_mesh: DeviceMesh | None = None) -> IRModule:

@@ -14,9 +14,9 @@ import tvm
 from tvm import relax, tirx
 
 import distir
+from distir.driver import compare, random_inputs
 from distir.ir import Binding, Block, Call, Function, IRModule, OpDef, Param, TensorType, Var, all_ops
 from distir.runtime import run
-from distir.testing import random_inputs
 from distir.transform.pipelines import distribute_pipeline
 from distir.tvm import DISCO_LAYOUT_FUNC, TvmExportError, run_disco, specialize_and_build, to_relax
 from distir.tvm.ops import SUPPORTED_OPS
@@ -103,9 +103,8 @@ def callees(func) -> list[str]:
 
 
 def assert_matches(got, expected, rtol=1e-5, atol=1e-5):
-    got, expected = np.asarray(got, np.float64), np.asarray(expected, np.float64)
-    scale = float(np.max(np.abs(expected)))
-    np.testing.assert_allclose(got, expected, rtol=rtol, atol=atol * scale)
+    c = compare(got, expected, rtol, atol)  # atol relative to the largest expected magnitude
+    assert c.ok, c.mismatch
 
 
 def test_export_is_standard_relax_with_disco_collectives():

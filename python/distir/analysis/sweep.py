@@ -23,7 +23,7 @@ from .formula import to_str
 from .memory import MemoryFootprint, memory_footprint
 from .timing import CommModel, CommTime, comm_time_formula
 
-__all__ = ["SweepResult", "SweepRow", "parse_counts", "sweep", "tvm_builder"]
+__all__ = ["SweepResult", "SweepRow", "parse_counts", "sweep"]
 
 
 @dataclass
@@ -130,40 +130,6 @@ def parse_counts(text: str, maximum: int | None = None) -> list[int]:
     return sorted(out)
 
 
-def tvm_builder() -> Callable[[IRModule, Mapping[str, int]], Any]:
-    """``build(local, values)``: the TVM build of a symbolic local-view module at one count.
-
-    Exports ``local`` once with ``distir.tvm.to_relax`` (``num_workers`` stays a symbolic
-    shape variable) and, per count, binds it and compiles (``distir.tvm.specialize_and_build``:
-    ``BindSymbolicVars`` then ``tvm.compile`` for the CPU). A clear error while
-    ``distir.tvm`` is missing.
-    """
-    import importlib
-
-    try:
-        dtvm = importlib.import_module("distir.tvm")
-    except ModuleNotFoundError as err:
-        if err.name not in ("distir.tvm", "tvm"):
-            raise
-        raise DistirError(
-            "--build needs distir.tvm (the export of local-view modules to TVM), which this version of "
-            "distir does not have yet; run the sweep without --build"
-        ) from None
-    try:
-        to_relax, specialize_and_build = dtvm.to_relax, dtvm.specialize_and_build
-    except AttributeError as err:
-        raise DistirError(f"--build: this version of distir.tvm lacks what the sweep needs ({err})") from None
-    exported: dict[int, tuple[IRModule, Any]] = {}
-
-    def build(local: IRModule, values: Mapping[str, int]):
-        hit = exported.get(id(local))
-        if hit is None or hit[0] is not local:
-            hit = exported[id(local)] = (local, to_relax(local))
-        return specialize_and_build(hit[1], dict(values))
-
-    return build
-
-
 def sweep(
     mod: IRModule,
     counts: Sequence[int],
@@ -180,8 +146,8 @@ def sweep(
 
     ``bind`` fixes other symbolic sizes first (a sequence length). ``build``, when given,
     is called as ``build(local, {symbol: count})`` on the symbolic local-view module once
-    the count specialized, and timed (see :func:`tvm_builder`). ``on_row`` is called after
-    each count (for a progress bar).
+    the count specialized, and timed (:func:`distir.driver.tvm_builder` builds with TVM).
+    ``on_row`` is called after each count (for a progress bar).
     """
     from ..transform.pipelines import distribute_pipeline
     from ..transform.specialize import specialize

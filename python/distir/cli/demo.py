@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from typing import TextIO
 
 HELP = "distribute a bundled model (a Llama layer) for 4 workers, simulate it, check it against one device"
@@ -55,16 +54,9 @@ def demo_job(example: str, out: TextIO, *, num_workers: int = 4, seq_len: int = 
              print_ir: bool = False) -> int:
     """Distribute ``example``, specialize, simulate, compare; write a report to ``out``."""
     from .. import examples
+    from ..driver import Driver, random_inputs
     from ..errors import DistirError
-    from ..ir import sym
     from ..ir.verify import verify
-    from ..runtime import run
-    from ..runtime.spmd import SpmdStats, run_spmd
-    from ..testing import compare_outputs, random_inputs
-    from ..transform import PassContext
-    from ..transform.instruments import PassTimingInstrument
-    from ..transform.pipelines import distribute_pipeline
-    from ..transform.specialize import specialize
 
     path = examples.path(example)
     mod = examples.load(example)
@@ -72,38 +64,33 @@ def demo_job(example: str, out: TextIO, *, num_workers: int = 4, seq_len: int = 
     n_bindings = sum(1 for f in mod.functions.values() for _ in f.bindings())
     out.write(f"distir demo: '{example}' ({path}): {n_bindings} bindings, global view, num_workers symbolic\n")
 
-    timing = PassTimingInstrument()
-    with PassContext(instruments=[timing]):
-        lowered = distribute_pipeline()(mod)
-    passes = ", ".join(f"{t.name} {t.seconds * 1e3:.0f} ms" for t in timing.timings if t.name != "distribute")
+    driver = Driver(mod, time_passes=True)
+    lowered = driver.local
+    passes = ", ".join(f"{name} {seconds * 1e3:.0f} ms" for name, seconds in driver.pass_seconds)
     out.write(f"  1. distribute pipeline, once: {passes}\n")
     if print_ir:
         out.write("\n" + lowered.script().rstrip() + "\n\n")
 
-    mesh_symbols = sorted(set().union(*(sym.free_vars(d) for m in lowered.meshes() for d in m.shape)))
-    values = dict.fromkeys(mesh_symbols, num_workers)
-    t0 = time.perf_counter()
-    local = specialize(lowered, values)
+    values = dict.fromkeys(sorted(driver.mesh_symbols), num_workers)
+    driver.specialize(values)
     bound = ", ".join(f"{k}={v}" for k, v in values.items()) or "nothing symbolic"
-    out.write(f"  2. specialize ({bound}): {(time.perf_counter() - t0) * 1e3:.0f} ms\n")
+    out.write(f"  2. specialize ({bound}): {driver.specialize_seconds(values) * 1e3:.0f} ms\n")
 
     try:
         inputs = random_inputs(mod, dims={}, seed=seed, default_dim=seq_len)
     except (MemoryError, ValueError) as err:  # numpy: too large to allocate, or beyond its largest array
         raise DistirError(f"cannot make the random inputs with --seq-len {seq_len}: "
                           f"{str(err).splitlines()[0].rstrip('.')}; use a smaller --seq-len") from None
-    expected = run(mod, *inputs)
-    stats = SpmdStats()
-    got = run_spmd(local, *inputs, stats=stats, seed=seed)
-    ok, worst = compare_outputs(got, expected)
+    result = driver.run(inputs, values, seed=seed)
+    stats = result.stats
     workers = stats.simulated or num_workers
     out.write(f"  3. simulated {workers} workers on random inputs (other dims = {seq_len}, seed {seed})\n")
     kinds = ", ".join(f"{k} x{v}" for k, v in sorted(stats.counts.items())) or "none"
     out.write(f"     collectives: {kinds}; sent per worker: {_fmt_bytes(float(stats.bytes_per_worker))}\n")
-    verdict = "matches" if ok else "DOES NOT match"
-    out.write(f"     result {verdict} the single-device run (largest difference {worst:.3g})\n")
-    out.write("OK\n" if ok else "FAILED\n")
-    return 0 if ok else 1
+    verdict = "matches" if result.ok else "DOES NOT match"
+    out.write(f"     result {verdict} the single-device run (largest difference {result.max_diff:.3g})\n")
+    out.write("OK\n" if result.ok else "FAILED\n")
+    return 0 if result.ok else 1
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections.abc import Sequence
 from typing import TextIO
 
@@ -106,7 +105,7 @@ def _random_inputs(mod, func: str, dims: dict[str, int], seed: int, symbols: set
     """Random inputs; numpy's refusal (too large to allocate, beyond its largest array) as one line.
 
     ``symbols``: the module's symbolic sizes that ``--bind`` could make smaller."""
-    from ..testing import random_inputs
+    from ..driver import random_inputs
 
     try:
         return random_inputs(mod, func, dims, seed=seed)
@@ -122,11 +121,7 @@ def _random_inputs(mod, func: str, dims: dict[str, int], seed: int, symbols: set
 
 
 def run_job(args: argparse.Namespace, out: TextIO) -> int:
-    from ..runtime import run as run_single
-    from ..runtime.spmd import SpmdStats, run_spmd
-    from ..testing import compare_outputs
-    from ..transform.pipelines import distribute_pipeline
-    from ..transform.specialize import specialize
+    from ..driver import Driver
     from . import read_module
     from .args import (
         UsageError,
@@ -182,44 +177,31 @@ def run_job(args: argparse.Namespace, out: TextIO) -> int:
     else:
         inputs = _random_inputs(mod, args.func, dims, args.seed, symbols)
         source = f"random inputs (seed {args.seed})"
-    expected = run_single(mod, *inputs, func=args.func)
-
-    t0 = time.perf_counter()
-    lowered = distribute_pipeline()(mod)
-    out.write(f"distribute pipeline ({args.symbol} symbolic): {(time.perf_counter() - t0) * 1e3:.0f} ms\n"
-              if symbolic else f"distribute pipeline (static meshes): {(time.perf_counter() - t0) * 1e3:.0f} ms\n")
-    if mesh_sizes:  # the other mesh sizes are fixed first: the backends take one symbolic size
-        lowered = specialize(lowered, mesh_sizes)
-    t0 = time.perf_counter()
-    local = specialize(lowered, values)  # also checks that every sharded dim divides, for either backend
+    # the other mesh sizes are fixed right after the pipeline: the backends take one symbolic size
+    driver = Driver(mod, func=args.func, symbol=args.symbol, bind=mesh_sizes)
+    driver.reference(inputs)  # wrong inputs are reported by the single-device run, before any work
+    driver.distribute()
+    out.write(f"distribute pipeline ({args.symbol} symbolic): {driver.pipeline_seconds * 1e3:.0f} ms\n"
+              if symbolic else f"distribute pipeline (static meshes): {driver.pipeline_seconds * 1e3:.0f} ms\n")
+    result = driver.run(inputs, n, backend=args.backend, seed=args.seed, rtol=args.rtol, atol=args.atol)
+    t = result.timings
     if args.backend == "sim":
-        stats = SpmdStats()
-        got = run_spmd(local, *inputs, func=args.func, stats=stats, seed=args.seed)
-        out.write(f"simulated {stats.simulated} workers in {(time.perf_counter() - t0) * 1e3:.0f} ms: {stats.summary()}\n")
+        stats = result.stats
+        out.write(f"simulated {stats.simulated} workers in {(t['specialize'] + t['run']) * 1e3:.0f} ms: "
+                  f"{stats.summary()}\n")
     else:
-        from ..tvm import run_disco, specialize_and_build, to_relax
-
-        t0 = time.perf_counter()
-        exported = to_relax(lowered)
-        t1 = time.perf_counter()
-        built = specialize_and_build(exported, {args.symbol: n} if symbolic else {})
-        t2 = time.perf_counter()
-        info: dict = {}
-        got = run_disco(built, lowered, *inputs, num_workers=n, func=args.func, symbol=args.symbol,
-                        seed=args.seed, stats=info)
-        t3 = time.perf_counter()
+        info = result.disco
         calls = ", ".join(f"{k} x{v}" for k, v in sorted(info["calls"].items())) or "no collectives"
         out.write(
-            f"TVM: exported {(t1 - t0) * 1e3:.0f} ms, BindSymbolicVars + tvm.compile {(t2 - t1) * 1e3:.0f} ms; "
+            f"TVM: exported {t['export'] * 1e3:.0f} ms, BindSymbolicVars + tvm.compile {t['build'] * 1e3:.0f} ms; "
             f"Disco ThreadedSession of {info['num_workers']} workers ({info['num_groups']} group(s)) "
-            f"ran in {(t3 - t2) * 1e3:.0f} ms: {calls}; {info['bytes_sent']} bytes sent\n"
+            f"ran in {t['run'] * 1e3:.0f} ms: {calls}; {info['bytes_sent']} bytes sent\n"
         )
-    ok, worst = compare_outputs(got, expected, args.rtol, args.atol)
-    verdict = "matches" if ok else "DOES NOT match"
+    verdict = "matches" if result.ok else "DOES NOT match"
     workers = total if total is not None else n
     out.write(f"{args.backend} result on {workers} workers {verdict} the single-device result ({source}); "
-              f"largest difference {worst:.3g}\n")
-    return 0 if ok else 1
+              f"largest difference {result.max_diff:.3g}\n")
+    return 0 if result.ok else 1
 
 
 def run(args: argparse.Namespace) -> int:

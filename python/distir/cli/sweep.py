@@ -218,7 +218,8 @@ def run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..analysis import CommModel
-    from ..analysis.sweep import sweep, tvm_builder
+    from ..analysis.sweep import sweep
+    from ..driver import tvm_builder
     from ..ir.verify import verify
     from . import EXIT_ERROR, EXIT_OK, read_module
     from .args import UsageError, check_bind_names, mesh_symbols, module_symbols

@@ -1,0 +1,393 @@
+"""The driver: distribute a module once, then specialize, run and compare it per device count.
+
+Every "does the distributed program compute what the single-device one does?" in distir
+goes through here (``distir demo``, ``distir run``, ``distir sweep --build``,
+:func:`distir.testing.assert_sharded_equivalent`), so the steps and their order are
+written once::
+
+    from distir import examples
+    from distir.driver import Driver, random_inputs
+
+    mod = examples.load("llama")
+    d = Driver(mod)                              # nothing runs yet
+    inputs = random_inputs(mod, dims={"s": 32})
+    for w in (1, 2, 4, 8):
+        r = d.run(inputs, w)                     # pipeline once, specialize, simulate, compare
+        print(w, r.ok, r.max_diff, r.stats.summary(), r.timings)
+    r = d.run(inputs, 2, backend="tvm")          # exported once, built per count, run on Disco
+
+- ``Driver(mod, func=, symbol=, pipeline=, bind=, time_passes=)``: ``symbol`` is the
+  mesh size a count sets (``num_workers``); ``bind`` fixes other sizes right after the
+  pipeline (a second mesh axis), since the backends take one symbolic size.
+- ``d.local`` (or ``d.distribute()``): the local-view module, distributed once with
+  ``symbol`` symbolic (``d.pipeline_seconds``; ``d.pass_seconds`` per pass with
+  ``time_passes=True``).
+- ``d.values(count)``: the sizes a count binds; ``d.specialize(count)``: the module at
+  that count (cached, timed; SpecializeError when a sharded size does not divide). A
+  count is an int (the value of ``symbol``) or a mapping of sizes.
+- ``d.reference(inputs)``: the single-device run, the interpreter on ``mod`` (cached for
+  the same inputs).
+- ``d.run(inputs, count, backend="sim" | "tvm", seed=, rtol=, atol=, absolute_atol=)``:
+  a :class:`CountResult` (outputs, simulator stats or Disco counts, the comparison,
+  timings); ``d.run_counts(inputs, counts)``: one per count. The TVM backend
+  (:mod:`distir.tvm`) is imported only when asked for.
+- :func:`compare` / :func:`compare_outputs`: the one comparison of outputs;
+  :func:`random_inputs`: inputs for a module's global signature; :func:`tvm_builder`:
+  the per-count TVM build of ``distir sweep --build``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .errors import DistirError
+from .ir import sym
+from .ir.expr import IRModule
+from .runtime import run as run_single
+from .runtime.spmd import SpmdStats, run_spmd
+from .transform.specialize import specialize
+
+__all__ = [
+    "Comparison",
+    "CountResult",
+    "Driver",
+    "compare",
+    "compare_outputs",
+    "random_inputs",
+    "tvm_builder",
+]
+
+BACKENDS = ("sim", "tvm")
+
+
+# ---------------------------------------------------------------- inputs and comparison
+
+
+def random_inputs(
+    mod: IRModule,
+    func: str = "main",
+    dims: Mapping[str, int] | None = None,
+    *,
+    seed: int = 0,
+    default_dim: int = 16,
+    int_high: int = 4,
+) -> list[np.ndarray]:
+    """Random global inputs for ``func``'s parameters (its global signature when lowered).
+
+    Symbolic dims take their value from ``dims``, else ``default_dim``. Floats are standard
+    normal scaled by 0.5 (keeps softmax and silu in range); integers are uniform in
+    ``[0, int_high)`` (valid indices into any table with at least that many rows); bools are
+    fair coins.
+    """
+    from .ir.types import DTensorType, TensorType
+    from .ops._common import np_dtype
+    from .transform.lower_to_local import GLOBAL_PARAMS
+
+    if func not in mod.functions:
+        raise DistirError(f"no function '{func}' in the module (it has: {', '.join(mod.functions)})")
+    f = mod[func]
+    types = list(f.attrs.get(GLOBAL_PARAMS, [p.type for p in f.params]))
+    rng = np.random.default_rng(seed)
+    values = dict(dims or {})
+    out = []
+    for p, t in zip(f.params, types):
+        if not isinstance(t, (TensorType, DTensorType)):
+            raise DistirError(f"parameter '{p.name}' of '{func}' is {t}; random inputs exist for tensors only")
+        env = {name: values.get(name, default_dim) for d in t.shape for name in sym.free_vars(d)}
+        shape = tuple(sym.evaluate(d, env) for d in t.shape)
+        dtype = np_dtype(t.dtype)
+        if t.dtype == "bool":
+            out.append(rng.random(shape) < 0.5)
+        elif np.issubdtype(np.dtype(dtype), np.integer):
+            out.append(rng.integers(0, int_high, shape).astype(dtype))
+        else:
+            out.append((rng.standard_normal(shape) * 0.5).astype(dtype))
+    return out
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Outputs against the single-device ones: all match, the largest difference, the first mismatch."""
+
+    ok: bool
+    max_diff: float
+    mismatch: str | None = None  # "output 1 differs ...", in words
+
+
+def compare(got, expected, rtol: float = 1e-5, atol: float = 1e-5, *, absolute_atol: bool = False) -> Comparison:
+    """Compare outputs (nested tuples flattened in order) with ``np.allclose`` (NaNs equal).
+
+    ``atol`` is relative to the largest expected magnitude of each output (sharded sums add
+    in another order, so float32 results differ by rounding relative to their scale),
+    unless ``absolute_atol``. Booleans must be equal; their difference counts elements.
+    """
+    got, expected = _as_tuple(got), _as_tuple(expected)
+    ok, worst = len(got) == len(expected), 0.0
+    first = None if ok else f"{len(got)} outputs, expected {len(expected)}"
+    for i, (g, e) in enumerate(zip(got, expected)):
+        g, e = np.asarray(g), np.asarray(e)
+        if g.shape != e.shape:
+            return Comparison(False, float("inf"), first or f"output {i} has shape {g.shape}, expected {e.shape}")
+        if e.dtype == bool or g.dtype == bool:
+            diff, scale = float(np.count_nonzero(g != e)), 1.0
+            good = diff == 0
+        else:
+            g64, e64 = g.astype(np.float64), e.astype(np.float64)
+            scale = float(np.max(np.abs(e64))) if e64.size else 0.0
+            diff = float(np.max(np.abs(g64 - e64))) if e64.size else 0.0
+            tol = atol if absolute_atol else atol * max(scale, 1e-30)
+            good = bool(np.allclose(g64, e64, rtol=rtol, atol=tol, equal_nan=True))
+        if not good and first is None:
+            first = (
+                f"output {i} differs from the single-device result (max abs difference {diff:g}, "
+                f"largest |value| {scale:g})"
+            )
+        ok &= good
+        worst = max(worst, diff)
+    return Comparison(ok, worst, first)
+
+
+def compare_outputs(got, expected, rtol: float = 1e-5, atol: float = 1e-5) -> tuple[bool, float]:
+    """(every output matches, largest absolute difference); ``atol`` scales with the largest expected value."""
+    c = compare(got, expected, rtol, atol)
+    return c.ok, c.max_diff
+
+
+def _as_tuple(x) -> tuple:
+    """The arrays of an output, nested tuples flattened in order."""
+    if isinstance(x, tuple):
+        return tuple(a for f in x for a in _as_tuple(f))
+    return (x,)
+
+
+# ---------------------------------------------------------------- the TVM backend, imported when asked
+
+
+def _import_tvm(missing: str):
+    """:mod:`distir.tvm`, imported now; ``missing`` is the DistirError's message when it cannot be."""
+    import importlib
+
+    try:
+        return importlib.import_module("distir.tvm")
+    except ModuleNotFoundError as err:
+        if err.name not in ("distir.tvm", "tvm"):
+            raise
+        raise DistirError(missing) from None
+
+
+def tvm_builder() -> Callable[[IRModule, Mapping[str, int]], Any]:
+    """``build(local, values)``: the TVM build of a symbolic local-view module at one count.
+
+    Exports ``local`` once with ``distir.tvm.to_relax`` (``num_workers`` stays a symbolic
+    shape variable) and, per count, binds it and compiles (``distir.tvm.specialize_and_build``:
+    ``BindSymbolicVars`` then ``tvm.compile`` for the CPU). A clear error while
+    ``distir.tvm`` is missing.
+    """
+    dtvm = _import_tvm(
+        "--build needs distir.tvm (the export of local-view modules to TVM), which this version of "
+        "distir does not have yet; run the sweep without --build"
+    )
+    try:
+        to_relax, specialize_and_build = dtvm.to_relax, dtvm.specialize_and_build
+    except AttributeError as err:
+        raise DistirError(f"--build: this version of distir.tvm lacks what the sweep needs ({err})") from None
+    exported: dict[int, tuple[IRModule, Any]] = {}
+
+    def build(local: IRModule, values: Mapping[str, int]):
+        hit = exported.get(id(local))
+        if hit is None or hit[0] is not local:
+            hit = exported[id(local)] = (local, to_relax(local))
+        return specialize_and_build(hit[1], dict(values))
+
+    return build
+
+
+# ---------------------------------------------------------------- one count's result
+
+
+@dataclass
+class CountResult:
+    """One run at one device count, compared with the single-device run."""
+
+    values: dict[str, int]  # the sizes the module was specialized to ({} when its meshes are static)
+    backend: str  # "sim" or "tvm"
+    outputs: Any  # the global outputs, reassembled (a tuple for tuple results)
+    comparison: Comparison
+    stats: SpmdStats | None = None  # the simulator's collectives and bytes (backend "sim")
+    disco: dict | None = None  # Disco's session and collective calls (backend "tvm", see run_disco)
+    timings: dict[str, float] = field(default_factory=dict)  # seconds: specialize, run; export, build for tvm
+
+    @property
+    def ok(self) -> bool:
+        return self.comparison.ok
+
+    @property
+    def max_diff(self) -> float:
+        return self.comparison.max_diff
+
+    @property
+    def workers(self) -> int:
+        """The devices that ran: those simulated, or Disco's session."""
+        if self.stats is not None:
+            return self.stats.simulated
+        return int(self.disco["num_workers"]) if self.disco else 0
+
+
+# ---------------------------------------------------------------- the driver
+
+
+class Driver:
+    """One module, distributed once, run per device count; see the module docstring."""
+
+    def __init__(
+        self,
+        mod: IRModule,
+        *,
+        func: str = "main",
+        symbol: str = "num_workers",
+        pipeline=None,
+        bind: Mapping[str, int] | None = None,
+        time_passes: bool = False,
+    ):
+        if func not in mod.functions:
+            raise DistirError(f"the module has no function '{func}' (it has: {', '.join(mod.functions)})")
+        self.mod = mod
+        self.func = func
+        self.symbol = symbol
+        self.bind = dict(bind or {})
+        self._pipeline = pipeline
+        self._time_passes = time_passes
+        self._local: IRModule | None = None
+        self.pipeline_seconds: float | None = None
+        self.pass_seconds: list[tuple[str, float]] = []
+        self._specialized: dict[tuple, tuple[IRModule, float]] = {}
+        self._reference: tuple | None = None  # (ids of the inputs, outputs, the inputs kept alive)
+        self._export: tuple[Any, float] | None = None
+
+    # -- distribute once
+
+    @property
+    def mesh_symbols(self) -> set[str]:
+        """The symbolic sizes of the module's meshes."""
+        return set().union(*(sym.free_vars(d) for m in self.mod.meshes() for d in m.shape))
+
+    @property
+    def local(self) -> IRModule:
+        """The local-view module: the pipeline run once, ``symbol`` symbolic, ``bind`` applied."""
+        return self.distribute()
+
+    def distribute(self) -> IRModule:
+        """Run the pipeline (the first time only); the local-view module."""
+        if self._local is None:
+            self._local = self._distribute()
+        return self._local
+
+    def _distribute(self) -> IRModule:
+        from .transform.pipelines import distribute_pipeline
+
+        pipeline = self._pipeline or distribute_pipeline()
+        t0 = time.perf_counter()
+        if self._time_passes:
+            from .transform import PassContext
+            from .transform.instruments import PassTimingInstrument
+
+            outer = PassContext.current()
+            timing = PassTimingInstrument()
+            with PassContext(outer.opt_level, outer.required_passes, outer.disabled_passes, [timing], outer.config):
+                local = pipeline(self.mod)
+            outer_name = getattr(pipeline, "name", None)  # the pipeline itself, should it be timed
+            self.pass_seconds = [(t.name, t.seconds) for t in timing.timings if t.name != outer_name]
+        else:
+            local = pipeline(self.mod)
+        self.pipeline_seconds = time.perf_counter() - t0
+        return specialize(local, self.bind) if self.bind else local
+
+    # -- per count
+
+    def values(self, count: int | Mapping[str, int]) -> dict[str, int]:
+        """The sizes ``count`` binds: ``{symbol: count}`` (nothing when the meshes do not use it), or a mapping as is."""
+        if isinstance(count, Mapping):
+            return {k: int(v) for k, v in count.items()}
+        return {self.symbol: int(count)} if self.symbol in self.mesh_symbols else {}
+
+    def specialize(self, count: int | Mapping[str, int]) -> IRModule:
+        """The local-view module at ``count`` (cached), which checks that every sharded size divides."""
+        return self._specialize(self.values(count))[0]
+
+    def _specialize(self, values: dict[str, int]) -> tuple[IRModule, float]:
+        key = tuple(sorted(values.items()))
+        hit = self._specialized.get(key)
+        if hit is None:
+            local = self.local
+            t0 = time.perf_counter()
+            hit = self._specialized[key] = (specialize(local, values), time.perf_counter() - t0)
+        return hit
+
+    def specialize_seconds(self, count: int | Mapping[str, int]) -> float:
+        """How long specializing to ``count`` took."""
+        return self._specialize(self.values(count))[1]
+
+    def reference(self, inputs: Sequence[Any]) -> Any:
+        """The single-device outputs on ``inputs``: the interpreter on the global-view module."""
+        key = tuple(map(id, inputs))
+        if self._reference is None or self._reference[0] != key:
+            self._reference = (key, run_single(self.mod, *inputs, func=self.func), list(inputs))
+        return self._reference[1]
+
+    def run(
+        self,
+        inputs: Sequence[Any],
+        count: int | Mapping[str, int],
+        *,
+        backend: str = "sim",
+        seed: int = 0,
+        rtol: float = 1e-5,
+        atol: float = 1e-5,
+        absolute_atol: bool = False,
+    ) -> CountResult:
+        """Specialize to ``count``, run on ``backend``, compare with :meth:`reference`.
+
+        ``seed`` draws the random split of partial inputs; ``rtol``/``atol`` as :func:`compare`.
+        """
+        if backend not in BACKENDS:
+            raise DistirError(f"unknown backend '{backend}' (known: {', '.join(BACKENDS)})")
+        expected = self.reference(inputs)
+        values = self.values(count)
+        local, seconds = self._specialize(values)  # also checks that every sharded size divides, for either backend
+        result = CountResult(values, backend, None, Comparison(False, float("inf")), timings={"specialize": seconds})
+        if backend == "sim":
+            result.stats = SpmdStats()
+            t0 = time.perf_counter()
+            result.outputs = run_spmd(local, *inputs, func=self.func, stats=result.stats, seed=seed)
+            result.timings["run"] = time.perf_counter() - t0
+        else:
+            n = values.get(self.symbol, 0) if isinstance(count, Mapping) else int(count)
+            result.outputs = self._run_disco(inputs, values, n, seed, result)
+        result.comparison = compare(result.outputs, expected, rtol, atol, absolute_atol=absolute_atol)
+        return result
+
+    def _run_disco(self, inputs, values: dict[str, int], n: int, seed: int, result: CountResult):
+        """Export the symbolic module once, bind and build this count, run it on Disco threads."""
+        dtvm = _import_tvm("the tvm backend needs distir.tvm and Apache TVM, which cannot be imported here")
+        if self._export is None:
+            t0 = time.perf_counter()
+            self._export = (dtvm.to_relax(self.local), time.perf_counter() - t0)
+        exported, result.timings["export"] = self._export
+        t0 = time.perf_counter()
+        built = dtvm.specialize_and_build(exported, values)
+        result.timings["build"] = time.perf_counter() - t0
+        result.disco = {}
+        t0 = time.perf_counter()
+        out = dtvm.run_disco(built, self.local, *inputs, num_workers=n, func=self.func, symbol=self.symbol,
+                             seed=seed, stats=result.disco)
+        result.timings["run"] = time.perf_counter() - t0
+        return out
+
+    def run_counts(self, inputs: Sequence[Any], counts: Sequence[int], **kwargs) -> dict[int, CountResult]:
+        """:meth:`run` at each count, in order."""
+        return {n: self.run(inputs, n, **kwargs) for n in counts}
