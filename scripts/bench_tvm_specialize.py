@@ -42,7 +42,8 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=4, help="decoder layers of the model (default 4)")
     parser.add_argument("--repeat", type=int, default=1, help="repetitions; the fastest is kept (default 1)")
     args = parser.parse_args()
-    glob = distir.parse(llama_stack(args.layers))
+    made = llama_stack(args.layers)
+    glob = distir.parse(made) if isinstance(made, str) else made  # IR text on older commits (bench_compare)
     n_bindings = sum(1 for _ in glob["main"].bindings())
 
     t0 = time.perf_counter()

@@ -342,16 +342,16 @@ def llama_layer_inputs(s: int, hidden: int, heads: int, ffn: int, seed: int = 0)
 
 
 LLAMA_CASES = {
-    # name: (module text, hidden, heads, ffn, counts); 24 heads of 2 divide by 3 as well
-    "bundled": (lambda: examples.text("llama"), 128, 8, 256, (1, 2, 4, 8)),
+    # name: (module, hidden, heads, ffn, counts); 24 heads of 2 divide by 3 as well
+    "bundled": (lambda: examples.load("llama"), 128, 8, 256, (1, 2, 4, 8)),
     "generated": (lambda: examples.llama_stack(1, hidden=48, heads=24, ffn=96), 48, 24, 96, COUNTS),
 }
 
 
 @pytest.mark.parametrize("case", sorted(LLAMA_CASES))
 def test_llama_layer_formulas_equal_measured_bytes_hand_count_and_brute_force(case):
-    text, hidden, heads, ffn, counts = LLAMA_CASES[case]
-    local = distribute_pipeline()(distir.parse(text()))
+    make, hidden, heads, ffn, counts = LLAMA_CASES[case]
+    local = distribute_pipeline()(make())
     volume, fp = comm_volume(local), memory_footprint(local)
     assert volume.free_vars() == {"num_workers", "s"}
     s = 8

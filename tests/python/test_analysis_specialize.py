@@ -99,7 +99,7 @@ def test_equals_the_reference_at_every_count_from_one_module(source):
     if source == "two_d":
         mod = get_pass("lower-global-view-to-local-view")(get_pass("legalize-redistribute")(distir.parse(TWO_D)))
     elif source == "stack":
-        mod = distribute_pipeline()(distir.parse(examples.llama_stack(2)))
+        mod = distribute_pipeline()(examples.llama_stack(2))
     else:
         mod = lowered(source)
     for w in (1, 2, 4, 8, 2):  # again at 2: the cached template must not keep the previous values

@@ -1,4 +1,4 @@
-"""A generator of Llama-like models with any number of decoder layers, as IR text.
+"""A generator of Llama-like models with any number of decoder layers, built with the IR builder.
 
 Each layer is the `llama` example's layer (rms_norm, rotary causal attention, SwiGLU MLP,
 residuals) with its own parameters, laid out Megatron style by their DTensor annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 
 from ..errors import DistirError
+from ..ir import IRModule
+from ..ir.builder import FunctionBuilder, dtensor, mesh, module_of, tensor
 
 __all__ = ["llama_stack"]
 
@@ -45,8 +47,8 @@ def _check(n_layers: int, hidden: int, heads: int, ffn: int) -> int:
     return head_dim
 
 
-def llama_stack(n_layers: int, *, hidden: int = 128, heads: int = 8, ffn: int = 256) -> str:
-    """IR text of ``n_layers`` Llama decoder layers chained, on a symbolic 1-D mesh.
+def llama_stack(n_layers: int, *, hidden: int = 128, heads: int = 8, ffn: int = 256) -> IRModule:
+    """``n_layers`` Llama decoder layers chained, on a symbolic 1-D mesh (``mod.script()`` prints it).
 
     Inputs: ``x: (s, hidden)``, ``cos``/``sin: (s, hidden // heads)``, then per layer ``i``
     the parameters ``l{i}_attn_norm, l{i}_wq, l{i}_wk, l{i}_wv, l{i}_wo, l{i}_mlp_norm,
@@ -55,89 +57,63 @@ def llama_stack(n_layers: int, *, hidden: int = 128, heads: int = 8, ffn: int = 
     """
     hd = _check(n_layers, hidden, heads, ffn)
     half = hd // 2
-    H, F = hidden, ffn
-    dims = {"H": H, "F": F}
-
-    def t(*shape) -> str:
-        inner = ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "")
-        return f'R.Tensor(({inner}), dtype="float32")'
-
-    params = [
-        f'        x: R.Tensor(("s", {H}), dtype="float32"),',
-        f'        cos: R.Tensor(("s", {hd}), dtype="float32"),',
-        f'        sin: R.Tensor(("s", {hd}), dtype="float32"),',
+    sizes = {"H": hidden, "F": ffn}
+    m = mesh(("num_workers",))
+    b = FunctionBuilder("main", meshes=[m], plain_bindings=True)  # layouts from the parameters only
+    x = b.param("x", tensor(("s", hidden)))
+    cos = b.param("cos", tensor(("s", hd)))
+    sin = b.param("sin", tensor(("s", hd)))
+    weights = [
+        {name: b.param(f"l{i}_{name}", dtensor(tuple(sizes[d] for d in shape), "float32", m, placement))
+         for name, shape, placement in _LAYER_PARAMS}
+        for i in range(n_layers)
     ]
-    for i in range(n_layers):
-        for name, shape, placement in _LAYER_PARAMS:
-            sh = ", ".join(str(dims[d]) for d in shape) + ("," if len(shape) == 1 else "")
-            params.append(f'        l{i}_{name}: R.DTensor(({sh}), "float32", "mesh[0]", "{placement}"),')
+    scale = b.const(1.0 / math.sqrt(hd), "float32")
+    with b.dataflow():
+        cos_b = b.call("expand_dims", cos, axis=[1], name="cos_b")
+        sin_b = b.call("expand_dims", sin, axis=[1], name="sin_b")
+        neg = b.call("full", ["s", "s"], b.const(-1e9, "float32"), dtype="float32", name="neg")
+        mask = b.call("triu", neg, k=1, name="mask")
+        for i, w in enumerate(weights):
+            x = _layer(b, f"l{i}_", x, w, cos_b, sin_b, mask, scale, hidden, heads, hd, half)
+    return module_of(b.ret(x, tensor(("s", hidden))), meshes=[m])
 
-    body = [
-        f"            cos_b: {t('s', 1, hd)} = R.expand_dims(cos, axis=[1])",
-        f"            sin_b: {t('s', 1, hd)} = R.expand_dims(sin, axis=[1])",
-        f'            neg: {t("s", "s")} = R.full(R.shape([s, s]), R.const(-1e9, "float32"), dtype="float32")',
-        f"            mask: {t('s', 's')} = R.triu(neg, k=1)",
-    ]
-    scale = repr(1.0 / math.sqrt(hd))
-    x = "x"
-    for i in range(n_layers):
-        p = f"l{i}_"
-        sh = t("s", heads, hd)
-        lines = [
-            f"{p}hn: {t('s', H)} = R.nn.rms_norm({x}, {p}attn_norm, axes=[-1], epsilon=1e-5)",
-            f"{p}q: {t('s', H)} = R.matmul({p}hn, {p}wq, out_dtype=None)",
-            f"{p}k: {t('s', H)} = R.matmul({p}hn, {p}wk, out_dtype=None)",
-            f"{p}v: {t('s', H)} = R.matmul({p}hn, {p}wv, out_dtype=None)",
-        ]
-        for n in ("q", "k", "v"):
-            lines.append(f"{p}{n}_h: {sh} = R.reshape({p}{n}, R.shape([s, {heads}, {hd}]))")
-        for n in ("q", "k"):
-            a = f"{p}{n}"
-            lines += [
-                f"{a}_lo: {t('s', heads, half)} = R.strided_slice({a}_h, axes=[2], begin=[0], end=[{half}])",
-                f"{a}_hi: {t('s', heads, half)} = R.strided_slice({a}_h, axes=[2], begin=[{half}], end=[{hd}])",
-                f"{a}_hi_n: {t('s', heads, half)} = R.negative({a}_hi)",
-                f"{a}_rot: {sh} = R.concat(({a}_hi_n, {a}_lo), axis=2)",
-                f"{a}_cos: {sh} = R.multiply({a}_h, cos_b)",
-                f"{a}_sin: {sh} = R.multiply({a}_rot, sin_b)",
-                f"{a}_r: {sh} = R.add({a}_cos, {a}_sin)",
-            ]
-        lines += [
-            f"{p}q_t: {t(heads, 's', hd)} = R.permute_dims({p}q_r, axes=[1, 0, 2])",
-            f"{p}k_t: {t(heads, hd, 's')} = R.permute_dims({p}k_r, axes=[1, 2, 0])",
-            f"{p}v_t: {t(heads, 's', hd)} = R.permute_dims({p}v_h, axes=[1, 0, 2])",
-            f"{p}scores: {t(heads, 's', 's')} = R.matmul({p}q_t, {p}k_t, out_dtype=None)",
-            f'{p}scaled: {t(heads, "s", "s")} = R.multiply({p}scores, R.const({scale}, "float32"))',
-            f"{p}masked: {t(heads, 's', 's')} = R.add({p}scaled, mask)",
-            f"{p}probs: {t(heads, 's', 's')} = R.nn.softmax({p}masked, axis=-1)",
-            f"{p}ctx: {t(heads, 's', hd)} = R.matmul({p}probs, {p}v_t, out_dtype=None)",
-            f"{p}ctx_t: {sh} = R.permute_dims({p}ctx, axes=[1, 0, 2])",
-            f"{p}ctx_m: {t('s', H)} = R.reshape({p}ctx_t, R.shape([s, {H}]))",
-            f"{p}attn: {t('s', H)} = R.matmul({p}ctx_m, {p}wo, out_dtype=None)",
-            f"{p}h: {t('s', H)} = R.add({x}, {p}attn)",
-            f"{p}mn: {t('s', H)} = R.nn.rms_norm({p}h, {p}mlp_norm, axes=[-1], epsilon=1e-5)",
-            f"{p}gate: {t('s', F)} = R.matmul({p}mn, {p}w_gate, out_dtype=None)",
-            f"{p}up: {t('s', F)} = R.matmul({p}mn, {p}w_up, out_dtype=None)",
-            f"{p}act: {t('s', F)} = R.nn.silu({p}gate)",
-            f"{p}gu: {t('s', F)} = R.multiply({p}act, {p}up)",
-            f"{p}down: {t('s', H)} = R.matmul({p}gu, {p}w_down, out_dtype=None)",
-            f"{p}y: {t('s', H)} = R.add({p}h, {p}down)",
-        ]
-        body += ["            " + line for line in lines]
-        x = f"{p}y"
 
-    header = (
-        f"# {n_layers} Llama decoder layer(s) generated by distir.examples.llama_stack: hidden {H} = {heads} heads "
-        f"of {hd}, FFN {F},\n# Megatron layouts from the parameter annotations only; sequence length s is dynamic.\n"
-    )
-    return (
-        header
-        + "@I.ir_module\nclass Module:\n"
-        + '    I.module_global_infos({"mesh": [R.device_mesh(("num_workers",), I.Range(0, "num_workers"))]})\n\n'
-        + "    @R.function\n    def main(\n"
-        + "\n".join(params)
-        + f'\n    ) -> R.Tensor(("s", {H}), dtype="float32"):\n'
-        + "        s = T.int64()\n        with R.dataflow():\n"
-        + "\n".join(body)
-        + f"\n            R.output({x})\n        return {x}\n"
-    )
+def _layer(b: FunctionBuilder, p: str, x, w, cos_b, sin_b, mask, scale, hidden: int, heads: int, hd: int, half: int):
+    """One decoder layer on ``x``; the bindings are named ``{p}<what>``."""
+
+    def call(name, op, *args, **attrs):
+        return b.call(op, *args, name=p + name, **attrs)
+
+    hn = call("hn", "nn.rms_norm", x, w["attn_norm"], axes=[-1], epsilon=1e-5)
+    proj = {n: call(n, "matmul", hn, w[f"w{n}"], out_dtype=None) for n in ("q", "k", "v")}
+    heads_of = {n: call(f"{n}_h", "reshape", proj[n], ["s", heads, hd]) for n in ("q", "k", "v")}
+    rotated = {}
+    for n in ("q", "k"):
+        h = heads_of[n]
+        lo = call(f"{n}_lo", "strided_slice", h, axes=[2], begin=[0], end=[half])
+        hi = call(f"{n}_hi", "strided_slice", h, axes=[2], begin=[half], end=[hd])
+        hi_n = call(f"{n}_hi_n", "negative", hi)
+        rot = call(f"{n}_rot", "concat", [hi_n, lo], axis=2)
+        with_cos = call(f"{n}_cos", "multiply", h, cos_b)
+        with_sin = call(f"{n}_sin", "multiply", rot, sin_b)
+        rotated[n] = call(f"{n}_r", "add", with_cos, with_sin)
+    q_t = call("q_t", "permute_dims", rotated["q"], axes=[1, 0, 2])
+    k_t = call("k_t", "permute_dims", rotated["k"], axes=[1, 2, 0])
+    v_t = call("v_t", "permute_dims", heads_of["v"], axes=[1, 0, 2])
+    scores = call("scores", "matmul", q_t, k_t, out_dtype=None)
+    scaled = call("scaled", "multiply", scores, scale)
+    masked = call("masked", "add", scaled, mask)
+    probs = call("probs", "nn.softmax", masked, axis=-1)
+    ctx = call("ctx", "matmul", probs, v_t, out_dtype=None)
+    ctx_t = call("ctx_t", "permute_dims", ctx, axes=[1, 0, 2])
+    ctx_m = call("ctx_m", "reshape", ctx_t, ["s", hidden])
+    attn = call("attn", "matmul", ctx_m, w["wo"], out_dtype=None)
+    h = call("h", "add", x, attn)
+    mn = call("mn", "nn.rms_norm", h, w["mlp_norm"], axes=[-1], epsilon=1e-5)
+    gate = call("gate", "matmul", mn, w["w_gate"], out_dtype=None)
+    up = call("up", "matmul", mn, w["w_up"], out_dtype=None)
+    act = call("act", "nn.silu", gate)
+    gu = call("gu", "multiply", act, up)
+    down = call("down", "matmul", gu, w["w_down"], out_dtype=None)
+    return call("y", "add", h, down)
