@@ -1084,10 +1084,10 @@ def _execute(case: Case, opts: Options, res: CaseResult, verbose: bool) -> None:
 
     import distir
     from distir.analysis import comm_volume
+    from distir.driver import random_inputs
     from distir.errors import DistirError, SpecializeError
     from distir.runtime import run
     from distir.runtime.spmd import SpmdStats, run_spmd
-    from distir.testing import random_inputs
     from distir.transform import get_pass
     from distir.transform.pipelines import _DISTRIBUTE
     from distir.transform.specialize import specialize
@@ -1234,7 +1234,7 @@ def _compare(got, expected, inputs, rtol: float, atol: float) -> tuple[bool, flo
     of zeros gives the result's scale no room at all."""
     import numpy as np
 
-    from distir.testing import compare_outputs
+    from distir.driver import compare_outputs
 
     ok, worst = compare_outputs(got, expected, rtol, atol)
     if ok:
@@ -1256,9 +1256,9 @@ def _flat(x) -> tuple:
 
 
 def _differences(got, expected, np) -> str:
-    from distir.testing import _as_tuple
+    from distir.driver import flat_outputs
 
-    got, expected = _as_tuple(got), _as_tuple(expected)
+    got, expected = flat_outputs(got), flat_outputs(expected)
     lines = []
     for i, (g, e) in enumerate(zip(got, expected)):
         g, e = np.asarray(g), np.asarray(e)
@@ -1322,9 +1322,9 @@ def _tvm_case(text, dims, seed, workers, rtol, atol, per_count):
     import numpy as np
 
     import distir
+    from distir.driver import random_inputs
     from distir.errors import DistirError
     from distir.runtime import run
-    from distir.testing import random_inputs
     from distir.transform.pipelines import distribute_pipeline
     from distir.transform.specialize import specialize
 
@@ -1732,7 +1732,7 @@ def read_repro(path: str) -> tuple[str, dict]:
 def replay(path: str, args, opts: Options) -> int:
     """Re-run a written reproducer (its header says the counts, seed and run-time sizes)."""
     import distir
-    from distir.testing import random_inputs  # noqa: F401
+    from distir.driver import random_inputs  # noqa: F401
 
     text, meta = read_repro(path)
     workers = _parse_workers(args.workers) if args.workers_given else [int(x) for x in meta.get("workers", "1").split(",")]

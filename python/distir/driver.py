@@ -31,9 +31,9 @@ written once::
   a :class:`CountResult` (outputs, simulator stats or Disco counts, the comparison,
   timings); ``d.run_counts(inputs, counts)``: one per count. The TVM backend
   (:mod:`distir.tvm`) is imported only when asked for.
-- :func:`compare` / :func:`compare_outputs`: the one comparison of outputs;
-  :func:`random_inputs`: inputs for a module's global signature; :func:`tvm_builder`:
-  the per-count TVM build of ``distir sweep --build``.
+- :func:`compare` / :func:`compare_outputs`: the one comparison of outputs (of
+  :func:`flat_outputs`); :func:`random_inputs`: inputs for a module's global signature;
+  :func:`tvm_builder`: the per-count TVM build of ``distir sweep --build``.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ __all__ = [
     "Driver",
     "compare",
     "compare_outputs",
+    "flat_outputs",
     "random_inputs",
     "tvm_builder",
 ]
@@ -126,7 +127,7 @@ def compare(got, expected, rtol: float = 1e-5, atol: float = 1e-5, *, absolute_a
     in another order, so float32 results differ by rounding relative to their scale),
     unless ``absolute_atol``. Booleans must be equal; their difference counts elements.
     """
-    got, expected = _as_tuple(got), _as_tuple(expected)
+    got, expected = flat_outputs(got), flat_outputs(expected)
     ok, worst = len(got) == len(expected), 0.0
     first = None if ok else f"{len(got)} outputs, expected {len(expected)}"
     for i, (g, e) in enumerate(zip(got, expected)):
@@ -158,10 +159,10 @@ def compare_outputs(got, expected, rtol: float = 1e-5, atol: float = 1e-5) -> tu
     return c.ok, c.max_diff
 
 
-def _as_tuple(x) -> tuple:
-    """The arrays of an output, nested tuples flattened in order."""
+def flat_outputs(x) -> tuple:
+    """The arrays of an output (what :func:`compare` compares), nested tuples flattened in order."""
     if isinstance(x, tuple):
-        return tuple(a for f in x for a in _as_tuple(f))
+        return tuple(a for f in x for a in flat_outputs(f))
     return (x,)
 
 
