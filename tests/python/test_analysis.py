@@ -8,7 +8,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import distir
@@ -28,12 +28,9 @@ from distir.ir import (
     Binding,
     Block,
     Call,
-    DeviceMesh,
-    DTensorType,
     Function,
     IRModule,
     Placement,
-    Range,
     Var,
     get_op,
     sym,
@@ -43,6 +40,7 @@ from distir.ir.placement import Partial, Replicate, Shard
 from distir.runtime.spmd import SpmdStats, run_spmd
 from distir.transform.pipelines import distribute_pipeline
 from distir.transform.specialize import specialize
+from helpers import redistribute_module
 
 W = sym.var("num_workers")
 COUNTS = (1, 2, 3, 4, 8)
@@ -113,20 +111,6 @@ def test_mlp_comm_formulas_are_symbolic_and_simplified(mlp_local):
 MESHES = {1: [(W,)], 2: [(2, W), (W, 2)]}
 
 
-def chain_module(mesh_shape, shape, dtype, placements) -> IRModule:
-    """x laid out as placements[0], redistributed through the rest in turn."""
-    mesh = DeviceMesh(tuple(mesh_shape), Range(0, sym.product(mesh_shape)))
-    x = Var("x", DTensorType(tuple(shape), dtype, mesh, placements[0]))
-    bindings, cur = [], x
-    for i, p in enumerate(placements[1:]):
-        call = Call(get_op("dist.redistribute"), (cur,), {"device_mesh": mesh, "placement": p})
-        v = Var(f"y{i}", call.type)
-        bindings.append(Binding(v, call))
-        cur = v
-    f = Function("main", (x,), (Block(tuple(bindings), True, (cur,) if bindings else None),), cur)
-    return IRModule({"main": f}, {"mesh": [mesh]})
-
-
 @st.composite
 def chains(draw):
     mesh_shape = draw(st.sampled_from(MESHES[draw(st.sampled_from([1, 2]))]))
@@ -149,9 +133,11 @@ KINDS_SEEN: set = set()
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(chains(), st.integers(0, 2**16))
+# an all-to-all, which the drawn chains need not contain (the test after this one checks the kinds)
+@example(((W,), 2, (48, 48), "float32", [Placement.parse("S[0]"), Placement.parse("S[1]")]), 0)
 def test_comm_formulas_equal_measured_bytes_for_redistribute_chains(case, seed):
     mesh_shape, workers, shape, dtype, placements = case
-    local = distribute_pipeline()(chain_module(mesh_shape, shape, dtype, placements))
+    local = distribute_pipeline()(redistribute_module(mesh_shape, shape, *placements, dtype=dtype))
     KINDS_SEEN.update(c.kind for c in comm_volume(local).collectives)
     rng = np.random.default_rng(seed)
     x = rng.integers(-5, 5, size=shape).astype(dtype)
@@ -167,7 +153,7 @@ def test_the_chains_exercised_every_kind_of_collective():
 
 def test_two_d_mesh_collectives_count_every_group():
     # on a (2, n) mesh, gathering mesh axis 1 runs two groups of n workers
-    mod = chain_module((2, W), (48, 48), "float32", [Placement.parse("S[0], S[1]"), Placement.parse("S[0], R")])
+    mod = redistribute_module((2, W), (48, 48), "S[0], S[1]", "S[0], R")
     local = distribute_pipeline()(mod)
     volume = comm_volume(local)
     (c,) = volume.collectives
@@ -194,8 +180,8 @@ def test_comm_time_is_latency_times_steps_plus_bytes_over_bandwidth(mlp_local):
 
 
 def test_global_view_module_is_refused_with_a_hint():
-    mod = chain_module((W,), (8, 8), "float32", [Placement.parse("S[0]"), Placement.parse("R")])
-    with pytest.raises(AnalysisError, match="binding 'y0' is R.dist.redistribute.*distribute pipeline"):
+    mod = redistribute_module((W,), (8, 8), "S[0]", "R")
+    with pytest.raises(AnalysisError, match="binding 'y' is R.dist.redistribute.*distribute pipeline"):
         comm_volume(mod)
 
 
@@ -280,7 +266,7 @@ def test_mlp_memory_formula_text(mlp_local):
 @given(chains())
 def test_memory_formula_equals_brute_force_for_redistribute_chains(case):
     mesh_shape, workers, shape, dtype, placements = case
-    local = distribute_pipeline()(chain_module(mesh_shape, shape, dtype, placements))
+    local = distribute_pipeline()(redistribute_module(mesh_shape, shape, *placements, dtype=dtype))
     got = memory_footprint(local).evaluate({"num_workers": workers})
     assert (got.param_bytes, got.peak_bytes) == brute_force_peak(specialize(local, {"num_workers": workers})["main"])
 

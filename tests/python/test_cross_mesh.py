@@ -12,12 +12,9 @@ from hypothesis import strategies as st
 import distir
 from distir.errors import DiagnosticError, ParseError, SpecializeError, TypeInferenceError
 from distir.ir import (
-    Binding,
-    Block,
     Call,
     DeviceMesh,
     DTensorType,
-    Function,
     IRModule,
     Placement,
     Range,
@@ -42,6 +39,7 @@ from distir.transform.redistribute_plan import (
     plan_cross_mesh,
 )
 from distir.transform.specialize import specialize
+from helpers import redistribute_module
 
 W = sym.var("num_workers")
 STAGES = (
@@ -336,14 +334,6 @@ MESH_PAIRS = [
 ]
 
 
-def redistribute_module(src_mesh, dst_mesh, shape, dtype, src: Placement, dst: Placement) -> IRModule:
-    x = Var("x", DTensorType(tuple(shape), dtype, src_mesh, src))
-    call = Call(get_op("dist.redistribute"), (x,), {"device_mesh": dst_mesh, "placement": dst})
-    y = Var("y", call.type)
-    f = Function("main", (x,), (Block((Binding(y, call),), True, (y,)),), y)
-    return IRModule({"main": f}, {"mesh": [src_mesh, dst_mesh]})
-
-
 @st.composite
 def cases(draw):
     src_mesh, dst_mesh = draw(st.sampled_from(MESH_PAIRS))
@@ -367,7 +357,7 @@ def cases(draw):
 @given(cases(), st.integers(0, 2**16))
 def test_every_cross_mesh_redistribute_moves_the_data_and_the_planned_bytes(case, seed):
     src_mesh, dst_mesh, workers, shape, dtype, src, dst = case
-    mod = redistribute_module(src_mesh, dst_mesh, shape, dtype, src, dst)
+    mod = redistribute_module(src_mesh, shape, src, dst, dtype=dtype, dst_mesh=dst_mesh)
     local = specialize(lower(mod), {"num_workers": workers})
     rng = np.random.default_rng(seed)
     x = rng.integers(-50, 50, size=shape).astype(dtype) if dtype == "int32" else rng.standard_normal(shape).astype(dtype)

@@ -10,19 +10,12 @@ import pytest
 
 import distir
 from distir.errors import DistirError
-from distir.ir import Binding, Block, Call, DeviceMesh, DTensorType, Function, IRModule, Placement, Range, Var, get_op
+from distir.ir import DeviceMesh, Range
 from distir.ir.verify import verify
 from distir.runtime.spmd import run_spmd
 from distir.transform.pipelines import distribute_pipeline
 from distir.transform.specialize import specialize
-
-
-def redistribute_module(mesh: DeviceMesh, shape, src: str, dst: str) -> IRModule:
-    x = Var("x", DTensorType(shape, "float32", mesh, Placement.parse(src)))
-    call = Call(get_op("dist.redistribute"), (x,), {"device_mesh": mesh, "placement": Placement.parse(dst)})
-    y = Var("y", call.type)
-    return IRModule({"main": Function("main", (x,), (Block((Binding(y, call),), True, (y,)),), y)}, {"mesh": [mesh]})
-
+from helpers import redistribute_module
 
 # ---------------------------------------------------------------- device lists in any order
 
@@ -229,10 +222,7 @@ def test_a_partial_between_meshes_of_other_shapes_at_a_count_that_divides_the_ta
     """(3, 4) "P" on a static (2,) mesh -> "S[0]" on (num_workers,): a numpy ValueError at 3 workers."""
     src = DeviceMesh((2,), Range(0, 2))
     dst = DeviceMesh((W,), Range(0, W))
-    x = Var("x", DTensorType((3, 4), "float32", src, Placement.parse("P")))
-    call = Call(get_op("dist.redistribute"), (x,), {"device_mesh": dst, "placement": Placement.parse("S[0]")})
-    y = Var("y", call.type)
-    mod = IRModule({"main": Function("main", (x,), (Block((Binding(y, call),), True, (y,)),), y)}, {"mesh": [src, dst]})
+    mod = redistribute_module(src, (3, 4), "P", "S[0]", dst_mesh=dst)
     local = distribute_pipeline()(mod)
     value = np.arange(12, dtype="float32").reshape(3, 4)
     for w in (1, 3):

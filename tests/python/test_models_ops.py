@@ -8,21 +8,14 @@ import numpy as np
 import pytest
 
 from distir.ir import (
-    Binding,
-    Block,
     Call,
     DeviceMesh,
-    DTensorType,
-    Function,
-    IRModule,
     Placement,
     Range,
     ShapeExpr,
-    Tuple,
-    Var,
-    get_op,
     sym,
 )
+from distir.ir.builder import FunctionBuilder, dtensor, module_of
 from distir.runtime.spmd import SpmdStats, run_spmd
 from distir.testing import assert_sharded_equivalent
 from distir.transform.pipelines import distribute_pipeline
@@ -42,19 +35,13 @@ class Prog:
 
     def __init__(self, mesh=MESH):
         self.mesh = mesh
-        self.params: list[Var] = []
-        self.bindings: list[Binding] = []
+        self.b = FunctionBuilder("main", meshes=[mesh], dataflow=True)
 
     def param(self, name, shape, placement, dtype="float32"):
-        v = Var(name, DTensorType(tuple(shape), dtype, self.mesh, P(placement)))
-        self.params.append(v)
-        return v
+        return self.b.param(name, dtensor(shape, dtype, self.mesh, placement))
 
     def op(self, name, op, *args, **attrs):
-        call = Call(get_op(op), args, attrs)
-        v = Var(name, call.type)
-        self.bindings.append(Binding(v, call))
-        return v
+        return self.b.call(op, *args, name=name, **attrs)
 
     def module(self, *results):
         replicated = Placement.replicated(self.mesh.ndim)
@@ -63,9 +50,8 @@ class Prog:
             else self.op(f"out{i}", "dist.redistribute", r, device_mesh=self.mesh, placement=replicated)
             for i, r in enumerate(results)
         ]
-        result = outs[0] if len(outs) == 1 else Tuple(tuple(outs))
-        f = Function("main", tuple(self.params), (Block(tuple(self.bindings)),), result)
-        return IRModule({"main": f}, global_infos={"mesh": [self.mesh]})
+        self.b.ret(outs[0] if len(outs) == 1 else outs)
+        return module_of(self.b)
 
 
 def _ids(shape, vocab, seed=0):

@@ -11,12 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from distir.ir import (
-    Binding,
-    Block,
     Call,
     DeviceMesh,
     DTensorType,
-    Function,
     IRModule,
     Placement,
     Range,
@@ -30,6 +27,7 @@ from distir.runtime.spmd import SpmdStats, run_spmd
 from distir.transform import get_pass
 from distir.transform.redistribute_plan import is_optimal_everywhere, optimal_cost, plan_cost, plan_redistribute
 from distir.transform.specialize import specialize
+from helpers import redistribute_module
 
 W = sym.var("num_workers")
 
@@ -39,16 +37,6 @@ MESHES = {
     2: [(2, W), (W, 2)],
     3: [(2, W, 2), (W, 2, 1)],
 }
-
-
-def redistribute_module(mesh_shape, shape, dtype, src: Placement, dst: Placement) -> IRModule:
-    total = sym.product(mesh_shape)
-    mesh = DeviceMesh(tuple(mesh_shape), Range(0, total))
-    x = Var("x", DTensorType(tuple(shape), dtype, mesh, src))
-    call = Call(get_op("dist.redistribute"), (x,), {"device_mesh": mesh, "placement": dst})
-    y = Var("y", call.type)
-    f = Function("main", (x,), (Block((Binding(y, call),), True, (y,)),), y)
-    return IRModule({"main": f}, {"mesh": [mesh]})
 
 
 def legalize_and_lower(mod: IRModule) -> IRModule:
@@ -83,7 +71,7 @@ def cases(draw):
 @given(cases(), st.integers(0, 2**16))
 def test_every_redistribute_moves_the_data_and_the_optimal_bytes(case, seed):
     mesh_shape, workers, sizes, shape, dtype, src, dst = case
-    lowered = legalize_and_lower(redistribute_module(mesh_shape, shape, dtype, src, dst))
+    lowered = legalize_and_lower(redistribute_module(mesh_shape, shape, src, dst, dtype=dtype))
     local = specialize(lowered, {"num_workers": workers})
     rng = np.random.default_rng(seed)
     if dtype == "int32":
@@ -96,7 +84,7 @@ def test_every_redistribute_moves_the_data_and_the_optimal_bytes(case, seed):
     np.testing.assert_allclose(y, x, rtol=tol, atol=tol)
     nbytes = int(np.prod(shape)) * dtype_bytes(dtype)
     mesh = local.meshes()[0]
-    global_mesh = redistribute_module(mesh_shape, shape, dtype, src, dst).meshes()[0]
+    global_mesh = redistribute_module(mesh_shape, shape, src, dst, dtype=dtype).meshes()[0]
     plan = plan_redistribute(global_mesh, len(shape), src, dst, shape)  # as legalize plans it
     # the simulator moves exactly what the cost model says the chosen plan moves
     assert stats.bytes_per_worker == plan_cost(plan, src, sizes) * nbytes, (str(src), str(dst), sizes, stats.summary())
@@ -133,13 +121,13 @@ def test_one_d_plans_are_optimal_everywhere():
 
 
 def test_legalize_is_idempotent():
-    mod = redistribute_module((W,), (8, 8), "float32", Placement.parse("P"), Placement.parse("S[1]"))
+    mod = redistribute_module((W,), (8, 8), "P", "S[1]")
     once = get_pass("legalize-redistribute")(mod)
     assert get_pass("legalize-redistribute")(once) is once
 
 
 def test_same_placement_is_the_value_itself():
-    mod = redistribute_module((W,), (8, 8), "float32", Placement.parse("S[0]"), Placement.parse("S[0]"))
+    mod = redistribute_module((W,), (8, 8), "S[0]", "S[0]")
     out = get_pass("legalize-redistribute")(mod)
     assert list(out["main"].bindings()) == []
     assert out["main"].result is out["main"].params[0]
@@ -149,7 +137,7 @@ def test_same_placement_is_the_value_itself():
 def test_specialize_names_the_tensor_dim_axis_and_sizes(workers):
     from distir.errors import SpecializeError
 
-    mod = redistribute_module((W,), (8, 16), "float32", Placement.parse("S[0]"), Placement.parse("R"))
+    mod = redistribute_module((W,), (8, 16), "S[0]", "R")
     lowered = legalize_and_lower(mod)
     with pytest.raises(SpecializeError) as err:
         specialize(lowered, {"num_workers": workers})
@@ -159,7 +147,7 @@ def test_specialize_names_the_tensor_dim_axis_and_sizes(workers):
 
 
 def test_lowered_shapes_stay_symbolic():
-    mod = redistribute_module((W,), (128, 64), "float32", Placement.parse("R"), Placement.parse("S[0]"))
+    mod = redistribute_module((W,), (128, 64), "R", "S[0]")
     lowered = legalize_and_lower(mod)
     f = lowered["main"]
     (b,) = list(f.bindings())

@@ -8,23 +8,16 @@ import numpy as np
 import pytest
 
 from distir.ir import (
-    Binding,
-    Block,
-    Call,
     Constant,
     DeviceMesh,
-    DTensorType,
-    Function,
-    IRModule,
     Placement,
     Range,
     ShapeExpr,
     Tuple,
     TupleGetItem,
-    Var,
-    get_op,
     sym,
 )
+from distir.ir.builder import FunctionBuilder, dtensor, module_of
 from distir.testing import assert_sharded_equivalent
 
 W = sym.var("num_workers")
@@ -36,24 +29,19 @@ class Prog:
     """A global-view function over DTensor parameters; the result is redistributed to R."""
 
     def __init__(self):
-        self.params: list[Var] = []
-        self.bindings: list[Binding] = []
+        self.b = FunctionBuilder("main", meshes=[MESH], dataflow=True)
         self.inputs: list[np.ndarray] = []
         self.rng = np.random.default_rng(0)
 
     def param(self, name, shape, placement, dtype="float32", data=None):
-        v = Var(name, DTensorType(tuple(shape), dtype, MESH, Placement.parse(placement)))
-        self.params.append(v)
         self.inputs.append(data if data is not None else self.rng.standard_normal(shape).astype(dtype))
-        return v
+        return self.b.param(name, dtensor(shape, dtype, MESH, placement))
 
     def bind(self, name, value):
-        v = Var(name, value.type)
-        self.bindings.append(Binding(v, value))
-        return v
+        return self.b.bind(value, name)
 
     def op(self, name, op, *args, **attrs):
-        return self.bind(name, Call(get_op(op), args, attrs))
+        return self.b.call(op, *args, name=name, **attrs)
 
     def check(self, *results, atol=1e-5):
         outs = []
@@ -61,10 +49,8 @@ class Prog:
             if r.type.placement != REPLICATED:
                 r = self.op(f"out{i}", "dist.redistribute", r, device_mesh=MESH, placement=REPLICATED)
             outs.append(r)
-        result = outs[0] if len(outs) == 1 else Tuple(tuple(outs))
-        f = Function("main", tuple(self.params), (Block(tuple(self.bindings)),), result)
-        mod = IRModule({"main": f}, global_infos={"mesh": [MESH]})
-        return assert_sharded_equivalent(mod, self.inputs, rtol=1e-5, atol=atol)
+        self.b.ret(outs[0] if len(outs) == 1 else outs)
+        return assert_sharded_equivalent(module_of(self.b), self.inputs, rtol=1e-5, atol=atol)
 
 
 def P(text):

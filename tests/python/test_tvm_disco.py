@@ -11,23 +11,15 @@ import distir
 from distir import examples
 from distir.driver import Driver, compare, random_inputs
 from distir.ir import (
-    Binding,
-    Block,
-    Call,
     DeviceMesh,
-    DTensorType,
-    Function,
-    IRModule,
-    Placement,
     Range,
-    Var,
-    get_op,
     sym,
 )
 from distir.runtime import run
 from distir.transform import Sequential, get_pass
 from distir.transform.pipelines import distribute_pipeline
 from distir.tvm import DiscoRunError, run_disco, specialize_and_build, to_relax
+from helpers import redistribute_module
 
 W = sym.var("num_workers")
 COUNTS = (1, 2, 4)
@@ -56,14 +48,6 @@ def test_models_on_disco_equal_the_single_device_run(model, workers):
     sim = driver.run(inputs, workers).stats
     assert on_disco.disco["bytes_sent"] == sim.total_bytes
     assert sum(on_disco.disco["calls"].values()) == sum(sim.counts.values())
-
-
-def redistribute_module(mesh: DeviceMesh, src: str, dst: str, dst_mesh: DeviceMesh | None = None) -> IRModule:
-    x = Var("x", DTensorType((8, 8), "float32", mesh, Placement.parse(src)))
-    call = Call(get_op("dist.redistribute"), (x,), {"device_mesh": dst_mesh or mesh, "placement": Placement.parse(dst)})
-    y = Var("y", call.type)
-    meshes = [mesh] if dst_mesh is None else [mesh, dst_mesh]
-    return IRModule({"main": Function("main", (x,), (Block((Binding(y, call),), True, (y,)),), y)}, {"mesh": meshes})
 
 
 LEGALIZE_AND_LOWER = ("legalize-redistribute", "canonicalize", "lower-global-view-to-local-view")
@@ -95,7 +79,7 @@ TRANSITIONS = [
 @pytest.mark.parametrize("case", TRANSITIONS, ids=lambda c: f"{c[0].shape_str()}:{c[1]}->{c[2]}" + ("@1" if c[3] else ""))
 def test_every_kind_of_redistribution_runs_on_disco(case):
     mesh, src, dst, dst_mesh = case
-    local = Sequential([get_pass(n) for n in LEGALIZE_AND_LOWER])(redistribute_module(mesh, src, dst, dst_mesh))
+    local = Sequential([get_pass(n) for n in LEGALIZE_AND_LOWER])(redistribute_module(mesh, (8, 8), src, dst, dst_mesh=dst_mesh))
     exported = to_relax(local)
     x = np.random.default_rng(3).standard_normal((8, 8)).astype("float32")
     for workers in (1, 2) if mesh.ndim == 2 or dst_mesh is not None else COUNTS:
@@ -104,7 +88,7 @@ def test_every_kind_of_redistribution_runs_on_disco(case):
 
 
 def test_session_groups_follow_the_mesh():
-    local = Sequential([get_pass(n) for n in LEGALIZE_AND_LOWER])(redistribute_module(TWO_BY_W, "R, S[0]", "R, R"))
+    local = Sequential([get_pass(n) for n in LEGALIZE_AND_LOWER])(redistribute_module(TWO_BY_W, (8, 8), "R, S[0]", "R, R"))
     stats: dict = {}
     x = np.arange(64, dtype="float32").reshape(8, 8)
     got = run_disco(specialize_and_build(to_relax(local), {"num_workers": 4}), local, x, num_workers=4, stats=stats)

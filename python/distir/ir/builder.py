@@ -24,6 +24,8 @@ formats text to parse::
   takes a list of dims, a tuple argument a list of values, a tensor argument a numpy
   array (a constant); ``b.const(value, dtype)`` makes a constant explicitly.
 - ``b.bind(expr)``, ``b.tuple(*values)``, ``b.get_item(t, i)`` bind other values.
+- Bindings outside ``with b.dataflow()`` form plain blocks, or dataflow blocks with
+  ``FunctionBuilder(..., dataflow=True)``.
 - ``FunctionBuilder(..., plain_bindings=True)`` gives bindings their layout-free types
   (as text annotating them ``R.Tensor`` does): only the parameters (and ``R.dist.*``
   calls) carry layouts, and propagate-sharding lays out the rest.
@@ -226,13 +228,15 @@ class FunctionBuilder:
     """Builds one function binding by binding; see the module docstring."""
 
     def __init__(self, name: str, meshes: Sequence[DeviceMesh] = (), attrs: dict | None = None, *,
-                 plain_bindings: bool = False):
+                 plain_bindings: bool = False, dataflow: bool = False):
         self.name = name
         self.meshes = tuple(meshes)
         self.plain_bindings = plain_bindings
+        self.default_dataflow = dataflow  # what a binding outside ``with b.dataflow()`` joins
         self.attrs = dict(attrs or {})
         self.params: list[Var] = []
         self._blocks: list[tuple[bool, list[Binding]]] = []  # (is_dataflow, bindings)
+        self._open: list[Binding] | None = None  # the block bindings go to now
         self._in_dataflow = False
         self._names: set[str] = set()
         self._count = 0
@@ -261,10 +265,12 @@ class FunctionBuilder:
             raise BuilderError("dataflow blocks cannot be nested")
         self._in_dataflow = True
         self._blocks.append((True, []))
+        self._open = self._blocks[-1][1]
         try:
             yield
         finally:
             self._in_dataflow = False
+            self._open = None
 
     def bind(self, value: Expr, name: str | None = None, annotation: Type | None = None) -> Var:
         """Bind ``value`` to a new Var (its type inferred unless given)."""
@@ -273,9 +279,10 @@ class FunctionBuilder:
         if annotation is None:
             annotation = _plain_type(value) if self.plain_bindings else _type_of(value)
         var = Var(self._name(name), annotation)
-        if not self._in_dataflow and (not self._blocks or self._blocks[-1][0]):
-            self._blocks.append((False, []))  # inside dataflow(), its block is the last one
-        self._blocks[-1][1].append(Binding(var, value))
+        if self._open is None:
+            self._blocks.append((self.default_dataflow, []))
+            self._open = self._blocks[-1][1]
+        self._open.append(Binding(var, value))
         return var
 
     def call(self, op: str | OpDef, *args, name: str | None = None, **attrs) -> Var:

@@ -427,7 +427,7 @@ class Plan:
     """
 
     def __init__(self, func: Function, hook: Hook | None = None):
-        self.func = func
+        self.name = func.name  # not the function: the cache of plans holds it weakly
         c = _Compiler(func)
         self.param_slots = [c.slot(p) for p in func.params]
         self.steps: list[_Step] = []

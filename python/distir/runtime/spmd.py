@@ -429,10 +429,13 @@ class _Workers:
                     continue
             try:
                 out = fn(argv, attrs if resolve is None else resolve(ctx), ctx)
-                if expect is not None:
-                    out = _check(step, expect, out, ctx, "")
             except (DistirError, ValueError, IndexError, TypeError, ArithmeticError, KeyError, AttributeError) as err:
                 raise SpmdError(f"binding '{step.name}' = {step.what}(...) on worker {w}: {err}") from err
+            if expect is not None:
+                try:
+                    out = _check(step, expect, out, ctx, "")
+                except RunError as err:
+                    raise SpmdError(f"{err} (on worker {w})") from None
             if shared:
                 memo[key] = (argv, out)  # argv kept alive, so no other object takes its ids
             env[slot] = out
