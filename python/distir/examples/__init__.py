@@ -2,7 +2,7 @@
 
 Each ``<name>.py`` here is distir IR in TVMScript syntax: read by :func:`distir.parse`,
 never imported. They are package data so that ``distir demo`` and the docs work from a
-plain ``pip install``. :func:`llama_stack` generates the text of Llama-like models of any depth.
+plain ``pip install``. :func:`llama_stack` builds Llama-like models of any depth (with the IR builder).
 """
 
 from __future__ import annotations
