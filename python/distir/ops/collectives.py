@@ -176,7 +176,7 @@ def _groups(attrs, env):
 
 def _reduce_stack(op: str, stacked: np.ndarray) -> np.ndarray:
     """The reduction of the arrays stacked on axis 0, added in worker order, in the arrays' dtype."""
-    out = _REDUCE[op].reduce(stacked, axis=0)
+    out = np.asarray(_REDUCE[op].reduce(stacked, axis=0))  # an array, also for 0-d values
     if op == "avg":
         out = out / len(stacked)
     return out.astype(stacked.dtype, copy=False)

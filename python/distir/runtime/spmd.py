@@ -12,8 +12,9 @@ One evaluator: the function runs as the interpreter's compiled plan
 (:func:`distir.runtime.interpreter.compile_function`), binding by binding in lock step
 over the workers, each with its own slots and a run context binding ``worker_id`` to its
 device id. Every intermediate value is checked against its local type, as the interpreter
-does (but for an op whose attributes name ``worker_id``: a worker outside the mesh of a
-worker-indexed slice cuts nothing meaningful, and holds no value for what it meets). A collective (``R.ccl.<kind>`` of a step kind with ``simulate``, see
+does, collectives' outputs included (but for an op whose attributes name ``worker_id``: a
+worker outside the mesh of a worker-indexed slice cuts nothing meaningful, and holds no
+value for what it meets). A collective (``R.ccl.<kind>`` of a step kind with ``simulate``, see
 :mod:`distir.ir.steps`) is a hook of the plan: it gets all workers' inputs at once and
 returns the outputs of the workers that take part. Workers whose arguments are the very
 same arrays (replicas, the output of a collective) compute an op once and share the
@@ -386,7 +387,7 @@ class _Workers:
                 env[slot] = a if pieces is None else pieces.get(w)
             self.sparse |= pieces is not None and len(pieces) < len(self.lanes)
 
-    def collective(self, step, hook: _Collective, stats: SpmdStats | None) -> None:
+    def collective(self, step, hook: _Collective, stats: SpmdStats | None, check: bool) -> None:
         arg = step.args
         xs = {w: arg(env, ctx)[0] for w, env, ctx in self.lanes}
         if hook.sender is not None:
@@ -397,9 +398,16 @@ class _Workers:
                     "hold no value for the input (is the input on another mesh?)"
                 )
         outs, sent = hook.kind.simulate(xs, hook.attrs, self.ctxs[0])
-        slot = step.slot
-        for w, env, _ in self.lanes:
-            env[slot] = outs.get(w)
+        slot, checked = step.slot, set()
+        for w, env, ctx in self.lanes:
+            out = outs.get(w)
+            if check and step.expect is not None and out is not None and id(out) not in checked:  # shared: once
+                checked.add(id(out))
+                try:
+                    out = _check(step, step.expect, out, ctx, "")
+                except RunError as err:
+                    raise SpmdError(f"{err} (on worker {w})") from None
+            env[slot] = out
         self.sparse |= len(outs) < len(self.lanes)
         if stats is not None:
             stats.records.append(CollectiveRecord(step.name, step.what[2:], hook.kind.name, int(sent)))
@@ -459,7 +467,7 @@ class _Workers:
                 if mode == "call":
                     self.call(step, shared, per_worker_attrs, check)
                 elif mode == "collective":
-                    self.collective(step, step.hook, stats)
+                    self.collective(step, step.hook, stats, check)
                 else:
                     self.value(step, check)
             return {w: plan.result(env, ctx) for w, env, ctx in self.lanes}
