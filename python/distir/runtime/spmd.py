@@ -316,6 +316,7 @@ class _Program:
     # per step: "collective", "call" (with whether workers may share a result and whether its
     # attributes differ per worker), or "value"
     modes: list[tuple[str, bool, bool]]
+    dead: list[list[int]]  # per step: the slots read for the last time there (freed after it)
 
 
 _PROGRAMS: weakref.WeakKeyDictionary[Function, _Program] = weakref.WeakKeyDictionary()
@@ -338,8 +339,29 @@ def _program(func: Function) -> _Program:
                 modes.append(("call", not reads_worker, per_worker_attrs))
             else:
                 modes.append(("value", False, False))
-        prog = _PROGRAMS[func] = _Program(plan, modes)
+        prog = _PROGRAMS[func] = _Program(plan, modes, _last_uses(func, plan))
     return prog
+
+
+def _last_uses(func: Function, plan: Plan) -> list[list[int]]:
+    """Per step, the slots no later step (nor the result) reads: W workers' copies of every
+    intermediate need not live to the end."""
+    from ..ir.expr import leaf_vars
+
+    slot_of = {id(p): i for p, i in zip(func.params, plan.param_slots)}
+    bindings = list(func.bindings())
+    last: dict[int, int] = {}
+    for i, (b, step) in enumerate(zip(bindings, plan.steps)):
+        for v in leaf_vars(b.value):
+            if id(v) in slot_of:
+                last[slot_of[id(v)]] = i
+        slot_of[id(b.var)] = step.slot
+    for v in leaf_vars(func.result):
+        last.pop(slot_of.get(id(v)), None)
+    dead: list[list[int]] = [[] for _ in plan.steps]
+    for slot, i in last.items():
+        dead[i].append(slot)
+    return dead
 
 
 # ---------------------------------------------------------------- a run
@@ -463,13 +485,16 @@ class _Workers:
         """Every binding in lock step; each worker's result."""
         plan = self.prog.plan
         with np.errstate(all="ignore"):  # inf/nan are values here (masks use -inf), as in the interpreter
-            for step, (mode, shared, per_worker_attrs) in zip(plan.steps, self.prog.modes):
+            for step, (mode, shared, per_worker_attrs), dead in zip(plan.steps, self.prog.modes, self.prog.dead):
                 if mode == "call":
                     self.call(step, shared, per_worker_attrs, check)
                 elif mode == "collective":
                     self.collective(step, step.hook, stats, check)
                 else:
                     self.value(step, check)
+                for slot in dead:
+                    for env in self.envs:
+                        env[slot] = None
             return {w: plan.result(env, ctx) for w, env, ctx in self.lanes}
 
 
