@@ -16,10 +16,11 @@ does, collectives' outputs included (but for an op whose attributes name ``worke
 worker outside the mesh of a worker-indexed slice cuts nothing meaningful, and holds no
 value for what it meets). A collective (``R.ccl.<kind>`` of a step kind with ``simulate``, see
 :mod:`distir.ir.steps`) is a hook of the plan: it gets all workers' inputs at once and
-returns the outputs of the workers that take part. Workers whose arguments are the very
-same arrays (replicas, the output of a collective) compute an op once and share the
-result, unless the op may read the worker id (its attributes name ``worker_id``, or it is
-a step kind's local op).
+returns the outputs of the workers that take part. A worker whose arguments are the very
+same arrays as the previous worker's (replicas, the output of a collective) takes that
+worker's result instead of computing it again, unless the op may read the worker id (its
+attributes name ``worker_id``, or it is a step kind's local op). Each intermediate is
+dropped after its last use.
 
 Which worker computes what (several meshes, e.g. pipeline stages): a worker outside a
 tensor's mesh holds **no value** for it (``None`` here). A parameter laid out on a mesh
@@ -382,6 +383,14 @@ def _same(a):
     return a if t is int or t is str else id(a)
 
 
+def _identical(argv: list, before: list) -> bool:
+    """Whether two workers' arguments are the same arrays (and equal shapes and integers)."""
+    for a, b in zip(argv, before):
+        if a is not b and not (type(a) is tuple and type(b) is tuple and _same(a) == _same(b)):
+            return False
+    return True
+
+
 def _lacks(argv: list) -> bool:
     for a in argv:
         if a is None or (type(a) is tuple and _holds_nothing(a)):
@@ -401,7 +410,7 @@ class _Workers:
         self.lanes = list(zip(devices, self.envs, self.ctxs))
         self.sparse = False  # some worker holds no value for some variable (it is outside a mesh)
 
-    def scatter(self, func: Function, types: Sequence[Type], arrays: Sequence[np.ndarray], values, rng) -> None:
+    def scatter(self, types: Sequence[Type], arrays: Sequence[np.ndarray], values, rng) -> None:
         """Each worker's piece of each input (nothing outside the input's mesh)."""
         for slot, t, a in zip(self.prog.plan.param_slots, types, arrays):
             pieces = shard_input(t, a, values, rng) if isinstance(t, DTensorType) else None
@@ -435,7 +444,8 @@ class _Workers:
             stats.records.append(CollectiveRecord(step.name, step.what[2:], hook.kind.name, int(sent)))
 
     def call(self, step, shared: bool, per_worker_attrs: bool, check: bool) -> None:
-        """An op on every worker holding its arguments; workers with the same arguments share one result."""
+        """An op on every worker holding its arguments; a worker whose arguments are those of the
+        worker before it (replicas; the devices of a group are neighbours) takes its result."""
         # a slice at the worker's own offset is not checked: a worker outside that mesh (but in
         # another) cuts nothing meaningful, and holds no value for the tensor it is used with
         args, fn, slot = step.args, step.fn, step.slot
@@ -444,19 +454,17 @@ class _Workers:
         if step.resolve is not None and not per_worker_attrs:
             attrs = step.resolve(self.ctxs[0])  # the same for every worker: evaluated once
         resolve = step.resolve if per_worker_attrs else None
-        memo: dict[tuple, tuple] = {}
         sparse = self.sparse
+        before: list | None = None  # the arguments of the last result computed (kept alive with it)
+        out = None
         for w, env, ctx in self.lanes:
             argv = args(env, ctx)
             if sparse and _lacks(argv):
                 env[slot] = None
                 continue
-            if shared:
-                key = tuple(map(_same, argv))
-                hit = memo.get(key)
-                if hit is not None:
-                    env[slot] = hit[1]
-                    continue
+            if before is not None and _identical(argv, before):
+                env[slot] = out
+                continue
             try:
                 out = fn(argv, attrs if resolve is None else resolve(ctx), ctx)
             except (DistirError, ValueError, IndexError, TypeError, ArithmeticError, KeyError, AttributeError) as err:
@@ -467,7 +475,7 @@ class _Workers:
                 except RunError as err:
                     raise SpmdError(f"{err} (on worker {w})") from None
             if shared:
-                memo[key] = (argv, out)  # argv kept alive, so no other object takes its ids
+                before = argv
             env[slot] = out
 
     def value(self, step, check: bool) -> None:
@@ -532,7 +540,7 @@ def run_spmd(
     check_divisible(mod, values, "inputs with")
     devices = _devices(mod, values)
     workers = _Workers(_program(f), devices, values)
-    workers.scatter(f, f.attrs[GLOBAL_PARAMS], inputs, values, np.random.default_rng(seed))
+    workers.scatter(f.attrs[GLOBAL_PARAMS], inputs, values, np.random.default_rng(seed))
     if stats is not None:
         stats.num_workers = devices[-1] + 1  # the session, as Disco runs it: ids in no mesh idle
         stats.simulated = len(devices)
