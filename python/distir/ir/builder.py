@@ -298,14 +298,16 @@ class FunctionBuilder:
     @staticmethod
     def const(value, dtype: str | None = None) -> Constant:
         """A constant (``R.const``): ``dtype`` defaults to float32, int64 or bool after the value."""
-        from ..ops._common import np_dtype
-
         if dtype is None:
             first = value
             while isinstance(first, (list, tuple)) and first:
                 first = first[0]
             dtype = "bool" if isinstance(first, bool) else "int64" if isinstance(first, int) else "float32"
-        return Constant(np.array(value, dtype=np_dtype(dtype)))
+        if dtype == "bfloat16":  # not a numpy dtype: ml_dtypes has it (as distir.ops reads it)
+            import ml_dtypes
+
+            return Constant(np.array(value, dtype=ml_dtypes.bfloat16))
+        return Constant(np.array(value, dtype=np.dtype(dtype)))
 
     def ret(self, value: Expr | Sequence[Expr], ret_type: Type | None = None) -> Function:
         """End the function returning ``value`` (a list: a tuple of them); returns the Function."""
