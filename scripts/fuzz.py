@@ -1342,7 +1342,8 @@ def _tvm_case(text, dims, seed, workers, rtol, atol, per_count):
     try:
         import tvm
 
-        from distir.tvm import run_disco, specialize_and_build, to_relax
+        from distir.driver import run_disco
+        from distir.tvm import specialize_and_build, to_relax
 
         exported = to_relax(lowered)
     except Exception as e:  # noqa: BLE001

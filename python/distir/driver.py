@@ -33,7 +33,9 @@ written once::
   (:mod:`distir.tvm`) is imported only when asked for.
 - :func:`compare` / :func:`compare_outputs`: the one comparison of outputs (of
   :func:`flat_outputs`); :func:`random_inputs`: inputs for a module's global signature;
-  :func:`tvm_builder`: the per-count TVM build of ``distir sweep --build``.
+  :func:`tvm_builder`: the per-count TVM build of ``distir sweep --build``;
+  :func:`run_disco`: a TVM build run on Disco threads from and to global arrays (the
+  simulator's cutting and reassembly around :mod:`distir.tvm`'s run of the pieces).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from .errors import DistirError
 from .ir import sym
 from .ir.expr import IRModule
 from .runtime import run as run_single
+from .runtime.interpreter import bind_params
 from .runtime.spmd import SpmdStats, run_spmd
 from .transform.specialize import specialize
 
@@ -60,6 +63,7 @@ __all__ = [
     "compare_outputs",
     "flat_outputs",
     "random_inputs",
+    "run_disco",
     "tvm_builder",
 ]
 
@@ -206,6 +210,80 @@ def tvm_builder() -> Callable[[IRModule, Mapping[str, int]], Any]:
         return specialize_and_build(hit[1], dict(values))
 
     return build
+
+
+def run_disco(
+    built,
+    local_mod: IRModule,
+    *global_arrays: np.ndarray,
+    num_workers: int,
+    func: str = "main",
+    symbol: str = "num_workers",
+    seed: int = 0,
+    stats: dict | None = None,
+    rtol: float = 1e-5,
+    atol: float = 1e-6,
+):
+    """Run a TVM build on Disco threads from and to global arrays, as the simulator takes them.
+
+    ``built`` is what ``tvm.compile`` made of ``distir.tvm.to_relax(local_mod)`` (bound to
+    ``num_workers`` or not); ``local_mod`` is the local-view module that was exported
+    (symbolic or specialized), whose recorded global signature says how to cut the inputs:
+    as :func:`distir.runtime.run_spmd` cuts them (a worker outside an input's mesh gets
+    zeros, since every Disco worker runs the program), and the outputs are reassembled as
+    it reassembles them. ``num_workers`` is the value of ``symbol``. Pass a dict as
+    ``stats`` to get Disco's session size and groups, collective calls and bytes sent.
+    Errors are DiscoRunError, raised before any worker thread starts where they can be.
+    """
+    from .runtime.spmd import SpmdError, assemble_output
+    from .transform.lower_to_local import GLOBAL_PARAMS, GLOBAL_RESULT
+    from .transform.specialize import check_divisible
+
+    dtvm = _import_tvm("run_disco needs distir.tvm and Apache TVM, which cannot be imported here")
+    from .tvm.disco import check_dtypes, run_pieces
+
+    if func not in local_mod.functions:
+        raise dtvm.DiscoRunError(f"the module has no function '{func}' (it has: {', '.join(local_mod.functions)})")
+    f = local_mod.functions[func]
+    gparams = list(f.attrs.get(GLOBAL_PARAMS, [p.type for p in f.params]))
+    gresult = f.attrs.get(GLOBAL_RESULT, f.result.type)
+    arrays = [np.asarray(a) for a in global_arrays]
+    check_dtypes(gparams, arrays, [p.name for p in f.params])
+    try:
+        arrays, values = bind_params(f, arrays, {symbol: int(num_workers)}, types=gparams)
+    except DistirError as err:  # a wrong rank or size
+        raise dtvm.DiscoRunError(str(err)) from None
+    check_divisible(local_mod, values, "inputs with")  # the export asserts it too, but inside a worker thread
+    outputs = run_pieces(built, func, len(f.params), values,
+                         lambda total: _disco_pieces(f, gparams, arrays, values, total, seed), stats)
+    try:
+        return assemble_output(gresult.substitute(values), outputs, values, f"the result of @{func}", rtol, atol)
+    except SpmdError as err:
+        raise dtvm.DiscoRunError(str(err)) from None
+
+
+def _disco_pieces(f, gparams, arrays, values, total: int, seed: int) -> list[dict[int, np.ndarray]]:
+    """Each input cut into every worker's piece by the global signature (zeros outside its mesh)."""
+    from .ir.layout import local_shape
+    from .ir.types import DTensorType
+    from .runtime.spmd import shard_input
+    from .tvm.errors import DiscoRunError
+
+    rng = np.random.default_rng(seed)
+    pieces: list[dict[int, np.ndarray]] = []
+    for p, t, a in zip(f.params, gparams, arrays):
+        if isinstance(t, DTensorType):
+            want = tuple(sym.evaluate(d, values) for d in local_shape(t.shape, t.mesh, t.placement))
+            per = shard_input(t, a, values, rng)
+            for w in range(total):  # a worker outside the mesh still runs the program: give it zeros
+                per.setdefault(w, np.zeros(want, dtype=a.dtype))
+        else:
+            per = {w: a for w in range(total)}
+            want = a.shape
+        if any(per[w].shape != want for w in range(total)):
+            raise DiscoRunError(f"input '{p.name}': pieces do not have the local shape {want}")
+        pieces.append(per)
+    return pieces
 
 
 # ---------------------------------------------------------------- one count's result
@@ -384,8 +462,8 @@ class Driver:
         result.timings["build"] = time.perf_counter() - t0
         result.disco = {}
         t0 = time.perf_counter()
-        out = dtvm.run_disco(built, self.local, *inputs, num_workers=n, func=self.func, symbol=self.symbol,
-                             seed=seed, stats=result.disco)
+        out = run_disco(built, self.local, *inputs, num_workers=n, func=self.func, symbol=self.symbol,
+                        seed=seed, stats=result.disco)
         result.timings["run"] = time.perf_counter() - t0
         return out
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import distir.ops  # noqa: F401  (declares the ops the builder calls)
 from distir.ir import DeviceMesh, IRModule, Placement
 from distir.ir.builder import FunctionBuilder, dtensor, mesh, module_of
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import distir
+import distir.ops
 from distir.errors import TypeInferenceError
 from distir.ir import DTensorType, TensorType, TupleType, assert_structural_equal, sym, verify
 from distir.ir.builder import BuilderError, FunctionBuilder, dim, dtensor, mesh, module_of, tensor

@@ -78,7 +78,8 @@ class Module:
     ],
 )
 def test_device_lists_in_any_order_on_disco(mesh, src, dst):
-    from distir.tvm import run_disco, specialize_and_build, to_relax
+    from distir.driver import run_disco
+    from distir.tvm import specialize_and_build, to_relax
 
     x = np.arange(144, dtype="float32").reshape(12, 12) + 1
     local = distribute_pipeline()(redistribute_module(mesh, (12, 12), src, dst))
@@ -154,7 +155,8 @@ def test_a_dynamic_size_that_divides_still_runs(dynamic_local):
 
 
 def test_a_dynamic_size_that_does_not_divide_stops_disco_before_the_workers_start(dynamic_local):
-    from distir.tvm import run_disco, specialize_and_build, to_relax
+    from distir.driver import run_disco
+    from distir.tvm import specialize_and_build, to_relax
 
     built = specialize_and_build(to_relax(dynamic_local), {"num_workers": 2})
     with pytest.raises(DistirError, match=r"dim 0 has size 7, which does not divide evenly by 2"):

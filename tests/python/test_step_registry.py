@@ -123,7 +123,8 @@ def test_a_step_kind_declared_once_is_planned_lowered_simulated_and_exported(toy
         np.testing.assert_array_equal(run_spmd(specialize(local, {"num_workers": w}), x, stats=stats), x)
         assert stats.total_bytes == 0
 
-    from distir.tvm import run_disco, specialize_and_build, to_relax
+    from distir.driver import run_disco
+    from distir.tvm import specialize_and_build, to_relax
 
     exported = to_relax(local)
     for w in (1, 2, 4):

@@ -9,7 +9,7 @@ import tvm
 
 import distir
 from distir import examples
-from distir.driver import Driver, compare, random_inputs
+from distir.driver import Driver, compare, random_inputs, run_disco
 from distir.ir import (
     DeviceMesh,
     Range,
@@ -18,7 +18,7 @@ from distir.ir import (
 from distir.runtime import run
 from distir.transform import Sequential, get_pass
 from distir.transform.pipelines import distribute_pipeline
-from distir.tvm import DiscoRunError, run_disco, specialize_and_build, to_relax
+from distir.tvm import DiscoRunError, specialize_and_build, to_relax
 from helpers import redistribute_module
 
 W = sym.var("num_workers")

@@ -14,11 +14,11 @@ import tvm
 from tvm import relax, tirx
 
 import distir
-from distir.driver import compare, random_inputs
+from distir.driver import compare, random_inputs, run_disco
 from distir.ir import Binding, Block, Call, Function, IRModule, OpDef, Param, TensorType, Var, all_ops
 from distir.runtime import run
 from distir.transform.pipelines import distribute_pipeline
-from distir.tvm import DISCO_LAYOUT_FUNC, TvmExportError, run_disco, specialize_and_build, to_relax
+from distir.tvm import DISCO_LAYOUT_FUNC, TvmExportError, specialize_and_build, to_relax
 from distir.tvm.ops import SUPPORTED_OPS
 
 MESH_1D = 'I.module_global_infos({"mesh": [R.device_mesh(("num_workers",), I.Range(0, "num_workers"))]})'

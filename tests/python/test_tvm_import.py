@@ -7,12 +7,13 @@ import pytest
 import tvm
 
 import distir
+from distir.driver import run_disco
 from distir.ir import Binding, Block, Call, DTensorType, IRModule, Placement, Range, ShapeExpr, assert_structural_equal
 from distir.runtime import run
 from distir.runtime.spmd import run_spmd
 from distir.transform.pipelines import distribute_pipeline
 from distir.transform.specialize import specialize
-from distir.tvm import TvmImportError, from_relax, run_disco, specialize_and_build, to_relax
+from distir.tvm import TvmImportError, from_relax, specialize_and_build, to_relax
 from test_script_roundtrip import CORPUS
 from test_script_tvm import STATIC_2D, TVM_SUBSET
 

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 import test_runtime_sharded_ops as sharded
+from distir.driver import run_disco
 from distir.runtime import run
 from distir.transform.pipelines import distribute_pipeline
-from distir.tvm import run_disco, specialize_and_build, to_relax
+from distir.tvm import specialize_and_build, to_relax
 
 COUNTS = (1, 2, 4)
 

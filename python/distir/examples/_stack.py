@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+from .. import ops
 from ..errors import DistirError
 from ..ir import IRModule
 from ..ir.builder import FunctionBuilder, dtensor, mesh, module_of, tensor

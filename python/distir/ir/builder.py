@@ -30,6 +30,8 @@ formats text to parse::
   (as text annotating them ``R.Tensor`` does): only the parameters (and ``R.dist.*``
   calls) carry layouts, and propagate-sharding lays out the rest.
 - Var names: ``name=``, else ``v0, v1, ...``; a name is bound once per function.
+- Ops come from the registry, which importing :mod:`distir.ops` fills (as every layer
+  above the IR does; the IR does not import it).
 - :func:`tensor`, :func:`dtensor`, :func:`mesh` make types and meshes from the same
   shorthand.
 """
@@ -60,7 +62,7 @@ from .expr import (
     Var,
 )
 from .mesh import DeviceMesh, Range
-from .op import OpDef, Param, get_op, has_dtensor
+from .op import OpDef, Param, all_ops, get_op, has_dtensor
 from .placement import Placement
 from .sym import Dim
 from .types import DTensorType, TensorType, Type
@@ -167,7 +169,8 @@ def _call(op_name: str | OpDef, args: Sequence, kwargs: dict, meshes: Sequence[D
     """The call the text ``R.<op>(*args, **kwargs)`` would parse to."""
     op = op_name if isinstance(op_name, OpDef) else get_op(op_name)
     if op is None:
-        raise BuilderError(f"unknown op 'R.{op_name}'")
+        empty = not all_ops()  # the IR does not import the ops: the layers above it do
+        raise BuilderError(f"unknown op 'R.{op_name}'" + ("; no op is declared yet: import distir.ops" if empty else ""))
     params = op.params
     if len(args) > len(params):
         raise BuilderError(f"R.{op.name} takes {len(params)} arguments ({', '.join(p.name for p in params)}), got {len(args)}")

@@ -3,8 +3,9 @@
 - :func:`to_relax`: a local-view module as a real ``tvm.IRModule`` of standard Relax ops,
   collectives as calls to Disco's runtime functions, ``num_workers`` symbolic until
   ``relax.transform.BindSymbolicVars`` specializes it;
-- :func:`run_disco`: run what ``tvm.compile`` built on a Disco ``ThreadedSession`` with
-  the project's CPU collectives, from and to global arrays;
+- :func:`run_pieces` (in :mod:`distir.tvm.disco`): run what ``tvm.compile`` built on a
+  Disco ``ThreadedSession`` with the project's CPU collectives, on every worker's piece of
+  the inputs (:func:`distir.driver.run_disco` runs it from and to global arrays);
 - :func:`from_relax`: a TVM Relax module using ``R.dist`` as a distir module.
 
 See docs/tvm.md.
@@ -22,14 +23,13 @@ __all__ = [
     "TvmExportError",
     "TvmImportError",
     "from_relax",
-    "run_disco",
     "specialize_and_build",
     "to_relax",
 ]
 
 
 def __getattr__(name: str):
-    if name in ("run_disco", "specialize_and_build"):
+    if name == "specialize_and_build":
         from . import disco
 
         return getattr(disco, name)

@@ -1,11 +1,11 @@
 """Build and run an exported module on TVM's Disco runtime.
 
-:func:`run_disco` takes what ``tvm.compile`` built from :func:`distir.tvm.to_relax`'s
-export (specialized with ``BindSymbolicVars``), the distir local-view module that was
-exported (its recorded global signature says how to cut the inputs), and global arrays.
-It cuts the inputs into each worker's piece, starts a Disco ``ThreadedSession`` with the
-CPU collectives of :mod:`distir.tvm.cpu_ccl`, scatters the pieces through Disco, calls
-the function on every worker and reassembles the outputs.
+:func:`run_pieces` takes what ``tvm.compile`` built from :func:`distir.tvm.to_relax`'s
+export (specialized with ``BindSymbolicVars``) and every worker's piece of every input,
+starts a Disco ``ThreadedSession`` with the CPU collectives of :mod:`distir.tvm.cpu_ccl`,
+scatters the pieces through Disco, calls the function on every worker and returns each
+worker's outputs. Cutting global arrays into pieces and reassembling the outputs is the
+simulator's (:mod:`distir.runtime.spmd`); :func:`distir.driver.run_disco` joins the two.
 
 An error inside a Disco worker thread aborts the whole process (TVM 0.27 does not catch
 it there), so everything that can be checked is checked first, in the caller's thread:
@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib
 import os
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -26,15 +26,12 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from ..ir import sym
-from ..ir.expr import IRModule
-from ..ir.layout import local_shape
 from ..ir.types import DTensorType, TensorType, Type
 from . import cpu_ccl
 from .errors import DiscoRunError
 from .export import DISCO_LAYOUT_FUNC, SIZE_PREFIX
 
-__all__ = ["load_disco", "run_disco", "specialize_and_build", "symbolic_var_names"]
+__all__ = ["check_dtypes", "load_disco", "run_pieces", "specialize_and_build", "symbolic_var_names"]
 
 _DISCO = None
 
@@ -120,7 +117,8 @@ def _layout(vm, values: Mapping[str, int]) -> tuple[int, int]:
     return int(out[0]), int(out[1])
 
 
-def _check_inputs(gparams: Sequence[Type], arrays: Sequence[np.ndarray], names: Sequence[str]) -> None:
+def check_dtypes(gparams: Sequence[Type], arrays: Sequence[np.ndarray], names: Sequence[str]) -> None:
+    """The number and dtypes of the inputs, as the built function will want them."""
     if len(arrays) != len(gparams):
         raise DiscoRunError(f"the function takes {len(gparams)} inputs ({', '.join(names)}), got {len(arrays)}")
     for name, t, a in zip(names, gparams, arrays):
@@ -139,51 +137,30 @@ def _to_numpy(value: Any):
     return value
 
 
-def run_disco(
+def run_pieces(
     built,
-    local_mod: IRModule,
-    *global_arrays: np.ndarray,
-    num_workers: int,
-    func: str = "main",
-    symbol: str = "num_workers",
-    seed: int = 0,
+    func: str,
+    n_params: int,
+    values: Mapping[str, int],
+    pieces_for: Callable[[int], Sequence[Mapping[int, np.ndarray]]],
     stats: dict | None = None,
-    rtol: float = 1e-5,
-    atol: float = 1e-6,
-):
-    """Run ``built`` on a Disco ThreadedSession; return the global outputs (module docstring).
+) -> dict[int, Any]:
+    """Run ``built``'s ``func`` on a Disco ThreadedSession; each worker's outputs.
 
-    ``local_mod`` is the local-view module that was exported (symbolic or specialized);
-    ``num_workers`` is the value of ``symbol``. Pass a dict as ``stats`` to get the
-    collectives' call counts and bytes sent.
+    ``values`` gives the sizes the build takes as parameters; ``pieces_for(total)`` gives,
+    per parameter, every worker's array of a session of ``total`` workers (known once the
+    build says its layout). Pass a dict as ``stats`` to get the collectives' call counts
+    and bytes sent.
     """
-    from ..runtime.interpreter import bind_params
-    from ..runtime.spmd import SpmdError, assemble_output
-    from ..transform.lower_to_local import GLOBAL_PARAMS, GLOBAL_RESULT
-    from ..transform.specialize import check_divisible
-
     disco = load_disco()
-    if func not in local_mod.functions:
-        raise DiscoRunError(f"the module has no function '{func}' (it has: {', '.join(local_mod.functions)})")
-    f = local_mod.functions[func]
-    gparams = list(f.attrs.get(GLOBAL_PARAMS, [p.type for p in f.params]))
-    gresult = f.attrs.get(GLOBAL_RESULT, f.result.type)
-    arrays = [np.asarray(a) for a in global_arrays]
-    _check_inputs(gparams, arrays, [p.name for p in f.params])
-    try:
-        arrays, values = bind_params(f, arrays, {symbol: int(num_workers)}, types=gparams)
-    except Exception as err:  # noqa: BLE001 - RunError and symbolic errors, reported the same way
-        raise DiscoRunError(str(err)) from None
-    check_divisible(local_mod, values, "inputs with")  # the export asserts it too, but inside a worker thread
-
     with tempfile.TemporaryDirectory(prefix="distir-disco-") as tmp:
         path = os.path.join(tmp, "module.so")
         built.export_library(path)
         # the local VM reads the shared library just written (no second code generation)
         vm = relax.VirtualMachine(tvm.runtime.load_module(path), tvm.cpu())
-        size_names = _size_params(vm, func, len(f.params))
+        size_names = _size_params(vm, func, n_params)
         total, groups = _layout(vm, values)
-        pieces = _input_pieces(f, gparams, arrays, values, total, seed)
+        pieces = pieces_for(total)
         with cpu_ccl.session(total, groups) as state:
             sess = disco.ThreadedSession(total, groups)
             try:
@@ -192,31 +169,7 @@ def run_disco(
                 sess.shutdown()
     if stats is not None:
         stats.update(num_workers=total, num_groups=groups, calls=dict(state.calls), bytes_sent=state.bytes_sent)
-    try:
-        return assemble_output(gresult.substitute(values), outputs, values, f"the result of @{func}", rtol, atol)
-    except SpmdError as err:
-        raise DiscoRunError(str(err)) from None
-
-
-def _input_pieces(f, gparams, arrays, values, total: int, seed: int) -> list[dict[int, np.ndarray]]:
-    """Each input cut into every worker's piece by the global signature (zeros outside its mesh)."""
-    from ..runtime.spmd import shard_input
-
-    rng = np.random.default_rng(seed)
-    pieces: list[dict[int, np.ndarray]] = []
-    for p, t, a in zip(f.params, gparams, arrays):
-        if isinstance(t, DTensorType):
-            want = tuple(sym.evaluate(d, values) for d in local_shape(t.shape, t.mesh, t.placement))
-            per = shard_input(t, a, values, rng)
-            for w in range(total):  # a worker outside the mesh still runs the program: give it zeros
-                per.setdefault(w, np.zeros(want, dtype=a.dtype))
-        else:
-            per = {w: a for w in range(total)}
-            want = a.shape
-        if any(per[w].shape != want for w in range(total)):
-            raise DiscoRunError(f"input '{p.name}': pieces do not have the local shape {want}")
-        pieces.append(per)
-    return pieces
+    return outputs
 
 
 def _call(sess, state, path: str, func: str, size_names, values, pieces, total: int) -> dict[int, Any]:
