@@ -89,8 +89,7 @@ def random_inputs(
     ``[0, int_high)`` (valid indices into any table with at least that many rows); bools are
     fair coins.
     """
-    from .ir.types import DTensorType, TensorType
-    from .ops._common import np_dtype
+    from .ir.types import DTensorType, TensorType, np_dtype
     from .transform.lower_to_local import GLOBAL_PARAMS
 
     if func not in mod.functions:

@@ -98,3 +98,16 @@ def test_readme_python_example_runs(tmp_path):
     assert proc.returncode == 0, proc.stderr
     for w in (1, 2, 4, 8):
         assert f"{w} workers: all_reduce x2" in proc.stdout
+
+
+def test_imports_follow_the_layers():
+    """import-linter's contracts (pyproject.toml): layers, no cycles in a package, private modules kept private."""
+    import shutil
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or shutil.which("lint-imports")
+    assert exe, "lint-imports (import-linter) is not installed; pip install -e '.[test]'"
+    done = subprocess.run([exe, "--no-cache"], cwd=root, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "0 broken" in done.stdout

@@ -385,7 +385,7 @@ def test_plans_are_cached_and_long_chains_run_fast():
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_half_precision_models_run(dtype):
-    from distir.ops._common import np_dtype
+    from distir.ir.types import np_dtype
 
     x = Var("x", TensorType((4, 16), dtype))
     w = Var("w", TensorType((16, 8), dtype))

@@ -26,6 +26,15 @@ def check_dtype(dtype: str) -> str:
     return dtype
 
 
+def np_dtype(dtype: str):
+    """The numpy dtype of a distir dtype name (bfloat16 through ml_dtypes)."""
+    if dtype == "bfloat16":
+        import ml_dtypes
+
+        return ml_dtypes.bfloat16
+    return np.dtype(dtype)
+
+
 def dtype_bytes(dtype: str) -> int:
     if dtype == "bfloat16":
         return 2

@@ -17,14 +17,6 @@ from ..ir.types import shape_str as _types_shape_str
 __all__ = ["Dim", "OpDef", "Param", "ShardingRule", "TensorType", "register_op"]
 
 
-def np_dtype(dtype: str):
-    if dtype == "bfloat16":
-        import ml_dtypes
-
-        return ml_dtypes.bfloat16
-    return np.dtype(dtype)
-
-
 def expect_tensor(t: Type, op: str, what: str = "input") -> TensorType:
     if not isinstance(t, TensorType):
         raise TypeInferenceError(f"R.{op}: {what} must be a tensor, got {t}")

@@ -16,7 +16,7 @@ from ..ir import sym
 from ..ir.expr import Call, ShapeExpr
 from ..ir.layout import block_start_expr
 from ..ir.op import RelaxForm, ShardingDoc
-from ..ir.types import DTensorType, ShapeType
+from ..ir.types import DTensorType, ShapeType, np_dtype
 from ._common import (
     LAYOUT_PARTIALS,
     OpDef,
@@ -26,7 +26,6 @@ from ._common import (
     dim_value,
     dims_factors,
     expect_tensor,
-    np_dtype,
     register_op,
 )
 from .docgen import partials_text

@@ -7,7 +7,8 @@ import numpy as np
 from ..errors import TypeInferenceError
 from ..ir import sym
 from ..ir.op import RelaxForm, ShardingDoc
-from ._common import OpDef, Param, ShardingRule, TensorType, broadcast_shapes, expect_tensor, np_dtype, register_op
+from ..ir.types import np_dtype
+from ._common import OpDef, Param, ShardingRule, TensorType, broadcast_shapes, expect_tensor, register_op
 from .docgen import partials_text
 
 # a partial operand passes when the other is replicated: matmul is linear in each

@@ -10,7 +10,7 @@ from ..errors import TypeInferenceError
 from ..ir import sym
 from ..ir.expr import Call, ShapeExpr
 from ..ir.op import RelaxForm, ShardingDoc
-from ..ir.types import ShapeType, TupleType
+from ..ir.types import ShapeType, TupleType, np_dtype
 from ._common import (
     LAYOUT_PARTIALS,
     OpDef,
@@ -25,7 +25,6 @@ from ._common import (
     is_one,
     norm_axes,
     norm_axis,
-    np_dtype,
     register_op,
     shape_str,
 )

@@ -37,8 +37,7 @@ from ..ir.expr import (
     Var,
 )
 from ..ir.op import OpDef
-from ..ir.types import DTensorType, PrimType, ShapeType, TensorType, TupleType, Type
-from ..ops._common import np_dtype
+from ..ir.types import DTensorType, PrimType, ShapeType, TensorType, TupleType, Type, np_dtype
 
 __all__ = ["Plan", "RunContext", "RunError", "bind_params", "compile_function", "run"]
 

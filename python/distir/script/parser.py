@@ -949,7 +949,7 @@ class _Parser:
             dtype = self.form(dtype_from_ast, a["dtype"])
         else:
             dtype = _default_const_dtype(value)
-        from ..ops._common import np_dtype
+        from ..ir.types import np_dtype
 
         try:
             with np.errstate(all="ignore"):

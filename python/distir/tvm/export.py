@@ -43,7 +43,7 @@ from ..ir.expr import (
 from ..ir.layout import WORKER_ID
 from ..ir.mesh import DeviceMesh, Range
 from ..ir.sym import Dim
-from ..ir.types import DTensorType, PrimType, ShapeType, TensorType, TupleType, Type
+from ..ir.types import DTensorType, PrimType, ShapeType, TensorType, TupleType, Type, np_dtype
 from .errors import TvmExportError, tvm_message
 from .session import SessionPlan
 
@@ -201,7 +201,7 @@ class _FunctionExporter:
             raise self.error(f"TVM rejects the Relax form of this op: {tvm_message(err)}") from None
 
     def const(self, value, dtype: str) -> relax.Expr:
-        return relax.const(np.array(value, dtype=_np_dtype(dtype)), dtype)
+        return relax.const(np.array(value, dtype=np_dtype(dtype)), dtype)
 
     def scalar(self, d: Dim, dtype: str = "int64") -> relax.Expr:
         """A 0-d tensor holding ``d``, which may depend on the worker id.
@@ -428,13 +428,6 @@ def _proves_same(have, want: Dim) -> bool:
         return False
     return sym.prove_equal(h, want)
 
-
-def _np_dtype(dtype: str):
-    if dtype == "bfloat16":
-        import ml_dtypes
-
-        return ml_dtypes.bfloat16
-    return np.dtype(dtype)
 
 
 def _used_after_each_block(f: Function) -> list[set[Var]]:
