@@ -90,30 +90,48 @@ def mesh_start(mesh: DeviceMesh) -> Dim:
     return ids.start if isinstance(ids, Range) else ids[0]
 
 
-def _is_one(x, c: int) -> Dim:
-    """1 when the integer ``x`` equals ``c``, else 0, with + - min max only (so every backend computes it)."""
-    diff = sym.sub(x, c)
-    distance = sym.max_(diff, sym.sub(0, diff))
-    return sym.max_(0, sym.sub(1, distance))
+POSITION_PREFIX = "position_of_"
+
+
+def position_var_name(mesh: DeviceMesh) -> str:
+    """The run-time variable holding a worker's position in a mesh whose ids are not a run:
+    ``position_of_0_1_3_2`` for ``[0, 1, 3, 2]`` (the name says which list it indexes)."""
+    return POSITION_PREFIX + "_".join(str(i) for i in mesh.device_ids)
+
+
+def is_worker_var(name: str) -> bool:
+    """Whether a symbolic variable is bound per worker at run time (not a size)."""
+    return name == WORKER_ID or name.startswith(POSITION_PREFIX)
+
+
+def depends_on_worker(d: Dim) -> bool:
+    """Whether a symbolic value differs from worker to worker (it names ``worker_id`` or a position)."""
+    return sym.is_symbolic(d) and any(is_worker_var(n) for n in sym.free_vars(d))
+
+
+def worker_values(meshes, worker: int) -> dict[str, int]:
+    """The per-worker variables of ``worker``: its id, and its position in every mesh listed out of
+    order (0 where it is not a member; it holds no value of that mesh's tensors)."""
+    out = {WORKER_ID: worker}
+    for m in meshes:
+        if not ids_are_contiguous(m):
+            ids = list(m.device_ids)
+            out[position_var_name(m)] = ids.index(worker) if worker in ids else 0
+    return out
 
 
 def position_expr(mesh: DeviceMesh, worker: Dim) -> Dim:
     """Symbolic position in the mesh (row-major) of the device whose global id is ``worker``.
 
     The ``k``-th listed device holds position ``k``: for a range or an ascending run of ids
-    that is ``worker - start``; an explicit list in any other order (``[0, 1, 3, 2]``)
-    adds a correction at each device that is out of place. Meaningless for a worker
-    outside the mesh (such a worker holds no value of the mesh's tensors).
+    that is ``worker - start``; for an explicit list in any other order (``[0, 1, 3, 2]``,
+    ``[0, 2]``) it is the run-time variable :func:`position_var_name`, which the runners bind
+    per worker (:func:`worker_values`; the TVM export looks it up in the list). Meaningless
+    for a worker outside the mesh (such a worker holds no value of the mesh's tensors).
     """
-    pos = sym.sub(worker, mesh_start(mesh))
     if ids_are_contiguous(mesh):
-        return pos
-    ids = list(mesh.device_ids)
-    for k, dev in enumerate(ids):
-        shift = k - (dev - ids[0])
-        if shift:
-            pos = sym.add(pos, sym.mul(shift, _is_one(worker, dev)))
-    return pos
+        return sym.sub(worker, mesh_start(mesh))
+    return sym.var(position_var_name(mesh))
 
 
 def coord_expr(mesh: DeviceMesh, mesh_axis: int, worker: Dim) -> Dim:

@@ -56,7 +56,7 @@ import numpy as np
 from ..errors import DistirError
 from ..ir import sym
 from ..ir.expr import Call, Function, IRModule, Var
-from ..ir.layout import WORKER_ID, concrete_mesh_shape, mesh_coords
+from ..ir.layout import WORKER_ID, concrete_mesh_shape, is_worker_var, mesh_coords, worker_values
 from ..ir.mesh import DeviceMesh
 from ..ir.placement import Placement
 from ..ir.types import DTensorType, TupleType, Type
@@ -119,13 +119,14 @@ class SpmdStats:
 
 
 class WorkerContext(RunContext):
-    """The run context of one worker: the sizes, and ``worker_id`` bound to its device id."""
+    """The run context of one worker: the sizes, ``worker_id`` bound to its device id, and its
+    position in each mesh whose devices are listed out of order (see ``layout.worker_values``)."""
 
     __slots__ = ("worker",)
     worker_var = sym.var(WORKER_ID)
 
-    def __init__(self, values: Mapping[str, int], worker: int, shapes: dict | None = None):
-        super().__init__({**values, WORKER_ID: worker})
+    def __init__(self, values: Mapping[str, int], worker: int, shapes: dict | None = None, meshes=()):
+        super().__init__({**values, **worker_values(meshes, worker)})
         self.worker = worker
         if shapes is not None:  # local types do not name worker_id, so workers share evaluated shapes
             self._shapes = shapes
@@ -306,7 +307,7 @@ def _collective_hook(var: Var, call: Call) -> _Collective | None:
 def _names_worker(v) -> bool:
     if isinstance(v, (list, tuple)):
         return any(_names_worker(x) for x in v)
-    return sym.is_symbolic(v) and WORKER_ID in sym.free_vars(v)
+    return sym.is_symbolic(v) and any(is_worker_var(n) for n in sym.free_vars(v))
 
 
 @dataclass
@@ -401,12 +402,12 @@ def _lacks(argv: list) -> bool:
 class _Workers:
     """The simulated workers of one run: their device ids, slots and run contexts."""
 
-    def __init__(self, prog: _Program, devices: list[int], values: dict[str, int]):
+    def __init__(self, prog: _Program, devices: list[int], values: dict[str, int], meshes=()):
         shapes: dict = {}
         self.prog = prog
         self.devices = devices
         self.envs = [[None] * prog.plan.n_slots for _ in devices]
-        self.ctxs = [WorkerContext(values, w, shapes) for w in devices]
+        self.ctxs = [WorkerContext(values, w, shapes, meshes) for w in devices]
         self.lanes = list(zip(devices, self.envs, self.ctxs))
         self.sparse = False  # some worker holds no value for some variable (it is outside a mesh)
 
@@ -539,7 +540,7 @@ def run_spmd(
     inputs, values = bind_global_inputs(f, arrays)
     check_divisible(mod, values, "inputs with")
     devices = _devices(mod, values)
-    workers = _Workers(_program(f), devices, values)
+    workers = _Workers(_program(f), devices, values, mod.meshes())
     workers.scatter(f.attrs[GLOBAL_PARAMS], inputs, values, np.random.default_rng(seed))
     if stats is not None:
         stats.num_workers = devices[-1] + 1  # the session, as Disco runs it: ids in no mesh idle

@@ -40,7 +40,14 @@ from ..ir.expr import (
     TupleGetItem,
     Var,
 )
-from ..ir.layout import WORKER_ID
+from ..ir.layout import (
+    WORKER_ID,
+    depends_on_worker,
+    ids_are_contiguous,
+    is_worker_var,
+    position_var_name,
+    worker_values,
+)
 from ..ir.mesh import DeviceMesh, Range
 from ..ir.sym import Dim
 from ..ir.types import DTensorType, PrimType, ShapeType, TensorType, TupleType, Type, np_dtype
@@ -77,7 +84,7 @@ def size_names(exprs) -> list[str]:
     names: set[str] = set()
     for e in exprs:
         names |= sym.free_vars(e)
-    names.discard(WORKER_ID)
+    names = {n for n in names if not is_worker_var(n)}
     return sorted(names)
 
 
@@ -158,12 +165,17 @@ class _FunctionExporter:
         self.func = func
         self.plan = plan
         dims = list(function_dims(func))
-        self.uses_worker_id = any(WORKER_ID in sym.free_vars(d) for d in dims) or _needs_worker(func, plan)
+        used = set().union(*(sym.free_vars(d) for d in dims)) if dims else set()
+        self.uses_worker_id = any(is_worker_var(n) for n in used) or _needs_worker(func, plan)
+        # a worker's position in each mesh listed out of order (collectives may need it too)
+        self.position_names = sorted({position_var_name(m) for m in plan.meshes if not ids_are_contiguous(m)})
         self.names = size_names(dims)
         self.vars: dict[str, tirx.Var] = {n: tirx.Var(n, "int64") for n in self.names}
         self.env: dict[Var, relax.Expr] = {}
         self.worker_var: tirx.Var | None = None
         self._worker_tensor: relax.Expr | None = None
+        self.position_vars: dict[str, tirx.Var] = {}  # a worker's position in meshes listed out of order
+        self._position_tensors: dict[str, relax.Expr] = {}
         self._scalars: dict[Any, relax.Expr] = {}
         self.binding: Binding | None = None
         self.in_dataflow = False
@@ -175,9 +187,10 @@ class _FunctionExporter:
         if isinstance(d, int):
             return d
         values = dict(self.vars)
+        values.update(self.position_vars)
         if self.worker_var is not None:
             values[WORKER_ID] = self.worker_var
-        elif WORKER_ID in sym.free_vars(d):
+        elif depends_on_worker(d):
             raise self.error("uses the worker id, which this function does not read")
         return sym.substitute(d, values)
 
@@ -227,7 +240,9 @@ class _FunctionExporter:
         return self._scalars[key]
 
     def _emit_scalar_int64(self, d: Dim) -> relax.Expr:
-        if WORKER_ID not in sym.free_vars(d):
+        if isinstance(d, tirx.Var) and str(d.name) in self._position_tensors:
+            return self._position_tensors[str(d.name)]
+        if not any(is_worker_var(n) for n in sym.free_vars(d)):
             e = self.dim(d)
             ar = self.emit(relax.op.arange(e, e + 1, 1, "int64"))
             return self.emit(relax.op.reshape(ar, relax.ShapeExpr([])))
@@ -349,6 +364,20 @@ class _FunctionExporter:
         # the id as a tensor too, from the shape value whose entries Relax does not know (a VM builtin)
         ids = self.bb.emit(relax.op.shape_to_tensor(shape), name_hint="worker_ids")
         self._worker_tensor = self.bb.emit(relax.op.reshape(ids, relax.ShapeExpr([])), name_hint="worker_index")
+        for name in self.position_names:
+            self._emit_position(name)
+
+    def _emit_position(self, name: str) -> None:
+        """This worker's position in a mesh listed out of order: a lookup in a table by worker id,
+        as a tensor and as a shape variable (``tensor_to_shape`` + ``match_cast``)."""
+        mesh = next(m for m in self.plan.meshes if is_worker_var(name) and position_var_name(m) == name)
+        table = [worker_values([mesh], w)[name] for w in range(int(self.plan.total))]
+        pos = self.bb.emit(relax.op.take(self.const(table, "int64"), self._worker_tensor, axis=0, mode="clip"), name_hint="position")
+        self._position_tensors[name] = pos
+        shape = self.bb.emit(relax.op.tensor_to_shape(relax.op.reshape(pos, relax.ShapeExpr([1]))), name_hint="position_shape")
+        var = tirx.Var(name, "int64")
+        self.bb.match_cast(shape, relax.ShapeType([var]), name_hint="position_value")
+        self.position_vars[name] = var
 
     def _emit_size_checks(self) -> None:
         """Assert at run time that every ``a // b`` in a shape divides exactly for the given sizes.
@@ -375,7 +404,7 @@ class _FunctionExporter:
         for t in types:
             for d in _dims_of_type(t):
                 for a, b in sym.floordivs(d):
-                    if not (sym.free_vars(a) | sym.free_vars(b)) or WORKER_ID in sym.free_vars(a) | sym.free_vars(b):
+                    if not (sym.free_vars(a) | sym.free_vars(b)) or depends_on_worker(a) or depends_on_worker(b):
                         continue
                     k = (sym.key(sym.normalize(a)), sym.key(sym.normalize(b)))
                     if k in seen:

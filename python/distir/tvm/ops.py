@@ -23,7 +23,7 @@ from tvm import relax
 from ..errors import DistirError
 from ..ir import sym
 from ..ir.expr import Call
-from ..ir.layout import WORKER_ID
+from ..ir.layout import depends_on_worker
 from ..ir.op import OpDef, RelaxForm, all_ops
 from ..ir.types import TensorType
 from .collectives import collective_ops, emit_collective
@@ -142,7 +142,7 @@ def emit_strided_slice(ex: _FunctionExporter, call: Call) -> relax.Expr:
         # slice in bounds so that the kernel never reads outside the buffer.
         for i, axis in enumerate(attrs["axes"]):
             b, e = begin[i], end[i]
-            if WORKER_ID in sym.free_vars(b) and (strides is None or strides[i] == 1):
+            if depends_on_worker(b) and (strides is None or strides[i] == 1):
                 extent = sym.sub(e, b)
                 dim = x.shape[axis % x.ndim]
                 clamped = sym.clamp(b, 0, sym.sub(dim, extent))
@@ -166,7 +166,7 @@ def emit_rms_norm(ex: _FunctionExporter, call: Call) -> relax.Expr:
 def emit_triangle(ex: _FunctionExporter, call: Call) -> relax.Expr:
     """``relax.op.tril``/``triu``; with a diagonal offset that depends on the worker, a mask from index tensors."""
     k = call.op.full_attrs(call.attrs)["k"]
-    if WORKER_ID not in sym.free_vars(k):
+    if not depends_on_worker(k):
         return emit_relax_form(ex, call)
     x = ex.value(call.args[0])
     lower = call.op.name == "tril"
