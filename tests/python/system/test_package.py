@@ -14,7 +14,7 @@ from distir import examples
 from distir.errors import DistirError
 from distir.ir import verify
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def readme_commands() -> list[str]:
@@ -105,7 +105,7 @@ def test_imports_follow_the_layers():
     import shutil
     import subprocess
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or shutil.which("lint-imports")
     assert exe, "lint-imports (import-linter) is not installed; pip install -e '.[test]'"
     done = subprocess.run([exe, "--no-cache"], cwd=root, capture_output=True, text=True, check=False)

@@ -11,7 +11,7 @@ import pytest
 
 from test_fuzz_slice import fuzz
 
-FINDINGS = sorted((pathlib.Path(__file__).resolve().parents[2] / "scripts" / "fuzz_findings").glob("*.ir"))
+FINDINGS = sorted((pathlib.Path(__file__).resolve().parents[3] / "scripts" / "fuzz_findings").glob("*.ir"))
 ON_TVM = ("k1", "n01b", "n02", "n03", "n07", "n08", "n10", "n11")  # found on TVM, or broken there too
 
 

@@ -18,7 +18,7 @@ import pytest
 SEED = 0
 CASES = 80
 
-_PATH = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "fuzz.py"
+_PATH = pathlib.Path(__file__).resolve().parents[3] / "scripts" / "fuzz.py"
 
 
 def _load():
