@@ -25,9 +25,9 @@ Every case gets one class (the worst over its device counts):
   CRASH            an exception that is not a distir.errors.DistirError (or a timeout, or
                    the Disco process died): a bug
   COST-MISMATCH    numbers fine, but the simulator's bytes differ from the cost model's
-  SUSPECT-REFUSAL  a DistirError although every layout the program states divides evenly
-                   at that device count (the refusal may be a bug; listed, not fatal)
-  CLEAN-REFUSAL    a DistirError (a refusal is acceptable; its message is tallied)
+  SUSPECT-REFUSAL  a DistirError: distir computes every layout at every device count, so a
+                   refusal may be a bug (listed, not fatal)
+  CLEAN-REFUSAL    a DistirError that is a documented limitation (KNOWN_LIMITATIONS)
   OK               the numbers are equal
   INVALID          the generator wrote a program the parser or the single-device
                    interpreter rejects (the generator's fault; should stay near zero)
@@ -858,9 +858,8 @@ def max_device(program: Program, w: int) -> int:
 def generate_case(seed: int, index: int, cfg: GenConfig | None = None) -> Case:
     """Case ``index`` of run ``seed``: the same program on every machine and run.
 
-    Most cases use device counts at which every stated layout divides (a refusal teaches
-    little); about one in five also tries a count where some layout does not, and programs
-    whose layouts divide at no count are kept only now and then (never with even_only).
+    Device counts are drawn alike whether or not the stated layouts divide (distir computes
+    uneven blocks too); with even_only, only counts at which every stated layout divides.
     """
     cfg = cfg or GenConfig()
     workers = list(cfg.workers)
@@ -871,24 +870,17 @@ def generate_case(seed: int, index: int, cfg: GenConfig | None = None) -> Case:
         fits = [w for w in workers if max_device(prog, w) <= cfg.max_devices]
         if not fits:
             continue
-        good = [w for w in fits if gen.divides(prog, w)]
-        if good or (not cfg.even_only and (rng.random() < 0.1 or attempt >= 19)):
+        if not cfg.even_only or any(gen.divides(prog, w) for w in fits):
             break
     if not fits:
         fits = [min(workers)]
-    good = [w for w in fits if gen.divides(prog, w)]
-    bad = [w for w in fits if w not in good]
-    if cfg.even_only and good:
-        fits, bad = good, []
+    if cfg.even_only:
+        fits = [w for w in fits if gen.divides(prog, w)] or fits
     if not prog.uses_workers():
         ws = (fits[0],)
     else:
         k = min(cfg.counts, len(fits))
-        pool = good if good and (not bad or rng.random() < 0.8) else fits
-        ws = rng.sample(pool, min(k, len(pool)))
-        if bad and pool is good and len(ws) < k and rng.random() < 0.5:
-            ws.append(rng.choice(bad))
-        ws = tuple(sorted(ws))
+        ws = tuple(sorted(rng.sample(fits, k)))
     flags = cfg.flags()
     return Case(prog, ws, rng.randrange(1000), origin=f"--seed {seed} --only {index}" + (f" {flags}" if flags else ""))
 
@@ -909,7 +901,8 @@ class Outcome:
     message: str = ""
     key: str = ""  # what a shrunk case must keep reproducing
     detail: str = ""
-    valid: bool | None = None  # every stated layout divides evenly at this count (None: not known)
+    valid: bool | None = None  # every stated layout divides evenly at this count (None: not known); a
+    # feature of the case that tells failures apart, not a licence to refuse
 
     def line(self) -> str:
         w = f" num_workers={self.workers}" if self.workers is not None else ""
@@ -931,15 +924,9 @@ class CaseResult:
         return min(self.outcomes, key=lambda o: SEVERITY[o.cls], default=None)
 
 
-# DistirError messages that are never a reasoned refusal of the user's program, but a pass
-# finding that another pass left something inconsistent: suspect unless the stated layouts
-# do not divide (then some refusal is right, if not this one).
-INTERNAL_ERRORS = [
-    r"per-worker type .* differs from the expected",
-    r"verifier",
-    r"no worker holds a value",
-    r"holds no value",
-]
+# DistirError messages of documented limitations: a refusal with one of these is clean; any
+# other refusal is a suspect. (None today: distir computes every layout at every count.)
+KNOWN_LIMITATIONS: list[str] = []
 
 
 class CaseTimeout(BaseException):
@@ -980,21 +967,18 @@ def _exc_outcome(exc: BaseException, stage: str, w, valid: bool | None) -> Outco
 def _exc_outcome_(exc: BaseException, stage: str, w, valid: bool | None) -> Outcome:
     from distir.errors import DistirError
 
-    suspect = bool(valid)
     msg = f"{type(exc).__name__}: {exc}"
     if isinstance(exc, CaseTimeout):
         return Outcome("CRASH", stage, w, f"timeout during {stage}", key=f"CRASH|timeout|{stage}")
     if isinstance(exc, DistirError):
         if stage == "simulate" and "replicas disagree" in str(exc):
             return Outcome("WRONG-NUMBER", stage, w, msg, key="WRONG-NUMBER|simulate|replicas disagree")
-        internal = valid is not False and any(re.search(p, str(exc)) for p in INTERNAL_ERRORS)
-        cls = "SUSPECT-REFUSAL" if suspect or internal else "CLEAN-REFUSAL"
-        note = " (stated layouts do not divide: a refusal is right)" if valid is False else ""
-        return Outcome(cls, stage, w, msg + note, key=f"{cls}|{stage}|{type(exc).__name__}|{_words(str(exc))}")
+        known = any(re.search(p, str(exc)) for p in KNOWN_LIMITATIONS)
+        cls = "CLEAN-REFUSAL" if known else "SUSPECT-REFUSAL"
+        return Outcome(cls, stage, w, msg, key=f"{cls}|{stage}|{type(exc).__name__}|{_words(str(exc))}")
     site = _crash_site(exc)
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__, chain=False)[-7:])
-    note = " (stated layouts do not divide: expected a refusal)" if valid is False else ""
-    return Outcome("CRASH", stage, w, f"{msg} [at {site}]{note}", key=f"CRASH|{stage}|{type(exc).__name__}|{site}",
+    return Outcome("CRASH", stage, w, f"{msg} [at {site}]", key=f"CRASH|{stage}|{type(exc).__name__}|{site}",
                    detail=tb)
 
 
@@ -1085,7 +1069,7 @@ def _execute(case: Case, opts: Options, res: CaseResult, verbose: bool) -> None:
     import distir
     from distir.analysis import comm_volume
     from distir.driver import random_inputs
-    from distir.errors import DistirError, SpecializeError
+    from distir.errors import DistirError
     from distir.runtime import run
     from distir.runtime.spmd import SpmdStats, run_spmd
     from distir.transform import get_pass
@@ -1164,15 +1148,7 @@ def _execute(case: Case, opts: Options, res: CaseResult, verbose: bool) -> None:
         except CaseTimeout:
             raise
         except Exception as e:  # noqa: BLE001
-            o = _exc_outcome(e, "specialize", w, valid)
-            if o.cls == "SUSPECT-REFUSAL" and isinstance(e, SpecializeError):
-                # Propagation plans for num_workers = 8 (docs/propagation.md): a layout it chose that
-                # divides at 8 but not at this count is by design, not a suspect.
-                at = _likely_count(layouts, dims, w)
-                if at is not None and _specializes(specialize, lowered, at):
-                    o = replace(o, cls="CLEAN-REFUSAL", key=o.key.replace("SUSPECT-REFUSAL", "CLEAN-REFUSAL", 1),
-                                message=o.message + f" (it specializes at num_workers={at}: a layout chosen for 8)")
-            out.append(o)
+            out.append(_exc_outcome(e, "specialize", w, valid))
             say(out[-1].line())
             continue
         stats = SpmdStats()
@@ -1193,7 +1169,7 @@ def _execute(case: Case, opts: Options, res: CaseResult, verbose: bool) -> None:
             continue
         if not ok:
             detail = _differences(got, expected, np)
-            note = "" if valid else f" (stated layouts do not divide: {why_not[w]}; expected a refusal)"
+            note = "" if valid else f" (uneven: {why_not[w]})"
             out.append(Outcome("WRONG-NUMBER", "simulate", w,
                                f"simulated result differs from the single-device run, largest difference {worst:.3g}{note}",
                                key="WRONG-NUMBER|simulate", detail=detail, valid=valid))
@@ -1204,28 +1180,11 @@ def _execute(case: Case, opts: Options, res: CaseResult, verbose: bool) -> None:
         if opts.check_cost:
             problem = _cost_problem(local, formula, stats, w, dims, comm_volume, DistirError)
             if problem and not valid:
-                problem += f" (stated layouts do not divide: {why_not[w]})"
+                problem += f" (uneven: {why_not[w]})"
             if problem:
                 o = Outcome("COST-MISMATCH", "cost", w, problem, key="COST-MISMATCH|" + _words(problem, 6), valid=valid)
         out.append(o)
         say(o.line())
-
-
-def _likely_count(layouts, dims, w) -> int | None:
-    """The count propagation plans for (8), or the largest power of two below it at which
-    every stated layout divides."""
-    for at in (8, 4, 2):
-        if at != w and layouts_divide(layouts, at, dims) is None:
-            return at
-    return None
-
-
-def _specializes(specialize, lowered, at: int) -> bool:
-    try:
-        specialize(lowered, {NW: at})
-    except Exception:  # noqa: BLE001
-        return False
-    return True
 
 
 def _compare(got, expected, inputs, rtol: float, atol: float) -> tuple[bool, float]:
@@ -1367,7 +1326,7 @@ def _tvm_case(text, dims, seed, workers, rtol, atol, per_count):
         if ok:
             res.append(("OK", "tvm-run", w, f"TVM matches (largest difference {worst:.3g})", "", "", valid[w]))
         else:
-            note = "" if valid[w] else " (stated layouts do not divide: expected a refusal)"
+            note = "" if valid[w] else " (uneven)"
             res.append(("WRONG-NUMBER", "tvm-run", w, f"TVM/Disco result differs, largest difference {worst:.3g}{note}",
                         "WRONG-NUMBER|tvm-run", _differences(got, expected, np), valid[w]))
     return res
@@ -1866,8 +1825,8 @@ def main(argv=None) -> int:
     g.add_argument("--max-ops", type=int, default=8, help="most ops per program (default 8)")
     g.add_argument("--max-devices", type=int, default=16, help="most simulated devices (default 16)")
     g.add_argument("--even-only", action="store_true",
-                   help="only device counts at which every stated layout divides evenly (steers clear of the "
-                        "uneven-layout bugs to find others)")
+                   help="only device counts at which every stated layout divides evenly (tells uneven-layout "
+                        "bugs from others)")
     g.add_argument("--device-lists", choices=("any", "ordered", "none"), default="any",
                    help="explicit device lists of static meshes: any (out of order, with gaps; default), "
                         "ordered (ascending), none (ranges only)")
@@ -2069,7 +2028,7 @@ def _bucket(case: Case, o: Outcome) -> str:
     """A failure's kind for deciding whether to shrink another one: its key plus the case's
     features that often make a different bug (device lists, uneven layouts, two meshes)."""
     feats = _mesh_features(case.program)
-    if "do not divide" in o.message:
+    if o.valid is False:
         feats.append("uneven")
     return o.key + "|" + ",".join(feats)
 
@@ -2080,7 +2039,7 @@ def _signature(case: Case, o: Outcome) -> str:
     ops = sorted({b.op.replace("R.", "") for b in p.binds} - {"item"})
     meshes = "; ".join(m.describe() for m in p.meshes)
     if o.cls == "WRONG-NUMBER":
-        valid = "stated layouts divide" if "do not divide" not in o.message else "stated layouts do not divide"
+        valid = "stated layouts divide" if o.valid is not False else "stated layouts do not divide"
         dyn = "run-time sizes" if p.dims else "static sizes"
         return f"{o.cls}|{o.stage}|{','.join(ops)}|{meshes}|{valid}|{dyn}"
     return o.key + "|" + ",".join(_mesh_features(p))

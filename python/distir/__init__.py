@@ -1,5 +1,7 @@
 """distir: distribute tensor programs over device meshes with a symbolic number of workers."""
 
+import importlib as _importlib
+
 from .errors import DiagnosticError, DistirError, ParseError
 
 __version__ = "0.1.0"
@@ -20,3 +22,20 @@ def parse_file(path, source_name: str | None = None):
     from .script.parser import parse_file as _parse_file
 
     return _parse_file(path, source_name=source_name)
+
+
+_SUBMODULES = frozenset(
+    {"analysis", "cli", "driver", "errors", "examples", "ir", "ops", "runtime", "script", "testing", "transform", "tvm"}
+)
+
+
+def __getattr__(name: str):
+    """Import a subpackage on first use (``distir.transform``), as ``tvm.relax`` works after
+    ``import tvm``, without paying for TVM or numpy at ``import distir``."""
+    if name in _SUBMODULES:
+        return _importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'distir' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | _SUBMODULES)

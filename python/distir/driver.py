@@ -236,11 +236,15 @@ def run_disco(
     """
     from .runtime.spmd import SpmdError, assemble_output
     from .transform.lower_to_local import GLOBAL_PARAMS, GLOBAL_RESULT
-    from .transform.specialize import check_divisible
 
     dtvm = _import_tvm("run_disco needs distir.tvm and Apache TVM, which cannot be imported here")
     from .tvm.disco import check_dtypes, run_pieces
 
+    if not isinstance(local_mod, IRModule):
+        raise dtvm.DiscoRunError(
+            f"run_disco(built, local_mod, *arrays): local_mod must be the exported local-view IRModule, "
+            f"got {type(local_mod).__name__}"
+        )
     if func not in local_mod.functions:
         raise dtvm.DiscoRunError(f"the module has no function '{func}' (it has: {', '.join(local_mod.functions)})")
     f = local_mod.functions[func]
@@ -252,7 +256,6 @@ def run_disco(
         arrays, values = bind_params(f, arrays, {symbol: int(num_workers)}, types=gparams)
     except DistirError as err:  # a wrong rank or size
         raise dtvm.DiscoRunError(str(err)) from None
-    check_divisible(local_mod, values, "inputs with")  # the export asserts it too, but inside a worker thread
     outputs = run_pieces(built, func, len(f.params), values,
                          lambda total: _disco_pieces(f, gparams, arrays, values, total, seed), stats)
     try:

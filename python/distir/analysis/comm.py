@@ -36,7 +36,7 @@ from ..ir import sym
 from ..ir.expr import Call, IRModule
 from ..ir.steps import all_steps, get_step
 from ..ir.sym import Dim
-from ..ir.types import DTensorType, TensorType
+from ..ir.types import DTensorType, TensorType, dtype_bytes
 from .common import device_count, pick_function, value_bytes
 from .errors import AnalysisError
 from .formula import Rational, _eval, sum_dims
@@ -59,13 +59,15 @@ class CollectiveCost:
     total_bytes: Dim  # summed over all workers
     sent_per_member: Rational  # bytes each worker of a group sends (and receives)
     steps: Dim  # latency steps of the ring algorithm
+    identity_when_free: bool = False  # it is an identity (dropped by specialize) when it moves nothing
 
 
 def collective_cost(kind: str, n: Dim, groups: Dim, input_bytes: Dim, *, output_bytes: Dim | None = None,
-                    binding: str = "", op: str = "", mesh_axis: int = 0) -> CollectiveCost:
+                    piece_bytes: Dim | None = None, binding: str = "", op: str = "", mesh_axis: int = 0) -> CollectiveCost:
     """The cost of one collective on one mesh axis, from its step kind's cost formula (the
     planner's cost model, see :mod:`distir.ops.collectives`): ``n`` workers per group,
-    ``groups`` groups, ``input_bytes`` (and ``output_bytes``) held by each worker."""
+    ``groups`` groups, ``input_bytes`` (and ``output_bytes``) held by each worker, and
+    ``piece_bytes`` for one block it exchanges (default: its input)."""
     try:
         step = get_step(kind)
     except DistirError:
@@ -77,13 +79,14 @@ def collective_cost(kind: str, n: Dim, groups: Dim, input_bytes: Dim, *, output_
             f"does not know (it knows {known})"
         )
     L = input_bytes
-    num, den = step.sent(n, L, L if output_bytes is None else output_bytes)
+    after = L if output_bytes is None else output_bytes
+    num, den = step.sent(n, L, after, L if piece_bytes is None else piece_bytes)
     member = Rational.of(num, den)
     total = Rational.of(sym.mul(sym.mul(groups, n), num), den)
     if not total.is_integral:
         raise AnalysisError(f"binding '{binding}': R.{op} sends a fraction of a byte in all ({total})")
     return CollectiveCost(binding, op, kind, mesh_axis, n, groups, L, total.terms[0][0] if total.terms else 0,
-                          member, step.rounds(n))
+                          member, step.rounds(n), step.local_identity is not None)
 
 
 @dataclass(frozen=True)
@@ -142,12 +145,15 @@ class CommVolume:
         return out
 
     def evaluate(self, values: Mapping[str, int] | None = None) -> CommNumbers:
-        """The numbers at ``values`` (e.g. ``{"num_workers": 4}``)."""
+        """The numbers at ``values`` (e.g. ``{"num_workers": 4}``). A collective that moves nothing
+        at these sizes because it is then an identity (a re-blocking at a count that divides, which
+        specialize drops) is not counted."""
         values = dict(values or {})
-        by_kind = {k: _eval(v, values) for k, v in self.bytes_by_kind.items()}
+        present = [c for c in self.collectives if not (c.identity_when_free and _eval(c.total_bytes, values) == 0)]
+        by_kind = {k: _eval(v, values) for k, v in self.bytes_by_kind.items() if any(c.kind == k for c in present)}
         total = _eval(self.total_bytes, values)
         devices = _eval(self.devices, values)
-        return CommNumbers(devices, self.counts, by_kind, total, Fraction(total, devices or 1))
+        return CommNumbers(devices, dict(Counter(c.kind for c in present)), by_kind, total, Fraction(total, devices or 1))
 
 
 def _point_to_point_cost(step, binding: str, op: str, attrs, x: TensorType) -> CollectiveCost:
@@ -162,6 +168,22 @@ def _point_to_point_cost(step, binding: str, op: str, attrs, x: TensorType) -> C
         ) from None
     return CollectiveCost(binding, op, step.name, -1, receivers, 1, received, total, Rational.of(total, receivers),
                           step.rounds(receivers))
+
+
+def _piece_bytes(x: TensorType, out, n: Dim) -> Dim:
+    """Bytes of one block a collective exchanges: per dim the cut side of its input and output
+    extents (the one that is a block, ``ceil(other / n)``, of the other)."""
+    if not isinstance(out, TensorType) or out.ndim != x.ndim:
+        return value_bytes(x)
+    dims = []
+    for a, b in zip(x.shape, out.shape):
+        if sym.equal(a, b) or sym.equal(a, sym.ceildiv(b, n)):
+            dims.append(a)
+        elif sym.equal(b, sym.ceildiv(a, n)):
+            dims.append(b)
+        else:
+            dims.append(a if sym.prove_ge(b, a) else b)
+    return sym.mul(sym.product(dims), dtype_bytes(x.dtype))
 
 
 def comm_volume(mod: IRModule, func: str | None = None) -> CommVolume:
@@ -193,6 +215,6 @@ def comm_volume(mod: IRModule, func: str | None = None) -> CommVolume:
         others = sym.product(s for i, s in enumerate(mesh.shape) if i != axis)
         out.append(
             collective_cost(kind, mesh.shape[axis], others, value_bytes(x), output_bytes=value_bytes(v.type),
-                            binding=b.var.name, op=v.op.name, mesh_axis=axis)
+                            piece_bytes=_piece_bytes(x, v.type, mesh.shape[axis]), binding=b.var.name, op=v.op.name, mesh_axis=axis)
         )
     return CommVolume(f.name, tuple(out), device_count(mod))

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..ir import sym
-from ..ir.layout import block_index, concrete_mesh_shape, mesh_coords
+from ..ir.layout import block_index, block_of, concrete_mesh_shape, mesh_coords
 from ..ir.placement import Placement, Replicate
 from ..ir.sym import Dim
 from ..ir.types import DTensorType, TensorType, shape_str
@@ -34,6 +34,7 @@ MAX_ROWS = 32  # rows of blocks drawn; more are elided in the middle
 MAX_COLS = 16  # columns of blocks drawn
 MAX_LABEL = 40  # characters of a cell's label drawn
 ELIDED = "..."
+EMPTY = "(empty)"  # appended to the holders of a block with no elements (a count above the size)
 
 
 def _ranges(ids: list[int]) -> str:
@@ -62,6 +63,9 @@ class LayoutGrid:
     block_shape: tuple[Dim, ...]
     values: Mapping[str, int]
     grid_shape: tuple[int, int] = (0, 0)  # rows and columns of blocks (also when not drawn)
+    row_extents: tuple[int, ...] = ()  # elements in each row of blocks (along the row dim)
+    col_extents: tuple[int, ...] = ()  # elements in each column of blocks
+    extents: tuple[Dim, ...] = ()  # the tensor's shape at ``values`` (symbolic only where whole in every block)
 
     @property
     def rows(self) -> int:
@@ -100,15 +104,43 @@ class LayoutGrid:
         mesh = "(" + ", ".join(str(s) for s in self.sizes) + ("," if len(self.sizes) == 1 else "") + ")"
         n_blocks = self.rows * self.cols
         blocks = "1 block" if n_blocks == 1 else f"{n_blocks} blocks"
+        of = "of up to" if self.uneven_dims() else "of"
         return (
             f'{self.name}: {shape_str(t.shape)} {t.dtype}, "{t.placement}" on {self.mesh_name} {mesh}'
-            f"{' (' + binding + ')' if binding else ''}: {blocks} of {shape_str(self.block_shape)}"
+            f"{' (' + binding + ')' if binding else ''}: {blocks} {of} {shape_str(self.block_shape)}"
         )
+
+    def uneven_dims(self) -> list[int]:
+        """The tensor dims whose blocks do not all hold the same number of elements."""
+        counts = [1] * self.tensor.ndim
+        for d in range(self.tensor.ndim):
+            for axis in self.tensor.placement.mesh_axes_of(d):
+                counts[d] *= self.sizes[axis]
+        return [d for d, n in enumerate(self.extents) if counts[d] > 1 and self.block_shape[d] * counts[d] != n]
+
+    def _block_sizes(self) -> list[str]:
+        """Per uneven drawn dim: how its elements fall into the blocks (``3 x3, 1``)."""
+        out = []
+        for g, d in enumerate(self.grid_dims):
+            if d not in self.uneven_dims():
+                continue
+            sizes = self.row_extents if len(self.grid_dims) == 2 and g == 0 else self.col_extents
+            runs: list[list[int]] = []
+            for v in sizes:
+                if runs and runs[-1][0] == v:
+                    runs[-1][1] += 1
+                else:
+                    runs.append([v, 1])
+            text = ", ".join(str(v) if k == 1 else f"{v} x{k}" for v, k in runs)
+            empty = sum(1 for v in sizes if v == 0)
+            tail = f" ({empty} empty: {self.extents[d]} elements for {len(sizes)} blocks)" if empty else ""
+            out.append(f"dim {d} ({self.extents[d]}) in blocks of {text}{tail}")
+        return out
 
     def notes(self) -> list[str]:
         if self.summarized:
             return [f"not drawn: the mesh has {self.num_devices} devices, more than the {MAX_DEVICES} a picture shows"]
-        out = []
+        out = self._block_sizes()
         for n, limit, what in ((self.rows, MAX_ROWS, "rows"), (self.cols, MAX_COLS, "columns")):
             if n > limit:
                 out.append(f"showing the first {limit - 3} and the last 2 of {n} {what} of blocks")
@@ -234,19 +266,25 @@ def layout_grid(name: str, t, values: Mapping[str, int], *, mesh_name: str = "",
     for d in range(t.ndim):
         for axis in placement.mesh_axes_of(d):
             counts[d] *= sizes[axis]
-    for d, c in enumerate(counts):
+    concrete = []
+    for d in range(t.ndim):
         extent = sym.normalize(sym.substitute(t.shape[d], dict(values)))
-        if c > 1 and isinstance(extent, int) and extent % c:
-            raise AnalysisError(
-                f"'{name}': dim {d} has size {extent}, which does not divide evenly into the {c} blocks of "
-                f"\"{placement}\" on the mesh {_tuple_str(sizes)}; draw it at a device count that divides {extent}"
-            )
+        if not isinstance(extent, int) and counts[d] == 1:  # whole in every block: drawn as it is
+            concrete.append(extent)
+            continue
+        if not isinstance(extent, int):
+            names = ", ".join(sorted(sym.free_vars(extent)))
+            raise AnalysisError(f"'{name}': dim {d} has the symbolic size {sym.to_str(extent)} and is sharded; "
+                                f"give {names} with --bind")
+        if extent < 0:
+            raise AnalysisError(f"'{name}': dim {d} has the negative size {extent}")
+        concrete.append(extent)
     shape = [counts[d] for d in grid_dims] + [1] * (2 - len(grid_dims))
     if len(grid_dims) == 1:
         shape = [1, counts[grid_dims[0]]]  # one row of blocks
     block = tuple(
-        sym.substitute(sym.floordiv(d, counts[i]), dict(values)) if counts[i] > 1 else sym.substitute(d, dict(values))
-        for i, d in enumerate(t.shape)
+        block_of(concrete[d], placement, d, [0] * len(sizes), sizes)[2] if counts[d] > 1 else concrete[d]
+        for d in range(t.ndim)
     )
     if not mesh_name:
         mesh_name = f"mesh {t.mesh.shape_str()}"
@@ -254,7 +292,8 @@ def layout_grid(name: str, t, values: Mapping[str, int], *, mesh_name: str = "",
     for size in sizes:
         n_devices *= size
     if n_devices > MAX_DEVICES:  # summarize: the title says how many blocks of which shape
-        return LayoutGrid(name, t, mesh_name, sizes, grid_dims, (), block, dict(values), (shape[0], shape[1]))
+        return LayoutGrid(name, t, mesh_name, sizes, grid_dims, (), block, dict(values), (shape[0], shape[1]),
+                          extents=tuple(concrete))
     try:
         devices = t.mesh.device_list(dict(values))
     except sym.SymbolicError as err:
@@ -262,21 +301,29 @@ def layout_grid(name: str, t, values: Mapping[str, int], *, mesh_name: str = "",
     partial_axes = placement.partial_axes()
     replica_axes = [a for a, s in enumerate(placement.specs) if isinstance(s, Replicate)]
     holders: dict[tuple[int, ...], dict[tuple[int, ...], list[int]]] = {}
+    extents = [[0] * counts[d] for d in grid_dims]  # the valid length of each block along each drawn dim
     for pos, dev in enumerate(devices):
         coords = mesh_coords(pos, sizes)
         index = [block_index(placement, d, coords, sizes)[0] for d in range(t.ndim)]
         cell = tuple(index[d] for d in grid_dims)
+        for g, d in enumerate(grid_dims):
+            extents[g][index[d]] = block_of(concrete[d], placement, d, coords, sizes)[1] if isinstance(concrete[d], int) else 1
         replica = tuple(coords[a] for a in replica_axes)
         holders.setdefault(cell, {}).setdefault(replica, []).append(dev)
     op = placement[partial_axes[0]].op if partial_axes else None
+    row_extents = tuple(extents[0]) if len(grid_dims) == 2 else (1,)  # one row when one dim is drawn
+    col_extents = tuple(extents[-1]) if grid_dims else (1,)
     cells = []
     for r in range(shape[0]):
         row = []
         for c in range(shape[1]):
             key = (c,) if len(grid_dims) == 1 else (r, c) if len(grid_dims) == 2 else ()
-            row.append(_label(holders.get(key, {}), op))
+            label = _label(holders.get(key, {}), op)
+            empty = (len(grid_dims) == 2 and row_extents[r] == 0) or (grid_dims and col_extents[c] == 0)
+            row.append(f"{label} {EMPTY}" if empty else label)
         cells.append(tuple(row))
-    return LayoutGrid(name, t, mesh_name, sizes, grid_dims, tuple(cells), block, dict(values), (shape[0], shape[1]))
+    return LayoutGrid(name, t, mesh_name, sizes, grid_dims, tuple(cells), block, dict(values), (shape[0], shape[1]),
+                      row_extents, col_extents, tuple(concrete))
 
 
 def _tuple_str(sizes) -> str:
@@ -288,6 +335,23 @@ def _label(replicas: dict[tuple[int, ...], list[int]], op: str | None) -> str:
     if op is None:
         return _ranges(sorted(d for g in groups for d in g))
     return ", ".join(f"{op}({_ranges(g)})" for g in groups)
+
+
+def _spans(extents: tuple[int, ...], n: int, limit: int) -> list[tuple[float, float]]:
+    """(start, width) in [0, 1] of each drawn row or column of blocks, wide as its elements
+    (so uneven blocks look uneven); an empty block gets a sliver, an elided run an average one."""
+    shown = _visible(n, limit)
+    if len(extents) != n or not any(extents):
+        sizes = [1.0] * len(shown)
+    else:
+        mean = sum(extents) / len(extents)
+        sizes = [mean if i is None else max(float(extents[i]), 0.15 * mean) for i in shown]
+    total = sum(sizes)
+    out, at = [], 0.0
+    for size in sizes:
+        out.append((at / total, size / total))
+        at += size
+    return out
 
 
 def write_png(grids: list[LayoutGrid], path: str) -> None:
@@ -308,14 +372,18 @@ def write_png(grids: list[LayoutGrid], path: str) -> None:
         cells = g.shown() if not g.summarized else [[f"{g.rows * g.cols} blocks, not drawn"]]
         colours = _colour_map(cells)
         rows, cols = len(cells), len(cells[0])
-        w, h = 1.0 / cols, 1.0 / rows
+        xs = _spans(g.col_extents, g.cols, MAX_COLS) if not g.summarized else [(0.0, 1.0)]
+        ys = _spans(g.row_extents, g.rows, MAX_ROWS) if not g.summarized else [(0.0, 1.0)]
         for r, row in enumerate(cells):
+            y0, h = ys[r]
+            y = 1.0 - y0 - h
             for c, label in enumerate(row):
-                y = 1.0 - (r + 1) * h
+                x, w = xs[c]
                 colour = colours.get(label, "white")
-                ax.add_patch(Rectangle((c * w, y), w, h, facecolor=colour, edgecolor="black", linewidth=1.2))
+                hatch = "//" if label.endswith(EMPTY) else None
+                ax.add_patch(Rectangle((x, y), w, h, facecolor=colour, edgecolor="black", linewidth=1.2, hatch=hatch))
                 size = max(6, min(14, int(70 / max(cols, rows) / max(1, len(label) / 6))))
-                ax.text(c * w + w / 2, y + h / 2, label, ha="center", va="center", fontsize=size)
+                ax.text(x + w / 2, y + h / 2, label, ha="center", va="center", fontsize=size)
         ax.set_xlim(0, 1)
         ax.set_ylim(0, 1)
         ax.set_xticks([])

@@ -2,7 +2,12 @@
 
 Parameters are the function's inputs (each worker's piece). Intermediates are the values
 the bindings compute. A binding that only renames or regroups values (``y = x``, a tuple,
-a tuple item) allocates nothing and keeps what it refers to alive. A value is live from
+a tuple item) allocates nothing and keeps what it refers to alive; so does an op that is an
+identity at the sizes (``OpDef.identity_at``: the padding mask of an uneven block, or a
+re-blocking, once the count divides; specialize drops them). On a symbolic module such an op
+is counted as the identity it is at counts that divide, so the peak *formula* holds there;
+:meth:`MemoryFootprint.evaluate` specializes and counts again when some count makes it real
+work, so the numbers are exact at every count. A value is live from
 the binding that computes it through the last binding that reads it (the function's
 result stays live to the end); while binding ``i`` runs, its inputs and its output are
 all live. The peak is the largest total over the bindings.
@@ -16,15 +21,18 @@ binding where each first occurs.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from fractions import Fraction
 
 from ..ir import sym
 from ..ir.expr import Call, Expr, IRModule, Tuple, TupleGetItem, Var, leaf_vars
+from ..ir.layout import block_of, concrete_mesh_shape, mesh_coords
 from ..ir.sym import Dim
+from ..ir.types import DTensorType, TensorType, dtype_bytes
 from .common import pick_function, value_bytes
 from .formula import Maximum, _eval, prune_dominated, sum_dims
 
-__all__ = ["MemoryFootprint", "MemoryNumbers", "memory_footprint"]
+__all__ = ["MemoryFootprint", "MemoryNumbers", "ParamBalance", "memory_footprint", "param_balance"]
 
 
 @dataclass(frozen=True)
@@ -42,12 +50,20 @@ class MemoryFootprint:
     params: tuple[tuple[str, Dim], ...]  # (name, bytes per worker)
     param_bytes: Dim
     peak_bytes: Maximum  # of live intermediates; labels name the bindings
+    # bindings counted as identities that are real work at some counts (then evaluate() recounts)
+    conditional: tuple[str, ...] = ()
+    source: tuple | None = field(default=None, compare=False, repr=False)  # (module, function name)
 
     def free_vars(self) -> set[str]:
         return sym.free_vars(self.param_bytes) | self.peak_bytes.free_vars()
 
     def evaluate(self, values: Mapping[str, int] | None = None) -> MemoryNumbers:
         values = dict(values or {})
+        if self.conditional and self.source is not None and self.free_vars() <= set(values):
+            from ..transform.specialize import specialize
+
+            mod, func = self.source
+            return memory_footprint(specialize(mod, values), func).evaluate()
         i = self.peak_bytes.argmax(values)
         at = self.peak_bytes.labels[i] if i >= 0 else ""
         return MemoryNumbers(_eval(self.param_bytes, values), self.peak_bytes.evaluate(values), at)
@@ -74,6 +90,7 @@ def memory_footprint(mod: IRModule, func: str | None = None) -> MemoryFootprint:
     param_bytes = sum_dims(b for _, b in params)
 
     bindings = list(f.bindings())
+    conditional: list[str] = []
     where: dict[Var, frozenset[int]] = {}
     size: list[Dim] = []  # per allocation
     born: list[int] = []
@@ -82,7 +99,13 @@ def memory_footprint(mod: IRModule, func: str | None = None) -> MemoryFootprint:
         for v in leaf_vars(b.value):
             for s in where.get(v, ()):
                 last[s] = max(last[s], i)
-        if isinstance(b.value, Call):
+        if isinstance(b.value, Call) and b.value.op.identity_at is not None and b.value.args and (
+            b.value.op.identity_at(b.value) or _is_symbolic(b.value)
+        ):
+            if not b.value.op.identity_at(b.value):
+                conditional.append(b.var.name)
+            where[b.var] = _storages(b.value.args[0], where)
+        elif isinstance(b.value, Call):
             s = len(size)
             size.append(value_bytes(b.var.type))
             born.append(i)
@@ -120,7 +143,18 @@ def memory_footprint(mod: IRModule, func: str | None = None) -> MemoryFootprint:
             if not live[k]:
                 del live[k]
     options, labels = _peak_options(order, seen, rep)
-    return MemoryFootprint(f.name, params, param_bytes, Maximum(tuple(options), tuple(labels)))
+    return MemoryFootprint(f.name, params, param_bytes, Maximum(tuple(options), tuple(labels)), tuple(conditional),
+                           (mod, f.name) if conditional else None)
+
+
+def _is_symbolic(call: Call) -> bool:
+    """The call's sizes still hold symbolic variables (its input or output type)."""
+    types = [call.args[0].type, call.type] if call.type is not None else [call.args[0].type]
+    for t in types:
+        for d in getattr(t, "shape", ()):
+            if sym.is_symbolic(d):
+                return True
+    return False
 
 
 def _peak_options(order: list, seen: dict, rep: dict) -> tuple[list[Dim], list[str]]:
@@ -151,3 +185,48 @@ def _peak_options(order: list, seen: dict, rep: dict) -> tuple[list[Dim], list[s
         return [options[best]], [labels[best]]
     survivors = prune_dominated(options)
     return [options[j] for j in survivors], [labels[j] for j in survivors]
+
+
+@dataclass(frozen=True)
+class ParamBalance:
+    """How evenly the parameters' elements fall on the devices at one count (padding not counted)."""
+
+    largest: int  # bytes of elements on the device that holds the most
+    mean: Fraction  # bytes of elements per device, on average
+
+    @property
+    def imbalance(self) -> Fraction:
+        """``largest / mean``: 1 when every device holds as much, above 1 with uneven blocks."""
+        return Fraction(self.largest) / self.mean if self.mean else Fraction(1)
+
+
+def param_balance(mod: IRModule, values: Mapping[str, int], func: str | None = None) -> ParamBalance:
+    """The parameter bytes each device really holds at ``values`` (a local-view module from the
+    distribute pipeline): a block of an uneven split counts its elements, not its padding, so
+    the largest against the mean says how uneven the layout is (``distir sweep``'s column)."""
+    from ..transform.lower_to_local import GLOBAL_PARAMS
+
+    f = pick_function(mod, func)
+    types = f.attrs.get(GLOBAL_PARAMS, [p.type for p in f.params])
+    values = dict(values)
+    held: dict[int, int] = {}
+    for m in mod.meshes():
+        for dev in m.device_list(values):
+            held.setdefault(dev, 0)
+    for t in types:
+        if isinstance(t, DTensorType):
+            sizes = concrete_mesh_shape(t.mesh, values)
+            shape = [_eval(d, values) for d in t.shape]
+            for pos, dev in enumerate(t.mesh.device_list(values)):
+                coords = mesh_coords(pos, sizes)
+                n = dtype_bytes(t.dtype)
+                for d, extent in enumerate(shape):
+                    n *= block_of(extent, t.placement, d, coords, sizes)[1]
+                held[dev] = held.get(dev, 0) + n
+        elif isinstance(t, TensorType):  # a plain parameter: every device holds all of it
+            n = _eval(value_bytes(t), values)
+            for dev in held or {0: 0}:
+                held[dev] = held.get(dev, 0) + n
+    if not held:
+        return ParamBalance(0, Fraction(0))
+    return ParamBalance(max(held.values()), Fraction(sum(held.values()), len(held)))

@@ -20,7 +20,7 @@ from ..ir.expr import IRModule
 from .comm import CommVolume, comm_volume
 from .errors import AnalysisError
 from .formula import to_str
-from .memory import MemoryFootprint, memory_footprint
+from .memory import MemoryFootprint, memory_footprint, param_balance
 from .timing import CommModel, CommTime, comm_time_formula
 
 __all__ = ["SweepResult", "SweepRow", "parse_counts", "sweep"]
@@ -32,6 +32,7 @@ class SweepRow:
 
     num_workers: int
     param_bytes: int | None = None
+    param_imbalance: Fraction | None = None  # largest parameter bytes a device holds / the mean (1 when even)
     peak_bytes: int | None = None
     peak_at: str = ""
     comm_bytes_per_worker: Fraction | None = None
@@ -75,6 +76,8 @@ class SweepResult:
             d = asdict(r)
             if r.comm_bytes_per_worker is not None:
                 d["comm_bytes_per_worker"] = float(r.comm_bytes_per_worker)
+            if r.param_imbalance is not None:
+                d["param_imbalance"] = float(r.param_imbalance)
             rows.append(d)
         return {
             "symbol": self.symbol,
@@ -197,6 +200,7 @@ def _row(local: IRModule, n: int, symbol: str, volume: CommVolume, memory: Memor
         return row
     comm, mem = volume.evaluate(values), memory.evaluate(values)
     row.param_bytes, row.peak_bytes, row.peak_at = mem.param_bytes, mem.peak_bytes, mem.peak_at
+    row.param_imbalance = param_balance(local, values).imbalance
     row.comm_bytes_per_worker, row.comm_total_bytes = comm.bytes_per_worker, comm.total_bytes
     row.collectives, row.comm_bytes_by_kind = comm.counts, comm.bytes_by_kind
     row.comm_seconds = ctime.seconds(model, values)

@@ -52,10 +52,15 @@ class CommTime:
 
     steps: Dim
     bytes: Rational
+    # (steps, total bytes) of the collectives that are identities when they move nothing (a
+    # re-blocking at a count that divides, dropped by specialize): their steps do not count then
+    when_moving: tuple[tuple[Dim, Dim], ...] = ()
 
     def seconds(self, model: CommModel, values: Mapping[str, int] | None = None) -> float:
         values = dict(values or {})
-        return model.seconds(_eval(self.steps, values), self.bytes.evaluate(values))
+        steps = _eval(self.steps, values)
+        steps -= sum(_eval(s, values) for s, total in self.when_moving if _eval(total, values) == 0)
+        return model.seconds(steps, self.bytes.evaluate(values))
 
     def __str__(self) -> str:
         from ..ir import sym
@@ -66,7 +71,8 @@ class CommTime:
 def comm_time_formula(volume: CommVolume) -> CommTime:
     """The total steps and bytes of every collective, one after another."""
     return CommTime(
-        sum_dims(c.steps for c in volume.collectives), Rational.sum(c.sent_per_member for c in volume.collectives)
+        sum_dims(c.steps for c in volume.collectives), Rational.sum(c.sent_per_member for c in volume.collectives),
+        tuple((c.steps, c.total_bytes) for c in volume.collectives if c.identity_when_free),
     )
 
 

@@ -19,7 +19,9 @@ HELP = "memory and communication per device count, as formulas in num_workers an
 DESCRIPTION = """\
 Run the distribute pipeline once on FILE with num_workers symbolic, print the per-worker
 memory and communication formulas, then specialize to each device count and print a table:
-parameter bytes and peak live activation bytes per worker, bytes each worker sends, the
+parameter bytes per worker (its largest block, padding included) and their imbalance (the
+most parameter elements any device holds against the mean: 1.00x when every block is full,
+more when sizes do not divide the count), peak live activation bytes, bytes each worker sends, the
 collectives by kind, an alpha-beta estimate of communication time, and the time each
 specialization took."""
 EPILOG = """\
@@ -145,17 +147,18 @@ def table(result):
 
     t = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     build = any(r.build_seconds is not None for r in result.rows)
-    for name in ("workers", "params/worker", "peak activations", "sent/worker", "collectives", "est. comm time",
+    for name in ("workers", "params/worker", "imbalance", "peak activations", "sent/worker", "collectives", "est. comm time",
                  "specialize") + (("build",) if build else ()):
         t.add_column(name, justify="left" if name == "collectives" else "right")
     for r in result.rows:
         if r.error is not None:
-            cells = [str(r.num_workers), "-", "-", "-", "does not specialize (see below)", "-",
+            cells = [str(r.num_workers), "-", "-", "-", "-", "does not specialize (see below)", "-",
                      human_seconds(r.specialize_seconds)]
         else:
             cells = [
                 str(r.num_workers),
                 human_bytes(r.param_bytes),
+                f"{float(r.param_imbalance):.2f}x",
                 human_bytes(r.peak_bytes),
                 human_bytes(r.comm_bytes_per_worker),
                 _collectives(r.collectives),

@@ -3,6 +3,15 @@
 One place for the arithmetic that the lowering, the SPMD simulator, the cost model and
 the analyses share. Mesh positions are row-major over the mesh shape; when several
 mesh axes shard one tensor dim, the lower mesh axis is the major split.
+
+Blocks (docs/uneven.md): a dim of size ``n`` cut into ``k`` parts is cut in blocks of
+``c = ceil(n / k)``; part ``i`` holds elements ``[i*c, min(n, (i+1)*c))``, so trailing
+parts may hold fewer elements, or none. A dim cut over several mesh axes nests the rule:
+the outer cut gives blocks of ``c1 = ceil(n / k1)``, each cut again into blocks of
+``c2 = ceil(c1 / k2)`` (which is ``ceil(n / (k1 * k2))``), and so on. Every worker stores
+its block padded to the full ``c`` (the *local extent*); the elements past its *valid
+length* are padding, which collectives drop and reductions mask. When ``k`` divides
+``n`` this is exactly the even split: ``c = n / k``, no padding.
 """
 
 from __future__ import annotations
@@ -24,41 +33,35 @@ def shard_count(mesh: DeviceMesh, placement: Placement, dim: int) -> Dim:
 
 
 def local_shape(shape: Sequence[Dim], mesh: DeviceMesh, placement: Placement) -> tuple[Dim, ...]:
-    """Per-worker shape: each sharded dim divided by the sizes of the mesh axes sharding it."""
-    return tuple(sym.floordiv(d, shard_count(mesh, placement, i)) if placement.mesh_axes_of(i) else d for i, d in enumerate(shape))
-
-
-def static_shard_count(mesh: DeviceMesh, placement: Placement, dim: int) -> int:
-    """The product of the static sizes among the mesh axes that shard ``dim`` (symbolic axes left out)."""
-    out = 1
-    for a in placement.mesh_axes_of(dim):
-        if isinstance(mesh.shape[a], int):
-            out *= mesh.shape[a]
-    return out
-
-
-def indivisible_dims(t: DTensorType) -> list[tuple[int, int, int]]:
-    """``(dim, size, count)`` for each static dim of ``t`` that its static mesh axes cannot cut evenly.
-
-    Such a layout is wrong at every device count: each worker's block would be ``size // count``
-    and the rest would be lost. (A symbolic size is checked at specialization or at run time.)
-    """
+    """Per-worker shape: each sharded dim's block (padded; see the module docstring)."""
     out = []
-    for d, size in enumerate(t.shape):
-        if isinstance(size, int):
-            count = static_shard_count(t.mesh, t.placement, d)
-            if size % count:
-                out.append((d, size, count))
+    for i, d in enumerate(shape):
+        axes = placement.mesh_axes_of(i)
+        out.append(level_extents(d, [mesh.shape[a] for a in axes])[-1] if axes else d)
+    return tuple(out)
+
+
+def level_extents(extent: Dim, counts: Sequence[Dim]) -> list[Dim]:
+    """The block size after each nested cut: ``ceil(n / k1)``, ``ceil(ceil(n / k1) / k2)``, ...
+
+    (The nested form, which equals ``ceil(n / (k1 k2))``, is the one every collective writes:
+    a gather along the inner axis gives back ``ceil(n / k1)`` from blocks of that form.)"""
+    out, block = [], extent
+    for k in counts:
+        block = sym.ceildiv(block, k)
+        out.append(block)
     return out
 
 
-def describe_indivisible(t: DTensorType, dim: int, size: int, count: int) -> str:
-    axes = [a for a in t.placement.mesh_axes_of(dim) if isinstance(t.mesh.shape[a], int)]
-    names = " and ".join(f"mesh axis {a} ({t.mesh.shape[a]})" for a in axes)
-    return (
-        f"dim {dim} ({size}) does not divide by {count}, the size of {names} that shards it in \"{t.placement}\"; "
-        f"pad dim {dim} to a multiple of {count} (e.g. {-(-size // count) * count}) or shard another dim"
-    )
+def block_of(extent: int, placement: Placement, dim: int, coords: Sequence[int], sizes: Sequence[int]) -> tuple[int, int, int]:
+    """(start, valid length, local extent) of the block of dim ``dim`` held at mesh ``coords`` (concrete)."""
+    axes = placement.mesh_axes_of(dim)
+    start, valid, block = 0, extent, extent
+    for a in axes:
+        block = -(-block // sizes[a])
+        start += coords[a] * block
+        valid = max(0, min(valid - coords[a] * block, block))
+    return start, valid, block
 
 
 def local_type(t: DTensorType) -> TensorType:
@@ -149,20 +152,32 @@ def coord_expr(mesh: DeviceMesh, mesh_axis: int, worker: Dim) -> Dim:
     return sym.floormod(c, mesh.shape[mesh_axis])
 
 
-def block_start_expr(mesh: DeviceMesh, placement: Placement, dim: int, local_extent: Dim, worker: Dim | None = None) -> Dim:
+def block_start_expr(mesh: DeviceMesh, placement: Placement, dim: int, extent: Dim, worker: Dim | None = None) -> Dim:
     """Symbolic global index where the running worker's block of tensor dim ``dim`` starts.
 
-    ``local_extent`` is the per-worker size of that dim; ``worker`` defaults to the
-    ``worker_id`` variable. 0 when the dim is not sharded. The symbolic twin of :func:`block_index`.
+    ``extent`` is the dim's global size; ``worker`` defaults to the ``worker_id`` variable (the
+    running worker). 0 when the dim is not sharded. The symbolic twin of :func:`block_of`.
     """
     axes = placement.mesh_axes_of(dim)
-    if not axes:
-        return 0
     who = sym.var(WORKER_ID) if worker is None else worker
-    index: Dim = 0
-    for axis in axes:
-        index = sym.add(sym.mul(index, mesh.shape[axis]), coord_expr(mesh, axis, who))
-    return sym.mul(index, local_extent)
+    start: Dim = 0
+    for axis, block in zip(axes, level_extents(extent, [mesh.shape[a] for a in axes])):
+        start = sym.add(start, sym.mul(coord_expr(mesh, axis, who), block))
+    return start
+
+
+def valid_length_expr(mesh: DeviceMesh, placement: Placement, dim: int, extent: Dim, worker: Dim | None = None) -> Dim:
+    """Symbolic number of real (not padding) elements in the running worker's block of dim ``dim``.
+
+    Each coordinate is clamped into its axis, which changes nothing for the mesh's own workers
+    and lets the simplifier see that an even split has no padding."""
+    axes = placement.mesh_axes_of(dim)
+    who = sym.var(WORKER_ID) if worker is None else worker
+    valid: Dim = extent
+    for axis, block in zip(axes, level_extents(extent, [mesh.shape[a] for a in axes])):
+        coord = sym.clamp(coord_expr(mesh, axis, who), 0, sym.sub(mesh.shape[axis], 1))
+        valid = sym.clamp(sym.sub(valid, sym.mul(coord, block)), 0, block)
+    return valid
 
 
 def block_index(placement: Placement, dim: int, coords: Sequence[int], mesh_shape: Sequence[int]) -> tuple[int, int]:

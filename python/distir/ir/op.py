@@ -135,8 +135,9 @@ class OpDef:
     infer: Callable[[list[Type], Mapping[str, Any]], Type]
     numpy: Callable | None = None
     sharding: Callable | None = None  # (tensor input types, attrs, output types) -> ShardingRule
-    # (global-view call, its local args, local output type) -> the call one worker runs; the
-    # global call gives the hook its inputs' placements (e.g. to offset by the worker's block)
+    # (global-view call, its local args, local output type, lowering) -> the call one worker runs;
+    # the global call gives the hook its inputs' placements (e.g. to offset by the worker's
+    # block), and ``lowering.bind(hint, call)`` writes a binding before it when one op is not enough
     localize: Callable | None = None
     dist_aware: bool = False  # infer() handles DTensor inputs itself
     doc: str = ""  # one line, for docs/ops.md
@@ -144,6 +145,9 @@ class OpDef:
     category: str = ""  # its table in docs/ops.md ("elementwise", ...); dist.*/ccl.* ops go by prefix
     sharding_doc: ShardingDoc | None = None  # how it shards, in words (docs/ops.md)
     step: Any = None  # the StepKind (distir.ir.steps) when the op is a redistribution step or its collective
+    # (call) -> True when the call changes nothing at its sizes (an uneven split's padding mask once the
+    # count divides): specialize then drops it
+    identity_at: Callable | None = None
 
     def __repr__(self) -> str:
         return f"Op(R.{self.name})"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import TypeInferenceError
 from .mesh import DeviceMesh
@@ -33,6 +34,9 @@ class ShardingRule:
     blocked: frozenset[str] = frozenset()
     partial: Mapping[str, str] = field(default_factory=dict)
     partial_inputs: tuple[int, ...] | None = None  # inputs that may be partial in "one" mode
+    # the value the padding of input k must hold when one of its dims is cut unevenly (indices
+    # must be valid, divisors nonzero); dims the op reduces over are masked with the reduction's identity
+    pad_values: Mapping[int, Any] = field(default_factory=dict)
 
 
 def dims_rule(ndim_in: Sequence[int], ndim_out: int, name: str = "d") -> ShardingRule:

@@ -33,10 +33,11 @@ __all__ = ["StepKind", "all_steps", "get_step", "register_step", "steps_version"
 #: ``apply(placement, mesh_axis, dim, op_type, mesh_shape) -> Placement``; raises PlacementError
 #: when the step does not apply there. ``mesh_shape`` may be None (sizes unknown).
 Apply = Callable[[Placement, int, "int | None", "str | None", Any], Placement]
-#: ``sent(n, before, after) -> bytes`` each worker sends on an axis of ``n`` devices, where it
-#: holds ``before`` bytes before the step and ``after`` after it. Ints give exact
-#: ``Fraction``s, symbolic sizes a formula (see :func:`distir.ir.sym.ratio`).
-Sent = Callable[[Dim, Any, Any], Any]
+#: ``sent(n, before, after, piece) -> (numerator, denominator)`` of the bytes each worker sends
+#: on an axis of ``n`` devices, where it holds ``before`` bytes before the step, ``after`` after
+#: it, and ``piece`` is one block it exchanges (the smaller of its pieces before and after).
+#: Ints (or Fractions) give exact quotients, symbolic sizes formulas.
+Sent = Callable[[Dim, Any, Any, Any], Any]
 
 
 @dataclass(eq=False)
@@ -58,6 +59,7 @@ class StepKind:
     local_infer: Callable | None = None  # (input types, attrs) -> type, for R.ccl.<name>
     local_doc: str = ""
     local_numpy: Callable | None = None  # a local op without communication runs per worker: numpy reference
+    local_identity: Callable | None = None  # (local call) -> True when it moves nothing at its sizes
     # SPMD simulator: (values by device, full attrs, context) -> (outputs by device, bytes sent in all)
     simulate: Callable | None = None
     tvm: str | Callable | None = None  # Relax form: "module:function" or (exporter, call) -> relax.Expr
@@ -89,17 +91,18 @@ def register_step(kind: StepKind) -> StepKind:
 
     if kind.name in _STEPS:
         raise DistirError(f"redistribution step '{kind.name}' is declared twice")
-    kind.global_op = register_op(
-        OpDef(
-            name=f"dist.{kind.name}",
-            params=kind.global_params or _global_params(kind, Param),
-            infer=kind.global_infer or _global_infer(kind),
-            numpy=lambda xs, attrs, ctx: xs[0],  # in the global view a step moves data, not values
-            dist_aware=True,
-            doc=f"{kind.change} on one mesh axis ({kind.doc})" if kind.apply else kind.doc,
-            step=kind,
+    if kind.apply is not None or kind.global_infer is not None:  # a kind only lowering writes has no global op
+        kind.global_op = register_op(
+            OpDef(
+                name=f"dist.{kind.name}",
+                params=kind.global_params or _global_params(kind, Param),
+                infer=kind.global_infer or _global_infer(kind),
+                numpy=lambda xs, attrs, ctx: xs[0],  # in the global view a step moves data, not values
+                dist_aware=True,
+                doc=f"{kind.change} on one mesh axis ({kind.doc})" if kind.apply else kind.doc,
+                step=kind,
+            )
         )
-    )
     if kind.local_infer is not None:
         kind.local_op = register_op(
             OpDef(
@@ -107,6 +110,7 @@ def register_step(kind: StepKind) -> StepKind:
                 params=(Param("x", "tensor"), *kind.local_params),
                 infer=kind.local_infer,
                 numpy=kind.local_numpy,
+                identity_at=kind.local_identity,
                 doc=kind.local_doc or kind.doc,
                 step=kind,
             )
@@ -122,7 +126,8 @@ def unregister_step(name: str) -> None:
 
     kind = _STEPS.pop(name)
     _VERSION[0] += 1
-    unregister_op(kind.global_op.name)
+    if kind.global_op is not None:
+        unregister_op(kind.global_op.name)
     if kind.local_op is not None:
         unregister_op(kind.local_op.name)
 

@@ -419,6 +419,81 @@ def to_str(x: Dim) -> str:
     return _fmt(x, 0)
 
 
+def _as_ceildiv(e):
+    """``(a, b)`` when ``e`` is the simplifier's form of ``ceil(a / b)``, ``(a - 1) // b + 1``
+    with a constant or ``x - 1`` numerator (how block sizes of uneven splits print)."""
+    if type(e) is _pe.FloorDiv and type(e.a) is _pe.Add and isinstance(e.b, _pe.IntImm):
+        # (x + (b - 1)) // b with a constant b
+        if isinstance(e.a.b, _pe.IntImm) and int(e.a.b.value) == int(e.b.value) - 1 > 0:
+            return e.a.a, e.b
+        return None
+    if type(e) is not _pe.Add or not (isinstance(e.b, _pe.IntImm) and int(e.b.value) == 1):
+        return None
+    q = e.a
+    if type(q) is not _pe.FloorDiv:
+        return None
+    p = q.a
+    if isinstance(p, _pe.IntImm):
+        return int(p.value) + 1, q.b
+    if type(p) is _pe.Sub and isinstance(p.b, _pe.IntImm) and int(p.b.value) == 1:
+        return p.a, q.b
+    if type(p) is _pe.Add and isinstance(p.b, _pe.IntImm) and int(p.b.value) == -1:
+        return p.a, q.b
+    if type(p) is _pe.FloorDiv:  # nested: ceil(ceil(n / a) / b) prints as T.ceildiv(T.ceildiv(n, a), b)
+        inner = _as_ceildiv(normalize(p + 1))
+        if inner is not None:
+            return normalize(p + 1), q.b
+    return None
+
+
+def _trailing_zeros(c: int) -> int:
+    return (c & -c).bit_length() - 1 if c else 0
+
+
+def _refold_ceildiv(e):
+    """The text of a sum ``... + c // x * k + m`` with each block term written back as
+    ``T.ceildiv(c + 1, x) * k`` (and ``(y - 1) // x * k`` as ``T.ceildiv(y, x) * k``), taking
+    ``k`` from the constant ``m`` while it lasts: the simplifier multiplies uneven block sizes
+    out into that form. A constant numerator is refolded only when ``c + 1`` is the rounder
+    number (``383`` -> ``384``, not ``384`` -> ``385``). None when no term refolds. Printing
+    only: both forms are equal for every ``x``."""
+    if type(e) is not _pe.Add or not isinstance(e.b, _pe.IntImm):
+        return None
+    m = int(e.b.value)
+    terms, rest = [], e.a
+    while type(rest) is _pe.Add:
+        terms.append(rest.b)
+        rest = rest.a
+    terms.append(rest)
+    terms.reverse()
+    texts, refolded = [], False
+    for term in terms:
+        body, k = term, 1
+        if type(body) is _pe.Mul and isinstance(body.b, _pe.IntImm):
+            body, k = body.a, int(body.b.value)
+        numerator = None
+        if type(body) is _pe.FloorDiv and 0 < k <= m:
+            top = body.a
+            if isinstance(top, _pe.IntImm):
+                c = int(top.value)
+                if c >= 1 and _trailing_zeros(c + 1) > _trailing_zeros(c):
+                    numerator = str(c + 1)
+            elif type(top) is _pe.Add and isinstance(top.b, _pe.IntImm) and int(top.b.value) == -1 or type(top) is _pe.Sub and isinstance(top.b, _pe.IntImm) and int(top.b.value) == 1:
+                numerator = _fmt(top.a, 0)
+        if numerator is None:
+            texts.append(_fmt(term, 1))
+            continue
+        block = f"T.ceildiv({numerator}, {_fmt(body.b, 0)})"
+        texts.append(block if k == 1 else f"{block} * {k}")
+        m -= k
+        refolded = True
+    if not refolded:
+        return None
+    if m:
+        texts.append(str(m))
+    return " + ".join(texts)
+
+
 def _fmt(e, prec: int) -> str:
     if isinstance(e, int):
         return str(e)
@@ -427,6 +502,12 @@ def _fmt(e, prec: int) -> str:
     if isinstance(e, tirx.Var):
         return str(e.name)
     t = type(e)
+    refolded = _refold_ceildiv(e)
+    if refolded is not None:
+        return f"({refolded})" if prec > 1 else refolded
+    ceil = _as_ceildiv(e)
+    if ceil is not None:
+        return f"T.ceildiv({_fmt(ceil[0], 0)}, {_fmt(ceil[1], 0)})"
     if t in _BINOPS:
         op, p = _BINOPS[t]
         text = f"{_fmt(e.a, p)} {op} {_fmt(e.b, p + 1)}"
@@ -487,7 +568,7 @@ def _is_minmax(node: ast.AST) -> bool:
         and isinstance(node.func, ast.Attribute)
         and isinstance(node.func.value, ast.Name)
         and node.func.value.id == "T"
-        and node.func.attr in ("min", "max")
+        and node.func.attr in ("min", "max", "ceildiv")
         and len(node.args) == 2
         and not node.keywords
     )
@@ -572,8 +653,12 @@ def _build(node: ast.AST, text: str, names: Mapping[str, Dim] | None) -> Dim:
         if isinstance(a, int) and isinstance(b, int):
             return _in_range(_FOLD[op](a, b), node, where)
         return _guarded(lambda: _AST_OPS[op](to_prim(a), to_prim(b)), node, where)
-    assert isinstance(node, ast.Call)  # T.min / T.max, by check_ast
+    assert isinstance(node, ast.Call)  # T.min / T.max / T.ceildiv, by check_ast
     a, b = (_build(x, text, names) for x in node.args)
+    if node.func.attr == "ceildiv":  # type: ignore[attr-defined]
+        if _is_zero(b) or (isinstance(b, int) and b < 0):
+            raise SymbolicError(f"T.ceildiv needs a positive divisor{where}", node.args[1])
+        return _guarded(lambda: ceildiv(a, b), node, where)
     is_min = node.func.attr == "min"  # type: ignore[attr-defined]
     if isinstance(a, int) and isinstance(b, int):
         return min(a, b) if is_min else max(a, b)
@@ -696,7 +781,10 @@ def _subst(e, values):
         return e if v is None else to_prim(v)
     t = type(e)
     if t in _REBUILD:
-        return _REBUILD[t](_subst(e.a, values), _subst(e.b, values))
+        a, b = _subst(e.a, values), _subst(e.b, values)
+        if t in (_pe.FloorDiv, _pe.FloorMod) and isinstance(b, _pe.IntImm) and int(b.value) == 0:
+            raise SymbolicError(f"{_fmt(e, 0)} divides by zero at {', '.join(f'{k}={v}' for k, v in values.items())}")
+        return _REBUILD[t](a, b)
     if t is _pe.Cast:
         return _subst(e.value, values)
     raise SymbolicError(f"unsupported symbolic expression {e}")

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from . import sym
-from .layout import block_index, mesh_coords
+from .layout import block_index, block_of, mesh_coords
 from .mesh import DeviceMesh, Range
 from .placement import Placement, PlacementError
 from .sym import Dim
@@ -99,12 +99,32 @@ def _bound(extent, b: int, count: int):
 
 
 def block_bounds(extents: Sequence, placement: Placement, coords: Sequence[int], sizes: Sequence[int]) -> Bounds:
-    """Global [lo, hi) of the block held at mesh ``coords``, per tensor dim (exact)."""
+    """Global [lo, hi) of the real elements of the block held at mesh ``coords``, per tensor dim.
+
+    Integer extents follow the block rule of :mod:`distir.ir.layout` (trailing blocks may be
+    short or empty); the planner's per-byte costs use extents every count divides, and a
+    fractional extent is cut exactly."""
     out = []
     for d, extent in enumerate(extents):
+        if isinstance(extent, int):
+            start, valid, _ = block_of(extent, placement, d, coords, sizes)
+            out.append((start, start + valid))
+            continue
         b, count = block_index(placement, d, coords, sizes)
         out.append((_bound(extent, b, count), _bound(extent, b + 1, count)))
     return tuple(out)
+
+
+def _source_bounds(extent, placement: Placement, dim: int, index: int, count: int, sizes: Sequence[int]):
+    """[lo, hi) of the real elements of block ``index`` (of ``count``) of ``dim``."""
+    if not isinstance(extent, int):
+        return _bound(extent, index, count), _bound(extent, index + 1, count)
+    coords = [0] * len(sizes)
+    for axis in reversed(placement.mesh_axes_of(dim)):  # the flat block index, minor axis last
+        coords[axis] = index % sizes[axis]
+        index //= sizes[axis]
+    start, valid, _ = block_of(extent, placement, dim, coords, sizes)
+    return start, start + valid
 
 
 def _intersect(a: Bounds, b: Bounds) -> Bounds | None:
@@ -151,9 +171,13 @@ def transfer_routes(
     for t, dev in enumerate(dst_devices):
         want = block_bounds(extents, dst, mesh_coords(t, dst_sizes), dst_sizes)
         own = position_of.get(dev)
-        spans = [range(math.floor(lo * c / e), math.ceil(hi * c / e)) for (lo, hi), e, c in zip(want, extents, counts)]
-        for key in itertools.product(*spans):
-            have = tuple((_bound(e, b, c), _bound(e, b + 1, c)) for e, b, c in zip(extents, key, counts))
+        if all(isinstance(e, int) for e in extents):  # real sizes: blocks by the (possibly uneven) block rule
+            keys = itertools.product(*(range(c) for c in counts))
+        else:  # per byte of the tensor: extents every count divides, so a target block overlaps a box
+            keys = itertools.product(*(range(math.floor(lo * c / e), math.ceil(hi * c / e))
+                                       for (lo, hi), e, c in zip(want, extents, counts)))
+        for key in keys:
+            have = tuple(_source_bounds(e, src, d, b, c, src_sizes) for d, (e, b, c) in enumerate(zip(extents, key, counts)))
             piece = _intersect(want, have)
             if piece is None:
                 continue
@@ -197,13 +221,16 @@ def transfer_cost_formula(
 ) -> Dim:
     """Bytes sent by all workers together, as a formula in the mesh sizes.
 
-    Exact when the two meshes share no device: every target worker receives its own block
-    once. With shared devices the cost depends on which pieces stay put; use
+    Exact when the two meshes share no device: every target worker receives the real elements
+    of its own block once (padding is not sent), so each element goes to every worker that
+    holds a copy of it: the tensor's bytes times the target mesh's size over the number of
+    blocks. With shared devices the cost depends on which pieces stay put; use
     :func:`transfer_routes` at concrete sizes (this raises ValueError then).
     """
     if devices_disjoint(src_mesh, dst_mesh) is not True:
         raise ValueError("the meshes may share devices; compute the cost at concrete sizes with transfer_routes")
-    from .layout import local_shape
+    from .layout import shard_count
 
-    local = sym.mul(sym.product(local_shape(tuple(shape), dst_mesh, dst)), dtype_size)
-    return sym.mul(dst_mesh.size, local)
+    blocks = sym.product(shard_count(dst_mesh, dst, d) for d in range(len(shape)))
+    copies = sym.floordiv(dst_mesh.size, blocks)  # the axes that do not cut the tensor hold copies
+    return sym.mul(sym.mul(sym.product(shape), dtype_size), copies)

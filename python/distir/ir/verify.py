@@ -34,7 +34,6 @@ from .expr import (
     Var,
     leaf_vars,
 )
-from .layout import describe_indivisible, indivisible_dims
 from .mesh import DeviceMesh
 from .op import has_dtensor
 from .placement import Placement, PlacementError
@@ -239,9 +238,6 @@ class _FunctionVerifier:
                     t.placement.validate(t.mesh.ndim, t.ndim)
                 except PlacementError as err:
                     self.report(what, str(err), span)
-                else:
-                    for dim, size, count in indivisible_dims(t):
-                        self.report(what, describe_indivisible(t, dim, size, count), span)
         elif isinstance(t, TupleType):
             for i, f in enumerate(t.fields):
                 self.check_type(f, f"{what} (tuple field {i})", span)

@@ -1,16 +1,18 @@
 """The redistribution steps distir knows, each declared once as a :class:`~distir.ir.steps.StepKind`.
 
 A step acts on ONE mesh axis of size ``n``. With ``L`` the bytes a worker holds before
-the step, the bytes each worker sends (ring algorithms) are:
+the step and ``B`` the bytes of one block it exchanges (the smaller of its pieces before
+and after; blocks are padded, see distir.ir.layout), the bytes each worker sends (ring
+algorithms) are:
 
 =================  ===============  =========================  ======================
 step               placement change bytes sent per worker      local view
 =================  ===============  =========================  ======================
-all_gather         S[d] -> R        (n - 1) * L                R.ccl.all_gather
+all_gather         S[d] -> R        (n - 1) * B   (B = L)      R.ccl.all_gather
 all_reduce         P[op] -> R       2 * (n - 1) * L / n        R.ccl.all_reduce
-reduce_scatter     P[op] -> S[d]    (n - 1) * L / n            R.ccl.reduce_scatter
-all_to_all         S[d] -> S[e]     (n - 1) * L / n            R.ccl.all_to_all
-local_shard        R -> S[d]        0                          R.strided_slice
+reduce_scatter     P[op] -> S[d]    (n - 1) * B   (B ~ L / n)  R.ccl.reduce_scatter
+all_to_all         S[d] -> S[e]     (n - 1) * B   (B ~ L / n)  R.ccl.all_to_all
+local_shard        R -> S[d]        0                          R.ccl.local_shard
 local_partial      R -> P[op]       0                          R.ccl.local_partial
 =================  ===============  =========================  ======================
 
@@ -33,15 +35,16 @@ import numpy as np
 from ..errors import DistirError, TypeInferenceError
 from ..ir import sym
 from ..ir.expr import Call
-from ..ir.layout import WORKER_ID, concrete_mesh_shape, coord_expr, local_shape, local_type, mesh_coords, mesh_groups
+from ..ir.layout import concrete_mesh_shape, coord_expr, local_shape, local_type, mesh_coords, mesh_groups
 from ..ir.op import get_op
 from ..ir.placement import Partial, Placement, PlacementError, Replicate, Shard
 from ..ir.steps import StepKind, register_step
+from ..ir.sym import Dim
 from ..ir.transfer import block_bounds, check_transfer, transfer_routes
 from ..ir.types import DTensorType, TensorType, shape_str
 from ._common import Param, expect_tensor, norm_axis
 
-__all__ = ["innermost"]
+__all__ = ["innermost", "regroup_blocks"]
 
 _REDUCE = {"sum": np.add, "max": np.maximum, "min": np.minimum, "avg": np.add}
 _OP_TYPES = ("sum", "max", "min", "avg")
@@ -136,19 +139,16 @@ def _less_one(n):
     return sym.sub(n, 1) if sym.is_symbolic(n) else n - 1
 
 
-def _ring_all(n, before, after):
-    return _times(_less_one(n), before), 1
+def _ring_pieces(n, before, after, piece):
+    """Every worker sends its piece to the n - 1 others (all-gather), or one piece to each (reduce-scatter, all-to-all)."""
+    return _times(_less_one(n), piece), 1
 
 
-def _ring_part(n, before, after):
-    return _times(_less_one(n), before), n
-
-
-def _ring_reduce(n, before, after):
+def _ring_reduce(n, before, after, piece):
     return _times(_times(2, _less_one(n)), before), n
 
 
-def _free(n, before, after):
+def _free(n, before, after, piece):
     return 0, 1
 
 
@@ -182,14 +182,6 @@ def _reduce_stack(op: str, stacked: np.ndarray) -> np.ndarray:
     return out.astype(stacked.dtype, copy=False)
 
 
-def _exchange(xs, group, axis):
-    """Each worker cuts its value into one block per peer along ``axis``; block j goes to
-    worker j. Returns the blocks and the bytes sent (every block but a worker's own)."""
-    pieces = {w: np.split(xs[w], len(group), axis=axis) for w in group}
-    sent = sum(p.nbytes for w in group for j, p in enumerate(pieces[w]) if group[j] != w)
-    return pieces, sent
-
-
 def _same_type_infer(name: str):
     def infer(types, attrs):
         x = expect_tensor(types[0], name)
@@ -212,7 +204,36 @@ def _source_spec(call: Call):
     return call.args[0].type.placement[call.attrs["mesh_axis"]]
 
 
-# all_gather
+def _pad_to(x: np.ndarray, axis: int, extent: int) -> np.ndarray:
+    """``x`` with zeros appended along ``axis`` up to ``extent`` (blocks of an uneven split)."""
+    if x.shape[axis] >= extent:
+        return x
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (0, extent - x.shape[axis])
+    return np.pad(x, widths)
+
+
+def _truncate(x: np.ndarray, axis: int, extent: int) -> np.ndarray:
+    if x.shape[axis] == extent:
+        return x
+    return np.ascontiguousarray(np.take(x, np.arange(extent), axis=axis))
+
+
+def _gathered_extent(attrs, piece: Dim) -> Dim:
+    """The extent a gather restores: ``extent`` (the outer block), or all pieces for an even split."""
+    extent = attrs.get("extent")
+    return sym.mul_exact(piece, attrs["num_workers"]) if extent is None else extent
+
+
+def _check_piece(op: str, piece: Dim, extent: Dim, n: Dim, what: str) -> None:
+    if not sym.equal(piece, sym.ceildiv(extent, n)):
+        raise TypeInferenceError(
+            f"R.{op}: {what} has extent {sym.to_str(piece)}, not the block ceil({sym.to_str(extent)} / "
+            f"{sym.to_str(n)}) of the extent {sym.to_str(extent)}"
+        )
+
+
+# all_gather: each worker gets every block, in coordinate order, padding dropped
 
 
 def _all_gather_infer(types, attrs):
@@ -220,14 +241,19 @@ def _all_gather_infer(types, attrs):
     _check_axis(attrs, "ccl.all_gather")
     ax = norm_axis(attrs["axis"], x.ndim, "ccl.all_gather")
     shape = list(x.shape)
-    shape[ax] = sym.mul_exact(shape[ax], attrs["num_workers"])
+    shape[ax] = _gathered_extent(attrs, shape[ax])
+    if attrs.get("extent") is not None:
+        _check_piece("ccl.all_gather", x.shape[ax], shape[ax], attrs["num_workers"], f"the input's axis {ax}")
     return TensorType(tuple(shape), x.dtype)
 
 
 def _all_gather_simulate(xs, attrs, env):
     out, sent = {}, 0
+    axis = attrs["axis"]
     for group in _groups(attrs, env):
-        full = np.concatenate([xs[w] for w in group], axis=attrs["axis"])
+        full = np.concatenate([xs[w] for w in group], axis=axis)
+        extent = env.dim(attrs["extent"]) if attrs.get("extent") is not None else full.shape[axis]
+        full = _truncate(full, axis, extent)  # the padding of the trailing blocks
         for w in group:
             out[w] = full
             sent += (len(group) - 1) * xs[w].nbytes
@@ -235,8 +261,9 @@ def _all_gather_simulate(xs, attrs, env):
 
 
 def _all_gather_lower(call: Call, x) -> Call:
-    attrs = {"num_workers": _axis_size(call), "axis": _source_spec(call).dim, **_common_attrs(call)}
-    return Call(get_op("ccl.all_gather"), (x,), attrs, call.span)
+    dim = _source_spec(call).dim
+    attrs = {"num_workers": _axis_size(call), "axis": dim, "extent": local_type(call.type).shape[dim]}
+    return Call(get_op("ccl.all_gather"), (x,), {**attrs, **_common_attrs(call)}, call.span)
 
 
 # all_reduce
@@ -262,7 +289,7 @@ def _all_reduce_lower(call: Call, x) -> Call:
     return Call(get_op("ccl.all_reduce"), (x,), {"op_type": _source_spec(call).op, **_common_attrs(call)}, call.span)
 
 
-# reduce_scatter
+# reduce_scatter: the reduced value, each worker keeping its block (the last ones padded)
 
 
 def _reduce_scatter_infer(types, attrs):
@@ -270,7 +297,7 @@ def _reduce_scatter_infer(types, attrs):
     _check_axis(attrs, "ccl.reduce_scatter")
     ax = norm_axis(attrs["axis"], x.ndim, "ccl.reduce_scatter")
     shape = list(x.shape)
-    shape[ax] = sym.floordiv(shape[ax], attrs["num_workers"])
+    shape[ax] = sym.ceildiv(shape[ax], attrs["num_workers"])
     return TensorType(tuple(shape), x.dtype)
 
 
@@ -279,10 +306,11 @@ def _reduce_scatter_simulate(xs, attrs, env):
     out, sent = {}, 0
     for group in _groups(attrs, env):
         n = len(group)
-        blocks = np.split(_reduce_stack(op, np.stack([xs[w] for w in group])), n, axis=axis)
-        for w, block in zip(group, blocks):
-            out[w] = block
-        sent += (n - 1) * xs[group[0]].nbytes  # each worker sends all blocks but its own
+        block = -(-xs[group[0]].shape[axis] // n)
+        reduced = _pad_to(_reduce_stack(op, np.stack([xs[w] for w in group])), axis, n * block)
+        for w, piece in zip(group, np.split(reduced, n, axis=axis)):
+            out[w] = piece
+            sent += (n - 1) * piece.nbytes  # each worker sends every block but its own
     return out, sent
 
 
@@ -291,7 +319,7 @@ def _reduce_scatter_lower(call: Call, x) -> Call:
     return Call(get_op("ccl.reduce_scatter"), (x,), {**attrs, **_common_attrs(call)}, call.span)
 
 
-# all_to_all
+# all_to_all: blocks of one dim traded for blocks of another
 
 
 def _all_to_all_infer(types, attrs):
@@ -300,8 +328,10 @@ def _all_to_all_infer(types, attrs):
     s = norm_axis(attrs["split_axis"], x.ndim, "ccl.all_to_all")
     c = norm_axis(attrs["concat_axis"], x.ndim, "ccl.all_to_all")
     shape = list(x.shape)
-    shape[s] = sym.floordiv(shape[s], attrs["num_workers"])
-    shape[c] = sym.mul_exact(shape[c], attrs["num_workers"])
+    shape[s] = sym.ceildiv(shape[s], attrs["num_workers"])
+    shape[c] = _gathered_extent(attrs, shape[c])
+    if attrs.get("extent") is not None:
+        _check_piece("ccl.all_to_all", x.shape[c], shape[c], attrs["num_workers"], f"the input's concat_axis {c}")
     return TensorType(tuple(shape), x.dtype)
 
 
@@ -309,27 +339,50 @@ def _all_to_all_simulate(xs, attrs, env):
     s, c = attrs["split_axis"], attrs["concat_axis"]
     out, sent = {}, 0
     for group in _groups(attrs, env):
-        pieces, group_sent = _exchange(xs, group, s)
+        n = len(group)
+        block = -(-xs[group[0]].shape[s] // n)
+        pieces = {w: np.split(_pad_to(xs[w], s, n * block), n, axis=s) for w in group}
         for j, w in enumerate(group):
-            out[w] = np.concatenate([pieces[v][j] for v in group], axis=c)
-        sent += group_sent
+            full = np.concatenate([pieces[v][j] for v in group], axis=c)
+            extent = env.dim(attrs["extent"]) if attrs.get("extent") is not None else full.shape[c]
+            out[w] = _truncate(full, c, extent)
+        sent += sum(p.nbytes for w in group for j, p in enumerate(pieces[w]) if group[j] != w)
     return out, sent
 
 
 def _all_to_all_lower(call: Call, x) -> Call:
-    attrs = {"num_workers": _axis_size(call), "split_axis": call.attrs["dim"], "concat_axis": _source_spec(call).dim}
+    concat = _source_spec(call).dim
+    attrs = {"num_workers": _axis_size(call), "split_axis": call.attrs["dim"], "concat_axis": concat,
+             "extent": local_type(call.type).shape[concat]}
     return Call(get_op("ccl.all_to_all"), (x,), {**attrs, **_common_attrs(call)}, call.span)
 
 
-# local_shard: each worker slices its own block, no communication
+# local_shard: each worker cuts its own block (the last ones padded), no communication
+
+
+def _local_shard_infer(types, attrs):
+    x = expect_tensor(types[0], "ccl.local_shard")
+    _check_axis(attrs, "ccl.local_shard")
+    ax = norm_axis(attrs["axis"], x.ndim, "ccl.local_shard")
+    shape = list(x.shape)
+    shape[ax] = sym.ceildiv(shape[ax], attrs["num_workers"])
+    return TensorType(tuple(shape), x.dtype)
+
+
+def _local_shard_numpy(xs, attrs, ctx):
+    x, axis = xs[0], attrs["axis"]
+    n = ctx.dim(attrs["num_workers"])
+    # a worker outside the mesh (cutting a plain value everyone holds) gets some block: it is never read
+    coord = min(max(ctx.dim(coord_expr(attrs["device_mesh"], attrs["mesh_axis"], ctx.worker_var)), 0), n - 1)
+    block = -(-x.shape[axis] // n)
+    index = [slice(None)] * x.ndim
+    index[axis] = slice(coord * block, (coord + 1) * block)
+    return np.ascontiguousarray(_pad_to(x, axis, n * block)[tuple(index)])
 
 
 def _local_shard_lower(call: Call, x) -> Call:
-    mesh, axis, dim = call.args[0].type.mesh, call.attrs["mesh_axis"], call.attrs["dim"]
-    piece = local_type(call.type).shape[dim]
-    begin = sym.mul(coord_expr(mesh, axis, sym.var(WORKER_ID)), piece)
-    attrs = {"axes": (dim,), "begin": (begin,), "end": (sym.add(begin, piece),), "assume_inbound": True}
-    return Call(get_op("strided_slice"), (x,), attrs, call.span)
+    attrs = {"num_workers": _axis_size(call), "axis": call.attrs["dim"], **_common_attrs(call)}
+    return Call(get_op("ccl.local_shard"), (x,), attrs, call.span)
 
 
 # local_partial: coordinate 0 keeps the value (sum), the others hold zeros
@@ -387,9 +440,13 @@ def _integral(bounds, what: str) -> list[int]:
     out = []
     for b in bounds:
         if b.denominator != 1:
-            raise DistirError(f"R.ccl.transfer: {what} does not fall on whole elements; the mesh sizes must divide the dims")
+            raise DistirError(f"R.ccl.transfer: {what} does not fall on whole elements (the tensor's sizes must be concrete)")
         out.append(int(b))
     return out
+
+
+def _dtype_of(xs) -> np.dtype:
+    return next(np.asarray(v).dtype for v in xs.values() if v is not None)
 
 
 def _transfer_simulate(xs, attrs, env):
@@ -401,7 +458,9 @@ def _transfer_simulate(xs, attrs, env):
     src_devices, dst_devices = src_mesh.device_list(values), dst_mesh.device_list(values)
     routes = transfer_routes(shape, src_sizes, src_devices, src_p, dst_sizes, dst_devices, dst_p)
     out_shape = tuple(sym.evaluate(d, values) for d in local_shape(tuple(shape), dst_mesh, dst_p))
-    out, sent = {}, 0
+    # every target worker gets its block, padded; a block with no real element stays all padding
+    out = {d: np.zeros(out_shape, dtype=_dtype_of(xs)) for d in dst_devices}
+    sent = 0
     for r in routes:
         x = xs.get(r.src_device)
         if x is None:
@@ -412,10 +471,7 @@ def _transfer_simulate(xs, attrs, env):
         hi = _integral([b for _, b in r.bounds], "a piece")
         s_off, d_off = _integral(s_lo, "a source block"), _integral(d_lo, "a target block")
         piece = x[tuple(slice(a - o, b - o) for a, b, o in zip(lo, hi, s_off))]
-        buf = out.get(r.dst_device)
-        if buf is None:
-            buf = out[r.dst_device] = np.empty(out_shape, dtype=x.dtype)
-        buf[tuple(slice(a - o, b - o) for a, b, o in zip(lo, hi, d_off))] = piece
+        out[r.dst_device][tuple(slice(a - o, b - o) for a, b, o in zip(lo, hi, d_off))] = piece
         if not r.is_local:
             sent += piece.nbytes
     return out, sent
@@ -452,17 +508,83 @@ def _transfer_lower(call: Call, x) -> Call:
     return Call(get_op("ccl.transfer"), (x,), attrs, call.span)
 
 
+# regroup: the same dim re-blocked (unit-aligned blocks for a reshape that splits or merges it)
+
+
+def regroup_blocks(attrs, env=None):
+    """(block before, block after) of the dim: ``ceil(n / u / k) * u`` for each unit ``u``."""
+    def get(v):
+        return v if env is None else env.dim(v)
+
+    n, k = get(attrs["extent"]), get(attrs["num_workers"])
+    blocks = []
+    for u in (get(attrs["unit_from"]), get(attrs["unit_to"])):
+        if env is None:
+            blocks.append(sym.mul(sym.ceildiv(sym.floordiv(n, u), k), u))
+        else:
+            blocks.append(-(-(n // u) // k) * u)
+    return blocks
+
+
+def _regroup_infer(types, attrs):
+    x = expect_tensor(types[0], "ccl.regroup")
+    _check_axis(attrs, "ccl.regroup")
+    ax = norm_axis(attrs["axis"], x.ndim, "ccl.regroup")
+    before, after = regroup_blocks(attrs)
+    if not sym.equal(x.shape[ax], before):
+        raise TypeInferenceError(
+            f"R.ccl.regroup: the input's axis {ax} has extent {sym.to_str(x.shape[ax])}, not the block "
+            f"{sym.to_str(before)} of the extent {sym.to_str(attrs['extent'])} in units of {sym.to_str(attrs['unit_from'])}"
+        )
+    shape = list(x.shape)
+    shape[ax] = after
+    return TensorType(tuple(shape), x.dtype)
+
+
+def _regroup_simulate(xs, attrs, env):
+    """Gather the dim, keep the new block (nothing moves when the two blockings agree)."""
+    axis = attrs["axis"]
+    n = env.dim(attrs["extent"])
+    before, after = regroup_blocks(attrs, env)
+    out, sent = {}, 0
+    for group in _groups(attrs, env):
+        if before == after:
+            out.update({w: xs[w] for w in group})
+            continue
+        full = _truncate(np.concatenate([xs[w] for w in group], axis=axis), axis, n)
+        full = _pad_to(full, axis, len(group) * after)
+        for j, w in enumerate(group):
+            index = [slice(None)] * full.ndim
+            index[axis] = slice(j * after, (j + 1) * after)
+            out[w] = np.ascontiguousarray(full[tuple(index)])
+            sent += (len(group) - 1) * xs[w].nbytes
+    return out, sent
+
+
+def _regroup_is_identity(call) -> bool:
+    before, after = regroup_blocks(call.op.full_attrs(call.attrs))
+    return sym.equal(before, after)
+
+
+def _regroup_sent(n, before, after, piece):
+    """As an all-gather when the blockings differ, nothing when they agree (``before == after``)."""
+    differ = sym.min_(1, sym.max_(sym.sub(after, before), sym.sub(before, after))) if sym.is_symbolic(before) or \
+        sym.is_symbolic(after) else int(before != after)
+    return _times(_times(_less_one(n), before), differ), 1
+
+
 # ---------------------------------------------------------------- the declarations
 
 _EMIT = "distir.tvm.collectives:"
 
 register_step(StepKind(
     name="all_gather", acts_on=Shard, change="S[d] -> R", doc="all-gather: every worker gets the whole dim",
-    apply=_gather, sent=_ring_all, rounds=_less_one,
+    apply=_gather, sent=_ring_pieces, rounds=_less_one,
     lower=_all_gather_lower,
-    local_params=_group_params(Param("num_workers", "dim"), Param("axis", "int", 0)),
+    local_params=_group_params(Param("num_workers", "dim"), Param("axis", "int", 0), Param("extent", "dim", None)),
     local_infer=_all_gather_infer, simulate=_all_gather_simulate, tvm=_EMIT + "emit_all_gather",
-    local_doc="Concatenate the workers' pieces along `axis`, in mesh-coordinate order.",
+    local_doc="Concatenate the workers' pieces along `axis`, in mesh-coordinate order, and keep the first "
+    "`extent` (dropping the padding of an uneven split).",
 ))  # fmt: skip
 register_step(StepKind(
     name="all_reduce", acts_on=Partial, change="P[op] -> R", doc="all-reduce by the partial's reduction",
@@ -474,7 +596,7 @@ register_step(StepKind(
 ))  # fmt: skip
 register_step(StepKind(
     name="reduce_scatter", acts_on=Partial, change="P[op] -> S[dim]", doc="reduce-scatter: each worker keeps its reduced block",
-    apply=_reduce_scatter, sent=_ring_part, rounds=_less_one, takes_dim=True,
+    apply=_reduce_scatter, sent=_ring_pieces, rounds=_less_one, takes_dim=True,
     lower=_reduce_scatter_lower,
     local_params=_group_params(
         Param("op_type", "choice", "sum", choices=_OP_TYPES), Param("num_workers", "dim"), Param("axis", "int", 0)
@@ -484,15 +606,21 @@ register_step(StepKind(
 ))  # fmt: skip
 register_step(StepKind(
     name="all_to_all", acts_on=Shard, change="S[d] -> S[dim]", doc="all-to-all: trade blocks of one dim for blocks of another",
-    apply=_all_to_all, sent=_ring_part, rounds=_less_one, takes_dim=True,
+    apply=_all_to_all, sent=_ring_pieces, rounds=_less_one, takes_dim=True,
     lower=_all_to_all_lower,
-    local_params=_group_params(Param("num_workers", "dim"), Param("split_axis", "int"), Param("concat_axis", "int")),
+    local_params=_group_params(
+        Param("num_workers", "dim"), Param("split_axis", "int"), Param("concat_axis", "int"), Param("extent", "dim", None)
+    ),
     local_infer=_all_to_all_infer, simulate=_all_to_all_simulate, tvm=_EMIT + "emit_all_to_all",
-    local_doc="Worker j sends block k of `split_axis` to worker k; received blocks are concatenated on `concat_axis`.",
+    local_doc="Worker j sends block k of `split_axis` to worker k; received blocks are concatenated on `concat_axis` "
+    "and cut to `extent`.",
 ))  # fmt: skip
 register_step(StepKind(
     name="local_shard", acts_on=Replicate, change="R -> S[dim]", doc="each worker slices its own block, no communication",
     apply=_local_shard, sent=_free, takes_dim=True, lower=_local_shard_lower,
+    local_params=_group_params(Param("num_workers", "dim"), Param("axis", "int", 0)),
+    local_infer=_local_shard_infer, local_numpy=_local_shard_numpy, tvm=_EMIT + "emit_local_shard",
+    local_doc="Each worker keeps its block of `axis` (ceil(extent / num_workers) wide, the last ones padded).",
 ))  # fmt: skip
 register_step(StepKind(
     name="local_partial", acts_on=Replicate, change="R -> P[op]",
@@ -523,4 +651,19 @@ register_step(StepKind(
     "receives its block of the `shape` tensor laid out `dst_placement`, cut from the `src_placement` pieces "
     "(see distir.ir.transfer for who sends what). Workers of `src_mesh` only send; only workers of "
     "`dst_mesh` hold the result.",
+))  # fmt: skip
+register_step(StepKind(
+    name="regroup", change="S[d] -> S[d]",
+    doc="the same layout in blocks of another unit: what a reshape that splits or merges a sharded dim needs "
+    "when the count does not divide the part it keeps sharded; lowering writes it, and it moves nothing when "
+    "the count divides",
+    apply=None, sent=_regroup_sent, rounds=_less_one,
+    local_params=_group_params(
+        Param("num_workers", "dim"), Param("axis", "int"), Param("extent", "dim"), Param("unit_from", "dim", 1),
+        Param("unit_to", "dim", 1),
+    ),
+    local_infer=_regroup_infer, simulate=_regroup_simulate, tvm=_EMIT + "emit_regroup",
+    local_identity=_regroup_is_identity,
+    local_doc="Re-block `axis` (global size `extent`, cut num_workers ways) from blocks of whole units of "
+    "`unit_from` elements to blocks of whole units of `unit_to`: ceil(extent / unit / num_workers) units each.",
 ))  # fmt: skip

@@ -63,7 +63,7 @@ def _create_rule(types, attrs, outs):
     return ShardingRule(inputs=((),) * len(types), outputs=(dims_factors(outs[0].ndim),), partial=LAYOUT_PARTIALS)
 
 
-def _create_localize(call, args, local_out):
+def _create_localize(call, args, local_out, lower=None):
     return Call(call.op, (ShapeExpr(local_out.shape), *args[1:]), call.attrs, call.span)
 
 
@@ -143,15 +143,14 @@ def _tri_rule(types, attrs, outs):
     return ShardingRule(inputs=(f,), outputs=(f,), partial=LAYOUT_PARTIALS)
 
 
-def _tri_localize(call, args, local_out):
+def _tri_localize(call, args, local_out, lower=None):
     """Shift the diagonal by the worker's block offsets in the last two dims."""
     x = call.args[0].type
     if not isinstance(x, DTensorType):
         return Call(call.op, args, call.attrs, call.span)
-    local = args[0].type.shape
     row, col = x.ndim - 2, x.ndim - 1
-    r0 = block_start_expr(x.mesh, x.placement, row, local[row])
-    c0 = block_start_expr(x.mesh, x.placement, col, local[col])
+    r0 = block_start_expr(x.mesh, x.placement, row, x.shape[row])
+    c0 = block_start_expr(x.mesh, x.placement, col, x.shape[col])
     if sym.equal(r0, 0) and sym.equal(c0, 0):
         return Call(call.op, args, call.attrs, call.span)
     k = call.op.full_attrs(call.attrs)["k"]

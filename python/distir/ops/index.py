@@ -125,7 +125,7 @@ def _slice_rule(types, attrs, outs):
     return ShardingRule(inputs=(f,), outputs=(f,), blocked=blocked, partial=LAYOUT_PARTIALS)
 
 
-def _slice_localize(call, args, local_out):
+def _slice_localize(call, args, local_out, lower=None):
     """A covering slice of a sharded axis ends at the per-worker size of that axis.
 
     The call's own attrs (defaults not filled in) are kept, with only ``end`` changed.
@@ -243,14 +243,13 @@ def _gather_rule(x: TensorType, idx: TensorType, axis: int, vocab_parallel: bool
     )
 
 
-def _take_localize(call, args, local_out):
+def _take_localize(call, args, local_out, lower=None):
     """A table sharded on the gathered axis becomes R.shard_take from the worker's own rows."""
     x = call.args[0].type
     attrs = call.op.full_attrs(call.attrs)
     if not isinstance(x, DTensorType) or not x.placement.mesh_axes_of(axis := _take_axis(x.tensor, attrs)):
         return Call(call.op, args, call.attrs, call.span)
-    rows = args[0].type.shape[axis]
-    offset = block_start_expr(x.mesh, x.placement, axis, rows)
+    offset = block_start_expr(x.mesh, x.placement, axis, x.shape[axis])
     return Call(get_op("shard_take"), args, {"axis": axis, "offset": offset}, call.span)
 
 
@@ -363,5 +362,57 @@ register_op(
             blocked="`axis`",
             partials=partials_text(LAYOUT_PARTIALS, only="x"),
         ),
+    )
+)
+
+
+# ---------------------------------------------------------------- mask_tail (the padding of uneven blocks)
+
+
+def _mask_infer(types, attrs):
+    x = expect_tensor(types[0], "mask_tail")
+    norm_axis(attrs["axis"], x.ndim, "mask_tail")
+    return x
+
+
+def _mask_numpy(xs, attrs, ctx):
+    x = xs[0]
+    axis = attrs["axis"] % x.ndim
+    length = dim_value(ctx, attrs["length"])
+    if length >= x.shape[axis]:
+        return x
+    out = x.copy()
+    index = [slice(None)] * x.ndim
+    index[axis] = slice(max(length, 0), None)
+    out[tuple(index)] = attrs["value"]
+    return out
+
+
+def _mask_is_identity(call) -> bool:
+    """No padding left to fill: the length reaches the extent (an even split once specialized)."""
+    t = call.args[0].type
+    attrs = call.op.full_attrs(call.attrs)
+    return sym.prove_ge(attrs["length"], t.shape[attrs["axis"] % t.ndim])
+
+
+def _mask_rule(types, attrs, outs):
+    x = types[0]
+    f = dims_factors(x.ndim)
+    return ShardingRule(inputs=(f,), outputs=(f,), blocked=frozenset({f"d{attrs['axis'] % x.ndim}"}))
+
+
+register_op(
+    OpDef(
+        name="mask_tail",
+        params=(Param("x", "tensor"), Param("axis", "int"), Param("length", "dim"), Param("value", "scalar", 0)),
+        infer=_mask_infer,
+        numpy=_mask_numpy,
+        sharding=_mask_rule,
+        identity_at=_mask_is_identity,
+        doc="x with every element at index `length` or beyond along `axis` set to `value`: lowering writes it "
+        "to fill the padding of an uneven block before a reduction, a contraction or an index lookup reads it.",
+        relax=RelaxForm(emit="distir.tvm.ops:emit_mask_tail", doc="where(arange(extent) < length, x, value)"),
+        category="indexing",
+        sharding_doc=ShardingDoc(passes="every dim but `axis`", blocked="`axis`"),
     )
 )

@@ -9,8 +9,9 @@ import numpy as np
 from ..errors import TypeInferenceError
 from ..ir import sym
 from ..ir.expr import Call, ShapeExpr
-from ..ir.op import RelaxForm, ShardingDoc
-from ..ir.types import ShapeType, TupleType, np_dtype
+from ..ir.layout import level_extents
+from ..ir.op import RelaxForm, ShardingDoc, get_op
+from ..ir.types import DTensorType, ShapeType, TupleType, np_dtype
 from ._common import (
     LAYOUT_PARTIALS,
     OpDef,
@@ -125,8 +126,61 @@ def _reshape_rule(types, attrs, outs):
     )
 
 
-def _reshape_localize(call, args, local_out):
-    return Call(call.op, (args[0], ShapeExpr(local_out.shape)), call.attrs, call.span)
+def _reshape_localize(call, args, local_out, lower=None):
+    """Reshape each worker's block. A sharded dim that is split (or the leading dim of a merge)
+    keeps its blocks only when its count divides the part that stays sharded; otherwise it is
+    re-blocked in whole units first (split) or after (merge) with ``R.ccl.regroup``, which
+    moves nothing at counts that divide. A dim cut over several mesh axes is gathered over the
+    minor ones first, re-blocked over the major one, and cut again over the minor ones after."""
+    x, y = call.args[0].type, call.type
+    if not isinstance(x, DTensorType) or not isinstance(y, DTensorType):
+        return Call(call.op, (args[0], ShapeExpr(local_out.shape)), call.attrs, call.span)
+    data = args[0]
+    shape = list(local_out.shape)
+    after = []  # (output dim, attrs of its regroup or None, minor mesh axes to cut again)
+    for si, ti in reshape_groups(x.shape, y.shape):
+        lead = si[0]
+        axes = x.placement.mesh_axes_of(lead)
+        if not axes or (len(si) == 1 and len(ti) == 1):
+            continue
+        if len(si) == 1:  # a split: the leading output dim stays sharded, in units of the rest
+            part, unit = y.shape[ti[0]], sym.product(y.shape[t] for t in ti[1:])
+        else:  # a merge: the leading input dim is the sharded part of the output dim
+            part, unit = x.shape[lead], sym.product(x.shape[d] for d in si[1:])
+        counts = [x.mesh.shape[a] for a in axes]
+        if sym.prove_divisible(part, sym.product(counts)):
+            continue
+        levels = level_extents(x.shape[lead], counts)
+        for level in range(len(axes) - 1, 0, -1):  # gather the minor axes, innermost first
+            attrs = {"num_workers": counts[level], "axis": lead, "extent": levels[level - 1],
+                     "device_mesh": x.mesh, "mesh_axis": axes[level]}  # fmt: skip
+            data = lower.bind(f"{_hint(data)}_gathered", Call(get_op("ccl.all_gather"), (data,), attrs, call.span))
+        group = {"num_workers": counts[0], "device_mesh": x.mesh, "mesh_axis": axes[0]}
+        if len(si) == 1:
+            attrs = {"axis": lead, "extent": x.shape[lead], "unit_from": 1, "unit_to": unit, **group}
+            data = lower.bind(f"{_hint(data)}_blocks", Call(get_op("ccl.regroup"), (data,), attrs, call.span))
+            shape[ti[0]] = sym.ceildiv(part, counts[0])
+            regroup = None
+        else:
+            shape[ti[0]] = sym.mul(sym.ceildiv(part, counts[0]), unit)
+            regroup = {"axis": ti[0], "extent": y.shape[ti[0]], "unit_from": unit, "unit_to": 1, **group}
+        if regroup is not None or len(axes) > 1:
+            after.append((ti[0], regroup, list(zip(axes[1:], counts[1:]))))
+    out = Call(call.op, (data, ShapeExpr(tuple(shape))), call.attrs, call.span)
+    steps = []
+    for dim, regroup, minor in after:
+        if regroup is not None:
+            steps.append((get_op("ccl.regroup"), regroup))
+        for axis, count in minor:
+            steps.append((get_op("ccl.local_shard"), {"num_workers": count, "axis": dim, "device_mesh": x.mesh,
+                                                       "mesh_axis": axis}))  # fmt: skip
+    for op, attrs in steps:
+        out = Call(op, (lower.bind(f"{_hint(data)}_reshaped", out),), attrs, call.span)
+    return out
+
+
+def _hint(e) -> str:
+    return getattr(e, "name", "x")
 
 
 register_op(
@@ -321,7 +375,7 @@ def _squeeze_numpy(xs, attrs, ctx):
     return np.squeeze(x, axis=tuple(norm_axes(attrs["axis"], x.ndim, "squeeze")))
 
 
-def _squeeze_localize(call, args, local_out):
+def _squeeze_localize(call, args, local_out, lower=None):
     """``axis=None`` becomes the explicit axes: per-worker shapes are symbolic, which None refuses."""
     attrs = call.attrs
     if attrs.get("axis") is not None:

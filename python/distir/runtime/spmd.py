@@ -56,7 +56,7 @@ import numpy as np
 from ..errors import DistirError
 from ..ir import sym
 from ..ir.expr import Call, Function, IRModule, Var
-from ..ir.layout import WORKER_ID, concrete_mesh_shape, is_worker_var, mesh_coords, worker_values
+from ..ir.layout import WORKER_ID, block_of, concrete_mesh_shape, is_worker_var, mesh_coords, worker_values
 from ..ir.mesh import DeviceMesh
 from ..ir.placement import Placement
 from ..ir.types import DTensorType, TupleType, Type
@@ -145,8 +145,8 @@ def _mesh_sizes(mesh: DeviceMesh, values) -> tuple[int, ...]:
 @functools.lru_cache(maxsize=256)
 def _layout(placement: Placement, ndim: int, sizes: tuple[int, ...], devices: tuple[int, ...]) -> tuple:
     """Where the pieces of a tensor laid out ``placement`` lie: per device (in mesh order) its
-    id, the block of each tensor dim it holds ((index, count) per dim) and its coordinates
-    on the partial axes."""
+    id, the block of each tensor dim it holds ((index, count) per dim), its coordinates on the
+    partial axes, and all its mesh coordinates."""
     paxes = placement.partial_axes()
     axes_of = [placement.mesh_axes_of(d) for d in range(ndim)]
     out = []
@@ -159,16 +159,35 @@ def _layout(placement: Placement, ndim: int, sizes: tuple[int, ...], devices: tu
                 index = index * sizes[axis] + coords[axis]
                 count *= sizes[axis]
             blocks.append((index, count))
-        out.append((dev, tuple(blocks), tuple(coords[a] for a in paxes)))
+        out.append((dev, tuple(blocks), tuple(coords[a] for a in paxes), coords))
     return tuple(out)
 
 
 def _pieces(t: DTensorType, values) -> tuple:
-    return _layout(t.placement, t.ndim, _mesh_sizes(t.mesh, values), tuple(t.mesh.device_list(values)))
+    sizes = _mesh_sizes(t.mesh, values)
+    return [(dev, key, pkey, coords, sizes) for dev, key, pkey, coords in
+            _layout(t.placement, t.ndim, sizes, tuple(t.mesh.device_list(values)))]
 
 
-def _block_slices(shape: Sequence[int], blocks) -> tuple[slice, ...]:
-    return tuple(slice(b * (n // count), (b + 1) * (n // count)) for n, (b, count) in zip(shape, blocks))
+def _block(shape: Sequence[int], placement: Placement, coords, sizes) -> tuple[tuple[slice, ...], tuple[slice, ...], tuple[int, ...]]:
+    """(global slices of the block's real elements, the same slices in the local block, local extent)."""
+    glob, loc, ext = [], [], []
+    for d, n in enumerate(shape):
+        start, valid, block = block_of(n, placement, d, coords, sizes)
+        glob.append(slice(start, start + valid))
+        loc.append(slice(0, valid))
+        ext.append(block)
+    return tuple(glob), tuple(loc), tuple(ext)
+
+
+def cut_block(full: np.ndarray, placement: Placement, coords, sizes) -> np.ndarray:
+    """A worker's block of ``full``, padded with zeros to the local extent (see distir.ir.layout)."""
+    glob, loc, ext = _block(full.shape, placement, coords, sizes)
+    if tuple(full[glob].shape) == ext:
+        return np.array(full[glob], order="C")  # a copy; keeps 0-d arrays 0-d
+    out = np.zeros(ext, dtype=full.dtype)
+    out[loc] = full[glob]
+    return out
 
 
 def bind_global_inputs(
@@ -231,11 +250,10 @@ def shard_input(t: DTensorType, value: np.ndarray, values, rng) -> dict[int, np.
         parts = nxt
     pieces: dict[tuple, np.ndarray] = {}
     out: dict[int, np.ndarray] = {}
-    for dev, blocks, pkey in _pieces(t, values):
+    for dev, blocks, pkey, coords, sizes in _pieces(t, values):
         piece = pieces.get((blocks, pkey))
         if piece is None:
-            full = parts[pkey]
-            piece = pieces[(blocks, pkey)] = np.array(full[_block_slices(full.shape, blocks)], order="C")  # keeps 0-d
+            piece = pieces[(blocks, pkey)] = cut_block(parts[pkey], t.placement, coords, sizes)
         out[dev] = piece
     return out
 
@@ -258,15 +276,18 @@ def assemble_output(t: Type, per_worker: dict[int, Any], values, what: str, rtol
     shape = tuple(sym.evaluate(d, values) for d in t.shape)
     paxes = t.placement.partial_axes()
     blocks: dict[tuple, dict[tuple, np.ndarray]] = {}
-    for dev, key, pkey in _pieces(t, values):
+    where: dict[tuple, tuple] = {}
+    for dev, key, pkey, coords, sizes in _pieces(t, values):
         local = per_worker.get(dev)
         if local is None:
             raise SpmdError(f"{what}: device {dev} of its mesh holds no value")
+        _, loc, _ = where.setdefault(key, _block(shape, t.placement, coords, sizes))
+        local = np.asarray(local)[loc]  # the real elements; padding is dropped
         seen = blocks.setdefault(key, {})
         held = seen.get(pkey)
         if held is None:
-            seen[pkey] = np.asarray(local)
-        elif held is not local and not np.allclose(held, local, rtol=rtol, atol=atol, equal_nan=True):
+            seen[pkey] = local
+        elif not np.allclose(held, local, rtol=rtol, atol=atol, equal_nan=True):
             raise SpmdError(f"{what}: replicas disagree (device {dev} holds a different copy)")
     out = None
     for key, parts in blocks.items():
@@ -280,7 +301,7 @@ def assemble_output(t: Type, per_worker: dict[int, Any], values, what: str, rtol
         value = value.astype(vals[0].dtype) if paxes else value
         if out is None:
             out = np.zeros(shape, dtype=value.dtype)
-        out[_block_slices(shape, key)] = value
+        out[where[key][0]] = value
     return out
 
 
@@ -441,7 +462,10 @@ class _Workers:
                     raise SpmdError(f"{err} (on worker {w})") from None
             env[slot] = out
         self.sparse |= len(outs) < len(self.lanes)
-        if stats is not None:
+        # A step that is an identity when it moves nothing (a re-blocking at sizes that divide) is
+        # not counted then, as distir.analysis does not count it: specialize drops it where it can.
+        free_identity = hook.kind.local_identity is not None and sent == 0
+        if stats is not None and not free_identity:
             stats.records.append(CollectiveRecord(step.name, step.what[2:], hook.kind.name, int(sent)))
 
     def call(self, step, shared: bool, per_worker_attrs: bool, check: bool) -> None:
@@ -532,13 +556,11 @@ def run_spmd(
     check of every intermediate value against its type.
     """
     from ..transform.lower_to_local import GLOBAL_PARAMS, GLOBAL_RESULT
-    from ..transform.specialize import check_divisible
 
     if func not in mod.functions:
         raise SpmdError(f"the module has no function '{func}' (it has: {', '.join(mod.functions)})")
     f = mod.functions[func]
     inputs, values = bind_global_inputs(f, arrays)
-    check_divisible(mod, values, "inputs with")
     devices = _devices(mod, values)
     workers = _Workers(_program(f), devices, values, mod.meshes())
     workers.scatter(f.attrs[GLOBAL_PARAMS], inputs, values, np.random.default_rng(seed))

@@ -82,7 +82,7 @@ _BAD_BINOPS = {
     ast.BitOr: "'|' is not allowed in a dimension",
     ast.BitXor: "'^' is not allowed in a dimension",
 }
-_DIM_HINT = "symbolic dimensions use names, integers and + - * // % (and T.min/T.max)"
+_DIM_HINT = "symbolic dimensions use names, integers and + - * // % (and T.min, T.max, T.ceildiv)"
 _STR_DIMS: dict[str, Dim] = {}
 
 
@@ -110,7 +110,7 @@ def _check_dim_ast(node: ast.AST, where: ast.AST, text: str | None) -> None:
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
             stack.append(node.operand)
             continue
-        if isinstance(node, ast.Call) and dotted_name(node.func) in ("T.min", "T.max"):
+        if isinstance(node, ast.Call) and dotted_name(node.func) in ("T.min", "T.max", "T.ceildiv"):
             if len(node.args) != 2 or node.keywords:
                 raise _grammar_error(f"{dotted_name(node.func)} takes two dimensions{inside}", where, text, node)
             stack.extend(reversed(node.args))

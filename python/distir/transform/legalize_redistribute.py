@@ -63,9 +63,9 @@ class LegalizeRedistribute(FunctionPass):
             mesh, dst = value.attrs["device_mesh"], value.attrs["placement"]
             try:
                 if mesh == src.mesh:
-                    plan = plan_redistribute(mesh, src.ndim, src.placement, dst, src.shape)
+                    plan = plan_redistribute(mesh, src.ndim, src.placement, dst)
                 else:
-                    plan = plan_cross_mesh(src.mesh, src.placement, mesh, dst, src.ndim, src.shape)
+                    plan = plan_cross_mesh(src.mesh, src.placement, mesh, dst, src.ndim)
             except DistirError as err:
                 raise DiagnosticError(
                     f"R.dist.redistribute of '{b.var.name}' from mesh {src.mesh.shape_str()} \"{src.placement}\" to "

@@ -1,15 +1,21 @@
 """LowerGlobalViewToLocalView: from DTensors to what each worker runs.
 
 Every DTensor becomes a per-worker tensor whose shape is a formula in the mesh sizes
-(``(128 // num_workers, 64)``); compute ops keep their name and run on the local
-pieces (a sharded contraction leaves each worker a partial sum, exactly what the
-placement says); each redistribution step becomes its kind's local form (see
-:mod:`distir.ir.steps`): an ``R.ccl.*`` collective over one mesh axis, or an
-``R.strided_slice`` at ``worker_id``'s block (``worker_id`` is the symbolic id of the
-running worker, bound by the runtime); a transfer between meshes becomes ``R.ccl.transfer``. Every worker of the device set runs the function; a worker
-outside a tensor's mesh holds no value for it (see distir.runtime.spmd). Each function remembers
-its global signature in the ``distir.global_params`` / ``distir.global_result``
-attributes, so inputs can be sharded and outputs reassembled by any runner.
+(``(T.ceildiv(128, num_workers), 64)``: a block, padded when the split is uneven; see
+:mod:`distir.ir.layout`); compute ops keep their name and run on the local pieces (a
+sharded contraction leaves each worker a partial sum, exactly what the placement says);
+each redistribution step becomes its kind's local form (see :mod:`distir.ir.steps`): an
+``R.ccl.*`` collective over one mesh axis, or a worker's own block (``worker_id`` is the
+symbolic id of the running worker, bound by the runtime); a transfer between meshes
+becomes ``R.ccl.transfer``.
+
+Padding is harmless where an op treats elements one by one, and is masked
+(``R.mask_tail``) where it is not: before an op reduces over a sharded dim (with the
+reduction's identity) and where the op's sharding rule names a value its padding must hold
+(indices, divisors). Every worker of the device set runs the function; a worker outside a
+tensor's mesh holds no value for it (see distir.runtime.spmd). Each function remembers its
+global signature in the ``distir.global_params`` / ``distir.global_result`` attributes, so
+inputs can be sharded and outputs reassembled by any runner.
 """
 
 from __future__ import annotations
@@ -19,8 +25,9 @@ from typing import ClassVar
 from ..errors import DiagnosticError, DistirError
 from ..ir import sym
 from ..ir.expr import Binding, Block, Call, Expr, Function, IRModule, Tuple, TupleGetItem, Var
-from ..ir.layout import describe_indivisible, indivisible_dims, local_type
-from ..ir.types import DTensorType, TupleType, Type
+from ..ir.layout import local_type, valid_length_expr
+from ..ir.op import get_op
+from ..ir.types import DTensorType, TensorType, TupleType, Type, np_dtype
 from .pass_infra import FunctionPass, PassContext, register_pass
 
 __all__ = ["GLOBAL_PARAMS", "GLOBAL_RESULT", "LowerGlobalViewToLocalView", "to_local_type"]
@@ -37,6 +44,32 @@ def to_local_type(t: Type) -> Type:
     return t
 
 
+def _splits_evenly(t: DTensorType, dim: int) -> bool:
+    """Whether every block of ``dim`` is whole (static sizes that divide): no padding to fill."""
+    n = t.shape[dim]
+    count = 1
+    for a in t.placement.mesh_axes_of(dim):
+        count = sym.mul(count, t.mesh.shape[a])
+    return isinstance(n, int) and isinstance(count, int) and n % count == 0
+
+
+def _identity(reduction: str, dtype: str):
+    """The value a reduction ignores: what the padding holds before it is reduced over."""
+    import numpy as np
+
+    if reduction in ("sum", "avg"):
+        return 0
+    if reduction == "prod":
+        return 1
+    if dtype == "bool":
+        return reduction == "min"
+    np_t = np_dtype(dtype)
+    if np.issubdtype(np_t, np.integer):
+        info = np.iinfo(np_t)
+        return int(info.min if reduction == "max" else info.max)
+    return float("-inf") if reduction == "max" else float("inf")
+
+
 def _has_dtensor(t: Type | None) -> bool:
     if isinstance(t, DTensorType):
         return True
@@ -49,6 +82,55 @@ class _Lowerer:
     def __init__(self, func: Function):
         self.func = func
         self.env: dict[Var, Expr] = {}
+        self.pending: list[Binding] = []  # bindings written before the one being lowered
+        self.names = {p.name for p in func.params} | {b.var.name for b in func.bindings()}
+
+    # -------------------------------------------------------------- helper bindings
+
+    def bind(self, hint: str, call: Call) -> Var:
+        """A new binding of ``call`` before the one being lowered (a fresh name from ``hint``)."""
+        name, k = hint, 1
+        while name in self.names:
+            name = f"{hint}_{k}"
+            k += 1
+        self.names.add(name)
+        var = Var(name, call.type, call.span)
+        self.pending.append(Binding(var, call, call.span))
+        return var
+
+    def masked(self, call: Call, args: tuple, hint: str) -> tuple:
+        """``args`` with the padding of unevenly cut dims filled where the op reads it (module docstring)."""
+        op = call.op
+        if op.sharding is None or op.dist_aware or not any(isinstance(a.type, DTensorType) for a in call.args):
+            return args
+        if not all(isinstance(a.type, (DTensorType, TensorType)) for a in call.args):
+            return args  # tuple inputs (concat) reduce over nothing
+        from ..ir.sharding import without_placement
+
+        plain = [without_placement(a.type) for a in call.args]
+        attrs = op.full_attrs(call.attrs)
+        out = op.infer(plain, attrs)
+        outs = list(out.fields) if isinstance(out, TupleType) else [out]
+        rule = op.sharding(plain, attrs, outs)
+        new = list(args)
+        for k, a in enumerate(call.args):
+            t = a.type
+            if not isinstance(t, DTensorType):
+                continue
+            for d in range(t.ndim):
+                if not t.placement.mesh_axes_of(d) or not rule.inputs[k][d] or _splits_evenly(t, d):
+                    continue
+                factor = rule.inputs[k][d][0]
+                if factor in rule.reductions:
+                    value = _identity(rule.reductions[factor], t.dtype)
+                elif k in rule.pad_values:
+                    value = rule.pad_values[k]
+                else:
+                    continue
+                length = valid_length_expr(t.mesh, t.placement, d, t.shape[d])
+                mask = Call(get_op("mask_tail"), (new[k],), {"axis": d, "length": length, "value": value}, call.span)
+                new[k] = self.bind(f"{hint}_masked", mask)
+        return tuple(new)
 
     def expr(self, e: Expr) -> Expr:
         if isinstance(e, Var):
@@ -62,19 +144,14 @@ class _Lowerer:
     def fail(self, b: Binding, msg: str):
         raise DiagnosticError(f"lowering '{b.var.name}': {msg}", b.span or b.var.span)
 
-    def check_divisible(self, t: Type, name: str, span) -> None:
-        """Refuse a layout whose static sizes do not divide (each worker would lose the remainder)."""
-        if isinstance(t, TupleType):
-            for f in t.fields:
-                self.check_divisible(f, name, span)
-        elif isinstance(t, DTensorType):
-            for dim, size, count in indivisible_dims(t):
-                raise DiagnosticError(f"lowering '{name}': {describe_indivisible(t, dim, size, count)}", span)
+    def binding(self, b: Binding) -> list[Binding]:
+        self.pending = []
+        out = self._binding(b)
+        return [*self.pending, *([] if out is None else [out])]
 
-    def binding(self, b: Binding) -> Binding | None:
+    def _binding(self, b: Binding) -> Binding | None:
         value = b.value
         gtype = b.var.type
-        self.check_divisible(gtype, b.var.name, b.span or b.var.span)
         ltype = to_local_type(gtype)
         if isinstance(value, Call):
             name = value.op.name
@@ -92,8 +169,9 @@ class _Lowerer:
                     return None
                 new = kind.lower(value, args[0])
             else:
+                args = self.masked(value, args, b.var.name)
                 if value.op.localize is not None and _has_dtensor(gtype):
-                    new = value.op.localize(value, args, ltype)
+                    new = value.op.localize(value, args, ltype, self)
                 else:
                     new = Call(value.op, tuple(args), dict(value.attrs), value.span)
         else:
@@ -112,13 +190,12 @@ class _Lowerer:
         f = self.func
         params = []
         for p in f.params:
-            self.check_divisible(p.type, p.name, p.span)
             v = Var(p.name, to_local_type(p.type), p.span)
             self.env[p] = v
             params.append(v)
         blocks = []
         for block in f.blocks:
-            bindings = [nb for b in block.bindings if (nb := self.binding(b)) is not None]
+            bindings = [nb for b in block.bindings for nb in self.binding(b)]
             outputs = None
             if block.outputs is not None:
                 outputs = tuple(o for o in (self.expr(v) for v in block.outputs) if isinstance(o, Var) and any(o is nb.var for nb in bindings))

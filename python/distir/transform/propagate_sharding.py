@@ -22,8 +22,10 @@ Two steps:
    ``[8, 8]`` reshaped to ``[64]`` that is needed both sharded and replicated is reshaped
    twice locally instead of all-gathering the sharded result (XLA's reshape reshard cache).
 
-Propagation does not introduce a layout that cuts a static dim unevenly at a likely device
-count (a symbolic mesh size counts as 8 there): a reshape to ``[2, 16]`` leaves the 2 whole.
+A layout may cut a dim unevenly (blocks of ``ceil(n / k)``, see :mod:`distir.ir.layout`),
+but propagation does not introduce one that cuts a static dim into more pieces than it has
+elements at a likely device count (a symbolic mesh size counts as 8 there), which would
+leave workers holding nothing: a reshape to ``[2, 16]`` leaves the 2 whole.
 Byte counts need sizes: each symbolic mesh size is taken as 4 and every other symbolic dim
 as 512 (``PassContext(config={"propagate-sharding.size_hints": {"s": 2048}})`` changes
 them). Results that come out partial are all-reduced (a function returns true values);
@@ -57,7 +59,7 @@ __all__ = ["PropagateSharding", "ShardingAmbiguityWarning"]
 MESH_SIZE_HINT = 4
 DIM_SIZE_HINT = 512
 RECOMPUTE_DEPTH = 3
-DIVISIBILITY_HINT = 8  # a symbolic mesh size, when deciding whether a layout cuts a static dim evenly
+LIKELY_COUNT = 8  # a symbolic mesh size, when deciding whether a layout would leave workers empty
 INF = Fraction(10**30)
 
 
@@ -134,7 +136,7 @@ class _Materializer:
         if src == dst:
             return Fraction(0)
         try:
-            plan = plan_redistribute(self.mesh(s), s.tensor.ndim, src, dst, s.tensor.shape)
+            plan = plan_redistribute(self.mesh(s), s.tensor.ndim, src, dst)
         except DistirError:
             return INF
         return plan_cost(plan, src, self.mesh_sizes(self.mesh(s))) * self.nbytes(s)
@@ -231,19 +233,19 @@ class _Materializer:
             yield placements, outs
 
     def fits(self, s: Slot, p: Placement, mesh: DeviceMesh) -> bool:
-        """Whether ``p`` cuts ``s``'s static dims evenly at every device count up to the hint.
+        """Whether ``p`` gives every worker some of ``s``'s static dims at a likely device count.
 
-        Propagation never introduces a layout that some likely device count could not
-        specialize (a dim of 2 cut over num_workers fails at 4); a symbolic mesh size counts
-        as ``DIVISIBILITY_HINT`` here. Dynamic dims are the user's to size."""
+        Any cut is exact (uneven blocks are padded), but cutting a dim of 2 over 8 workers
+        leaves six with nothing and pads the rest; propagation does not introduce such a
+        layout. A symbolic mesh size counts as ``LIKELY_COUNT``. Dynamic dims are the user's to size."""
         for d, size in enumerate(s.tensor.shape):
             axes = p.mesh_axes_of(d)
             if not axes or not isinstance(size, int):
                 continue
             count = 1
             for a in axes:
-                count *= mesh.shape[a] if isinstance(mesh.shape[a], int) else DIVISIBILITY_HINT
-            if size % count:
+                count *= mesh.shape[a] if isinstance(mesh.shape[a], int) else LIKELY_COUNT
+            if size < count:
                 return False
         return True
 

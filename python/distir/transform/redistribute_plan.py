@@ -30,7 +30,6 @@ from typing import ClassVar
 
 from ..errors import DistirError
 from ..ir import sym
-from ..ir.layout import shard_count
 from ..ir.mesh import DeviceMesh, Range
 from ..ir.placement import Partial, Placement, PlacementError, Replicate, Shard
 from ..ir.steps import StepKind, all_steps, get_step, steps_version
@@ -63,21 +62,13 @@ class Step:
         return f"{self.kind}(mesh_axis={self.mesh_axis}{extra})"
 
 
-Cuts = tuple[frozenset[tuple[int, ...]], ...] | None
-
-
-def cuts_allow(cuts: Cuts, state: Placement) -> bool:
-    """Whether every dim of ``state`` is cut over a set of mesh axes that ``cuts`` allows."""
-    return cuts is None or all(state.mesh_axes_of(d) in allowed for d, allowed in enumerate(cuts))
-
-
 def _axis_steps() -> list[StepKind]:
     return [k for k in all_steps().values() if k.apply is not None]
 
 
-def _moves(state: Placement, ndim: int, target: Placement, cuts: Cuts, mesh_shape):
-    """Single steps out of ``state`` to layouts that ``cuts`` allows (see :func:`allowed_cuts`):
-    every kind of step, on every mesh axis, with every target dim (or the target's reduction)."""
+def _moves(state: Placement, ndim: int, target: Placement, mesh_shape):
+    """Single steps out of ``state``: every kind of step, on every mesh axis, with every target
+    dim (or the target's reduction). Every layout is valid at every size (uneven cuts are padded)."""
     kinds = _axis_steps()
     for axis, spec in enumerate(state.specs):
         for kind in kinds:
@@ -97,8 +88,7 @@ def _moves(state: Placement, ndim: int, target: Placement, cuts: Cuts, mesh_shap
                     nxt = kind.apply(state, axis, dim, op, mesh_shape)
                 except PlacementError:
                     continue
-                if cuts_allow(cuts, nxt):
-                    yield step, nxt
+                yield step, nxt
 
 
 def _local_fraction(state: Placement, sizes: tuple[int, ...]) -> Fraction:
@@ -114,11 +104,19 @@ def _held(state: Placement, sizes) -> Fraction:
     return _local_fraction(state, sizes)
 
 
+def _exchanged(state: Placement, nxt: Placement, axis: int) -> bool:
+    """Whether the axis cuts a dim after the step that it did not cut before (the pieces are then finer)."""
+    return isinstance(nxt[axis], Shard) and state[axis] != nxt[axis]
+
+
 def step_cost(step: Step, state: Placement, sizes: tuple[int, ...]) -> Fraction:
     """Bytes per worker the step sends, per byte of the whole tensor, at concrete mesh sizes."""
     kind = step.step_kind
     after = kind.apply(state, step.mesh_axis, step.dim, step.op_type, sizes)
-    num, den = kind.sent(sizes[step.mesh_axis], _held(state, sizes), _held(after, sizes))
+    n = sizes[step.mesh_axis]
+    before = _held(state, sizes)
+    piece = before / n if _exchanged(state, after, step.mesh_axis) else before
+    num, den = kind.sent(n, before, _held(after, sizes), piece)
     return Fraction(num) / den
 
 
@@ -150,9 +148,9 @@ def _shortest(src, dst, moves):
     return None
 
 
-def _dijkstra(src: Placement, dst: Placement, ndim: int, sizes: tuple[int, ...], cuts: Cuts = None) -> tuple[Step, ...]:
+def _dijkstra(src: Placement, dst: Placement, ndim: int, sizes: tuple[int, ...]) -> tuple[Step, ...]:
     def moves(state):
-        for step, nxt in _moves(state, ndim, dst, cuts, sizes):
+        for step, nxt in _moves(state, ndim, dst, sizes):
             yield step, nxt, step_cost(step, state, sizes)
 
     plan = _shortest(src, dst, moves)
@@ -180,17 +178,17 @@ def _sample_points(mesh_shape: tuple[Dim, ...]) -> list[tuple[int, ...]]:
 
 
 @lru_cache(maxsize=4096)
-def _plan_cached(mesh_shape, ndim: int, src: Placement, dst: Placement, cuts: Cuts, version: int) -> tuple[Step, ...]:
+def _plan_cached(mesh_shape, ndim: int, src: Placement, dst: Placement, version: int) -> tuple[Step, ...]:
     """``version``: of the step registry (a plan names step kinds, so new kinds mean new plans)."""
     points = _sample_points(mesh_shape)
     candidates: list[tuple[Step, ...]] = []
     for p in points:
-        plan = _dijkstra(src, dst, ndim, p, cuts)
+        plan = _dijkstra(src, dst, ndim, p)
         if plan not in candidates:
             candidates.append(plan)
     if len(candidates) == 1:
         return candidates[0]
-    optimum = {p: plan_cost(_dijkstra(src, dst, ndim, p, cuts), src, p) for p in points}
+    optimum = {p: plan_cost(_dijkstra(src, dst, ndim, p), src, p) for p in points}
 
     def excess(plan):
         return sum((plan_cost(plan, src, p) - optimum[p]) for p in points)
@@ -198,43 +196,16 @@ def _plan_cached(mesh_shape, ndim: int, src: Placement, dst: Placement, cuts: Cu
     return min(candidates, key=lambda plan: (excess(plan), len(plan), candidates.index(plan)))
 
 
-def allowed_cuts(shape, mesh: DeviceMesh, user: tuple[tuple[DeviceMesh, Placement], ...]) -> Cuts:
-    """For each dim of a tensor of ``shape``, the sets of mesh axes a plan's layouts may cut it over.
-
-    ``user`` holds the source and target layouts (each on its mesh): making those divide is
-    the user's part (Specialize and the runners check them), so a cut into a number of
-    pieces that divides one of theirs divides too. Beyond that a plan's own layouts cut a dim
-    only where that surely divides at every size of the meshes' symbols: ``(6, 2)`` on a
-    ``(2, 3)`` mesh may cut dim 1 over axis 0 (2) but not over axis 1 (3), and a dynamic
-    dim (a sequence length) is never cut further than the user's layouts cut it.
-    """
-    out = []
-    axes = range(mesh.ndim)
-    for d, size in enumerate(shape):
-        counts = [shard_count(m, p, d) for m, p in user if p.mesh_axes_of(d)]
-        allowed = set()
-        for r in range(mesh.ndim + 1):
-            for subset in itertools.combinations(axes, r):
-                count = sym.product(mesh.shape[a] for a in subset)
-                if sym.prove_divisible(size, count) or any(sym.prove_divisible(c, count) for c in counts):
-                    allowed.add(subset)
-        out.append(frozenset(allowed))
-    return tuple(out)
-
-
-def plan_redistribute(
-    mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement, shape=None
-) -> tuple[Step, ...]:
+def plan_redistribute(mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement) -> tuple[Step, ...]:
     """The cheapest steps from ``src`` to ``dst`` on ``mesh`` for a tensor of rank ``ndim``.
 
-    Given the tensor's global ``shape``, intermediate layouts cut dims only where that surely
-    divides (:func:`allowed_cuts`); without it, any way."""
+    Any layout on the way is valid at every size (a cut that does not divide is padded), so
+    the plan depends on the placements and the mesh, not on the tensor's sizes."""
     src.validate(mesh.ndim, ndim, "source placement")  # e.g. "P[max], P" mixes reductions: no plan is right
     dst.validate(mesh.ndim, ndim, "target placement")
     if src == dst:
         return ()
-    cuts = allowed_cuts(shape, mesh, ((mesh, src), (mesh, dst))) if shape is not None else None
-    return _plan_cached(_ShapeBox(mesh.shape), ndim, src, dst, cuts, steps_version())
+    return _plan_cached(_ShapeBox(mesh.shape), ndim, src, dst, steps_version())
 
 
 class _ShapeBox(tuple):
@@ -250,25 +221,19 @@ class _ShapeBox(tuple):
         return isinstance(other, tuple) and len(self) == len(other) and all(sym.equal(a, b) for a, b in zip(self, other))
 
 
-def is_optimal_everywhere(mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement, shape=None) -> bool:
-    """Whether the chosen plan is optimal at every sampled size of the mesh's symbols
-    (among the plans whose layouts surely divide, given the tensor's ``shape``).
+def is_optimal_everywhere(mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement) -> bool:
+    """Whether the chosen plan is optimal at every sampled size of the mesh's symbols.
 
     For a few transitions on N-D meshes with symbolic sizes no single plan is best at
     every size; the planner then takes the one with the smallest total excess."""
-    plan = plan_redistribute(mesh, ndim, src, dst, shape)
-    cuts = allowed_cuts(shape, mesh, ((mesh, src), (mesh, dst))) if shape is not None else None
+    plan = plan_redistribute(mesh, ndim, src, dst)
     points = _sample_points(tuple(mesh.shape))
-    return all(plan_cost(plan, src, p) == plan_cost(_dijkstra(src, dst, ndim, p, cuts), src, p) for p in points)
+    return all(plan_cost(plan, src, p) == plan_cost(_dijkstra(src, dst, ndim, p), src, p) for p in points)
 
 
-def optimal_cost(
-    mesh_sizes: tuple[int, ...], ndim: int, src: Placement, dst: Placement, mesh: DeviceMesh | None = None, shape=None
-) -> Fraction:
-    """The cost model's optimum at concrete mesh sizes (per worker, per byte of the tensor);
-    given the symbolic ``mesh`` and the tensor's ``shape``, among plans whose layouts surely divide."""
-    cuts = allowed_cuts(shape, mesh, ((mesh, src), (mesh, dst))) if shape is not None and mesh is not None else None
-    return plan_cost(_dijkstra(src, dst, ndim, mesh_sizes, cuts), src, mesh_sizes)
+def optimal_cost(mesh_sizes: tuple[int, ...], ndim: int, src: Placement, dst: Placement) -> Fraction:
+    """The cost model's optimum at concrete mesh sizes (per worker, per byte of the tensor)."""
+    return plan_cost(_dijkstra(src, dst, ndim, mesh_sizes), src, mesh_sizes)
 
 
 def plan_cost_formula(plan: tuple[Step, ...], src: Placement, mesh: DeviceMesh, nbytes: Dim) -> Dim:
@@ -281,7 +246,9 @@ def plan_cost_formula(plan: tuple[Step, ...], src: Placement, mesh: DeviceMesh, 
 
     for step in plan:
         nxt = step.apply(state, mesh.shape)
-        num, den = step.step_kind.sent(mesh.shape[step.mesh_axis], held(state), held(nxt))
+        n = mesh.shape[step.mesh_axis]
+        piece = sym.floordiv(held(state), n) if _exchanged(state, nxt, step.mesh_axis) else held(state)
+        num, den = step.step_kind.sent(n, held(state), held(nxt), piece)
         total = sym.add(total, sym.floordiv(num, den))
         state = nxt
     return total
@@ -397,19 +364,15 @@ def transfer_cost(src: Placement, dst: Placement, point: MeshPoint, ndim: int) -
     return Fraction(route_bytes(routes), _product(extents))
 
 
-CrossCuts = tuple[Cuts, Cuts]
-
-
-def _cross_moves(point: MeshPoint, ndim: int, dst: Placement, aligned_ok: bool, cuts: CrossCuts = (None, None)):
+def _cross_moves(point: MeshPoint, ndim: int, dst: Placement, aligned_ok: bool):
     src_total, dst_total = len(point.src_devices), len(point.dst_devices)
     no_partial_hint = Placement.replicated(len(point.src_sizes))
-    src_cuts, dst_cuts = cuts
-    targets = [q for q in _partial_free(len(point.dst_sizes), ndim) if cuts_allow(dst_cuts, q)]
+    targets = _partial_free(len(point.dst_sizes), ndim)
 
     def moves(state):
         side, p = state
         if side == 0:
-            for step, nxt in _moves(p, ndim, no_partial_hint, src_cuts, point.src_sizes):
+            for step, nxt in _moves(p, ndim, no_partial_hint, point.src_sizes):
                 yield step, (0, nxt), src_total * step_cost(step, p, point.src_sizes)
             if p.has_partial:
                 choices = [p] if aligned_ok else []
@@ -420,16 +383,16 @@ def _cross_moves(point: MeshPoint, ndim: int, dst: Placement, aligned_ok: bool, 
                 if c is not None:
                     yield Transfer(q), (1, q), c
         else:
-            for step, nxt in _moves(p, ndim, dst, dst_cuts, point.dst_sizes):
+            for step, nxt in _moves(p, ndim, dst, point.dst_sizes):
                 yield step, (1, nxt), dst_total * step_cost(step, p, point.dst_sizes)
 
     return moves
 
 
 def _cross_dijkstra(
-    src: Placement, dst: Placement, ndim: int, point: MeshPoint, aligned_ok: bool, cuts: CrossCuts = (None, None)
+    src: Placement, dst: Placement, ndim: int, point: MeshPoint, aligned_ok: bool
 ):
-    plan = _shortest((0, src), (1, dst), _cross_moves(point, ndim, dst, aligned_ok, cuts))
+    plan = _shortest((0, src), (1, dst), _cross_moves(point, ndim, dst, aligned_ok))
     if plan is None:
         raise DistirError(f"no sequence of steps and transfers turns \"{src}\" into \"{dst}\" on the other mesh")
     return plan
@@ -458,20 +421,19 @@ def _aligned_ok(src_mesh: DeviceMesh, dst_mesh: DeviceMesh) -> bool:
 
 @lru_cache(maxsize=4096)
 def _plan_cross_cached(
-    src_mesh: DeviceMesh, dst_mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement, cuts: CrossCuts,
-    version: int,
+    src_mesh: DeviceMesh, dst_mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement, version: int
 ):
     points = _cross_points(src_mesh, dst_mesh)
     aligned_ok = _aligned_ok(src_mesh, dst_mesh)
     candidates: list[tuple[CrossStep, ...]] = []
     for p in points:
-        plan = _cross_dijkstra(src, dst, ndim, p, aligned_ok, cuts)
+        plan = _cross_dijkstra(src, dst, ndim, p, aligned_ok)
         if plan not in candidates:
             candidates.append(plan)
     if len(candidates) == 1:
         return candidates[0]
     optimum = {
-        p: cross_plan_cost(_cross_dijkstra(src, dst, ndim, p, aligned_ok, cuts), src, p, ndim) for p in points
+        p: cross_plan_cost(_cross_dijkstra(src, dst, ndim, p, aligned_ok), src, p, ndim) for p in points
     }
 
     def excess(plan):
@@ -481,41 +443,30 @@ def _plan_cross_cached(
 
 
 def plan_cross_mesh(
-    src_mesh: DeviceMesh, src: Placement, dst_mesh: DeviceMesh, dst: Placement, ndim: int, shape=None
+    src_mesh: DeviceMesh, src: Placement, dst_mesh: DeviceMesh, dst: Placement, ndim: int
 ) -> tuple[CrossStep, ...]:
     """The cheapest way from ``src`` on ``src_mesh`` to ``dst`` on ``dst_mesh`` (rank ``ndim``).
 
     Steps on the source mesh, one :class:`Transfer`, steps on the target mesh; cost = bytes
     sent by all workers together (see docs/redistribute.md). Optimal at every sampled size of
-    the meshes' symbols when such a plan exists; else the smallest total excess. Given the
-    tensor's ``shape``, layouts on the way cut only dims that surely divide."""
-    cuts = _cross_cuts(src_mesh, src, dst_mesh, dst, shape)
-    return _plan_cross_cached(src_mesh, dst_mesh, ndim, src, dst, cuts, steps_version())
-
-
-def _cross_cuts(src_mesh: DeviceMesh, src: Placement, dst_mesh: DeviceMesh, dst: Placement, shape) -> CrossCuts:
-    if shape is None:
-        return (None, None)
-    user = ((src_mesh, src), (dst_mesh, dst))  # layouts on the way cut only where that surely divides
-    return (allowed_cuts(shape, src_mesh, user), allowed_cuts(shape, dst_mesh, user))
+    the meshes' symbols when such a plan exists; else the smallest total excess."""
+    return _plan_cross_cached(src_mesh, dst_mesh, ndim, src, dst, steps_version())
 
 
 def cross_optimal_cost(
-    src_mesh: DeviceMesh, src: Placement, dst_mesh: DeviceMesh, dst: Placement, ndim: int, point: MeshPoint, shape=None
+    src_mesh: DeviceMesh, src: Placement, dst_mesh: DeviceMesh, dst: Placement, ndim: int, point: MeshPoint
 ) -> Fraction:
-    """The cost model's optimum for a cross-mesh redistribute at concrete sizes (among plans
-    whose layouts surely divide, given the tensor's ``shape``)."""
-    cuts = _cross_cuts(src_mesh, src, dst_mesh, dst, shape)
-    plan = _cross_dijkstra(src, dst, ndim, point, _aligned_ok(src_mesh, dst_mesh), cuts)
+    """The cost model's optimum for a cross-mesh redistribute at concrete sizes."""
+    plan = _cross_dijkstra(src, dst, ndim, point, _aligned_ok(src_mesh, dst_mesh))
     return cross_plan_cost(plan, src, point, ndim)
 
 
 def is_cross_optimal_everywhere(
-    src_mesh: DeviceMesh, src: Placement, dst_mesh: DeviceMesh, dst: Placement, ndim: int, shape=None
+    src_mesh: DeviceMesh, src: Placement, dst_mesh: DeviceMesh, dst: Placement, ndim: int
 ) -> bool:
-    plan = plan_cross_mesh(src_mesh, src, dst_mesh, dst, ndim, shape)
+    plan = plan_cross_mesh(src_mesh, src, dst_mesh, dst, ndim)
     return all(
-        cross_plan_cost(plan, src, p, ndim) == cross_optimal_cost(src_mesh, src, dst_mesh, dst, ndim, p, shape)
+        cross_plan_cost(plan, src, p, ndim) == cross_optimal_cost(src_mesh, src, dst_mesh, dst, ndim, p)
         for p in _cross_points(src_mesh, dst_mesh)
     )
 

@@ -1,16 +1,14 @@
 """Specialize: bind symbolic sizes (``num_workers=4``) late, after the whole pipeline ran.
 
 Substitutes the values everywhere (types, attributes, shapes, meshes, the recorded
-global signature) and simplifies. Before that it checks that every sharded dim
-divides by the mesh axes it is sharded over, and names the tensor, the dim, the mesh
-axis and both sizes when one does not (a silently truncated ``130 // 4`` would compute
-garbage).
+global signature) and simplifies. Every count is accepted: a sharded dim that does not
+divide by its mesh axes is cut in blocks of ``ceil(n / k)``, the last ones padded (see
+:mod:`distir.ir.layout`), so the same local view is right at every count.
 
 It runs once per device count on one symbolic module, so it must be cheap. A module
 repeats a few distinct shape formulas, meshes and types thousands of times, so the
 work that does not depend on the values is done once per module and cached (a
-:class:`_Template`: the distinct dims, meshes and types, the checks to make, and a
-rebuild function per node). Each call then substitutes every distinct formula once,
+:class:`_Template`: the distinct dims, meshes and types, and a rebuild function per node). Each call then substitutes every distinct formula once,
 builds every distinct type once (shared by all the vars that have it), and rebuilds
 only the nodes whose types or attributes change; nodes with static types are reused.
 """
@@ -42,7 +40,7 @@ from ..ir.mesh import DeviceMesh, MeshError
 from ..ir.types import DTensorType, PrimType, ShapeType, TensorType, TupleType, Type
 from .pass_infra import ModulePass, PassContext, register_pass
 
-__all__ = ["Specialize", "check_divisible", "specialize"]
+__all__ = ["Specialize", "drop_identities", "specialize"]
 
 _PLAIN = (bool, str, float, type(None), int)
 
@@ -77,10 +75,6 @@ class _Template:
         self.types: list[tuple[Type, Callable[[_Env], Type]]] = []  # distinct symbolic types, in build order
         self._type_ids: dict[int, tuple[Type, int | None]] = {}
         self._type_keys: dict[Any, int] = {}
-        self.floordivs: dict[int, list[tuple[int | Any, int | Any, Any]]] = {}  # dim index -> (a, b, b expr)
-        self.checks: list[tuple[str, Type, str]] = []  # (kind, type, what), first of each (kind, type) in order
-        self._checked: set = set()
-        self._collect_checks(mod)
         self.functions = {name: self._function(f) for name, f in mod.functions.items()}
         self.infos = {k: [self.value(m) for m in v] for k, v in mod.global_infos.items()}
         self.attrs = {k: self.value(v) for k, v in mod.attrs.items()}
@@ -105,14 +99,8 @@ class _Template:
             i = len(self.dims)
             self.dims.append(d)
             same.append(i)
-            self.floordivs[i] = [(self._operand(a), self._operand(b), b) for a, b in sym.floordivs(d)]
         self._dim_ids[id(d)] = (d, i)  # keeps d alive, so its id is not reused
         return i
-
-    def _operand(self, x):
-        """A floordiv operand: an int, or ("dim", index) of a symbolic one."""
-        x = sym.normalize(x)
-        return x if isinstance(x, int) else ("dim", self.dim_index(x))
 
     def mesh_index(self, m: DeviceMesh) -> int:
         hit = self._mesh_ids.get(id(m))
@@ -320,48 +308,6 @@ class _Template:
 
         return build
 
-    # ---------------------------------------------------------------- divisibility checks
-
-    def _check(self, kind: str, t: Type, what: str) -> None:
-        if isinstance(t, TupleType):
-            for i, f in enumerate(t.fields):
-                self._check(kind, f, f"{what}[{i}]")
-            return
-        if not isinstance(t, DTensorType if kind == "dtensor" else TensorType):
-            return
-        i = self.type_index(t)
-        if i is None and kind == "local":
-            return  # an all-int local shape has no division left to check
-        for d in t.shape:
-            self.dim(d)
-        if isinstance(t, DTensorType):
-            for d in t.mesh.shape:
-                self.dim(d)
-        key = (kind, i if i is not None else ("static", t))
-        if key in self._checked:
-            return
-        self._checked.add(key)
-        self.checks.append((kind, t, what))
-
-    def _collect_checks(self, mod: IRModule) -> None:
-        from .lower_to_local import GLOBAL_PARAMS, GLOBAL_RESULT
-
-        for f in mod.functions.values():
-            gparams = f.attrs.get(GLOBAL_PARAMS)
-            for i, p in enumerate(f.params):
-                what = f"tensor '{p.name}' (parameter {i} of @{f.name})"
-                self._check("dtensor", p.type, what)
-                if gparams is not None and i < len(gparams):
-                    self._check("dtensor", gparams[i], what)
-                self._check("local", p.type, what)
-            for b in f.bindings():
-                what = f"tensor '{b.var.name}' (in @{f.name})"
-                self._check("dtensor", b.var.type, what)
-                self._check("local", b.var.type, what)
-            if GLOBAL_RESULT in f.attrs:
-                self._check("dtensor", f.attrs[GLOBAL_RESULT], f"the result of @{f.name}")
-
-
 def _mesh_is_static(m: DeviceMesh) -> bool:
     ids = m.device_ids
     bounds = (ids.start, ids.stop) if hasattr(ids, "stop") else ()
@@ -375,96 +321,6 @@ def _has_vars(t: Type) -> bool:
         return bool(free_vars(t))
     except sym.SymbolicError:
         return True
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, min(n, 128) + 1) if n % d == 0]
-
-
-class _Checker:
-    """Finds shapes that do not divide under the given values."""
-
-    def __init__(self, tpl: _Template, env: _Env, context: str = "specialize"):
-        self.tpl = tpl
-        self.env = env
-        self.binding = context + " " + ", ".join(f"{k}={v}" for k, v in env.values.items())
-
-    def _concrete(self, d) -> int | None:
-        if isinstance(d, int):
-            return d
-        i = d[1] if isinstance(d, tuple) else self.tpl.dim_index(sym.normalize(d))
-        while len(self.env.dims) <= i:  # a dim first seen now (only on the error path)
-            self.env.dims.append(sym.substitute(self.tpl.dims[len(self.env.dims)], self.env.values))
-        v = self.env.dims[i]
-        return v if isinstance(v, int) else None
-
-    def _mesh_name(self, mesh: DeviceMesh) -> str:
-        for i, m in enumerate(self.tpl.mesh_list):
-            if m == mesh:
-                return f"mesh[{i}]"
-        return f"mesh {mesh.shape_str()}"
-
-    def _axis_desc(self, mesh: DeviceMesh, axes) -> str:
-        parts = []
-        for a in axes:
-            size = mesh.shape[a]
-            label = f" ({sym.to_str(size)})" if sym.is_symbolic(size) else ""
-            parts.append(f"mesh axis {a}{label}")
-        return " and ".join(parts) + f" of {self._mesh_name(mesh)}"
-
-    def fail(self, what: str, dim: int, extent: int, count: int, axis_desc: str, axes=()) -> None:
-        good = [d for d in _divisors(extent)][-4:]
-        pad = -(-extent // count) * count
-        repl = ", ".join(f"R on mesh axis {a}" for a in axes) if axes else "R on that mesh axis"
-        raise SpecializeError(
-            f"{self.binding}: {what} dim {dim} has size {extent}, which does not divide evenly by "
-            f"{count}, the size of {axis_desc} that shards it.\n"
-            f"  fix: use a device count that divides {extent} (e.g. {', '.join(map(str, good))}), "
-            f"pad dim {dim} to a multiple of {count} (e.g. {pad}), or replicate dim {dim} ({repl})"
-        )
-
-    def run(self) -> None:
-        for kind, t, what in self.tpl.checks:
-            if kind == "dtensor":
-                self.dtensor(t, what)
-            else:
-                self.local(t, what)
-
-    def dtensor(self, t: DTensorType, what: str) -> None:
-        for d, extent in enumerate(t.shape):
-            axes = t.placement.mesh_axes_of(d)
-            if not axes:
-                continue
-            e = self._concrete(extent)
-            count = 1
-            for a in axes:
-                c = self._concrete(t.mesh.shape[a])
-                if c is None:
-                    count = None
-                    break
-                count *= c
-            if e is None or count is None or count == 0:
-                continue
-            if e % count:
-                self.fail(what, d, e, count, self._axis_desc(t.mesh, axes), axes)
-
-    def local(self, t: TensorType, what: str) -> None:
-        for d, extent in enumerate(t.shape):
-            if isinstance(extent, int):
-                continue
-            for a, b, b_expr in self.tpl.floordivs[self.tpl.dim_index(extent)]:
-                ea, eb = self._concrete(a), self._concrete(b)
-                if ea is None or eb is None or eb == 0 or ea % eb == 0:
-                    continue
-                self.fail(what, d, ea, eb, self._describe_divisor(b_expr))
-
-    def _describe_divisor(self, b) -> str:
-        for mi, mesh in enumerate(self.tpl.mesh_list):
-            for a, size in enumerate(mesh.shape):
-                if sym.equal(size, b):
-                    label = f" ({sym.to_str(size)})" if sym.is_symbolic(size) else ""
-                    return f"mesh axis {a}{label} of mesh[{mi}]"
-        return f"the mesh axes ({sym.to_str(b)})"
 
 
 _TEMPLATES: weakref.WeakKeyDictionary[IRModule, _Template] = weakref.WeakKeyDictionary()
@@ -497,33 +353,36 @@ def specialize(mod: IRModule, values: Mapping[str, int]) -> IRModule:
 def _specialize(mod: IRModule, values: dict[str, int]) -> IRModule:
     tpl = _template(mod)
     env = _Env(values)
-    env.dims = [sym.substitute(d, values) for d in tpl.dims]
-    check = _Checker(tpl, env)
-    check.run()
-    try:
+    try:  # the meshes first: a mesh size below 1 is the clearest error
         env.meshes = [m.substitute(values) for m in tpl.meshes]
-    except MeshError as err:
-        raise SpecializeError(f"{check.binding}: {err}") from None
+        env.dims = [sym.substitute(d, values) for d in tpl.dims]
+    except (MeshError, sym.SymbolicError) as err:
+        binding = ", ".join(f"{k}={v}" for k, v in values.items())
+        raise SpecializeError(f"specialize {binding}: {err}") from None
     env.types = []
     for _, build in tpl.types:  # a type only refers to types built before it
         env.types.append(build(env))
     infos = {k: [x if s else x(env) for s, x in v] for k, v in tpl.infos.items()}
-    funcs = {name: build(env) for name, build in tpl.functions.items()}
+    funcs = {name: drop_identities(build(env)) for name, build in tpl.functions.items()}
     attrs = {k: x if s else x(env) for k, (s, x) in tpl.attrs.items()}
     return mod.replace(functions=funcs, global_infos=infos, attrs=attrs)
 
 
-def check_divisible(mod: IRModule, values: Mapping[str, int], context: str = "run time") -> None:
-    """Raise SpecializeError when a sharded size or a shape's ``a // b`` does not divide at ``values``.
+def drop_identities(func: Function) -> Function:
+    """Remove the calls that change nothing at the bound sizes (``OpDef.identity_at``): the masks
+    and re-blockings an uneven split needs, at a count that divides."""
+    if not any(isinstance(b.value, Call) and b.value.op.identity_at is not None for b in func.bindings()):
+        return func
+    from .rewrite import map_bindings
 
-    Runners call it once the sizes known only at run time (a sequence length) are bound
-    from the inputs: a local shape ``s // num_workers`` with ``s = 7`` on 2 workers would
-    otherwise drop a row without a word.
-    """
-    tpl = _template(mod)
-    env = _Env(dict(values))
-    env.dims = [sym.substitute(d, values) for d in tpl.dims]
-    _Checker(tpl, env, context).run()
+    def rewrite(b: Binding, env):
+        v = b.value
+        if isinstance(v, Call) and v.op.identity_at is not None and v.op.identity_at(v):
+            env[b.var] = v.args[0]
+            return []
+        return None
+
+    return map_bindings(func, rewrite)
 
 
 @register_pass

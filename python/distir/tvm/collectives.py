@@ -131,24 +131,54 @@ class _Collective:
             out = relax.TensorType(shape, self.xt.dtype)
             in_group = self.groups.kind == "group"
             return ex.emit(relax.op.call_dps_packed("runtime.disco.allgather", [self.x, _bool(in_group)], out_ty=out))
-        # from every worker, then this group's members: ids worker - c*stride + k*stride
+        # from every worker, then this group's members
         total = ex.plan.total
         everyone = relax.TensorType([_p(d) for d in ex.dims([total, *self.xt.shape])], self.xt.dtype)
         gathered = ex.emit(relax.op.call_dps_packed("runtime.disco.allgather", [self.x, _bool(False)], out_ty=everyone))
-        stride = self.groups.stride
+        return ex.emit(relax.op.take(gathered, self.member_ids(), axis=0, mode="clip"))
+
+    def member_ids(self) -> relax.Expr:
+        """``(n,)``: the worker ids of this worker's group, in coordinate order (position - c*stride + k*stride)."""
+        ex, n, stride = self.ex, self.groups.size, self.groups.stride
         first = sym.sub(position_expr(self.mesh, sym.var(WORKER_ID)), sym.mul(self.coord(), stride))
         steps = ex.emit(relax.op.arange(0, ex.dim(sym.mul(n, stride)), ex.dim(stride), "int64"))
         positions = ex.emit(relax.op.add(steps, ex.scalar(first)))
-        return ex.emit(relax.op.take(gathered, _device_ids_at(ex, self.mesh, positions), axis=0, mode="clip"))
+        return _device_ids_at(ex, self.mesh, positions)
 
     def merge(self, pieces: relax.Expr, axis: int, out_t: TensorType) -> relax.Expr:
-        """Concatenate the leading axis of ``(n, *y)`` into axis ``axis`` of y; shaped ``out_t``."""
+        """Concatenate the leading axis of ``(n, *y)`` into axis ``axis`` of y, then keep ``out_t``'s
+        extent along it (the padding of an uneven split's trailing blocks is dropped)."""
         ex = self.ex
         ndim = out_t.ndim
         if axis != 0:
             order = list(range(1, axis + 1)) + [0] + list(range(axis + 1, ndim + 1))
             pieces = ex.emit(relax.op.permute_dims(pieces, order))
-        return relax.op.reshape(pieces, relax.ShapeExpr([_p(d) for d in ex.dims(out_t.shape)]))
+        shape = list(out_t.shape)
+        merged = sym.mul(self.groups.size, self._piece_extent(axis))
+        shape[axis] = merged
+        whole = relax.op.reshape(pieces, relax.ShapeExpr([_p(d) for d in ex.dims(shape)]))
+        return self.truncate(whole, axis, merged, out_t.shape[axis])
+
+    def _piece_extent(self, axis: int):
+        """The extent along ``axis`` of each merged piece: the input's."""
+        return self.xt.shape[axis]
+
+    def truncate(self, value: relax.Expr, axis: int, extent, keep) -> relax.Expr:
+        """``value`` cut to ``keep`` along ``axis`` (it has ``extent``); unchanged when they are equal."""
+        if sym.equal(extent, keep):
+            return value
+        value = self.ex.emit(value)
+        return relax.op.strided_slice(value, axes=[axis], begin=[0], end=[self.ex.dim(keep)], assume_inbound=True)
+
+    def pad(self, value: relax.Expr, axis: int, shape, extent) -> relax.Expr:
+        """``value`` (shaped ``shape``) with zeros appended along ``axis`` up to ``extent``."""
+        more = sym.sub(extent, shape[axis])
+        if sym.equal(more, 0):
+            return value
+        zshape = list(shape)
+        zshape[axis] = more
+        zeros = self.ex.emit(relax.op.zeros(relax.ShapeExpr([_p(d) for d in self.ex.dims(zshape)]), self.xt.dtype))
+        return self.ex.emit(relax.op.concat([self.ex.emit(value), zeros], axis=axis))
 
     def reduced(self, op: str) -> relax.Expr:
         ex = self.ex
@@ -186,16 +216,19 @@ def emit_all_reduce(c: _Collective) -> relax.Expr:
 
 @_axis_collective
 def emit_all_gather(c: _Collective) -> relax.Expr:
-    """Disco's allgather of the group's pieces, merged along the gathered axis."""
+    """Disco's allgather of the group's pieces, merged along the gathered axis (padding dropped)."""
     return c.merge(c.members(), c.attrs["axis"] % c.xt.ndim, c.out_t)
 
 
 @_axis_collective
 def emit_reduce_scatter(c: _Collective) -> relax.Expr:
-    """An allreduce, then each worker slices its block (Disco has no reduce-scatter)."""
+    """An allreduce, then each worker slices its block (Disco has no reduce-scatter); an uneven
+    split pads the reduced value first, so the last blocks hold zeros past the end."""
     axis = c.attrs["axis"] % c.xt.ndim
+    block = c.out_t.shape[axis]
     full = c.ex.emit(c.reduced(c.attrs["op_type"]))
-    return c.own_block(full, axis, c.out_t.shape[axis])
+    full = c.pad(full, axis, c.xt.shape, sym.mul(c.groups.size, block))
+    return c.own_block(full, axis, block)
 
 
 @_axis_collective
@@ -203,8 +236,21 @@ def emit_all_to_all(c: _Collective) -> relax.Expr:
     """An allgather, then each worker's block of the split axis from every piece (Disco has no all-to-all)."""
     split = c.attrs["split_axis"] % c.xt.ndim
     concat = c.attrs["concat_axis"] % c.xt.ndim
-    blocks = c.ex.emit(c.own_block(c.members(), split + 1, c.out_t.shape[split]))
+    block = c.out_t.shape[split]
+    members = c.members()
+    stacked = [c.groups.size, *c.xt.shape]
+    members = c.pad(members, split + 1, stacked, sym.mul(c.groups.size, block))
+    blocks = c.ex.emit(c.own_block(members, split + 1, block))
     return c.merge(blocks, concat, c.out_t)
+
+
+@_axis_collective
+def emit_local_shard(c: _Collective) -> relax.Expr:
+    """Each worker slices its own block; an uneven split pads the value first."""
+    axis = c.attrs["axis"] % c.xt.ndim
+    block = c.out_t.shape[axis]
+    padded = c.pad(c.x, axis, c.xt.shape, sym.mul(c.groups.size, block))
+    return c.own_block(padded, axis, block)
 
 
 @_axis_collective
@@ -214,6 +260,36 @@ def emit_local_partial(c: _Collective) -> relax.Expr:
         return c.x
     keep = c.ex.emit(relax.op.equal(c.ex.scalar(c.coord()), c.ex.const(0, "int64")))
     return relax.op.where(keep, c.x, c.ex.const(0, c.xt.dtype))
+
+
+@_axis_collective
+def emit_regroup(c: _Collective) -> relax.Expr:
+    """Nothing when the two blockings agree at the sizes the module is exported for; otherwise an
+    all-gather and a slice of the new block when the sizes are known, and distir's own
+    ``distir.ccl.regroup`` (in :mod:`distir.tvm.cpu_ccl`: the same, moving nothing at counts that
+    divide) when they are symbolic: Disco's library has no such function, and Relax's dataflow
+    has no branch on sizes."""
+    from ..ops.collectives import regroup_blocks
+
+    attrs = c.attrs
+    axis = attrs["axis"] % c.xt.ndim
+    before, after = regroup_blocks(attrs)
+    if sym.equal(before, after):
+        return c.x
+    if isinstance(before, int) and isinstance(after, int) and isinstance(attrs["extent"], int):
+        gathered = c.ex.emit(c.merge(c.members(), axis, _with_extent(c.xt, axis, attrs["extent"])))
+        shape = list(c.xt.shape)
+        shape[axis] = attrs["extent"]
+        padded = c.pad(gathered, axis, shape, sym.mul(c.groups.size, after))
+        return c.own_block(padded, axis, after)
+    params = relax.ShapeExpr([axis, *(_p(d) for d in c.ex.dims([attrs["extent"], attrs["unit_from"], attrs["unit_to"]]))])
+    return relax.op.call_dps_packed("distir.ccl.regroup", [c.x, params, c.member_ids()], out_ty=c.ex.relax_type(c.out_t))
+
+
+def _with_extent(t: TensorType, axis: int, extent) -> TensorType:
+    shape = list(t.shape)
+    shape[axis] = extent
+    return TensorType(tuple(shape), t.dtype)
 
 
 def emit_collective(ex: _FunctionExporter, call: Call) -> relax.Expr:
@@ -304,16 +380,69 @@ def emit_transfer(ex: _FunctionExporter, call: Call) -> relax.Expr:
     ndim = len(shape)
     order = [i for d in range(ndim) for i in (d, ndim + d)]
     whole = ex.emit(relax.op.permute_dims(grid, order))
-    whole = ex.emit(relax.op.reshape(whole, relax.ShapeExpr([_p(d) for d in ex.dims(shape)])))
-    axes, begin, end = [], [], []
+    # the blocks side by side: counts[d] * (padded block) along each dim
+    padded = [sym.mul(c, e) for c, e in zip(counts, xt.shape)]
+    whole = ex.emit(relax.op.reshape(whole, relax.ShapeExpr([_p(d) for d in ex.dims(padded)])))
+    for d in range(ndim):  # the tensor itself: element g of each dim, wherever its block put it
+        whole = _real_elements(ex, whole, d, shape[d], src_mesh, src_p, padded)
+    # this worker's target block, the tensor padded so that the last blocks' slices stay inside it
+    axes, begin, end, extent = [], [], [], list(shape)
     for d in range(ndim):
         if not dst_p.mesh_axes_of(d):
             continue
         piece = out_t.shape[d]
-        start = _clamped(ex, block_start_expr(dst_mesh, dst_p, d, piece), sym.sub(shape[d], piece))
+        reach = _block_reach(dst_mesh, dst_p, d, shape[d])
+        whole = _pad_dim(ex, whole, d, extent, reach, xt.dtype)
+        extent[d] = reach
+        start = _clamped(ex, block_start_expr(dst_mesh, dst_p, d, shape[d]), sym.sub(reach, piece))
         axes.append(d)
         begin.append(ex.dim(start))
         end.append(ex.dim(sym.add(start, piece)))
     if not axes:
         return whole
     return relax.op.strided_slice(whole, axes=axes, begin=begin, end=end, assume_inbound=True)
+
+
+def _real_elements(ex, whole, d: int, n, mesh, placement, padded) -> relax.Expr:
+    """Along dim ``d``, the ``n`` real elements of blocks laid side by side (each padded): for one
+    cut that is the first ``n``; nested cuts interleave padding, so element g is taken from
+    ``(i1 * k2 + i2) * c2 + r`` where ``g = i1 * c1 + i2 * c2 + r`` (two axes; more nest alike)."""
+    from ..ir.layout import level_extents
+
+    axes = placement.mesh_axes_of(d)
+    sizes = [mesh.shape[a] for a in axes]
+    blocks = level_extents(n, sizes)
+    if len(axes) <= 1 or all(sym.equal(sym.mul(k, c), prev) for k, c, prev in zip(sizes, blocks, [n, *blocks])):
+        if sym.equal(padded[d], n):
+            return whole
+        return ex.emit(relax.op.strided_slice(whole, axes=[d], begin=[0], end=[ex.dim(n)], assume_inbound=True))
+    g = ex.emit(relax.op.arange(0, ex.dim(n), 1, "int64"))
+    flat, rest = None, g
+    for k, c in zip(sizes, blocks):
+        i = ex.emit(relax.op.floor_divide(rest, ex.scalar(c)))
+        rest = ex.emit(relax.op.floor_mod(rest, ex.scalar(c)))
+        flat = i if flat is None else ex.emit(relax.op.add(ex.emit(relax.op.multiply(flat, ex.scalar(k))), i))
+    index = ex.emit(relax.op.add(ex.emit(relax.op.multiply(flat, ex.scalar(blocks[-1]))), rest))
+    return ex.emit(relax.op.take(whole, index, axis=d, mode="clip"))
+
+
+def _block_reach(mesh, placement, d: int, n):
+    """How far the blocks of dim ``d`` reach, padding included: the last block's start plus its extent."""
+    from ..ir.layout import level_extents
+
+    axes = placement.mesh_axes_of(d)
+    blocks = level_extents(n, [mesh.shape[a] for a in axes])
+    reach = blocks[-1]
+    for a, c in zip(axes, blocks):
+        reach = sym.add(reach, sym.mul(sym.sub(mesh.shape[a], 1), c))
+    return reach
+
+
+def _pad_dim(ex, value, d: int, shape, extent, dtype) -> relax.Expr:
+    more = sym.sub(extent, shape[d])
+    if sym.prove_ge(0, more):
+        return value
+    zshape = list(shape)
+    zshape[d] = more
+    zeros = ex.emit(relax.op.zeros(relax.ShapeExpr([_p(x) for x in ex.dims(zshape)]), dtype))
+    return ex.emit(relax.op.concat([value, zeros], axis=d))

@@ -259,6 +259,32 @@ def _recv_from_prev_group(state: State, buffer) -> None:
     _take(state, w - state.group_size, w, buffer)
 
 
+@_safe("regroup")
+def _regroup(state: State, send, params, member_ids, recv) -> None:
+    """distir's R.ccl.regroup: a dim re-blocked in units of ``unit_to`` elements instead of
+    ``unit_from`` (see distir.ops.collectives); nothing moves when the two blockings agree."""
+    w = _me()
+    axis, extent, unit_from, unit_to = (int(v) for v in params)
+    members = [int(m) for m in member_ids.numpy()]
+    data = send.numpy()
+    seen = _exchange(state, state.world, w, data)
+    n = len(members)
+    before = -(-(extent // unit_from) // n) * unit_from
+    after = -(-(extent // unit_to) // n) * unit_to
+    if before == after:
+        recv.copyfrom(data)
+        return
+    full = np.concatenate([seen[m] for m in members], axis=axis)
+    full = np.take(full, np.arange(min(extent, full.shape[axis])), axis=axis)
+    if full.shape[axis] < n * after:
+        widths = [(0, 0)] * full.ndim
+        widths[axis] = (0, n * after - full.shape[axis])
+        full = np.pad(full, widths)
+    j = members.index(w)
+    recv.copyfrom(np.ascontiguousarray(np.take(full, np.arange(j * after, (j + 1) * after), axis=axis)))
+    state.count("regroup", (n - 1) * data.nbytes, w == members[0])
+
+
 @_safe("sync_worker")
 def _sync_worker(state: State) -> None:
     return None  # CPU work is synchronous
@@ -287,6 +313,7 @@ def _register() -> None:
         return
     for name in CCL_NAMES:
         tvm_ffi.register_global_func(_PREFIX + name, _FUNCS[name], override=True)
+    tvm_ffi.register_global_func("distir.ccl.regroup", _regroup, override=True)  # distir's own, not Disco's
     _registered = True
 
 

@@ -379,40 +379,6 @@ class _FunctionExporter:
         self.bb.match_cast(shape, relax.ShapeType([var]), name_hint="position_value")
         self.position_vars[name] = var
 
-    def _emit_size_checks(self) -> None:
-        """Assert at run time that every ``a // b`` in a shape divides exactly for the given sizes.
-
-        A sharded size known only at run time (``s // num_workers``) that does not divide would
-        otherwise drop its remainder; distir's runners check it before starting the workers,
-        these asserts guard a module run by anything else.
-        """
-        for a, b in self.size_checks:
-            pa, pb = self.dim(a), self.dim(b)
-            cond = tirx.EQ(tirx.floormod(_prim(pa), _prim(pb)), tirx.IntImm("int64", 0))
-            message = (
-                f"distir: {sym.to_str(a)} = {{}} does not divide evenly by {sym.to_str(b)} = {{}}; "
-                "these sizes are not supported"
-            )
-            args = [relax.prim_value(_prim(pa)), relax.prim_value(_prim(pb))]
-            self.bb.emit(relax.op.assert_op(relax.prim_value(cond), args, message), name_hint="size_check")
-
-    def _size_checks(self) -> list[tuple[Dim, Dim]]:
-        """The distinct ``(a, b)`` of every ``a // b`` in a shape that depends on run-time sizes."""
-        seen: set = set()
-        out = []
-        types = [p.type for p in self.func.params] + [b.var.type for b in self.func.bindings()]
-        for t in types:
-            for d in _dims_of_type(t):
-                for a, b in sym.floordivs(d):
-                    if not (sym.free_vars(a) | sym.free_vars(b)) or depends_on_worker(a) or depends_on_worker(b):
-                        continue
-                    k = (sym.key(sym.normalize(a)), sym.key(sym.normalize(b)))
-                    if k in seen:
-                        continue
-                    seen.add(k)
-                    out.append((sym.normalize(a), sym.normalize(b)))
-        return out
-
     def run(self) -> None:
         f = self.func
         size_params = [relax.Var(SIZE_PREFIX + n, relax.ShapeType([self.vars[n]])) for n in self.names]
@@ -422,12 +388,9 @@ class _FunctionExporter:
             self.env[p] = rv
             params.append(rv)
         used_later = _used_after_each_block(f)
-        self.size_checks = self._size_checks()
-        # a run-time check is an impure call, so a function that has one is not pure
-        with self.bb.function(f.name, size_params + params, pure=not self.size_checks):
+        with self.bb.function(f.name, size_params + params):
             if self.uses_worker_id:
                 self._emit_worker_id()
-            self._emit_size_checks()
             for i, block in enumerate(f.blocks):
                 self._scalars.clear()  # values of one dataflow block are not visible in the next
                 if block.is_dataflow:

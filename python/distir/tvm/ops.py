@@ -150,6 +150,28 @@ def emit_strided_slice(ex: _FunctionExporter, call: Call) -> relax.Expr:
     return emit_relax_form(ex, Call(call.op, call.args, {**attrs, "begin": begin, "end": end}, call.span))
 
 
+def emit_partial_mean(ex: _FunctionExporter, call: Call) -> relax.Expr:
+    """``sum(x, axis) / count`` (count may be a size known at run time)."""
+    attrs = call.op.full_attrs(call.attrs)
+    t: TensorType = call.type
+    total = ex.emit(relax.op.sum(ex.value(call.args[0]), axis=attrs["axis"], keepdims=attrs["keepdims"]))
+    return relax.op.divide(total, ex.scalar(attrs["count"], t.dtype))
+
+
+def emit_mask_tail(ex: _FunctionExporter, call: Call) -> relax.Expr:
+    """``where(arange(extent) < length, x, value)`` along ``axis``; the length may depend on the worker."""
+    attrs = call.op.full_attrs(call.attrs)
+    t: TensorType = call.args[0].type
+    axis = attrs["axis"] % t.ndim
+    extent = t.shape[axis]
+    index = ex.emit(relax.op.arange(0, ex.dim(extent), 1, "int64"))
+    shape = [1] * t.ndim
+    shape[axis] = extent
+    index = ex.emit(relax.op.reshape(index, relax.ShapeExpr([_p(d) for d in ex.dims(shape)])))
+    keep = ex.emit(relax.op.less(index, ex.scalar(attrs["length"])))
+    return relax.op.where(keep, ex.value(call.args[0]), ex.const(attrs["value"], t.dtype))
+
+
 def emit_rms_norm(ex: _FunctionExporter, call: Call) -> relax.Expr:
     """``relax.op.nn.rms_norm``; a rank-1 tensor goes through a ``(1, n)`` view, which TVM 0.27's
     legalization needs (it fails to build rank 1)."""

@@ -57,9 +57,11 @@ class SessionPlan:
         if not meshes:
             return SessionPlan(1, ())
         stops = [mesh_stop(m) for m in meshes]
-        for cand in stops:
-            if all(sym.prove_ge(cand, s) for s in stops):
-                return SessionPlan(sym.normalize(cand), tuple(meshes))
+        sizes = {name for m in meshes for d in m.shape for name in sym.free_vars(d)}
+        with sym.assume_positive(sorted(sizes)):  # a mesh axis holds at least one device
+            largest = next((c for c in stops if all(sym.prove_ge(c, s) for s in stops)), None)
+        if largest is not None:
+            return SessionPlan(sym.normalize(largest), tuple(meshes))
         raise TvmExportError(
             "cannot tell which device mesh is the largest (device ids end at "
             + ", ".join(sym.to_str(s) for s in stops)

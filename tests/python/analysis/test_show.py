@@ -231,39 +231,46 @@ def parse_label(label: str) -> list[list[int]]:
 @st.composite
 def layouts(draw):
     mesh_shape = draw(st.sampled_from([(W,), (2, W), (W, 2)]))
-    workers = draw(st.integers(1, 4))
+    workers = draw(st.integers(1, 7))
     ndim = draw(st.integers(1, 3))
+    shape = tuple(draw(st.sampled_from([1, 2, 3, 5, 7, 8, 10, 24])) for _ in range(ndim))
     op = draw(st.sampled_from(["sum", "max"]))
     specs = [draw(st.one_of(st.just(Replicate()), st.builds(Shard, st.integers(0, ndim - 1)), st.just(Partial(op))))
              for _ in mesh_shape]
-    return mesh_shape, workers, ndim, Placement(tuple(specs))
+    return mesh_shape, workers, shape, Placement(tuple(specs))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(layouts())
 def test_every_block_is_what_its_labelled_devices_hold_in_the_runtime(case):
-    mesh_shape, workers, ndim, placement = case
+    mesh_shape, workers, shape, placement = case  # sizes that divide, do not, and fall below the count
+    ndim = len(shape)
     sizes = [sym.evaluate(d, {"num_workers": workers}) for d in mesh_shape]
-    shape = tuple(8 * 3 for _ in range(ndim))  # divides by every mesh product used here
     mesh = DeviceMesh(tuple(mesh_shape), Range(0, sym.product(mesh_shape)))
     t = DTensorType(shape, "float64", mesh, placement)
     values = {"num_workers": workers}
     grid = layout_grid("t", t, values)
     x = np.random.default_rng(0).standard_normal(shape)
     pieces = shard_input(t, x, values, rng=np.random.default_rng(1))  # the runtime's own sharding
-    counts = [int(np.prod([sizes[a] for a in placement.mesh_axes_of(d)] or [1])) for d in range(ndim)]
     seen = set()
+    along = [grid.row_extents, grid.col_extents] if len(grid.grid_dims) == 2 else [grid.col_extents]
+    assert [sum(e) for e in along] == [shape[d] for d in grid.grid_dims] or not any(
+        placement.mesh_axes_of(d) for d in grid.grid_dims)
     for r, row in enumerate(grid.cells):
         for c, label in enumerate(row):
             index = [slice(None)] * ndim
+            mine = [slice(None)] * ndim  # the valid part of a (padded) local block
             cell = (r, c)[-len(grid.grid_dims):] if len(grid.grid_dims) == 2 else (c,)
-            for d, b in zip(grid.grid_dims, cell):
-                step = shape[d] // counts[d]
-                index[d] = slice(b * step, (b + 1) * step)
+            for d, b, extents in zip(grid.grid_dims, cell, along):
+                if placement.mesh_axes_of(d):
+                    start = sum(extents[:b])
+                    index[d] = slice(start, start + extents[b])
+                    mine[d] = slice(0, extents[b])
             block = x[tuple(index)]
-            for group in parse_label(label):
+            assert label.endswith("(empty)") == (block.size == 0 and x.size > 0)
+            for group in parse_label(label.removesuffix(" (empty)")):
                 seen.update(group)
-                parts = [pieces[dev] for dev in group]
+                parts = [pieces[dev][tuple(mine)] for dev in group]
                 if len(parts) == 1 and not placement.has_partial:
                     np.testing.assert_array_equal(parts[0], block)
                 else:

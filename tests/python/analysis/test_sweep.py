@@ -31,7 +31,7 @@ def mlp_file(tmp_path: Path) -> Path:
 
 
 def hand_params(w: int) -> int:
-    return 128 * 256 * 4 + 2 * 256 * (HIDDEN // w) * 4  # x whole, w1 and w2 a 1/w slice
+    return 128 * 256 * 4 + 2 * 256 * -(-HIDDEN // w) * 4  # x whole, w1 and w2 a block of ceil(HIDDEN / w)
 
 
 def hand_sent_per_worker(w: int) -> Fraction:
@@ -55,15 +55,39 @@ def test_rows_equal_the_analysis_of_each_specialized_module(mlp_file):
         assert row.comm_bytes_per_worker == hand_sent_per_worker(row.num_workers)
         assert row.specialize_seconds > 0 and row.build_seconds is None
     assert result.formulas()["comm_bytes_per_worker"] == "(num_workers * 262144 - 262144) / num_workers"
-    assert result.formulas()["param_bytes"] == "384 // num_workers * 2048 + 131072"
+    assert result.formulas()["param_bytes"] == "T.ceildiv(384, num_workers) * 2048 + 131072"
 
 
-def test_a_count_that_does_not_divide_gets_an_error_row_and_the_others_go_on():
-    result = sweep(examples.load("mlp"), [2, 3, 4])
+SHRUNK_MESH = 'R.device_mesh(("num_workers - 1",), I.Range(0, "num_workers - 1"))'  # no devices at 1
+
+
+def shrunk_mlp_text() -> str:
+    text = examples.text("mlp")
+    mesh = 'R.device_mesh(("num_workers",), I.Range(0, "num_workers"))'
+    assert mesh in text
+    return text.replace(mesh, SHRUNK_MESH)
+
+
+def test_a_count_that_does_not_specialize_gets_an_error_row_and_the_others_go_on():
+    result = sweep(distir.parse(shrunk_mlp_text()), [1, 2, 3])
     ok = {r.num_workers: r for r in result.rows if r.error is None}
-    assert sorted(ok) == [2, 4]
+    assert sorted(ok) == [2, 3]
     (bad,) = [r for r in result.rows if r.error is not None]
-    assert bad.num_workers == 3 and "does not divide evenly by 3" in bad.error and bad.param_bytes is None
+    assert bad.num_workers == 1 and "mesh axis 0 has size 0" in bad.error and bad.param_bytes is None
+
+
+def test_counts_that_do_not_divide_get_uneven_blocks_and_an_imbalance_above_one():
+    result = sweep(examples.load("mlp"), [2, 3, 4, 7, 600])
+    rows = {r.num_workers: r for r in result.rows}
+    assert all(r.error is None for r in result.rows)
+    # w1 (256, 512) S[1] and w2 (512, 256) S[0]: blocks of ceil(512 / n); x (128, 256) whole
+    for n, r in rows.items():
+        assert r.param_bytes == 128 * 256 * 4 + 2 * 256 * -(-512 // n) * 4
+    assert rows[2].param_imbalance == rows[4].param_imbalance == 1
+    # at 7: blocks of 74 x6 and 68; device 0 holds 74 of 512 / 7 columns of w1 and rows of w2
+    assert rows[7].param_imbalance == Fraction(128 * 256 + 2 * 256 * 74, 128 * 256 + Fraction(2 * 256 * 512, 7))
+    # at 600: 88 devices hold no column at all
+    assert rows[600].param_imbalance == Fraction(128 * 256 + 2 * 256, 128 * 256 + Fraction(2 * 256 * 512, 600))
 
 
 def test_other_symbolic_sizes_must_be_bound():
@@ -105,7 +129,7 @@ def test_cli_table_shows_the_formulas_once_then_a_row_per_count(mlp_file, capsys
     assert code == 0, err
     lines = out.splitlines()
     assert lines[0].startswith(f"distir sweep {mlp_file}: pipeline ")
-    assert "  parameters        384 // num_workers * 2048 + 131072" in lines
+    assert "  parameters        T.ceildiv(384, num_workers) * 2048 + 131072" in lines
     assert "  bytes sent        (num_workers * 262144 - 262144) / num_workers" in lines
     assert "    all_reduce x1   (num_workers * 262144 - 262144) / num_workers" in lines
     assert any(line.startswith("  peak activations  the largest of 3:") for line in lines)
@@ -124,7 +148,7 @@ def test_cli_json_has_formulas_and_rows(mlp_file, capsys):
     assert code == 0
     data = json.loads(out)
     assert [r["num_workers"] for r in data["rows"]] == [1, 2, 4, 8]
-    assert data["formulas"]["param_bytes"] == "384 // num_workers * 2048 + 131072"
+    assert data["formulas"]["param_bytes"] == "T.ceildiv(384, num_workers) * 2048 + 131072"
     assert data["model"] == {"latency_seconds": 1e-5, "bandwidth_bytes_per_second": 1e9}
     for r in data["rows"]:
         w = r["num_workers"]
@@ -144,9 +168,11 @@ def test_cli_plot_writes_a_png(mlp_file, tmp_path, capsys):
 
 
 def test_cli_errors(mlp_file, tmp_path, capsys):
-    code, out, err = run_cli(["sweep", str(examples.path("mlp")), "--num-workers", "2,3"], capsys)
+    shrunk = tmp_path / "shrunk.py"
+    shrunk.write_text(shrunk_mlp_text())
+    code, out, err = run_cli(["sweep", str(shrunk), "--num-workers", "1,3"], capsys)
     assert code == 1 and "does not specialize (see below)" in out
-    assert "distir sweep: error: num_workers=3: specialize num_workers=3: tensor 'w1'" in err
+    assert "distir sweep: error: num_workers=1: specialize num_workers=1: mesh axis 0 has size 0" in err
     code, _, err = run_cli(["sweep", str(examples.path("llama"))], capsys)
     assert code == 1 and "--bind s=128" in err and "Traceback" not in err
     with pytest.raises(SystemExit) as info:  # a usage error, found while parsing the arguments
@@ -184,3 +210,17 @@ def test_sweep_of_the_bundled_llama_layer_prints_the_table_and_writes_a_png(tmp_
     # two all-reduces of the (64, 128) activation: 2 * 2 (w - 1) / w * 32 KiB sent per worker
     assert human_bytes(Fraction(2 * 2 * 7 * 64 * 128 * 4, 8)) in " ".join(rows[-1])
     assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_regroup_counts_bytes_and_latency_only_at_counts_where_it_moves_data():
+    from distir.analysis import CommModel
+
+    model = CommModel(latency=1e-6, bandwidth=1e9)
+    result = sweep(examples.load("llama"), [3, 4], bind={"s": 16}, model=model)
+    rows = {r.num_workers: r for r in result.rows}
+    # at 4 the 8 heads divide: the regroups are identities, only the two ring all-reduces remain
+    assert rows[4].collectives == {"all_reduce": 2}
+    assert rows[4].comm_seconds == pytest.approx(model.seconds(2 * 2 * 3, rows[4].comm_bytes_per_worker))
+    # at 3 they re-block Q, K, V and the attention output and cost their rounds too
+    assert rows[3].collectives == {"all_reduce": 2, "regroup": 4}
+    assert rows[3].comm_seconds > model.seconds(2 * 2 * 2, rows[3].comm_bytes_by_kind["all_reduce"] / 3)

@@ -213,9 +213,10 @@ def test_distir_demo_other_model_and_count(capsys):
 
 
 def test_distir_demo_count_that_does_not_divide(capsys):
-    assert distir_main.main(["demo", "--example", "mlp", "-n", "3"]) == 1
-    err = capsys.readouterr().err
-    assert "does not divide evenly by 3" in err and "Traceback" not in err
+    """512 hidden over 3 workers: uneven blocks, and the result still matches."""
+    assert distir_main.main(["demo", "--example", "mlp", "-n", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "matches the single-device run" in out
     with pytest.raises(SystemExit) as info:
         distir_main.main(["demo", "-n", "0"])
     assert info.value.code == 2

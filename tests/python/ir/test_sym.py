@@ -128,6 +128,31 @@ def test_ceildiv_symbolic_dividend(b):
         assert sym.prove_lt(sym.mul(c, b), sym.add(n, b))
 
 
+def test_block_sizes_multiplied_out_print_as_ceildiv_and_read_back_equal():
+    w = sym.var("num_workers")
+    cases = {
+        # the simplifier's 383 // w * 2048 + 133120 is a block of ceil(384 / w) rows of 2048 bytes
+        sym.add(sym.mul(sym.ceildiv(384, w), 2048), 131072): "T.ceildiv(384, num_workers) * 2048 + 131072",
+        sym.add(sym.add(sym.mul(sym.ceildiv(384, w), 2048), 131072), sym.mul(sym.ceildiv(n, w), 4)):
+            "T.ceildiv(384, num_workers) * 2048 + T.ceildiv(n, num_workers) * 4 + 131072",
+        sym.add(sym.mul(sym.ceildiv(384, w), 3), 3): "T.ceildiv(384, num_workers) * 3 + 3",
+        # an even split stays a floor division (384 -> 385 is not rounder)
+        sym.add(sym.mul(sym.floordiv(384, w), 2048), 131072): "384 // num_workers * 2048 + 131072",
+        # not enough constant to take the 1 back: left as it is
+        sym.add(sym.mul(sym.floordiv(383, w), 2048), 5): "383 // num_workers * 2048 + 5",
+    }
+    for e, text in cases.items():
+        assert sym.to_str(e) == text
+        back = sym.parse(text)
+        for k in (1, 2, 3, 5, 7, 384, 1000):
+            assert sym.evaluate(back, {"num_workers": k, "n": 11}) == sym.evaluate(e, {"num_workers": k, "n": 11})
+
+
+def test_substituting_a_zero_divisor_is_a_symbolic_error():
+    with pytest.raises(sym.SymbolicError, match="divides by zero at m=0"):
+        sym.substitute(sym.floordiv(n, m), {"m": 0})
+
+
 def test_ceildiv_symbolic_divisor():
     c = sym.ceildiv(n, m)
     for a, b in itertools.product([0, 1, 2, 3, 5, 12, 13, 97], [1, 2, 3, 5, 13, 97]):

@@ -210,7 +210,7 @@ def test_take_localize_of_a_vocab_sharded_table_offsets_by_the_worker_rows():
     op = get_op("take")
     ids = D((2, N), "R", "int32")
     glob = Call(op, (D((1000, 64), "S[0]"), ids), {"axis": 0})
-    rows = sym.floordiv(1000, W)
+    rows = sym.ceildiv(1000, W)  # blocks of ceil(1000 / W) rows (the last may be short)
     local_out = TensorType((2, N, 64), "float32")
     local = op.localize(glob, (T(rows, 64), T(2, N, dtype="int32")), local_out)
     assert local.op is get_op("shard_take") and local.attrs["axis"] == 0
@@ -311,8 +311,8 @@ def test_tri_localize_shifts_k_by_the_row_and_column_block_starts(name):
     local_x = T(4, sym.floordiv(N, 2), sym.floordiv(N, W))
     local = op.localize(Call(op, (x,), {"k": 1}), (local_x,), local_x.type)
     wid = sym.var("worker_id")
-    r0 = sym.mul(sym.floordiv(wid, W), sym.floordiv(N, 2))
-    c0 = sym.mul(sym.floormod(wid, W), sym.floordiv(N, W))
+    r0 = sym.mul(sym.floordiv(wid, W), sym.ceildiv(N, 2))  # block starts: coordinate x ceil(n / count)
+    c0 = sym.mul(sym.floormod(wid, W), sym.ceildiv(N, W))
     assert sym.equal(local.attrs["k"], sym.sub(sym.add(1, r0), c0))
     # batch-sharded: nothing to shift
     xb = D((4, N, N), "S[0]")

@@ -115,7 +115,7 @@ def test_reduce_errors():
         _ = call("mean", T(N, 8, 6), axis=[1, -2]).type
 
 
-@pytest.mark.parametrize("name, kind", [("sum", "P"), ("mean", "P[avg]"), ("max", "P[max]"), ("min", "P[min]")])
+@pytest.mark.parametrize("name, kind", [("sum", "P"), ("mean", "P"), ("max", "P[max]"), ("min", "P[min]")])
 def test_reducing_a_sharded_dim_gives_a_partial(name, kind):
     assert call(name, D((N, 8), "S[1]"), axis=[1]).type.placement == P(kind)
     assert call(name, D((N, 8), "S[1]"), axis=[1], keepdims=True).type.placement == P(kind)
@@ -142,11 +142,14 @@ def test_reductions_of_partials(name, partial, ok):
             _ = call(name, x, axis=[1]).type
 
 
-def test_mean_of_shard_means_is_the_mean():
-    """The P[avg] that mean produces is right: equal shards' means average to the whole mean."""
+def test_mean_of_a_sharded_dim_is_the_sum_of_the_workers_shares():
+    """A mean over a sharded dim is P[sum] of each block's sum over the whole count: right for
+    uneven blocks too (8 over 3: 3, 3, 2), where averaging the blocks' means would not be."""
     x = np.random.default_rng(0).standard_normal((3, 8))
-    shards = np.split(x, 4, axis=1)
-    np.testing.assert_allclose(np.mean([ref("mean", s, axis=[1]) for s in shards], axis=0), ref("mean", x, axis=[1]))
+    shares = [ref("partial_mean", s, axis=[1], count=8) for s in np.array_split(x, 3, axis=1)]
+    np.testing.assert_allclose(np.sum(shares, axis=0), ref("mean", x, axis=[1]))
+    assert not np.allclose(np.mean([ref("mean", s, axis=[1]) for s in np.array_split(x, 3, axis=1)], axis=0),
+                           ref("mean", x, axis=[1]))
 
 
 def test_reduce_references():

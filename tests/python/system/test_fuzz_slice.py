@@ -2,8 +2,9 @@
 
 Cases 0 .. CASES-1 of seed SEED: each is a random program (meshes, layouts, redistribute
 chains, ops, hints), distributed once with num_workers symbolic, specialized to a few counts
-in 1..8, simulated and compared with the single-device run. No case may give a wrong
-number or crash; a clean refusal (a DistirError) is fine. A failing case names the command
+in 1..8 (uneven layouts included), simulated and compared with the single-device run. Each
+must match, with the simulator's bytes equal to the cost model's; only a documented
+limitation may be refused (``fuzz.KNOWN_LIMITATIONS``). A failing case names the command
 that re-runs it (``python scripts/fuzz.py --seed SEED --only I``) and shows a shrunk
 reproducer.
 """
@@ -53,9 +54,9 @@ def _report(res, bad) -> str:
 
 
 @pytest.mark.parametrize("index", range(CASES))
-def test_fuzz_case_gives_no_wrong_number_and_no_crash(index):
+def test_fuzz_case_matches_one_device(index):
     res = _result(index)
-    bad = [o for o in res.outcomes if o.cls in ("WRONG-NUMBER", "CRASH")]
+    bad = [o for o in res.outcomes if o.cls not in ("OK", "CLEAN-REFUSAL")]
     assert not bad, _report(res, bad)
 
 

@@ -111,3 +111,39 @@ def test_imports_follow_the_layers():
     done = subprocess.run([exe, "--no-cache"], cwd=root, capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "0 broken" in done.stdout
+
+
+def normalized_demo_lines(text: str) -> list[str]:
+    """Demo output with what varies between machines blanked: timings and the package path."""
+    text = re.sub(r"\d+ ms", "N ms", text)
+    text = re.sub(r"\((?:\S*)/distir/examples/", "(.../distir/examples/", text)
+    return [line.rstrip() for line in text.strip().splitlines()]
+
+
+def test_readme_demo_output_is_what_the_demo_prints():
+    import subprocess
+
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Quick start", 1)[1].split("## From Python", 1)[0]
+    shown = re.findall(r"```\n(distir demo:.*?)```", section, re.DOTALL)
+    assert shown, "README quick start shows no demo output"
+    proc = subprocess.run(
+        [sys.executable, "-m", "distir.cli.main", "demo"], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert normalized_demo_lines(proc.stdout) == normalized_demo_lines(shown[0])
+
+
+def test_subpackages_are_attributes_of_distir():
+    """``import distir`` then ``distir.transform`` works, as ``tvm.relax`` does after ``import tvm``."""
+    import subprocess
+
+    code = (
+        "import sys, distir; assert 'tvm' not in sys.modules, 'import distir imports TVM';"
+        "print(distir.transform.PropagateSharding.__name__, distir.runtime.__name__, distir.tvm.__name__)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["PropagateSharding", "distir.runtime", "distir.tvm"]
+    with pytest.raises(AttributeError, match="no attribute 'tranform'"):
+        distir.tranform  # noqa: B018

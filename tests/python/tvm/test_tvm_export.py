@@ -111,19 +111,24 @@ def test_export_is_standard_relax_with_disco_collectives():
     mod = to_relax(lowered(MLP))
     relax.analysis.well_formed(mod)
     main = mod["main"]
-    assert callees(main) == [
-        "relax.assert_op",  # 128 % num_workers == 0, checked at run time (BindSymbolicVars does not check it)
+    names = callees(main)
+    # the hidden dim (512) is cut over num_workers: at a count that does not divide it the last block is
+    # padded, so the contraction over it first fills the padding of both operands with zeros (R.mask_tail)
+    assert [n for n in names if n in ("relax.matmul", "relax.nn.gelu", "relax.where")] == [
         "relax.matmul",
         "relax.nn.gelu",
+        "relax.where",
+        "relax.where",
         "relax.matmul",
-        "relax.call_dps_packed:runtime.disco.allreduce",
     ]
+    assert names[0] == "relax.call_pure_packed:runtime.disco.worker_id"
+    assert names[-1] == "relax.call_dps_packed:runtime.disco.allreduce"
     # the symbolic size is a shape parameter ahead of the tensors; shapes are formulas in it
     assert [p.name for p in main.params] == ["size_num_workers", "x", "w1", "w2"]
     (n,) = main.params[0].ty.values
     assert isinstance(n, tirx.Var) and n.name == "num_workers"
     split = main.params[2].ty.shape.values[1]
-    assert tvm.sym.Analyzer().can_prove_equal(split, tirx.floordiv(128, n))
+    assert tvm.sym.Analyzer().can_prove_equal(split, tirx.floordiv(127, n) + 1)  # a block: ceil(128 / n)
 
 
 def test_bind_symbolic_vars_specializes_inside_tvm():
