@@ -74,7 +74,14 @@ class VerifyError(DistirError):
 
 
 class SpecializeError(DistirError):
-    """A shape does not divide by the mesh size it is sharded over, or a binding is missing."""
+    """A size is bound to something that is not a positive integer, or to a name the module lacks."""
+
+
+class MissingFunctionError(DistirError, KeyError):
+    """``mod[name]`` for a function the module does not have (a KeyError too, as for a dict)."""
+
+    def __str__(self) -> str:  # KeyError's own str() would quote the message
+        return str(self.args[0]) if self.args else ""
 
 
 class PassError(DistirError):

@@ -94,21 +94,27 @@ class SweepResult:
         }
 
 
-def parse_counts(text: str, maximum: int | None = None) -> list[int]:
-    """``"1,2,4,8"`` or ``"1-8"`` (powers of two from 1 to 8) or a mix -> sorted distinct counts.
+MAX_COUNTS = 1024  # rows one sweep runs (each specializes, and with --build compiles)
 
-    With ``maximum``, a count above it is an error (a range stops at its last power of two)."""
+
+def parse_counts(text: str, maximum: int | None = None) -> list[int]:
+    """Device counts -> sorted distinct counts. Comma-separated parts, each a count (``6``),
+    every count of a range (``1-8``: 1, 2, ..., 8), or a range growing by a factor (``1-128x2``:
+    1, 2, 4, ..., 128; ``3-96x2``: 3, 6, ..., 96).
+
+    With ``maximum``, a count above it is an error; so are more than :data:`MAX_COUNTS` counts."""
     out: set[int] = set()
     for part in text.split(","):
         part = part.strip()
         if not part:
             continue
         shown = part if len(part) <= 40 else part[:37] + "..."
-        lo, dash, hi = part.partition("-")
+        lo, dash, rest = part.partition("-")
+        hi, times, factor = rest.partition("x")
         try:
             if dash:
-                a, b = int(lo), int(hi)
-                if a < 1 or b < a:
+                a, b, k = int(lo), int(hi), int(factor) if times else 1
+                if a < 1 or b < a or (times and k < 2):
                     raise ValueError
                 top = b
             else:
@@ -117,17 +123,25 @@ def parse_counts(text: str, maximum: int | None = None) -> list[int]:
                     raise ValueError
         except ValueError:
             raise AnalysisError(
-                f"device counts: '{shown}' is not a positive integer or a range like 1-128 (powers of two)"
+                f"device counts: '{shown}' is not a positive integer, a range like 1-8 (every count) or a "
+                "range like 1-128x2 (growing by a factor of 2 or more)"
             ) from None
         if maximum is not None and top > maximum:
             raise AnalysisError(f"device counts: '{shown}' goes above {maximum}, the most this sweep takes")
-        if dash:
-            k = a
-            while k <= b:
-                out.add(k)
-                k *= 2
+        if dash and not times:
+            if b - a + 1 > MAX_COUNTS:
+                raise AnalysisError(f"device counts: '{shown}' is {b - a + 1} counts, more than the {MAX_COUNTS} a "
+                                    f"sweep runs; use a range growing by a factor, like {a}-{b}x2")
+            out.update(range(a, b + 1))
+        elif dash:
+            c = a
+            while c <= b:
+                out.add(c)
+                c *= k
         else:
             out.add(a)
+        if len(out) > MAX_COUNTS:
+            raise AnalysisError(f"device counts: more than the {MAX_COUNTS} counts a sweep runs")
     if not out:
         raise AnalysisError("device counts: give at least one, e.g. 1,2,4,8")
     return sorted(out)
@@ -156,6 +170,8 @@ def sweep(
     from ..transform.specialize import specialize
 
     model = model or CommModel()
+    if not counts:
+        raise AnalysisError("sweep: give at least one device count, e.g. [1, 2, 4, 8]")
     bound = dict(bind or {})
     if symbol in bound:
         raise AnalysisError(f"'{symbol}' is the swept size; do not also bind it")

@@ -65,7 +65,13 @@ class CommTime:
     def __str__(self) -> str:
         from ..ir import sym
 
-        return f"latency * ({sym.to_str(self.steps)}) + ({self.bytes}) / bandwidth"
+        steps, nbytes = sym.to_str(self.steps), str(self.bytes)
+        parts = []
+        if steps != "0":
+            parts.append("latency" if steps == "1" else f"latency * ({steps})")
+        if nbytes != "0":
+            parts.append(f"({nbytes}) / bandwidth")
+        return " + ".join(parts) or "0"
 
 
 def comm_time_formula(volume: CommVolume) -> CommTime:

@@ -7,6 +7,7 @@ status 1 instead of a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import warnings
@@ -16,7 +17,7 @@ from typing import TextIO
 
 from ..errors import DistirError
 
-__all__ = ["EXIT_ERROR", "EXIT_OK", "EXIT_USAGE", "read_module", "report_errors", "write_text"]
+__all__ = ["EXIT_ERROR", "EXIT_OK", "EXIT_USAGE", "phase", "read_module", "report_errors", "write_text"]
 
 EXIT_OK = 0
 EXIT_ERROR = 1  # the input or a pass failed
@@ -48,6 +49,20 @@ def write_text(text: str, output: str | None, stream: TextIO | None = None) -> N
             raise DistirError(f"cannot write '{output}': {err}") from None
     else:
         (stream or sys.stdout).write(text)
+
+
+@contextlib.contextmanager
+def phase(text: str):
+    """A spinner with the time elapsed on stderr while a step runs (a TVM build, thousands of
+    simulated workers), when stderr is a terminal; gone when the step ends."""
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    console = Console(file=sys.stderr)
+    with Progress(SpinnerColumn(), TextColumn(text), TimeElapsedColumn(), console=console, transient=True,
+                  disable=not console.is_terminal) as progress:
+        progress.add_task(text, total=None)
+        yield
 
 
 def _show_warning(prog: str):

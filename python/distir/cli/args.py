@@ -87,12 +87,17 @@ def seed(text: str) -> int:
 
 def workers(text: str) -> int:
     """A number of workers to simulate or draw: an integer in [1, MAX_WORKERS] (argparse type)."""
+    if "," in text or ("-" in text.strip()[1:] and text.strip()[:1].isdigit()):
+        raise argparse.ArgumentTypeError(
+            f"expected one number of workers, got {_shown(text)}; run once per count, or use distir sweep for a "
+            "table of several"
+        )
     return _bounded(_int(text, "a positive number of workers"), 1, MAX_WORKERS, "a positive number of workers",
                     " workers, the most distir simulates or draws")
 
 
 def sweep_counts(text: str) -> list[int]:
-    """``--num-workers`` of ``distir sweep``: ``1,2,4`` or ``1-128`` (argparse type)."""
+    """``--num-workers`` of ``distir sweep``: ``1,2,4``, ``1-8`` or ``1-128x2`` (argparse type)."""
     from ..analysis.sweep import parse_counts
 
     try:

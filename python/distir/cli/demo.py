@@ -84,7 +84,7 @@ def demo_job(example: str, out: TextIO, *, num_workers: int = 4, seq_len: int = 
     result = driver.run(inputs, values, seed=seed)
     stats = result.stats
     workers = stats.simulated or num_workers
-    out.write(f"  3. simulated {workers} workers on random inputs (other dims = {seq_len}, seed {seed})\n")
+    out.write(f"  3. simulated {workers} worker{'' if workers == 1 else 's'} on random inputs (other dims = {seq_len}, seed {seed})\n")
     kinds = ", ".join(f"{k} x{v}" for k, v in sorted(stats.counts.items())) or "none"
     out.write(f"     collectives: {kinds}; sent per worker: {_fmt_bytes(float(stats.bytes_per_worker))}\n")
     verdict = "matches" if result.ok else "DOES NOT match"

@@ -90,14 +90,21 @@ def load_inputs(path: str, names: Sequence[str]) -> list[np.ndarray]:
         if "allow_pickle" in msg:
             msg = "it holds Python objects (pickled arrays), which are not read"
         raise DistirError(f"cannot read '{path}' as an .npz archive: {msg}") from None
-    out = []
+    out, used = [], set()
     for i, name in enumerate(names):
         for key in (name, f"arr_{i}"):
             if key in files:
                 out.append(files[key])
+                used.add(key)
                 break
         else:
             raise DistirError(f"'{path}' has no array for parameter '{name}' (it has: {', '.join(files) or 'none'})")
+    extra = [k for k in files if k not in used]
+    if extra:  # a misspelt name would otherwise be ignored
+        raise DistirError(
+            f"'{path}' has {'an array' if len(extra) == 1 else 'arrays'} {', '.join(repr(k) for k in extra)} that "
+            f"no parameter reads (the parameters: {', '.join(names) or 'none'})"
+        )
     return out
 
 
@@ -120,9 +127,22 @@ def _random_inputs(mod, func: str, dims: dict[str, int], seed: int, symbols: set
         raise DistirError(f"cannot make random inputs for @{func} with {sizes}: {why}; use smaller sizes with --bind") from None
 
 
+def _check_global_view(mod, func: str, file: str) -> None:
+    """``run`` distributes a global-view program and compares it with its single-device run; a
+    module the pipeline already lowered has no single-device program to compare with."""
+    from ..transform.lower_to_local import GLOBAL_PARAMS
+
+    if GLOBAL_PARAMS in mod[func].attrs:
+        raise DistirError(
+            f"'{file}' is already in the local view (the distribute pipeline's output: @{func} has "
+            f"{GLOBAL_PARAMS}); distir run takes the global-view program it came from, which it distributes "
+            "and checks against one device"
+        )
+
+
 def run_job(args: argparse.Namespace, out: TextIO) -> int:
     from ..driver import Driver
-    from . import read_module
+    from . import phase, read_module
     from .args import (
         UsageError,
         check_bind_names,
@@ -149,6 +169,10 @@ def run_job(args: argparse.Namespace, out: TextIO) -> int:
     mod = read_module(args.file)
     if args.func not in mod.functions:
         raise DistirError(f"the module has no function '{args.func}' (it has: {', '.join(mod.functions)})")
+    _check_global_view(mod, args.func, args.file)
+    from ..ir.verify import verify
+
+    verify(mod)  # as distir-opt, show and sweep do: a bad placement is named where it is written
     n = args.num_workers
     symbolic = check_mesh_symbol(mod, args.symbol, n)
     symbols = module_symbols(mod) - {args.symbol}
@@ -180,14 +204,17 @@ def run_job(args: argparse.Namespace, out: TextIO) -> int:
     # the other mesh sizes are fixed right after the pipeline: the backends take one symbolic size
     driver = Driver(mod, func=args.func, symbol=args.symbol, bind=mesh_sizes)
     driver.reference(inputs)  # wrong inputs are reported by the single-device run, before any work
-    driver.distribute()
+    with phase(f"distributing {args.file} ({args.symbol} symbolic)"):
+        driver.distribute()
     out.write(f"distribute pipeline ({args.symbol} symbolic): {driver.pipeline_seconds * 1e3:.0f} ms\n"
               if symbolic else f"distribute pipeline (static meshes): {driver.pipeline_seconds * 1e3:.0f} ms\n")
-    result = driver.run(inputs, n, backend=args.backend, seed=args.seed, rtol=args.rtol, atol=args.atol)
+    how = "building with TVM and running on Disco" if args.backend == "tvm" else "simulating"
+    with phase(f"specializing to {args.symbol}={n}, {how}"):
+        result = driver.run(inputs, n, backend=args.backend, seed=args.seed, rtol=args.rtol, atol=args.atol)
     t = result.timings
     if args.backend == "sim":
         stats = result.stats
-        out.write(f"simulated {stats.simulated} workers in {(t['specialize'] + t['run']) * 1e3:.0f} ms: "
+        out.write(f"simulated {stats.simulated} worker{'' if stats.simulated == 1 else 's'} in {(t['specialize'] + t['run']) * 1e3:.0f} ms: "
                   f"{stats.summary()}\n")
     else:
         info = result.disco
@@ -195,7 +222,8 @@ def run_job(args: argparse.Namespace, out: TextIO) -> int:
         out.write(
             f"TVM: exported {t['export'] * 1e3:.0f} ms, BindSymbolicVars + tvm.compile {t['build'] * 1e3:.0f} ms; "
             f"Disco ThreadedSession of {info['num_workers']} workers ({info['num_groups']} group(s)) "
-            f"ran in {t['run'] * 1e3:.0f} ms: {calls}; {info['bytes_sent']} bytes sent\n"
+            f"ran in {t['run'] * 1e3:.0f} ms: {calls}; {info['bytes_sent'] / info['num_workers']:.0f} bytes sent per "
+            f"worker ({info['bytes_sent']} in all)\n"
         )
     verdict = "matches" if result.ok else "DOES NOT match"
     workers = total if total is not None else n

@@ -27,7 +27,8 @@ specialization took."""
 EPILOG = """\
 examples:
   distir sweep model.py --num-workers 1,2,4,8,16
-  distir sweep model.py --num-workers 1-128 --bind s=2048 --plot sweep.png
+  distir sweep model.py --num-workers 1-8                  every count from 1 to 8
+  distir sweep model.py --num-workers 1-128x2 --bind s=2048 --plot sweep.png
   distir sweep model.py --json > sweep.json
   distir sweep model.py --latency 2e-6 --bandwidth 100e9"""
 
@@ -45,8 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", metavar="FILE", help="global-view module to distribute ('-' for stdin)")
     parser.add_argument(
         "-n", "--num-workers", type=sweep_counts, default=[1, 2, 4, 8], metavar="COUNTS",
-        help="device counts: comma-separated, or a range of powers of two like 1-128 (default 1,2,4,8; "
-             f"at most {MAX_SWEEP_WORKERS})",
+        help="device counts: comma-separated counts and ranges, 1-8 for every count from 1 to 8, 1-128x2 "
+             f"for 1, 2, 4, ..., 128 (default 1,2,4,8; at most {MAX_SWEEP_WORKERS})",
     )
     parser.add_argument(
         "--bind", action="append", default=[], type=parse_binding, metavar="NAME=INT",
@@ -271,5 +272,7 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.write(f"wrote {args.plot}\n")
     failed = [r for r in result.rows if r.error is not None]
     for r in failed:
-        sys.stderr.write(f"distir sweep: error: {args.symbol}={r.num_workers}: {r.error}\n")
+        prefix = f"specialize {args.symbol}={r.num_workers}: "  # the specializer names the count itself
+        why = r.error.removeprefix(prefix)
+        sys.stderr.write(f"distir sweep: error: {args.symbol}={r.num_workers}: {why}\n")
     return EXIT_ERROR if failed else EXIT_OK

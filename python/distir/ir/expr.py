@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import Span
+from ..errors import MissingFunctionError, Span
 from . import sym
 from .mesh import DeviceMesh
 from .sym import Dim
@@ -223,7 +223,12 @@ class IRModule:
             object.__setattr__(self, "attrs", MappingProxyType(dict(self.attrs)))
 
     def __getitem__(self, name: str) -> Function:
-        return self.functions[name]
+        try:
+            return self.functions[name]
+        except KeyError:
+            raise MissingFunctionError(
+                f"the module has no function '{name}' (it has: {', '.join(self.functions) or 'none'})"
+            ) from None
 
     def __contains__(self, name: str) -> bool:
         return name in self.functions

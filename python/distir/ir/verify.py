@@ -84,6 +84,18 @@ def _types_match(recorded: Type, inferred: Type) -> bool:
     return recorded == inferred
 
 
+def _result_matches(declared: Type, actual: Type) -> bool:
+    """The return value against the declared return type. A plain tensor where a DTensor of the
+    same shape and dtype is declared is a layout request: propagation lays the result out so."""
+    if isinstance(declared, TupleType) and isinstance(actual, TupleType):
+        return len(declared.fields) == len(actual.fields) and all(
+            _result_matches(a, b) for a, b in zip(declared.fields, actual.fields)
+        )
+    if isinstance(declared, DTensorType) and isinstance(actual, TensorType):
+        return TensorType(declared.shape, declared.dtype) == actual
+    return _types_match(declared, actual)
+
+
 def _has_tensor_only(t: Type) -> bool:
     """A plain tensor, or a tuple whose tensors are all plain (and at least one)."""
     if isinstance(t, TensorType):
@@ -148,7 +160,7 @@ class _FunctionVerifier:
         if func.ret_type is not None:
             self.check_type(func.ret_type, "return type", func.span)
             actual = self.type_of(ret, "return value", func.span)
-            if actual is not None and not _types_match(func.ret_type, actual):
+            if actual is not None and not _result_matches(func.ret_type, actual):
                 self.report("return value", f"has type {actual} but the function declares {func.ret_type}", func.span)
 
     # -- one binding ---------------------------------------------------------------------

@@ -115,7 +115,8 @@ class SpmdStats:
 
     def summary(self) -> str:
         kinds = ", ".join(f"{k} x{v}" for k, v in sorted(self.counts.items())) or "no collectives"
-        return f"{self.num_workers} workers: {kinds}; {float(self.bytes_per_worker):.0f} bytes sent per worker"
+        return (f"{self.num_workers} worker{'' if self.num_workers == 1 else 's'}: {kinds}; {float(self.bytes_per_worker):.0f} bytes sent per worker "
+                f"({self.total_bytes} in all)")
 
 
 class WorkerContext(RunContext):

@@ -197,7 +197,8 @@ def parse_source(text: str, source_name: str = "<string>", *, line_offset: int =
                 warnings.simplefilter("ignore", DeprecationWarning)
                 tree = ast.parse(text, filename=source_name)
         except SyntaxError as err:
-            p.fail_at(err.lineno or 1, err.offset or 1, f"invalid syntax: {err.msg}")
+            msg = err.msg if err.msg.startswith("invalid syntax") else f"invalid syntax: {err.msg}"
+            p.fail_at(err.lineno or 1, err.offset or 1, msg)
         except UnicodeEncodeError:
             p.fail_at(
                 *_surrogate_position(text),

@@ -571,6 +571,11 @@ def _warn_ambiguities(graph: Graph, prefs: Preferences) -> None:
         where = f" ({c.slot.span})" if c.slot.span else ""
         if c.other is c.slot or (c.other is None and c.kept == c.offered):
             why = f"'{c.site.name}' reads it twice, needing its dims sharded differently"
+        elif c.other is not None and c.factors is not None:
+            op = f"R.{c.site.op.name}"
+            why = (f"'{c.site.name}' reads it together with '{c.other.name}', which is {c.offered} on that axis: "
+                   f"'{c.slot.name}' cuts {op}'s dim {c.factors[0]} and '{c.other.name}' its dim {c.factors[1]}, "
+                   "and a mesh axis can cut only one of them")
         elif c.other is not None:
             why = f"'{c.site.name}' reads it together with '{c.other.name}', which is {c.offered}"
         else:

@@ -240,7 +240,23 @@ class _Builder:
             self.var_slots[p] = self.slots_of_type(p.name, p.type, True, None, p.span, seed=True)
         for b in self.func.bindings():
             self.binding(b)
+        self.declared_result()
         return Graph(self.func, self.assign_meshes(), self.slots, self.sites, self.var_slots, self.constants)
+
+    def declared_result(self) -> None:
+        """A declared DTensor return type puts the result on its mesh (its placement is honoured
+        when the result is laid out), also when nothing else in the function is distributed."""
+        declared = self.func.ret_type
+        if declared is None or not isinstance(self.func.result, (Var, Tuple)):
+            return
+        leaves = list(declared.fields) if isinstance(declared, TupleType) else [declared]
+        slots = self.arg_slots(self.func.result, None)
+        if len(slots) != len(leaves):
+            return
+        for slot, t in zip(slots, leaves):
+            if isinstance(t, DTensorType) and slot.constant is None:
+                slot.distributable = True
+                self.note_mesh(t.mesh, "the declared return type", self.func.span, slot)
 
     def assign_meshes(self) -> dict[int, DeviceMesh]:
         """Each distributed slot's mesh: an op's slots share one; only a redistribute crosses meshes."""
@@ -319,6 +335,7 @@ class Conflict:
     offered: Spec
     site: Site
     other: Slot | None = None  # the tensor whose layout disagrees, when the clash is between two inputs
+    factors: tuple[str, str] | None = None  # the op's dims (rule factors) the two layouts would cut
 
 
 @dataclass
@@ -377,11 +394,13 @@ class _Propagator:
                     found.setdefault(f, s)
         if len(found) > 1:
             owners = list(found.values())
+            factor_of = {id(s): f for f, s in found.items()}
             for s in owners:
                 if self.strength[s.id][a] != SEED:
                     other = next((o for o in owners if o is not s), None)  # None: the op reads it twice
                     offered = self.specs[other.id][a] if other is not None else self.specs[s.id][a]
-                    self.conflicts.append(Conflict(s, a, self.specs[s.id][a], offered, site, other))
+                    factors = (factor_of[id(s)], factor_of[id(other)]) if other is not None else None
+                    self.conflicts.append(Conflict(s, a, self.specs[s.id][a], offered, site, other, factors))
         return next(iter(found)) if len(found) == 1 else None
 
     def forward_site(self, site: Site, a: int) -> bool:

@@ -379,3 +379,107 @@ def test_no_traceback_from_a_process(argv):
                           timeout=300, check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.splitlines()[-1].startswith(f"distir {argv[0]}: error: argument ")
+
+
+# ---------------------------------------------------------------- a table of input errors: exit 1, one line
+
+SHARDED_SYMBOLIC = """\
+@I.ir_module
+class Module:
+    I.module_global_infos({"mesh": [R.device_mesh(("num_workers",), I.Range(0, "num_workers"))]})
+
+    @R.function
+    def main(x: R.DTensor(("s", 4), "float32", "mesh[0]", "S[0]")):
+        with R.dataflow():
+            y = R.sum(x, axis=[0])
+            R.output(y)
+        return y
+"""
+
+
+@pytest.fixture(scope="module")
+def inputs_dir(tmp_path_factory) -> Path:
+    """Files for the table below: a local-view module, broken modules and broken input archives."""
+    d = tmp_path_factory.mktemp("inputs")
+    text = examples.text("mlp")
+    (d / "mlp.py").write_text(text)
+    (d / "local.py").write_text(opt_text(text))
+    (d / "unknown_op.py").write_text(text.replace("R.nn.gelu(h)", "R.nn.gelux(h)"))
+    (d / "bad_place.py").write_text(text.replace('placement="S[1]")\n', 'placement="S[7]")\n', 1))
+    (d / "syntax.py").write_text(text.replace("def main(", "def main(((", 1))
+    (d / "sharded_symbolic.py").write_text(SHARDED_SYMBOLIC)
+    (d / "no_mesh.py").write_text(NO_MESH)
+    (d / "shrunk.py").write_text(text.replace('R.device_mesh(("num_workers",), I.Range(0, "num_workers"))',
+                                              'R.device_mesh(("num_workers - 1",), I.Range(0, "num_workers - 1"))'))
+    ones = {"x": np.ones((128, 256), "float32"), "w1": np.ones((256, 512), "float32"),
+            "w2": np.ones((512, 256), "float32")}
+    np.savez(d / "extra.npz", **ones, w3=np.ones(2))
+    np.savez(d / "missing.npz", x=ones["x"])
+    np.savez(d / "shape.npz", **{**ones, "x": np.ones((128, 255), "float32")})
+    np.save(d / "one.npy", np.ones(3))
+    (d / "text.npz").write_text("not an archive\n")
+    (d / "adir").mkdir()
+    return d
+
+
+def opt_text(text: str) -> str:
+    from distir import parse
+    from distir.transform.pipelines import distribute_pipeline
+
+    return distribute_pipeline()(parse(text)).script()
+
+
+INPUT_ERRORS = [
+    # modules in the wrong view or with nothing to do
+    (["run", "local.py", "-n", "2"], "'local.py' is already in the local view"),
+    (["run", "no_mesh.py", "-n", "2"], "the module has no device mesh, so there is nothing to distribute"),
+    (["sweep", "shrunk.py", "-n", "1"], "num_workers=1: mesh axis 0 has size 0"),
+    # input archives
+    (["run", "mlp.py", "-n", "2", "--inputs", "extra.npz"], "'extra.npz' has an array 'w3' that no parameter reads"),
+    (["run", "mlp.py", "-n", "2", "--inputs", "missing.npz"], "'missing.npz' has no array for parameter 'w1'"),
+    (["run", "mlp.py", "-n", "2", "--inputs", "shape.npz"], "parameter 'x' dim 1: expected size 256, got 255"),
+    (["run", "mlp.py", "-n", "2", "--inputs", "text.npz"], "--inputs 'text.npz' is not an .npz archive"),
+    (["run", "mlp.py", "-n", "2", "--inputs", "one.npy"], "--inputs 'one.npy' is a single .npy array"),
+    (["run", "mlp.py", "-n", "2", "--inputs", "nofile.npz"], "cannot read 'nofile.npz': no such file"),
+    # files
+    (["run", "nofile.py", "-n", "2"], "cannot read 'nofile.py': no such file"),
+    (["run", "adir", "-n", "2"], "cannot read 'adir': it is a directory"),
+    (["show", "nofile.py"], "cannot read 'nofile.py': no such file"),
+    (["opt", "mlp.py", "-o", "adir"], "cannot write 'adir'"),
+    # the program text
+    (["run", "unknown_op.py", "-n", "2"], "unknown op 'R.nn.gelux'; did you mean R.nn.gelu"),
+    (["run", "bad_place.py", "-n", "2"], "problem(s) found by the verifier"),
+    (["run", "syntax.py", "-n", "2"], "distir run: error: invalid syntax"),
+    # names that are not in the module
+    (["show", "mlp.py", "--tensor", "nope"], "@main has no tensor 'nope' with a layout (it has: x, w1, w2,"),
+    (["show", "mlp.py", "--func", "nope"], "the module has no function 'nope' (it has: main)"),
+    (["run", "mlp.py", "-n", "2", "--func", "nope"], "the module has no function 'nope' (it has: main)"),
+    (["sweep", "mlp.py", "--func", "nope"], "the module has no function 'nope' (it has: main)"),
+    (["sweep", "mlp.py", "--symbol", "nw"], "the module has no symbolic size 'nw' to sweep"),
+    (["run", "mlp.py", "-n", "2", "--symbol", "nw"], "--symbol nw: the module's device meshes have no size 'nw'"),
+    (["opt", "mlp.py", "-p", "nope"], "unknown pass 'nope'"),
+    (["opt", "mlp.py", "-p", "distribute", "--disable-pass", "nope"], "--disable-pass nope: no pass or pipeline"),
+    (["opt", "mlp.py", "-p", "distribute", "--bind", "nw=4"], "--bind nw=4: the module has no symbolic size 'nw'"),
+    (["run", "sharded_symbolic.py", "-n", "2", "--bind", "t=3"], "--bind t=3: the module has no symbolic size 't'"),
+    # sizes the module needs
+    (["show", "sharded_symbolic.py", "-n", "2"], "'x': dim 0 has the symbolic size s and is sharded; give s with --bind"),
+    (["sweep", "sharded_symbolic.py"], "the formulas also depend on s; give its value with --bind (e.g. --bind s=128)"),
+]
+
+
+@pytest.mark.parametrize(("argv", "fragment"), INPUT_ERRORS, ids=lambda v: " ".join(v)[:60] if isinstance(v, list) else "")
+def test_input_errors_exit_1_with_one_line(argv, fragment, inputs_dir, capsys, monkeypatch):
+    monkeypatch.chdir(inputs_dir)
+    code, _, err = run_cli(argv, capsys)
+    assert code == 1, err
+    if "\n --> " in err or "found by the verifier" in err:  # a diagnostic: the error line, then where
+        lines = err.splitlines()
+        assert lines[0].startswith(f"distir {argv[0]}: error: ") and fragment in lines[0], err
+        assert sum(": error:" in line for line in lines) == 1 and "Traceback" not in err
+        assert ".py:" in err  # it names the place in the file
+    else:
+        assert_one_error_line(err, f"distir {argv[0]}", fragment)
+
+
+def test_the_tables_cover_at_least_sixty_cases():
+    assert len(USAGE_ERRORS) + len(INPUT_ERRORS) >= 60

@@ -97,7 +97,7 @@ def test_readme_python_example_runs(tmp_path):
     proc = subprocess.run([sys.executable, str(script)], check=False, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     for w in (1, 2, 4, 8):
-        assert f"{w} workers: all_reduce x2" in proc.stdout
+        assert f"{w} worker{'' if w == 1 else 's'}: all_reduce x2" in proc.stdout
 
 
 def test_imports_follow_the_layers():

@@ -460,3 +460,34 @@ def test_nested_tuples_keep_their_structure():
 
 def _ops(mod) -> list[str]:
     return [b.value.op.name for f in mod.functions.values() for b in f.bindings() if hasattr(b.value, "op")]
+
+
+CLASH_OF_INPUTS = '''    def main(x: R.Tensor((16, 32), "float32"), w1: R.DTensor((32, 64), "float32", "mesh[0]", "S[1]"), w2: R.DTensor((64, 32), "float32", "mesh[0]", "S[1]")):
+        with R.dataflow():
+            h = R.matmul(x, w1)
+            a = R.nn.gelu(h)
+            y = R.matmul(a, w2)
+            R.output(y)
+        return y
+'''
+
+
+def test_a_clash_of_two_inputs_names_the_dims_each_would_cut():
+    # both are S[1], but a's dim 1 is matmul's contraction (k) and w2's its output columns (n)
+    with pytest.warns(ShardingAmbiguityWarning) as caught:
+        propagate(distir.parse(HEADER + CLASH_OF_INPUTS))
+    (msg,) = {str(w.message) for w in caught}
+    assert "'y' reads it together with 'w2', which is S[1] on that axis: 'a' cuts R.matmul's dim k and 'w2' its dim n" in msg
+
+
+def test_a_declared_dtensor_return_type_lays_out_a_plain_program():
+    src = '''    def main(x: R.Tensor((8, 8), "float32")) -> R.DTensor((8, 8), "float32", "mesh[0]", "S[0]"):
+        with R.dataflow():
+            y = R.abs(x)
+            R.output(y)
+        return y
+'''
+    after = propagate(distir.parse(HEADER + src))
+    assert str(after["main"].result.type.placement) == "S[0]"
+    x = np.random.default_rng(3).standard_normal((8, 8)).astype("float32")
+    assert_sharded_equivalent(distir.parse(HEADER + src), [x], num_workers=(1, 3))
