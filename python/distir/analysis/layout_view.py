@@ -174,8 +174,10 @@ class LayoutGrid:
         lines.extend(f"  {n}" for n in self.notes())
         return "\n".join(lines)
 
-    def rich(self):
-        """A rich renderable: the grid as a table, one background colour per holder."""
+    def rich(self, color_system: str | None = "truecolor"):
+        """A rich renderable: the grid as a table, one background colour per holder. On a
+        terminal of 8 or 16 colours (``color_system`` "standard") the holders take the ANSI
+        colours, which stay distinct there, instead of the pastel palette."""
         from rich import box
         from rich.align import Align
         from rich.console import Group
@@ -187,7 +189,7 @@ class LayoutGrid:
         if self.summarized:
             return Group(Text(self.title(), style="bold"), *notes)
         cells = self.shown()
-        colours = _colour_map(cells)
+        colours = _colour_map(cells, _ANSI_PALETTE if color_system in ("standard", "windows") else _PALETTE)
         pad = (1, 2) if len(cells) <= 4 else (0, 2)
         table = Table(show_header=False, show_lines=True, box=box.SQUARE, padding=0, pad_edge=False)
         for _ in range(len(cells[0])):
@@ -203,6 +205,10 @@ class LayoutGrid:
 
 _PALETTE = ("#8dd3c7", "#ffffb3", "#bebada", "#fb8072", "#80b1d3", "#fdb462", "#b3de69", "#fccde5",
             "#d9d9d9", "#bc80bd", "#ccebc5", "#ffed6f")
+
+
+_ANSI_PALETTE = ("cyan", "yellow", "magenta", "green", "white", "bright_cyan", "bright_yellow", "bright_magenta",
+                 "bright_green", "bright_white")  # no red or blue: black text on them is hard to read
 
 
 def _visible(n: int, limit: int) -> list[int | None]:
@@ -221,12 +227,12 @@ def _clip(label: str) -> str:
     return (head.rsplit(sep, 1)[0] if sep in head else head) + sep + ELIDED
 
 
-def _colour_map(cells) -> dict[str, str]:
+def _colour_map(cells, palette=_PALETTE) -> dict[str, str]:
     out: dict[str, str] = {}
     for row in cells:
         for c in row:
             if c not in out and c != ELIDED:
-                out[c] = _PALETTE[len(out) % len(_PALETTE)]
+                out[c] = palette[len(out) % len(palette)]
     return out
 
 

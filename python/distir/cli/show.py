@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         if plain:
             sys.stdout.write(g.text() + "\n")
         else:
-            console.print(g.rich())
+            console.print(g.rich(console.color_system))
     if args.png:
         write_png(grids, args.png)
         sys.stdout.write(f"wrote {args.png}\n")

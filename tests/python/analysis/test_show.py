@@ -290,3 +290,17 @@ def test_show_is_registered_with_the_cli(capsys):
 
 def test_examples_exist():
     assert Path(examples.path("llama")).exists()
+
+
+def test_an_eight_colour_terminal_gets_distinct_ansi_colours_per_holder():
+    from rich.console import Console
+
+    t = DTensorType((8,), "float32", DeviceMesh((4,), Range(0, 4)), Placement.parse("S[0]"))
+    grid = layout_grid("x", t, {})
+    console = Console(file=io.StringIO(), force_terminal=True, color_system="standard", width=100)
+    console.print(grid.rich(console.color_system))
+    out = console.file.getvalue()
+    backgrounds = re.findall(r"\x1b\[[0-9;]*?(4[0-7]|10[0-7])m", out)
+    # devices 0-3 hold one block each: four different background colours (the pastel palette
+    # rounded to 8 colours gave devices 0 and 2 the same one)
+    assert len(set(backgrounds)) == 4, backgrounds
