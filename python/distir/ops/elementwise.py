@@ -31,10 +31,12 @@ from .docgen import partials_text
 # (third entry) limits which input may be the lone partial in "one" mode; the last entry
 # says why, for docs/ops.md.
 _BINARY = {
-    # add/subtract: also max(p_i + r) = max(p_i) + r, so a lone P[max]/P[min] passes (only as
-    # subtract's lhs: r - p flips max into min)
-    "add": (np.add, {"sum": "all", "avg": "all", "max": "one", "min": "one"}, None, "max(p + r) = max(p) + r"),
-    "subtract": (np.subtract, {"sum": "all", "avg": "all", "max": "one", "min": "one"}, (0,), "r − p turns max into min"),
+    # add/subtract do not pass a P[max]/P[min], although max(p_i + r) = max(p_i) + r: a worker
+    # whose block is empty (a size below the count) holds the reduction's identity, -inf or the
+    # smallest integer, and -inf + inf is nan while integers wrap around, so that worker's value
+    # would no longer lose the reduction. (Reducing first costs the same all-reduce.)
+    "add": (np.add, {"sum": "all", "avg": "all"}, None, ""),
+    "subtract": (np.subtract, {"sum": "all", "avg": "all"}, None, ""),
     "multiply": (np.multiply, {"sum": "one", "avg": "one"}, None, ""),
     "divide": (np.divide, {"sum": "one", "avg": "one"}, (0,), "the numerator"),
     "maximum": (np.maximum, {"max": "all"}, None, ""),
@@ -169,6 +171,9 @@ def _sigmoid(x):
 
 
 _MONOTONE = {"max": "one", "min": "one"}  # increasing f: f(max p_i) = max f(p_i)
+# ... and defined at the identities (f(-inf), f(+inf)) that workers with empty blocks hold; log and
+# sqrt are not defined at -inf (nan), so only a P[min] (identity +inf) passes them
+_MONOTONE_FROM_ZERO = {"min": "one"}
 
 # name -> (numpy function (float64 in, any out), partial reductions it passes through, param
 # name, what it computes). nn.* ops name their input "data" and the others "x", as TVM Relax does.
@@ -178,8 +183,8 @@ _UNARY = {
     "nn.relu": (lambda x: np.maximum(x, 0), _MONOTONE, "data", "ReLU max(x, 0)"),
     "nn.silu": (lambda x: x * _sigmoid(x), {}, "data", "SiLU x·sigmoid(x)"),
     "exp": (np.exp, _MONOTONE, "x", "exponential e^x"),
-    "log": (np.log, _MONOTONE, "x", "natural logarithm"),
-    "sqrt": (np.sqrt, _MONOTONE, "x", "square root"),
+    "log": (np.log, _MONOTONE_FROM_ZERO, "x", "natural logarithm"),
+    "sqrt": (np.sqrt, _MONOTONE_FROM_ZERO, "x", "square root"),
     "rsqrt": (lambda x: 1.0 / np.sqrt(x), {}, "x", "reciprocal square root 1 / sqrt(x)"),
     "tanh": (np.tanh, _MONOTONE, "x", "hyperbolic tangent"),
     "sigmoid": (_sigmoid, _MONOTONE, "x", "logistic sigmoid 1 / (1 + e^-x)"),

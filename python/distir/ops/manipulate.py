@@ -259,14 +259,24 @@ def _astype_infer(types, attrs):
     return TensorType(x.shape, attrs["dtype"])
 
 
+def _int_widens(src: str, dst: str) -> bool:
+    """Every value of integer type ``src`` is a value of integer type ``dst``."""
+    if not (is_int_dtype(src) and is_int_dtype(dst)):
+        return False
+    a, b = np.iinfo(src), np.iinfo(dst)
+    return b.min <= a.min and a.max <= b.max
+
+
 def _astype_rule(types, attrs, outs):
     # sum(cast(p_i)) = cast(sum(p_i)) only for casts that do not round: into a float, or int to int;
-    # max/min commute with any monotone cast (not with bool, which is not monotone over negatives)
+    # max/min commute with a monotone cast that keeps the identities a worker with an empty block
+    # holds in their place: into a float, or into an integer type that holds every value of the
+    # source (-inf has no integer, and a narrowing or signed-to-unsigned cast wraps around)
     src, dst = types[0].dtype, attrs["dtype"]
     partial = {}
     if is_float_dtype(dst) or (is_int_dtype(src) and is_int_dtype(dst)):
         partial.update({"sum": "one", "avg": "one"})
-    if dst != "bool" and src != "bool":
+    if dst != "bool" and src != "bool" and (is_float_dtype(dst) or _int_widens(src, dst)):
         partial.update({"max": "one", "min": "one"})
     f = dims_factors(types[0].ndim)
     return ShardingRule(inputs=(f,), outputs=(f,), partial=partial)
@@ -285,7 +295,7 @@ register_op(
         sharding_doc=ShardingDoc(
             passes="all",
             partials="sum, avg: `one` when the cast does not round (into a float, or int to int); "
-            "max, min: `one` unless bool is involved",
+            "max, min: `one` into a float or a wider integer type (not with bool)",
         ),
     )
 )

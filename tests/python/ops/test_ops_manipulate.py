@@ -138,7 +138,10 @@ def test_permute_dims():
         ("float32", "float16", "P", True),
         ("int32", "int64", "P", True),
         ("float32", "int32", "P", False),  # truncation is not linear
-        ("float32", "int32", "P[max]", True),  # but it is monotone
+        ("float32", "int32", "P[max]", False),  # monotone, but -inf (an empty block's max) has no int
+        ("int32", "int64", "P[max]", True),  # a widening cast keeps the identity the smallest
+        ("int64", "int32", "P[min]", False),  # a narrowing one wraps it around
+        ("int32", "float32", "P[min]", True),
         ("float32", "bool", "P[max]", False),
     ],
 )

@@ -190,3 +190,48 @@ def test_reshapes_of_a_dim_cut_over_two_mesh_axes_at_counts_that_divide_nothing(
 
     built = specialize_and_build(to_relax(local), {"num_workers": 5})
     np.testing.assert_allclose(run_disco(built, local, v, num_workers=5), np.exp(v), rtol=1e-6)
+
+
+# ---------------------------------------------------------------- identities held by empty workers
+
+IDENTITY_CASES = {
+    # a P[min]/P[max] from a reduction over a dim smaller than the count: the empty workers hold
+    # the reduction's identity, which an op after the reduction must not turn into a winner
+    "int min then add (wraps around)": ("int32", "R.min(x, axis=[0])", "R.add(m, R.const(2, \"int32\"))"),
+    "int max then subtract (wraps around)": ("int32", "R.max(x, axis=[0])", "R.subtract(m, R.const(3, \"int32\"))"),
+    "float max then log (nan at -inf)": ("float32", "R.max(x, axis=[0])", "R.log(m)"),
+    "float max then sqrt (nan at -inf)": ("float32", "R.max(x, axis=[0])", "R.sqrt(m)"),
+    "float min plus an infinite mask": ("float32", "R.min(x, axis=[0])", "R.add(m, mask)"),
+    "int64 max narrowed to int32": ("int64", "R.max(x, axis=[0])", "R.astype(m, \"int32\")"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(IDENTITY_CASES))
+def test_what_empty_workers_hold_never_wins_a_reduction(case):
+    dtype, reduce, after = IDENTITY_CASES[case]
+    mask_param = ', mask: R.Tensor((4,), "float32")' if "mask" in after else ""
+    text = f'''
+@I.ir_module
+class Module:
+    I.module_global_infos({{"mesh": [R.device_mesh(("num_workers",), I.Range(0, "num_workers"))]}})
+
+    @R.function
+    def main(x: R.DTensor((2, 4), "{dtype}", "mesh[0]", "S[0]"){mask_param}):
+        with R.dataflow():
+            m = {reduce}
+            y = {after}
+            R.output(y)
+        return y
+'''
+    mod = distir.parse(text)
+    rng = np.random.default_rng(5)
+    if dtype.startswith("int"):
+        x = rng.integers(1, 100, size=(2, 4)).astype(dtype)
+    else:
+        x = rng.uniform(0.5, 2.0, size=(2, 4)).astype(dtype)
+    inputs = [x] + ([np.array([0.0, -np.inf, np.inf, 1.0], "float32")] if mask_param else [])
+    want = run(mod, *inputs)
+    local = distribute_pipeline()(mod)
+    for w in (1, 2, 3, 5):  # 3 and 5: workers with no row of x
+        got = run_spmd(specialize(local, {"num_workers": w}), *inputs)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want), err_msg=f"{case} at {w} workers")
