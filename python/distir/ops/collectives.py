@@ -17,7 +17,10 @@ local_partial      R -> P[op]       0                          R.ccl.local_parti
 =================  ===============  =========================  ======================
 
 ``transfer`` moves a value to another mesh (pipeline stages): point-to-point pieces, see
-:mod:`distir.ir.transfer` for who sends what.
+:mod:`distir.ir.transfer` for who sends what. ``exchange`` changes a whole layout (without
+partials) at once, optionally reading the elements as another shape: each worker receives
+exactly the real elements of its target block it does not hold (the bound), see
+:mod:`distir.ir.exchange`.
 
 A tensor dim sharded over several mesh axes is split major-first in mesh-axis order, so a
 step may only remove or add the innermost (highest) mesh axis of a dim: anything else would
