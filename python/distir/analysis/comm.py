@@ -18,6 +18,10 @@ target mesh receives its block once, so with disjoint meshes the sum over worker
 ``|target mesh| * (target local bytes)``, in one step (meshes that share devices move less;
 their bytes are computed from the routes, at concrete sizes only).
 
+An ``exchange`` (a block exchange) moves what each worker's target block lacks: a sum over
+the devices of block overlaps, reported as ``exchange_bytes_<id>(sizes...)``, a function of the
+sizes that evaluates exactly (:func:`distir.ir.sym.opaque`).
+
 The sums over workers are exactly what :class:`distir.runtime.spmd.SpmdStats` records for a
 run (``total_bytes``, ``bytes_by_kind``); bytes per worker are those sums over every
 worker the runtime starts (``bytes_per_worker``). With ``num_workers`` symbolic these are

@@ -5,6 +5,8 @@ says everything distir knows about one kind of step, so that adding a kind touch
 registry and nothing else:
 
 - what it does to a placement (``apply``), for the planner and for typing ``R.dist.<name>``;
+  or, for a step that changes the whole layout at once (a block exchange), which layouts it
+  reaches (``reaches``) and the elements each device receives (``volume``);
 - what it costs: bytes each worker sends (``sent``) and its latency rounds (``rounds``),
   for the planner, propagation and the analyses (the one cost model);
 - its global-view op ``R.dist.<name>`` (made from the record) and its local-view form
@@ -70,6 +72,12 @@ class StepKind:
     # (local attrs, local input type) -> (receiving workers, bytes each receives, bytes sent in all);
     # raises SymbolicError when they are known only at concrete sizes
     point_to_point: Callable | None = None
+    # a step that changes the whole layout at once (a block exchange), not one mesh axis:
+    # ``reaches(state, target) -> placements`` it may go to from ``state`` when planning toward ``target``,
+    # and ``volume(src_shape, src, dst_shape, dst, mesh_sizes) -> elements received per mesh position``
+    # (concrete sizes; raises SymbolicError otherwise). The planner weighs it by those elements.
+    reaches: Callable | None = None
+    volume: Callable | None = None
     global_op: Any = field(default=None, repr=False)  # R.dist.<name>, set by register_step
     local_op: Any = field(default=None, repr=False)  # R.ccl.<name>, set by register_step
 

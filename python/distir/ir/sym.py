@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import ast
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import tvm_ffi
 from tvm import sym as _tvm_sym
 from tvm import tirx
+from tvm.ir.expr import Call as _pe_call
 from tvm.ir.expr import ExprWithOp as PrimExpr
 from tvm.ir.prim import expr as _pe
 
@@ -58,6 +59,7 @@ __all__ = [
     "mul",
     "normalize",
     "normalize_checked",
+    "opaque",
     "parse",
     "product",
     "prove",
@@ -517,6 +519,9 @@ def _fmt(e, prec: int) -> str:
         return f"{name}({_fmt(e.a, 0)}, {_fmt(e.b, 0)})"
     if t is _pe.Cast:
         return _fmt(e.value, prec)
+    if _is_opaque(e):
+        name, args = _opaque_parts(e)
+        return f"{name}({', '.join(_fmt(a, 0) for a in args)})"
     raise SymbolicError(f"cannot print symbolic expression {e}")
 
 
@@ -709,6 +714,32 @@ def normalize_checked(x: Dim, node: ast.AST | None = None, text: str = "") -> Di
 # ---------------------------------------------------------------- substitution
 
 
+# ---------------------------------------------------------------- opaque functions of the sizes
+
+_OPAQUE: dict[str, Callable[..., int]] = {}
+_OPAQUE_OP = "tirx.call_pure_extern"
+
+
+def opaque(name: str, fn: Callable[..., int], args: Sequence[Dim]) -> Dim:
+    """``name(args)``: an integer that ``fn`` computes from the values of ``args``, for a count
+    no closed formula gives exactly (the bytes of a block exchange: a sum over the devices).
+    It prints as ``name(args)``, evaluates by calling ``fn``, and takes part in sums and
+    products like any size; the provers treat it as an unknown. With concrete ``args`` it is
+    ``fn``'s value. ``name`` must say what ``fn`` computes: one name, one function."""
+    if all(isinstance(a, int) for a in args):
+        return int(fn(*args))
+    _OPAQUE[name] = fn
+    return tirx.call_pure_extern("int64", name, *(to_prim(a) for a in args))
+
+
+def _is_opaque(e) -> bool:
+    return type(e) is _pe_call and str(e.op.name) == _OPAQUE_OP
+
+
+def _opaque_parts(e):
+    return str(e.args[0].value), list(e.args[1:])
+
+
 def free_vars(x: Dim) -> set[str]:
     """Names of the symbolic variables in ``x``."""
     out: set[str] = set()
@@ -728,6 +759,10 @@ def _collect(e, out: set[str]) -> None:
         return
     if type(e) is _pe.Cast:
         _collect(e.value, out)
+        return
+    if _is_opaque(e):
+        for a in _opaque_parts(e)[1]:
+            _collect(a, out)
         return
     raise SymbolicError(f"unsupported symbolic expression {e}")
 
@@ -787,6 +822,10 @@ def _subst(e, values):
         return _REBUILD[t](a, b)
     if t is _pe.Cast:
         return _subst(e.value, values)
+    if _is_opaque(e):
+        name, args = _opaque_parts(e)
+        new = [normalize(_subst(a, values)) for a in args]
+        return to_prim(opaque(name, _OPAQUE[name], new))
     raise SymbolicError(f"unsupported symbolic expression {e}")
 
 
@@ -828,6 +867,9 @@ def _eval(e, values) -> int:
         return max(_eval(e.a, values), _eval(e.b, values))
     if t is _pe.Cast:
         return _eval(e.value, values)
+    if _is_opaque(e):
+        name, args = _opaque_parts(e)
+        return int(_OPAQUE[name](*(_eval(a, values) for a in args)))
     raise SymbolicError(f"unsupported symbolic expression {e}")
 
 

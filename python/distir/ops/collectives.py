@@ -17,7 +17,10 @@ local_partial      R -> P[op]       0                          R.ccl.local_parti
 =================  ===============  =========================  ======================
 
 ``transfer`` moves a value to another mesh (pipeline stages): point-to-point pieces, see
-:mod:`distir.ir.transfer` for who sends what.
+:mod:`distir.ir.transfer` for who sends what. ``exchange`` changes a whole layout (without
+partials) at once, optionally reading the elements as another shape: each worker receives
+exactly the real elements of its target block it does not hold (the bound), see
+:mod:`distir.ir.exchange`.
 
 A tensor dim sharded over several mesh axes is split major-first in mesh-axis order, so a
 step may only remove or add the innermost (highest) mesh axis of a dim: anything else would
@@ -34,6 +37,9 @@ import numpy as np
 
 from ..errors import DistirError, TypeInferenceError
 from ..ir import sym
+from ..ir.exchange import check_exchange
+from ..ir.exchange import gather_plan as exchange_gather_plan
+from ..ir.exchange import received as exchange_received
 from ..ir.expr import Call
 from ..ir.layout import concrete_mesh_shape, coord_expr, local_shape, local_type, mesh_coords, mesh_groups
 from ..ir.op import get_op
@@ -573,6 +579,130 @@ def _regroup_sent(n, before, after, piece):
     return _times(_times(_less_one(n), before), differ), 1
 
 
+# exchange: every worker receives exactly the pieces of its target block it lacks (see distir.ir.exchange)
+
+
+def _exchange_reaches(state: Placement, target: Placement) -> tuple[Placement, ...]:
+    """From a layout without partials, straight to the target (its partial axes replicated: a
+    local_partial follows)."""
+    if state.has_partial:
+        return ()
+    return (Placement(tuple(Replicate() if isinstance(s, Partial) else s for s in target.specs)),)
+
+
+def _exchange_shapes(attrs) -> tuple[tuple, tuple]:
+    src = tuple(attrs["shape"])
+    dst = src if attrs.get("new_shape") is None else tuple(attrs["new_shape"])
+    return src, dst
+
+
+def _exchange_global_infer(types, attrs):
+    x = types[0]
+    if not isinstance(x, DTensorType):
+        raise TypeInferenceError(f"R.dist.exchange: input must be a DTensor, got {x}")
+    placement = attrs["placement"]
+    shape = x.shape if attrs.get("shape") is None else tuple(attrs["shape"])
+    try:
+        placement.validate(x.mesh.ndim, len(shape))
+        check_exchange(x.placement, placement, x.shape, shape)
+    except PlacementError as err:
+        raise TypeInferenceError(f"R.dist.exchange: {err}") from None
+    return DTensorType(shape, x.dtype, x.mesh, placement)
+
+
+def _exchange_infer(types, attrs):
+    x = expect_tensor(types[0], "ccl.exchange")
+    src_shape, dst_shape = _exchange_shapes(attrs)
+    mesh, src_p, dst_p = attrs["device_mesh"], attrs["src_placement"], attrs["dst_placement"]
+    try:
+        src_p.validate(mesh.ndim, len(src_shape), "src_placement")
+        dst_p.validate(mesh.ndim, len(dst_shape), "dst_placement")
+        check_exchange(src_p, dst_p, src_shape, dst_shape)
+    except PlacementError as err:
+        raise TypeInferenceError(f"R.ccl.exchange: {err}") from None
+    want = local_shape(src_shape, mesh, src_p)
+    if x.ndim != len(want) or not all(sym.equal(a, b) for a, b in zip(x.shape, want)):
+        raise TypeInferenceError(
+            f"R.ccl.exchange: the input's per-worker shape {shape_str(x.shape)} is not the block "
+            f"{shape_str(want)} of a {shape_str(src_shape)} tensor laid out \"{src_p}\" on mesh {mesh.shape_str()}"
+        )
+    return TensorType(local_shape(dst_shape, mesh, dst_p), x.dtype)
+
+
+def _exchange_concrete(attrs, values):
+    src_shape, dst_shape = _exchange_shapes(attrs)
+    mesh = attrs["device_mesh"]
+    return ([sym.evaluate(d, values) for d in src_shape], [sym.evaluate(d, values) for d in dst_shape],
+            concrete_mesh_shape(mesh, values), mesh.device_list(values))
+
+
+def _exchange_simulate(xs, attrs, env):
+    """Each worker keeps what it holds of its target block and takes every other element from the
+    holder that agrees with it on the axes that do not cut the source (distir.ir.exchange)."""
+    src_shape, dst_shape, sizes, devices = _exchange_concrete(attrs, env.values)
+    src_p, dst_p = attrs["src_placement"], attrs["dst_placement"]
+    out_shape = tuple(local_shape(tuple(dst_shape), attrs["device_mesh"], dst_p))
+    out_shape = tuple(sym.evaluate(d, env.values) for d in out_shape)
+    dtype = _dtype_of(xs)
+    out, sent = {}, 0
+    for pos, dev in enumerate(devices):
+        real, real_shape, source, index, block = exchange_gather_plan(src_shape, src_p, dst_shape, dst_p, sizes, pos)
+        values = np.empty(source.shape, dtype=dtype)
+        for s in np.unique(source):
+            x = np.asarray(xs[devices[int(s)]])
+            if x.shape != block:
+                raise DistirError(f"R.ccl.exchange: device {devices[int(s)]} holds a block of shape {x.shape}, not {block}")
+            take = source == s
+            values[take] = x.reshape(-1)[index[take]]
+            if int(s) != pos:
+                sent += int(take.sum()) * dtype.itemsize
+        y = np.zeros(out_shape, dtype=dtype)  # a block's padding holds zeros
+        y[real] = values.reshape(real_shape)
+        out[dev] = y
+    return out, sent
+
+
+def _exchange_volume(src_shape, src, dst_shape, dst, sizes) -> list[int]:
+    return exchange_received(src_shape, src, dst_shape, dst, sizes)
+
+
+def _exchange_bytes(attrs, x: TensorType):
+    """(workers, bytes each holds before, bytes received in all). The count is a sum over the
+    devices of block overlaps, piecewise in the sizes, so no closed formula gives it at every
+    size: with symbolic sizes it is ``exchange_<id>(sizes...)``, a function of the mesh's and
+    the tensor's sizes (:func:`distir.ir.sym.opaque`) that evaluates exactly at any sizes."""
+    import hashlib
+
+    from ..ir.types import dtype_bytes
+
+    src_shape, dst_shape = _exchange_shapes(attrs)
+    mesh, src_p, dst_p = attrs["device_mesh"], attrs["src_placement"], attrs["dst_placement"]
+    size = dtype_bytes(x.dtype)
+    k, a = mesh.ndim, len(src_shape)
+
+    def count(*values):
+        sizes, src, dst = values[:k], values[k : k + a], values[k + a :]
+        return sum(exchange_received(src, src_p, dst, dst_p, sizes)) * size
+
+    spec = f"{k}|{a}|{len(dst_shape)}|{src_p}|{dst_p}|{size}"
+    name = "exchange_bytes_" + hashlib.sha1(spec.encode()).hexdigest()[:8]
+    total = sym.opaque(name, count, [*mesh.shape, *src_shape, *dst_shape])
+    return mesh.size, sym.mul(sym.product(x.shape), size), total
+
+
+def _exchange_lower(call: Call, x) -> Call:
+    src: DTensorType = call.args[0].type
+    attrs = {"shape": src.shape, "device_mesh": src.mesh, "src_placement": src.placement,
+             "dst_placement": call.attrs["placement"]}  # fmt: skip
+    if not _same_shape(src.shape, call.type.shape):
+        attrs["new_shape"] = call.type.shape
+    return Call(get_op("ccl.exchange"), (x,), attrs, call.span)
+
+
+def _same_shape(a, b) -> bool:
+    return len(a) == len(b) and all(sym.equal(p, q) for p, q in zip(a, b))
+
+
 # ---------------------------------------------------------------- the declarations
 
 _EMIT = "distir.tvm.collectives:"
@@ -666,4 +796,26 @@ register_step(StepKind(
     local_identity=_regroup_is_identity,
     local_doc="Re-block `axis` (global size `extent`, cut num_workers ways) from blocks of whole units of "
     "`unit_from` elements to blocks of whole units of `unit_to`: ceil(extent / unit / num_workers) units each.",
+))  # fmt: skip
+register_step(StepKind(
+    name="exchange", change="any layout -> any layout",
+    doc="block exchange: each worker receives exactly the elements of its target block it does not hold "
+    "(alltoallv / collective-permute), over the whole mesh; with `shape`, the elements are read in C order as "
+    "that shape (a reshape of sharded dims). Layouts without partials",
+    apply=None, sent=None, rounds=_less_one, lower=_exchange_lower, point_to_point=_exchange_bytes,
+    reaches=_exchange_reaches, volume=_exchange_volume,
+    global_params=(Param("x", "tensor"), Param("placement", "placement"), Param("shape", "dims", None)),
+    global_infer=_exchange_global_infer,
+    local_params=(
+        Param("shape", "dims"),
+        Param("new_shape", "dims", None),
+        Param("device_mesh", "mesh"),
+        Param("src_placement", "placement"),
+        Param("dst_placement", "placement"),
+    ),
+    local_infer=_exchange_infer, simulate=_exchange_simulate, tvm=_EMIT + "emit_exchange",
+    local_doc="Each worker of `device_mesh` holds its block of a `shape` tensor laid out `src_placement`, and gets "
+    "its block of the same elements read as `new_shape` (default `shape`) laid out `dst_placement`: it keeps "
+    "what it holds and receives every other real element once, from the holder that agrees with it on the "
+    "mesh axes that do not cut the source (see distir.ir.exchange).",
 ))  # fmt: skip

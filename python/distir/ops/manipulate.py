@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 
 from ..errors import TypeInferenceError
 from ..ir import sym
+from ..ir.exchange import reshape_groups
 from ..ir.expr import Call, ShapeExpr
 from ..ir.layout import level_extents
 from ..ir.op import RelaxForm, ShardingDoc, get_op
@@ -66,37 +68,6 @@ def _reshape_infer(types, attrs):
     return TensorType(_target_shape(x, types[1]), x.dtype)
 
 
-def reshape_groups(src: tuple, dst: tuple):
-    """Pair up runs of dims with equal products: [(src dims, dst dims), ...]; size-1 dims are left out."""
-    s = [i for i, d in enumerate(src) if not (isinstance(d, int) and d == 1)]
-    t = [i for i, d in enumerate(dst) if not (isinstance(d, int) and d == 1)]
-    groups = []
-    i = k = 0
-    while i < len(s) and k < len(t):
-        found = None
-        for total in range(2, len(s) - i + len(t) - k + 1):
-            for a in range(1, total):
-                b = total - a
-                if i + a > len(s) or k + b > len(t):
-                    continue
-                pa = sym.product(src[j] for j in s[i : i + a])
-                pb = sym.product(dst[j] for j in t[k : k + b])
-                if sym.equal(pa, pb):
-                    found = (a, b)
-                    break
-            if found:
-                break
-        if not found:
-            groups.append((tuple(s[i:]), tuple(t[k:])))
-            return groups
-        a, b = found
-        groups.append((tuple(s[i : i + a]), tuple(t[k : k + b])))
-        i, k = i + a, k + b
-    if i < len(s) or k < len(t):
-        groups.append((tuple(s[i:]), tuple(t[k:])))
-    return groups
-
-
 def _reshape_rule(types, attrs, outs):
     src = types[0].shape
     dst = outs[0].shape
@@ -126,6 +97,38 @@ def _reshape_rule(types, attrs, outs):
     )
 
 
+def _sharded_groups(x_shape, placement, y_shape):
+    """The reshape groups whose leading input dim is sharded and which split or merge it:
+    (input dims, output dims, leading dim, its mesh axes, the part that stays sharded, its unit)."""
+    for si, ti in reshape_groups(x_shape, y_shape):
+        lead = si[0]
+        axes = placement.mesh_axes_of(lead)
+        if not axes or (len(si) == 1 and len(ti) == 1):
+            continue
+        if len(si) == 1:  # a split: the leading output dim stays sharded, in units of the rest
+            part, unit = y_shape[ti[0]], sym.product(y_shape[t] for t in ti[1:])
+        else:  # a merge: the leading input dim is the sharded part of the output dim
+            part, unit = x_shape[lead], sym.product(x_shape[d] for d in si[1:])
+        yield si, ti, lead, axes, part, unit
+
+
+def reshape_moves_data(x_shape, placement, y_shape, mesh_sizes) -> bool:
+    """Whether the local form of a reshape of a tensor laid out ``placement`` moves data at these
+    concrete sizes: a split or merge of a sharded dim whose count does not divide the part that
+    stays sharded is gathered over its minor mesh axes and re-blocked over the major one, which
+    moves data unless the two blockings agree (see :func:`_reshape_localize`)."""
+    for _, _, _, axes, part, unit in _sharded_groups(x_shape, placement, y_shape):
+        counts = [mesh_sizes[a] for a in axes]
+        if part % math.prod(counts) == 0:
+            continue
+        if any(c > 1 for c in counts[1:]):
+            return True
+        k = counts[0]
+        if -(-part // k) * unit != -(-(part * unit) // k):
+            return True
+    return False
+
+
 def _reshape_localize(call, args, local_out, lower=None):
     """Reshape each worker's block. A sharded dim that is split (or the leading dim of a merge)
     keeps its blocks only when its count divides the part that stays sharded; otherwise it is
@@ -138,15 +141,7 @@ def _reshape_localize(call, args, local_out, lower=None):
     data = args[0]
     shape = list(local_out.shape)
     after = []  # (output dim, attrs of its regroup or None, minor mesh axes to cut again)
-    for si, ti in reshape_groups(x.shape, y.shape):
-        lead = si[0]
-        axes = x.placement.mesh_axes_of(lead)
-        if not axes or (len(si) == 1 and len(ti) == 1):
-            continue
-        if len(si) == 1:  # a split: the leading output dim stays sharded, in units of the rest
-            part, unit = y.shape[ti[0]], sym.product(y.shape[t] for t in ti[1:])
-        else:  # a merge: the leading input dim is the sharded part of the output dim
-            part, unit = x.shape[lead], sym.product(x.shape[d] for d in si[1:])
+    for si, ti, lead, axes, part, unit in _sharded_groups(x.shape, x.placement, y.shape):
         counts = [x.mesh.shape[a] for a in axes]
         if sym.prove_divisible(part, sym.product(counts)):
             continue

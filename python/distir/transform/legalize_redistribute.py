@@ -14,15 +14,20 @@ changes nothing.
 
 from __future__ import annotations
 
+import math
+from collections import Counter
+from fractions import Fraction
 from typing import ClassVar
 
 from ..errors import DiagnosticError, DistirError
-from ..ir.expr import Binding, Call, Function, IRModule, Var
+from ..ir.expr import Binding, Block, Call, Function, IRModule, Var, leaf_vars
 from ..ir.op import get_op
+from ..ir.placement import Placement
 from ..ir.steps import get_step
-from ..ir.types import DTensorType
+from ..ir.types import DTensorType, dtype_bytes
+from ..ops.manipulate import reshape_moves_data
 from .pass_infra import FunctionPass, PassContext, register_pass
-from .redistribute_plan import Transfer, plan_cross_mesh, plan_redistribute
+from .redistribute_plan import Transfer, plan_cost, plan_cross_mesh, plan_redistribute, sample_points
 from .rewrite import Env, map_bindings
 
 __all__ = ["LegalizeRedistribute"]
@@ -33,12 +38,134 @@ def _step_call(step, x: Var, target_mesh, span) -> Call:
         op = get_step("transfer").global_op
         return Call(op, (x,), {"device_mesh": target_mesh, "placement": step.placement}, span)
     kind = step.step_kind
+    if step.whole_layout:
+        return Call(kind.global_op, (x,), {"placement": step.placement}, span)
     attrs = {"mesh_axis": step.mesh_axis}
     if kind.takes_dim:
         attrs["dim"] = step.dim
     if kind.takes_op:
         attrs["op_type"] = step.op_type
     return Call(kind.global_op, (x,), attrs, span)
+
+
+def _uses(func: Function) -> Counter:
+    """How often each var (by id) is read: by bindings, dataflow block outputs and the result."""
+    uses: Counter = Counter()
+    for block in func.blocks:
+        for b in block.bindings:
+            uses.update(id(v) for v in leaf_vars(b.value))
+        uses.update(id(v) for v in block.outputs or ())
+    uses.update(id(v) for v in leaf_vars(func.result))
+    return uses
+
+
+def _is(value, op) -> bool:
+    return isinstance(value, Call) and value.op is op
+
+
+def _concrete(shape) -> bool:
+    return all(isinstance(d, int) for d in shape)
+
+
+def _chain_bytes(mesh, t: DTensorType, src: Placement, dst: Placement, sizes) -> Fraction:
+    """Bytes all workers send to redistribute ``t`` (concrete shape) from ``src`` to ``dst`` with the
+    plan legalize writes, at concrete mesh ``sizes`` (padded blocks counted)."""
+    if src == dst:
+        return Fraction(0)
+    plan = plan_redistribute(mesh, t.ndim, src, dst, t.shape)
+    volume = math.prod(t.shape) * dtype_bytes(t.dtype)
+    return plan_cost(plan, src, sizes, tuple(t.shape)) * volume * math.prod(sizes)
+
+
+def _exchange_pays(mesh, x: DTensorType, mid: Placement | None, y: DTensorType, dst: Placement) -> bool:
+    """Whether one block exchange from ``x`` to ``y``'s shape laid out ``dst`` moves less than the
+    redistribute to ``mid`` (if any), the reshape, and the redistribute to ``dst``. On a concrete
+    mesh: less at its size (a reshape that re-blocks there counts as moving more). With symbolic
+    mesh sizes: less at every sampled size, so a symbolic program gets an exchange only where it
+    is a gain at every count."""
+    kind = get_step("exchange")
+    points = sample_points(tuple(mesh.shape))
+    concrete = all(isinstance(d, int) for d in mesh.shape)
+    size = dtype_bytes(x.dtype)
+    for sizes in points:
+        exchange = sum(kind.volume(x.shape, x.placement, y.shape, dst, sizes)) * size
+        a_placement = mid if mid is not None else x.placement
+        chain = _chain_bytes(mesh, x, x.placement, a_placement, sizes)
+        chain += _chain_bytes(mesh, y, y.placement, dst, sizes)
+        if exchange < chain:
+            continue
+        if concrete and reshape_moves_data(x.shape, a_placement, y.shape, sizes):
+            continue
+        return False
+    return True
+
+
+def fuse_reshapes(func: Function) -> Function:
+    """``[a = redistribute(x)]; b = reshape(a); [c = redistribute(b)]`` on one mesh, the
+    intermediates used nowhere else, becomes ``R.dist.exchange(x, placement=..., shape=...)``
+    where that moves less (:func:`_exchange_pays`): a reshape of sharded dims planned as one
+    block exchange instead of a gather, a reshape and a slice."""
+    reshape, redistribute = get_op("reshape"), get_op("dist.redistribute")
+    kind = get_step("exchange")
+    bindings = list(func.bindings())
+    uses = _uses(func)
+    producer = {id(b.var): b for b in bindings}
+    user = {id(v): b for b in bindings for v in leaf_vars(b.value)}
+    drop: set[int] = set()
+    replace: dict[int, Binding] = {}
+    for b in bindings:
+        if not _is(b.value, reshape) or id(b) in drop:
+            continue
+        a, y = b.value.args[0], b.var.type
+        if not isinstance(a.type, DTensorType) or not isinstance(y, DTensorType) or a.type.mesh != y.mesh:
+            continue
+        mesh = y.mesh
+        pre = producer.get(id(a))
+        x, mid = a, None
+        if pre is not None and _is(pre.value, redistribute) and uses[id(a)] == 1:
+            src = pre.value.args[0]
+            if isinstance(src.type, DTensorType) and src.type.mesh == mesh:
+                x, mid = src, a.type.placement
+            else:
+                pre = None
+        else:
+            pre = None
+        post = user.get(id(b.var))
+        if post is not None and not (uses[id(b.var)] == 1 and _is(post.value, redistribute)
+                                     and post.value.attrs["device_mesh"] == mesh):  # fmt: skip
+            post = None
+        if any(id(z) in drop or id(z) in replace for z in (pre, b, post) if z is not None):
+            continue  # part of a chain already fused
+        dst = post.value.attrs["placement"] if post is not None else y.placement
+        xt = x.type
+        if xt.placement.has_partial or dst.has_partial or not _concrete(xt.shape) or not _concrete(y.shape):
+            continue
+        if pre is None and post is None and not all(isinstance(d, int) for d in mesh.shape):
+            continue  # a lone reshape on a symbolic mesh keeps its blocks (docs/uneven.md)
+        if not _exchange_pays(mesh, xt, mid, y, dst):
+            continue
+        out = post if post is not None else b
+        call = Call(kind.global_op, (x,), {"placement": dst, "shape": list(y.shape)}, b.span)
+        replace[id(out)] = Binding(out.var, call, out.span)
+        drop.update(id(v) for v in (pre, b if post is not None else None) if v is not None)
+    if not replace:
+        return func
+    return _rebuild(func, drop, replace)
+
+
+def _rebuild(func: Function, drop: set[int], replace: dict[int, Binding]) -> Function:
+    blocks = []
+    for block in func.blocks:
+        kept = []
+        for b in block.bindings:
+            if id(b) in drop:
+                continue
+            kept.append(replace.get(id(b), b))
+        if kept:
+            names = {id(b.var) for b in kept}
+            outputs = None if block.outputs is None else tuple(v for v in block.outputs if id(v) in names)
+            blocks.append(Block(tuple(kept), block.is_dataflow, outputs))
+    return func.replace(blocks=tuple(blocks))
 
 
 @register_pass
@@ -49,6 +176,7 @@ class LegalizeRedistribute(FunctionPass):
 
     def transform_function(self, func: Function, mod: IRModule, ctx: PassContext) -> Function:
         redistribute = get_op("dist.redistribute")
+        func = fuse_reshapes(func)
 
         def rewrite(b: Binding, env: Env):
             value = b.value
@@ -63,7 +191,7 @@ class LegalizeRedistribute(FunctionPass):
             mesh, dst = value.attrs["device_mesh"], value.attrs["placement"]
             try:
                 if mesh == src.mesh:
-                    plan = plan_redistribute(mesh, src.ndim, src.placement, dst)
+                    plan = plan_redistribute(mesh, src.ndim, src.placement, dst, src.shape)
                 else:
                     plan = plan_cross_mesh(src.mesh, src.placement, mesh, dst, src.ndim)
             except DistirError as err:

@@ -30,6 +30,7 @@ from typing import ClassVar
 
 from ..errors import DistirError
 from ..ir import sym
+from ..ir.layout import level_extents
 from ..ir.mesh import DeviceMesh, Range
 from ..ir.placement import Partial, Placement, PlacementError, Replicate, Shard
 from ..ir.steps import StepKind, all_steps, get_step, steps_version
@@ -45,18 +46,27 @@ class Step:
     """One step of a plan: a step kind (by its name) on one mesh axis, with its dim or reduction."""
 
     kind: str
-    mesh_axis: int
+    mesh_axis: int  # -1 for a step on the whole layout (``placement``)
     dim: int | None = None
     op_type: str | None = None
+    placement: Placement | None = None  # the layout a whole-layout step (a block exchange) goes to
 
     @property
     def step_kind(self) -> StepKind:
         return get_step(self.kind)
 
+    @property
+    def whole_layout(self) -> bool:
+        return self.placement is not None
+
     def apply(self, placement: Placement, mesh_shape=None) -> Placement:
+        if self.placement is not None:
+            return self.placement
         return self.step_kind.apply(placement, self.mesh_axis, self.dim, self.op_type, mesh_shape)
 
     def __str__(self) -> str:
+        if self.placement is not None:
+            return f"{self.kind}(placement=\"{self.placement}\")"
         extra = f", dim={self.dim}" if self.dim is not None else ""
         extra += f", op={self.op_type}" if self.op_type else ""
         return f"{self.kind}(mesh_axis={self.mesh_axis}{extra})"
@@ -66,9 +76,19 @@ def _axis_steps() -> list[StepKind]:
     return [k for k in all_steps().values() if k.apply is not None]
 
 
-def _moves(state: Placement, ndim: int, target: Placement, mesh_shape):
+def _layout_steps() -> list[StepKind]:
+    return [k for k in all_steps().values() if k.reaches is not None]
+
+
+def _moves(state: Placement, ndim: int, target: Placement, mesh_shape, whole: bool = True):
     """Single steps out of ``state``: every kind of step, on every mesh axis, with every target
-    dim (or the target's reduction). Every layout is valid at every size (uneven cuts are padded)."""
+    dim (or the target's reduction); and (``whole``) every whole-layout step (a block exchange)
+    to the layouts it reaches. Every layout is valid at every size (uneven cuts are padded)."""
+    if whole:
+        for kind in _layout_steps():
+            for nxt in kind.reaches(state, target):
+                if nxt != state:
+                    yield Step(kind.name, -1, placement=nxt), nxt
     kinds = _axis_steps()
     for axis, spec in enumerate(state.specs):
         for kind in kinds:
@@ -109,49 +129,90 @@ def _exchanged(state: Placement, nxt: Placement, axis: int) -> bool:
     return isinstance(nxt[axis], Shard) and state[axis] != nxt[axis]
 
 
-def step_cost(step: Step, state: Placement, sizes: tuple[int, ...]) -> Fraction:
-    """Bytes per worker the step sends, per byte of the whole tensor, at concrete mesh sizes."""
+def _volume_extents(src: Placement, dst: Placement, sizes: tuple[int, ...]) -> tuple[int, ...]:
+    """Extents that every block count of both layouts divides: per byte of the tensor, the
+    bytes of an exchange at any such extents (the layouts' blocks nest evenly). Dims neither
+    layout shards count once."""
+    dims = [sp.dim for sp in src.specs + dst.specs if isinstance(sp, Shard)]
+    return tuple(math.lcm(_blocks_along(sizes, src, d), _blocks_along(sizes, dst, d)) for d in range(max(dims, default=0) + 1))
+
+
+def _local_extents(extents: tuple[int, ...], p: Placement, sizes: tuple[int, ...]) -> list[int]:
+    """Per dim, the padded block a worker stores (docs/uneven.md), at concrete sizes."""
+    out = []
+    for d, n in enumerate(extents):
+        axes = p.mesh_axes_of(d)
+        out.append(level_extents(n, [sizes[a] for a in axes])[-1] if axes else n)
+    return out
+
+
+def step_cost(step: Step, state: Placement, sizes: tuple[int, ...], extents: tuple[int, ...] | None = None) -> Fraction:
+    """Bytes per worker the step sends, per byte of the whole tensor, at concrete mesh sizes.
+
+    Without ``extents``, blocks are taken to divide evenly (the cost is then the same for every
+    tensor size). With the tensor's concrete ``extents``, collectives move padded blocks, as
+    they do at run time (docs/uneven.md), and a block exchange moves only real elements."""
     kind = step.step_kind
-    after = kind.apply(state, step.mesh_axis, step.dim, step.op_type, sizes)
+    after = step.apply(state, sizes)
+    if step.whole_layout:
+        volume_at = extents if extents is not None else _volume_extents(state, after, sizes)
+        total = sum(kind.volume(volume_at, state, volume_at, after, sizes))
+        return Fraction(total, _product(sizes) * _product(volume_at))
     n = sizes[step.mesh_axis]
+    if extents is not None:
+        before_b, after_b = _local_extents(extents, state, sizes), _local_extents(extents, after, sizes)
+        piece = _product(min(a, b) for a, b in zip(before_b, after_b))
+        num, den = kind.sent(n, _product(before_b), _product(after_b), piece)
+        return Fraction(num) / den / _product(extents)
     before = _held(state, sizes)
     piece = before / n if _exchanged(state, after, step.mesh_axis) else before
     num, den = kind.sent(n, before, _held(after, sizes), piece)
     return Fraction(num) / den
 
 
-def plan_cost(plan: tuple[Step, ...], src: Placement, sizes: tuple[int, ...]) -> Fraction:
+def plan_cost(
+    plan: tuple[Step, ...], src: Placement, sizes: tuple[int, ...], extents: tuple[int, ...] | None = None
+) -> Fraction:
+    """Bytes per worker of ``plan``, per byte of the tensor (see :func:`step_cost` for ``extents``)."""
     total, state = Fraction(0), src
     for step in plan:
-        total += step_cost(step, state, sizes)
+        total += step_cost(step, state, sizes, extents)
         state = step.apply(state, sizes)
     return total
 
 
+def _penalty(step) -> int:
+    """Ties in bytes go to the collectives: a block exchange is point to point, with more messages."""
+    return 1 if isinstance(step, Step) and step.whole_layout else 0
+
+
 def _shortest(src, dst, moves):
-    """Dijkstra over layouts: ``moves(state)`` yields (step, next state, cost); ties go to fewer steps."""
+    """Dijkstra over layouts: ``moves(state)`` yields (step, next state, cost); ties go to plans
+    without block exchanges, then to fewer steps."""
     counter = itertools.count()
-    best: dict = {src: (Fraction(0), 0)}
-    heap = [(Fraction(0), 0, next(counter), src, ())]
+    zero = (Fraction(0), 0, 0)
+    best: dict = {src: zero}
+    heap = [(*zero, next(counter), src, ())]
     while heap:
-        cost, nsteps, _, state, plan = heapq.heappop(heap)
+        cost, penalty, nsteps, _, state, plan = heapq.heappop(heap)
         if state == dst:
             return plan
-        if best.get(state, (cost, nsteps)) < (cost, nsteps):
+        if best.get(state, (cost, penalty, nsteps)) < (cost, penalty, nsteps):
             continue
         for step, nxt, step_c in moves(state):
-            c = cost + step_c
-            key = (c, nsteps + 1)
+            key = (cost + step_c, penalty + _penalty(step), nsteps + 1)
             if nxt not in best or key < best[nxt]:
                 best[nxt] = key
-                heapq.heappush(heap, (c, nsteps + 1, next(counter), nxt, plan + (step,)))
+                heapq.heappush(heap, (*key, next(counter), nxt, plan + (step,)))
     return None
 
 
-def _dijkstra(src: Placement, dst: Placement, ndim: int, sizes: tuple[int, ...]) -> tuple[Step, ...]:
+def _dijkstra(
+    src: Placement, dst: Placement, ndim: int, sizes: tuple[int, ...], extents: tuple[int, ...] | None = None
+) -> tuple[Step, ...]:
     def moves(state):
         for step, nxt in _moves(state, ndim, dst, sizes):
-            yield step, nxt, step_cost(step, state, sizes)
+            yield step, nxt, step_cost(step, state, sizes, extents)
 
     plan = _shortest(src, dst, moves)
     if plan is None:
@@ -177,35 +238,59 @@ def _sample_points(mesh_shape: tuple[Dim, ...]) -> list[tuple[int, ...]]:
     return points or [tuple(2 for _ in mesh_shape)]
 
 
+def sample_points(mesh_shape: tuple[Dim, ...]) -> list[tuple[int, ...]]:
+    """The concrete mesh sizes a plan is weighed at: the mesh's own when it is concrete, else
+    samples 2, 3, 4, 8 of each symbol."""
+    return _sample_points(mesh_shape)
+
+
 @lru_cache(maxsize=4096)
-def _plan_cached(mesh_shape, ndim: int, src: Placement, dst: Placement, version: int) -> tuple[Step, ...]:
+def _plan_cached(
+    mesh_shape, ndim: int, src: Placement, dst: Placement, version: int, extents: tuple[int, ...] | None = None
+) -> tuple[Step, ...]:
     """``version``: of the step registry (a plan names step kinds, so new kinds mean new plans)."""
     points = _sample_points(mesh_shape)
     candidates: list[tuple[Step, ...]] = []
     for p in points:
-        plan = _dijkstra(src, dst, ndim, p)
+        plan = _dijkstra(src, dst, ndim, p, extents)
         if plan not in candidates:
             candidates.append(plan)
     if len(candidates) == 1:
         return candidates[0]
-    optimum = {p: plan_cost(_dijkstra(src, dst, ndim, p), src, p) for p in points}
+    optimum = {p: plan_cost(_dijkstra(src, dst, ndim, p, extents), src, p, extents) for p in points}
 
     def excess(plan):
-        return sum((plan_cost(plan, src, p) - optimum[p]) for p in points)
+        return sum((plan_cost(plan, src, p, extents) - optimum[p]) for p in points)
 
-    return min(candidates, key=lambda plan: (excess(plan), len(plan), candidates.index(plan)))
+    return min(
+        candidates,
+        key=lambda plan: (excess(plan), sum(map(_penalty, plan)), len(plan), candidates.index(plan)),
+    )
 
 
-def plan_redistribute(mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement) -> tuple[Step, ...]:
+def exact_extents(mesh: DeviceMesh, shape) -> tuple[int, ...] | None:
+    """The tensor's extents when they and the mesh's sizes are all concrete (plans then count
+    the padding of uneven blocks and pick block exchanges where those move less), else None."""
+    if shape is None or not all(isinstance(d, int) for d in (*mesh.shape, *shape)):
+        return None
+    return tuple(shape)
+
+
+def plan_redistribute(
+    mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement, shape=None
+) -> tuple[Step, ...]:
     """The cheapest steps from ``src`` to ``dst`` on ``mesh`` for a tensor of rank ``ndim``.
 
-    Any layout on the way is valid at every size (a cut that does not divide is padded), so
-    the plan depends on the placements and the mesh, not on the tensor's sizes."""
+    Any layout on the way is valid at every size (a cut that does not divide is padded). With
+    symbolic sizes (or no ``shape``), costs take blocks to divide evenly, so the plan depends on
+    the placements and the mesh, not on the tensor's sizes. When the mesh and the tensor's
+    ``shape`` are concrete, costs are the exact bytes at those sizes: collectives move padded
+    blocks, a block exchange only real elements."""
     src.validate(mesh.ndim, ndim, "source placement")  # e.g. "P[max], P" mixes reductions: no plan is right
     dst.validate(mesh.ndim, ndim, "target placement")
     if src == dst:
         return ()
-    return _plan_cached(_ShapeBox(mesh.shape), ndim, src, dst, steps_version())
+    return _plan_cached(_ShapeBox(mesh.shape), ndim, src, dst, steps_version(), exact_extents(mesh, shape))
 
 
 class _ShapeBox(tuple):
@@ -231,9 +316,11 @@ def is_optimal_everywhere(mesh: DeviceMesh, ndim: int, src: Placement, dst: Plac
     return all(plan_cost(plan, src, p) == plan_cost(_dijkstra(src, dst, ndim, p), src, p) for p in points)
 
 
-def optimal_cost(mesh_sizes: tuple[int, ...], ndim: int, src: Placement, dst: Placement) -> Fraction:
+def optimal_cost(
+    mesh_sizes: tuple[int, ...], ndim: int, src: Placement, dst: Placement, extents: tuple[int, ...] | None = None
+) -> Fraction:
     """The cost model's optimum at concrete mesh sizes (per worker, per byte of the tensor)."""
-    return plan_cost(_dijkstra(src, dst, ndim, mesh_sizes), src, mesh_sizes)
+    return plan_cost(_dijkstra(src, dst, ndim, mesh_sizes, extents), src, mesh_sizes, extents)
 
 
 def plan_cost_formula(plan: tuple[Step, ...], src: Placement, mesh: DeviceMesh, nbytes: Dim) -> Dim:
@@ -245,6 +332,10 @@ def plan_cost_formula(plan: tuple[Step, ...], src: Placement, mesh: DeviceMesh, 
         return sym.floordiv(nbytes, sym.product(mesh.shape[a] for a, s in enumerate(p.specs) if isinstance(s, Shard)))
 
     for step in plan:
+        if step.whole_layout:
+            raise DistirError(
+                f"{step}: the bytes of a block exchange are a sum over the devices, known at concrete sizes only"
+            )
         nxt = step.apply(state, mesh.shape)
         n = mesh.shape[step.mesh_axis]
         piece = sym.floordiv(held(state), n) if _exchanged(state, nxt, step.mesh_axis) else held(state)
@@ -372,7 +463,7 @@ def _cross_moves(point: MeshPoint, ndim: int, dst: Placement, aligned_ok: bool):
     def moves(state):
         side, p = state
         if side == 0:
-            for step, nxt in _moves(p, ndim, no_partial_hint, point.src_sizes):
+            for step, nxt in _moves(p, ndim, no_partial_hint, point.src_sizes, whole=False):
                 yield step, (0, nxt), src_total * step_cost(step, p, point.src_sizes)
             if p.has_partial:
                 choices = [p] if aligned_ok else []
@@ -383,7 +474,7 @@ def _cross_moves(point: MeshPoint, ndim: int, dst: Placement, aligned_ok: bool):
                 if c is not None:
                     yield Transfer(q), (1, q), c
         else:
-            for step, nxt in _moves(p, ndim, dst, point.dst_sizes):
+            for step, nxt in _moves(p, ndim, dst, point.dst_sizes, whole=False):
                 yield step, (1, nxt), dst_total * step_cost(step, p, point.dst_sizes)
 
     return moves
@@ -479,12 +570,14 @@ __all__ = [
     "Transfer",
     "cross_optimal_cost",
     "cross_plan_cost",
+    "exact_extents",
     "is_cross_optimal_everywhere",
     "optimal_cost",
     "plan_cost",
     "plan_cost_formula",
     "plan_cross_mesh",
     "plan_redistribute",
+    "sample_points",
     "step_cost",
     "transfer_cost",
 ]

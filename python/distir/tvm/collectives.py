@@ -16,6 +16,8 @@ collective runs over all workers or within the session's groups (see
   piece and concatenates them. Disco has no all-to-all; this moves (n-1) times the buffer
   per worker instead of (n-1)/n of it, and holds n buffers;
 - local_partial (sum): coordinate 0 keeps its value, the others multiply by zero;
+- exchange (a block exchange): distir's own ``distir.ccl.exchange`` (see :func:`emit_exchange`),
+  which moves exactly the elements each worker lacks;
 - transfer between two meshes (pipeline stages): an allgather over all workers, after
   which each worker rebuilds the tensor from one holder of every source block and slices
   its own target block (a partial value, which moves only between same-shaped meshes,
@@ -52,6 +54,7 @@ __all__ = [
     "emit_all_reduce",
     "emit_all_to_all",
     "emit_collective",
+    "emit_exchange",
     "emit_local_partial",
     "emit_reduce_scatter",
     "emit_transfer",
@@ -284,6 +287,36 @@ def emit_regroup(c: _Collective) -> relax.Expr:
         return c.own_block(padded, axis, after)
     params = relax.ShapeExpr([axis, *(_p(d) for d in c.ex.dims([attrs["extent"], attrs["unit_from"], attrs["unit_to"]]))])
     return relax.op.call_dps_packed("distir.ccl.regroup", [c.x, params, c.member_ids()], out_ty=c.ex.relax_type(c.out_t))
+
+
+def exchange_codes(placement) -> list[int]:
+    """A placement without partials as ints, one per mesh axis: -1 for R, d for S[d]."""
+    from ..ir.placement import Shard
+
+    return [spec.dim if isinstance(spec, Shard) else -1 for spec in placement.specs]
+
+
+def emit_exchange(ex: _FunctionExporter, call: Call) -> relax.Expr:
+    """distir's own ``distir.ccl.exchange`` (in :mod:`distir.tvm.cpu_ccl`): every worker gets the
+    real elements of its target block it lacks, once, from the holder the simulator takes them
+    from; the sizes are passed at run time, so one symbolic export serves every count. Disco's
+    library has no all-to-all with worker-dependent pieces; its ``send_to_worker`` /
+    ``recv_from_worker`` move one buffer between two workers, and pieces whose sizes differ from
+    worker to worker cannot be typed in one SPMD Relax program (they would be padded to the
+    largest piece: ``(D - 1) * (largest piece)`` per worker). A GPU deployment implements
+    ``distir.ccl.exchange`` with NCCL's grouped send/recv (ncclGroupStart, one ncclSend and
+    ncclRecv per peer, ncclGroupEnd), which moves the same bytes."""
+    attrs = call.op.full_attrs(call.attrs)
+    mesh = attrs["device_mesh"]
+    src_shape = list(attrs["shape"])
+    dst_shape = src_shape if attrs.get("new_shape") is None else list(attrs["new_shape"])
+    values = [mesh.ndim, *mesh.shape, len(src_shape), *src_shape, len(dst_shape), *dst_shape,
+              *exchange_codes(attrs["src_placement"]), *exchange_codes(attrs["dst_placement"])]  # fmt: skip
+    params = relax.ShapeExpr([_p(d) for d in ex.dims(values)])
+    positions = ex.emit(relax.op.arange(0, ex.dim(mesh.size), 1, "int64"))
+    members = _device_ids_at(ex, mesh, positions)
+    x = ex.value(call.args[0])
+    return relax.op.call_dps_packed("distir.ccl.exchange", [x, params, members], out_ty=ex.relax_type(call.type))
 
 
 def _with_extent(t: TensorType, axis: int, extent) -> TensorType:

@@ -285,6 +285,54 @@ def _regroup(state: State, send, params, member_ids, recv) -> None:
     state.count("regroup", (n - 1) * data.nbytes, w == members[0])
 
 
+@_safe("exchange")
+def _block_exchange(state: State, send, params, member_ids, recv) -> None:
+    """distir's R.ccl.exchange: this worker's target block, its own elements kept and every other
+    real element taken from its holder (see distir.ir.exchange); counts the bytes it receives."""
+    from ..ir.exchange import gather_plan
+
+    w = _me()
+    members = [int(m) for m in member_ids.numpy()]
+    data = send.numpy()
+    seen = _exchange(state, state.world, w, data)
+    if w not in members:
+        recv.copyfrom(np.zeros(recv.shape, dtype=data.dtype))  # a worker outside the mesh holds no value
+        return
+    src_shape, src, dst_shape, dst, sizes = decode_exchange([int(v) for v in params])
+    pos = members.index(w)
+    real, real_shape, source, index, _ = gather_plan(src_shape, src, dst_shape, dst, sizes, pos)
+    values = np.empty(source.shape, dtype=data.dtype)
+    received = 0
+    for s in np.unique(source):
+        take = source == s
+        values[take] = seen[members[int(s)]].reshape(-1)[index[take]]
+        if int(s) != pos:
+            received += int(take.sum()) * data.dtype.itemsize
+    out = np.zeros(recv.shape, dtype=data.dtype)
+    out[real] = values.reshape(real_shape)
+    recv.copyfrom(out)
+    state.count("exchange", received, pos == 0)
+
+
+def decode_exchange(values: list[int]):
+    """The sizes and layouts ``emit_exchange`` passes: (source shape, its placement, target shape,
+    its placement, mesh sizes)."""
+    from ..ir.placement import Placement, Replicate, Shard
+
+    k = values[0]
+    sizes = values[1 : 1 + k]
+    i = 1 + k
+    src_shape = values[i + 1 : i + 1 + values[i]]
+    i += 1 + values[i]
+    dst_shape = values[i + 1 : i + 1 + values[i]]
+    i += 1 + values[i]
+
+    def placement(codes):
+        return Placement(tuple(Replicate() if c < 0 else Shard(c) for c in codes))
+
+    return src_shape, placement(values[i : i + k]), dst_shape, placement(values[i + k : i + 2 * k]), sizes
+
+
 @_safe("sync_worker")
 def _sync_worker(state: State) -> None:
     return None  # CPU work is synchronous
@@ -307,13 +355,16 @@ _FUNCS = {
 _registered = False
 
 
-def _register() -> None:
+def register() -> None:
+    """Register the collective functions (Disco's names and distir's own); a VM that calls them needs them
+    registered before it loads."""
     global _registered
     if _registered:
         return
     for name in CCL_NAMES:
         tvm_ffi.register_global_func(_PREFIX + name, _FUNCS[name], override=True)
     tvm_ffi.register_global_func("distir.ccl.regroup", _regroup, override=True)  # distir's own, not Disco's
+    tvm_ffi.register_global_func("distir.ccl.exchange", _block_exchange, override=True)
     _registered = True
 
 
@@ -323,7 +374,7 @@ def session(num_workers: int, num_groups: int) -> Iterator[State]:
     global _STATE
     if num_groups < 1 or num_workers % num_groups:
         raise DiscoRunError(f"{num_workers} workers cannot be split into {num_groups} equal groups")
-    _register()
+    register()
     with _SESSION_LOCK:
         state = State(num_workers, num_groups)
         _STATE = state

@@ -24,7 +24,7 @@ from distir.ir import (
     get_op,
     sym,
 )
-from distir.ops.manipulate import reshape_groups
+from distir.ir.exchange import reshape_groups
 
 N = sym.var("n")
 W = sym.var("num_workers")
