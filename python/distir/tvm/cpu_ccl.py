@@ -307,7 +307,9 @@ _FUNCS = {
 _registered = False
 
 
-def _register() -> None:
+def register() -> None:
+    """Register the CPU collectives (and distir.ccl.regroup) as global functions, once; a VM that
+    calls them can only be created after this."""
     global _registered
     if _registered:
         return
@@ -323,7 +325,7 @@ def session(num_workers: int, num_groups: int) -> Iterator[State]:
     global _STATE
     if num_groups < 1 or num_workers % num_groups:
         raise DiscoRunError(f"{num_workers} workers cannot be split into {num_groups} equal groups")
-    _register()
+    register()
     with _SESSION_LOCK:
         state = State(num_workers, num_groups)
         _STATE = state

@@ -156,7 +156,9 @@ def run_pieces(
     with tempfile.TemporaryDirectory(prefix="distir-disco-") as tmp:
         path = os.path.join(tmp, "module.so")
         built.export_library(path)
-        # the local VM reads the shared library just written (no second code generation)
+        # the local VM reads the shared library just written (no second code generation); it
+        # resolves every global function the module calls, distir.ccl.regroup included
+        cpu_ccl.register()
         vm = relax.VirtualMachine(tvm.runtime.load_module(path), tvm.cpu())
         size_names = _size_params(vm, func, n_params)
         total, groups = _layout(vm, values)
