@@ -21,8 +21,11 @@ meaning for how the parameter is used, a parameter already laid out.
 from __future__ import annotations
 
 import fnmatch
+import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 from ..errors import PassError
@@ -36,7 +39,7 @@ from .pass_infra import ModulePass, PassContext, register_pass
 from .rewrite import map_bindings
 from .weights import param_names
 
-__all__ = ["STRATEGIES", "ShardParams", "ShardPlanError", "specificity"]
+__all__ = ["STRATEGIES", "ShardParams", "ShardPlanError", "check_plan_value", "load_shard_plan", "specificity"]
 
 # strategy -> what it shards, by the parameter's role (docs/frontend.md has the table)
 STRATEGIES: dict[str, str] = {
@@ -99,6 +102,70 @@ class _Entry:
         return self.strategy if self.strategy is not None else str(self.placement)
 
 
+def check_plan_value(value: str) -> str:
+    """``value`` if it is a strategy name or a placement's text; else ShardPlanError saying what is wrong."""
+    if value.strip() in STRATEGIES:
+        return value.strip()
+    try:
+        Placement.parse(value)
+    except PlacementError as err:
+        raise ShardPlanError(f"{err}; or name a strategy ({', '.join(STRATEGIES)})") from None
+    return value
+
+
+def load_shard_plan(path: str | os.PathLike) -> dict[str, str]:
+    """A plan from a ``.json`` file (an object) or a ``.toml`` file (a table), pattern -> placement or strategy.
+
+    In TOML, quote the patterns (``"layers.*.mlp.down_proj.weight" = "rowwise"``): a bare
+    dotted key would be a nested table. Errors name the file and the entry.
+    """
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if suffix not in (".json", ".toml"):
+        raise ShardPlanError(f"shard plan '{p}': expected a .json or .toml file")
+    try:
+        data = p.read_bytes()
+    except OSError as err:
+        raise ShardPlanError(f"shard plan '{p}': cannot read it ({err.strerror or err})") from None
+    if len(data) > 1 << 20:
+        raise ShardPlanError(f"shard plan '{p}': larger than 1 MiB; a plan is a few patterns")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ShardPlanError(f"shard plan '{p}': not UTF-8 text (byte at offset {err.start})") from None
+    if suffix == ".json":
+        try:
+            plan = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ShardPlanError(f"shard plan '{p}': not JSON (line {err.lineno}, column {err.colno}: {err.msg})") from None
+        if not isinstance(plan, dict):
+            raise ShardPlanError(f"shard plan '{p}': expected a JSON object of pattern: placement, got a {type(plan).__name__}")
+    else:
+        try:
+            import tomllib
+        except ModuleNotFoundError:  # Python 3.10
+            raise ShardPlanError(f"shard plan '{p}': reading TOML needs Python 3.11 (tomllib); write the plan as JSON") from None
+        try:
+            plan = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as err:
+            raise ShardPlanError(f"shard plan '{p}': not TOML ({err})") from None
+    for key, value in plan.items():
+        if isinstance(value, dict):
+            raise ShardPlanError(
+                f"shard plan '{p}': '{key}' is a table, not a placement; quote dotted patterns in TOML "
+                f"(\"{key}.*\" = \"S[0]\")"
+            )
+        if not isinstance(value, str):
+            raise ShardPlanError(f"shard plan '{p}': pattern '{key}' maps to {value!r}, not a placement or strategy name")
+        try:
+            check_plan_value(value)
+        except ShardPlanError as err:
+            raise ShardPlanError(f"shard plan '{p}': pattern '{key}': {err}") from None
+    if not plan:
+        raise ShardPlanError(f"shard plan '{p}' is empty")
+    return plan
+
+
 def _entries(plan: Any) -> list[_Entry]:
     if not isinstance(plan, Mapping) or not plan:
         raise ShardPlanError(
@@ -117,15 +184,14 @@ def _entries(plan: Any) -> list[_Entry]:
                 f"shard plan: pattern '{pattern}' maps to {value!r}; give a placement like \"S[0]\" or a strategy "
                 f"({', '.join(STRATEGIES)})"
             )
-        if value.strip() in STRATEGIES:
-            out.append(_Entry(pattern, None, value.strip()))
-            continue
         try:
+            value = check_plan_value(value)
+        except ShardPlanError as err:
+            raise ShardPlanError(f"shard plan: pattern '{pattern}': {err}") from None
+        if value in STRATEGIES:
+            out.append(_Entry(pattern, None, value))
+        else:
             out.append(_Entry(pattern, Placement.parse(value), None))
-        except PlacementError as err:
-            raise ShardPlanError(
-                f"shard plan: pattern '{pattern}': {err}; or name a strategy ({', '.join(STRATEGIES)})"
-            ) from None
     return out
 
 

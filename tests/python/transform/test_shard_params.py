@@ -16,34 +16,7 @@ from distir.ir.types import DTensorType, TensorType
 from distir.transform import ShardParams, get_pass
 from distir.transform.shard_params import ShardPlanError, specificity
 from distir.transform.weights import WeightsError, param_names, weight_arguments
-
-# An MLP written the way nn.Linear exports: weights stored (out, in), used through permute_dims;
-# a bias, an embedding table, a norm weight; num_input and dotted names as from_nn records them.
-MLP = """
-@I.ir_module
-class Module:
-    @R.function
-    def main(ids: R.Tensor(("s",), dtype="int32"), emb: R.Tensor((50, 16), dtype="float32"),
-             norm: R.Tensor((16,), dtype="float32"), up: R.Tensor((64, 16), dtype="float32"),
-             up_b: R.Tensor((64,), dtype="float32"), down: R.Tensor((16, 64), dtype="float32"),
-             head: R.Tensor((16, 50), dtype="float32")) -> R.Tensor(("s", 50), dtype="float32"):
-        s = T.int64()
-        R.func_attr({"num_input": 1, "distir.param_names": ["ids", "embed.weight", "norm.weight",
-                     "mlp.up.weight", "mlp.up.bias", "mlp.down.weight", "head.weight"]})
-        with R.dataflow():
-            x: R.Tensor((s, 16), dtype="float32") = R.take(emb, ids, axis=0, mode="fast")
-            xn: R.Tensor((s, 16), dtype="float32") = R.nn.rms_norm(x, norm, axes=[-1], epsilon=1e-5)
-            up_t: R.Tensor((16, 64), dtype="float32") = R.permute_dims(up, axes=None)
-            h: R.Tensor((s, 64), dtype="float32") = R.matmul(xn, up_t, out_dtype=None)
-            hb: R.Tensor((s, 64), dtype="float32") = R.add(h, up_b)
-            a: R.Tensor((s, 64), dtype="float32") = R.nn.silu(hb)
-            down_t: R.Tensor((64, 16), dtype="float32") = R.permute_dims(down, axes=None)
-            y: R.Tensor((s, 16), dtype="float32") = R.matmul(a, down_t, out_dtype=None)
-            z: R.Tensor((s, 16), dtype="float32") = R.add(x, y)
-            logits: R.Tensor((s, 50), dtype="float32") = R.matmul(z, head, out_dtype=None)
-            R.output(logits)
-        return logits
-"""
+from helpers import NN_MLP as MLP
 
 PLACEMENTS = {
     "embed.weight": "S[0]",
@@ -130,14 +103,14 @@ def test_a_pattern_matching_nothing_is_an_error(mod):
 @pytest.mark.parametrize(
     ("plan", "message"),
     [
-        ({"norm.weight": "S[1]"}, r"pattern 'norm\.weight' lays out parameter 'norm\.weight' \(Tensor\(\(16,\), "
-         r"\"float32\"\)\): placement \"S\[1\]\": mesh axis 0 shards dim 1, but the tensor has rank 1"),
+        ({"norm.weight": "S[1]"}, (r"pattern 'norm\.weight' lays out parameter 'norm\.weight' \(Tensor\(\(16,\), "
+         r"\"float32\"\)\): placement \"S\[1\]\": mesh axis 0 shards dim 1, but the tensor has rank 1")),
         ({"mlp.up.weight": "S[0], R"}, r"pattern 'mlp\.up\.weight' .* has 2 entries but the mesh has 1 axis"),
         ({"head.weight": "S[x]"}, r"pattern 'head\.weight': placement \"S\[x\]\": entry 0"),
         ({"head.weight": "colwize"}, r"pattern 'head\.weight': .*or name a strategy \(colwise, rowwise, vocab"),
         ({"head.weight": 3}, r"pattern 'head\.weight' maps to 3"),
-        ({"norm.weight": "colwise"}, r"pattern 'norm\.weight' \(colwise\), parameter 'norm\.weight' of @main: its "
-         r"use by R\.nn\.rms_norm in 'xn' is not a matmul operand, a take table or a bias"),
+        ({"norm.weight": "colwise"}, (r"pattern 'norm\.weight' \(colwise\), parameter 'norm\.weight' of @main: its "
+         r"use by R\.nn\.rms_norm in 'xn' is not a matmul operand, a take table or a bias")),
         ({}, r"shard-params needs a plan"),
     ],
 )
