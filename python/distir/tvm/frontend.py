@@ -68,7 +68,10 @@ def from_nn(model: Any, spec: Mapping[str, Any]) -> IRModule:
         inputs = [p.name for p in func.params[:n_in]]
         for name, p in zip(names, func.params[n_in:]):
             if p.name not in (name, name.replace(".", "_")):
-                raise TvmImportError(f"@{fname}: weight '{name}' is parameter '{p.name}'; expected the weights in export order")
+                raise TvmImportError(
+                    f"@{fname}: weight '{name}' is parameter '{p.name}'; export the weights as plain parameters "
+                    "in their order (param_mode 'plain')"
+                )
         funcs[fname] = func.replace(attrs={**func.attrs, PARAM_NAMES: inputs + names})
     return mod.replace(functions=funcs)
 
