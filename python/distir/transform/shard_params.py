@@ -20,6 +20,7 @@ meaning for how the parameter is used, a parameter already laid out.
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import json
 import os
@@ -271,7 +272,7 @@ def _resolve_use(strategy: str, use: _Use) -> int | None | str:
 def _strategy_placement(strategy: str, func: Function, param: Var, mesh: DeviceMesh, name: str, pattern: str) -> Placement:
     if strategy == "replicate":
         return Placement.replicated(mesh.ndim)
-    what = f"pattern '{pattern}' ({strategy}), parameter '{name}' of @{func.name}"
+    what = f"shard plan: pattern '{pattern}' ({strategy}), parameter '{name}' of @{func.name}"
     if mesh.ndim != 1:
         raise ShardPlanError(f"{what}: strategies lay out on a 1-D mesh; this mesh has {mesh.ndim} axes, give a placement")
     uses = _uses(func, param)
@@ -319,8 +320,11 @@ class ShardParams(ModulePass):
             known = sorted({n for f in mod.functions.values() for n, p in zip(param_names(f), f.params)
                             if isinstance(p.type, TensorType)})
             shown = ", ".join(known[:6]) + (f" and {len(known) - 6} more" if len(known) > 6 else "")
+            close = difflib.get_close_matches(unmatched[0], known, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
             raise ShardPlanError(
-                f"shard plan: pattern '{unmatched[0]}' matches no plain tensor parameter (parameters: {shown or 'none'})"
+                f"shard plan: pattern '{unmatched[0]}' matches no plain tensor parameter "
+                f"(parameters: {shown or 'none'}){hint}"
             )
         if mesh not in meshes:
             meshes.append(mesh)

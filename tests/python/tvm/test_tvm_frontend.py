@@ -230,3 +230,63 @@ def test_an_attribute_distir_does_not_model_is_an_import_error():
     with temporary_op(toy), pytest.raises(TvmImportError, match=r"relax.cumsum has attributes .*exclusive=True.* "
                                           r"that distir's R.cumsum lacks"):
         distir.tvm.from_relax(bb.get())
+
+
+class _StackedQKV(nn.Module):
+    """Attention whose fused QKV weight is [all Q heads; all K heads; all V heads] (Hugging Face, MLC)."""
+
+    def __init__(self):
+        self.qkv_proj = nn.Linear(32, 96, bias=False)
+        self.o_proj = nn.Linear(32, 32, bias=False)
+
+    def forward(self, x: nn.Tensor) -> nn.Tensor:
+        s = x.shape[0]
+        q, k, v = op.split(op.reshape(self.qkv_proj(x), (s, 12, 8)), 3, axis=1)
+        q, kt, v = op.permute_dims(q, [1, 0, 2]), op.permute_dims(k, [1, 2, 0]), op.permute_dims(v, [1, 0, 2])
+        probs = op.softmax(op.matmul(q, kt) * 0.3, axis=-1)
+        return self.o_proj(op.reshape(op.permute_dims(op.matmul(probs, v), [1, 0, 2]), (s, 32)))
+
+
+def test_a_q_then_k_then_v_fused_weight_is_exact_with_a_gather():
+    """docs/frontend.md: such a weight cut in row blocks holds other heads' q and k; distir gathers, exactly."""
+    model = _StackedQKV()
+    spec = {"forward": {"x": nn.spec.Tensor(["s", 32], "float32")}}
+    rng = np.random.default_rng(0)
+    weights = {"qkv_proj.weight": (rng.standard_normal((96, 32)) * 0.2).astype("float32"),
+               "o_proj.weight": (rng.standard_normal((32, 32)) * 0.2).astype("float32")}
+    x = rng.standard_normal((6, 32)).astype("float32")
+    expected = tvm_reference(model, spec, [x], weights)
+    driver = Driver(ShardParams({"qkv_proj.weight": "colwise", "o_proj.weight": "rowwise"})(from_nn(model, spec)),
+                    func="forward")
+    for workers in (2, 3):
+        r = driver.run([x], workers, weights=weights)
+        assert r.ok and compare(r.outputs, expected).ok, r.comparison.mismatch
+        assert r.stats.counts == {"all_gather": 1, "all_reduce": 1}
+
+
+def test_the_walkthrough_of_docs_frontend_prints_what_the_page_shows(tmp_path):
+    """docs/frontend.md's first Python block runs and prints the output shown below it."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[3] / "docs" / "frontend.md").read_text()
+    section = text.split("## Walkthrough", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)
+    shown = re.search(r"```\n(1: simulator.*?)```", section, re.DOTALL).group(1)
+    script = tmp_path / "walkthrough.py"
+    script.write_text(code)
+    import os
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(distir.__file__).parents[1]),
+                                                         os.environ.get("PYTHONPATH", "")])}  # this distir
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    def normalized(out: str) -> list[str]:  # rounding differences are not the page's point
+        return [re.sub(r"largest difference \S+", "largest difference X", ln) for ln in out.strip().splitlines()]
+
+    assert normalized(proc.stdout) == normalized(shown)
+    assert (tmp_path / "weights_w3" / "worker_2.npz").is_file()
