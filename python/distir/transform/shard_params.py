@@ -25,7 +25,7 @@ import fnmatch
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -209,9 +209,10 @@ class _Use:
     arg: int
     axes: tuple[int, ...]
     call: Call
+    func: str = ""  # set when the uses of several functions are compared
 
     def where(self) -> str:
-        return f"R.{self.op} in '{self.binding}'"
+        return f"R.{self.op} in '{self.binding}'" + (f" of @{self.func}" if self.func else "")
 
 
 def _uses(func: Function, param: Var) -> list[_Use]:
@@ -269,13 +270,19 @@ def _resolve_use(strategy: str, use: _Use) -> int | None | str:
     return f"its use by {use.where()} is not a matmul operand, a take table or a bias"
 
 
-def _strategy_placement(strategy: str, func: Function, param: Var, mesh: DeviceMesh, name: str, pattern: str) -> Placement:
+def _strategy_placement(
+    strategy: str, holders: list[tuple[Function, Var]], mesh: DeviceMesh, name: str, pattern: str
+) -> Placement:
+    """The placement ``strategy`` gives parameter ``name``, read from its uses in every function holding it
+    (a weight used by one method of a model and not by another is laid out the same in both)."""
     if strategy == "replicate":
         return Placement.replicated(mesh.ndim)
-    what = f"shard plan: pattern '{pattern}' ({strategy}), parameter '{name}' of @{func.name}"
+    funcs = ", ".join(f"@{f.name}" for f, _ in holders)
+    what = f"shard plan: pattern '{pattern}' ({strategy}), parameter '{name}' of {funcs}"
     if mesh.ndim != 1:
         raise ShardPlanError(f"{what}: strategies lay out on a 1-D mesh; this mesh has {mesh.ndim} axes, give a placement")
-    uses = _uses(func, param)
+    several = len(holders) > 1
+    uses = [replace(u, func=f.name) if several else u for f, p in holders for u in _uses(f, p)]
     if not uses:
         raise ShardPlanError(f"{what}: the parameter is not used, so '{strategy}' means nothing; give a placement")
     chosen: tuple[int | None, _Use] | None = None
@@ -312,9 +319,14 @@ class ShardParams(ModulePass):
         meshes = list(mod.meshes())
         mesh = self._mesh(meshes)
         matched: set[str] = set()
+        holders: dict[str, list[tuple[Function, Var]]] = {}  # every function's plain tensor parameter of each name
+        for func in mod.functions.values():
+            for name, p in zip(param_names(func), func.params):
+                if isinstance(p.type, TensorType):
+                    holders.setdefault(name, []).append((func, p))
         funcs: dict[str, Function] = {}
         for fname, func in mod.functions.items():
-            funcs[fname] = self._function(func, entries, mesh, matched)
+            funcs[fname] = self._function(func, entries, mesh, matched, holders)
         unmatched = [e.pattern for e in entries if e.pattern not in matched]
         if unmatched:
             known = sorted({n for f in mod.functions.values() for n, p in zip(param_names(f), f.params)
@@ -345,7 +357,14 @@ class ShardParams(ModulePass):
             )
         return meshes[0]
 
-    def _function(self, func: Function, entries: list[_Entry], mesh: DeviceMesh, matched: set[str]) -> Function:
+    def _function(
+        self,
+        func: Function,
+        entries: list[_Entry],
+        mesh: DeviceMesh,
+        matched: set[str],
+        holders: dict[str, list[tuple[Function, Var]]],
+    ) -> Function:
         names = param_names(func)
         env: dict[Var, Var] = {}
         params = []
@@ -373,7 +392,7 @@ class ShardParams(ModulePass):
                 )
             t = p.type
             if best.strategy is not None:
-                placement = _strategy_placement(best.strategy, func, p, mesh, name, best.pattern)
+                placement = _strategy_placement(best.strategy, holders[name], mesh, name, best.pattern)
             else:
                 placement = best.placement
                 try:

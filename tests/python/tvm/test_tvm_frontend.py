@@ -17,6 +17,7 @@ from distir.ir.structural import structural_equal
 from distir.ir.types import DTensorType
 from distir.runtime.spmd import shard_input
 from distir.transform import ShardParams, get_pass
+from distir.transform.shard_params import ShardPlanError
 from distir.transform.weights import PARAM_NAMES, WeightsError, weight_names
 from distir.tvm import TvmImportError, from_nn, shard_weights
 from distir.tvm import nn_llama as L
@@ -290,3 +291,38 @@ def test_the_walkthrough_of_docs_frontend_prints_what_the_page_shows(tmp_path):
 
     assert normalized(proc.stdout) == normalized(shown)
     assert (tmp_path / "weights_w3" / "worker_2.npz").is_file()
+
+
+class _TwoMethods(nn.Module):
+    def __init__(self):
+        self.embed = nn.Embedding(30, 16)
+        self.proj = nn.Linear(16, 30, bias=False)
+
+    def forward(self, ids: nn.Tensor) -> nn.Tensor:
+        return self.proj(self.embed(ids))
+
+    def embed_only(self, ids: nn.Tensor) -> nn.Tensor:
+        return self.embed(ids)
+
+    def embed_again(self, ids: nn.Tensor) -> nn.Tensor:
+        return self.embed(ids)
+
+
+def test_a_model_with_several_methods_is_laid_out_alike_in_each():
+    """export_tvm gives every method all the weights; a strategy reads a weight's role wherever it is used."""
+    spec = {"forward": {"ids": nn.spec.Tensor(["s"], "int32")}, "embed_only": {"ids": nn.spec.Tensor(["s"], "int32")}}
+    mod = ShardParams({"embed.weight": "vocab", "proj.weight": "colwise"})(from_nn(_TwoMethods(), spec))
+    for f in mod.functions.values():  # proj.weight is unused in embed_only, laid out as in forward
+        assert [str(p.type.placement) for p in f.params[1:]] == ["S[0]", "S[0]"]
+    rng = np.random.default_rng(0)
+    weights = {"embed.weight": rng.standard_normal((30, 16)).astype("float32"),
+               "proj.weight": rng.standard_normal((30, 16)).astype("float32")}
+    ids = np.array([1, 5, 29, 3], "int32")
+    for func in ("forward", "embed_only"):
+        r = Driver(mod, func=func).run([ids], 3, weights=weights)
+        assert r.ok, (func, r.comparison.mismatch)
+    # a weight no method uses has no role for a strategy to read: an error naming every function holding it
+    with pytest.raises(ShardPlanError, match=r"pattern 'proj\.weight' \(colwise\), parameter 'proj\.weight' of "
+                       r"@embed_only, @embed_again: the parameter is not used, so 'colwise' means nothing"):
+        ShardParams({"proj.weight": "colwise"})(from_nn(_TwoMethods(), {"embed_only": spec["embed_only"],
+                                                                          "embed_again": spec["embed_only"]}))
