@@ -27,9 +27,11 @@ written once::
   count is an int (the value of ``symbol``) or a mapping of sizes.
 - ``d.reference(inputs)``: the single-device run, the interpreter on ``mod`` (cached for
   the same inputs).
-- ``d.run(inputs, count, backend="sim" | "tvm", seed=, rtol=, atol=, absolute_atol=)``:
+- ``d.run(inputs, count, backend="sim" | "tvm", seed=, rtol=, atol=, absolute_atol=, weights=)``:
   a :class:`CountResult` (outputs, simulator stats or Disco counts, the comparison,
-  timings); ``d.run_counts(inputs, counts)``: one per count. The TVM backend
+  timings); ``d.run_counts(inputs, counts)``: one per count. With ``weights=`` (a model
+  imported by ``distir.tvm.from_nn``: a name -> array dict or a list in order), ``inputs``
+  are the model's inputs and :meth:`Driver.arguments` appends the weights. The TVM backend
   (:mod:`distir.tvm`) is imported only when asked for.
 - :func:`compare` / :func:`compare_outputs`: the one comparison of outputs (of
   :func:`flat_outputs`); :func:`random_inputs`: inputs for a module's global signature;
@@ -413,8 +415,19 @@ class Driver:
         """How long specializing to ``count`` took."""
         return self._specialize(self.values(count))[1]
 
-    def reference(self, inputs: Sequence[Any]) -> Any:
+    def arguments(self, inputs: Sequence[Any], weights: Sequence[Any] | Mapping[str, Any] | None = None) -> list:
+        """Every argument of the function: ``inputs`` as they are when ``weights`` is None, else
+        ``inputs`` followed by the weights (a model's: ``num_input`` convention, weights by name
+        or in order; see :func:`distir.transform.weights.weight_arguments`)."""
+        if weights is None:
+            return list(inputs)
+        from .transform.weights import weight_arguments
+
+        return weight_arguments(self.mod[self.func], inputs, weights)
+
+    def reference(self, inputs: Sequence[Any], weights: Sequence[Any] | Mapping[str, Any] | None = None) -> Any:
         """The single-device outputs on ``inputs``: the interpreter on the global-view module."""
+        inputs = self.arguments(inputs, weights)
         key = tuple(map(id, inputs))
         if self._reference is None or self._reference[0] != key:
             self._reference = (key, run_single(self.mod, *inputs, func=self.func), list(inputs))
@@ -430,13 +443,17 @@ class Driver:
         rtol: float = 1e-5,
         atol: float = 1e-5,
         absolute_atol: bool = False,
+        weights: Sequence[Any] | Mapping[str, Any] | None = None,
     ) -> CountResult:
         """Specialize to ``count``, run on ``backend``, compare with :meth:`reference`.
 
         ``seed`` draws the random split of partial inputs; ``rtol``/``atol`` as :func:`compare`.
+        With ``weights`` (a model's global weights, by name or in order), ``inputs`` are the
+        function's inputs only (see :meth:`arguments`); each worker is given its block of each.
         """
         if backend not in BACKENDS:
             raise DistirError(f"unknown backend '{backend}' (known: {', '.join(BACKENDS)})")
+        inputs = self.arguments(inputs, weights)
         expected = self.reference(inputs)
         values = self.values(count)
         local, seconds = self._specialize(values)  # also checks that every sharded size divides, for either backend

@@ -29,3 +29,32 @@ def redistribute_module(
             cur = b.call("dist.redistribute", cur, device_mesh=target, placement=dst, name=name)
     b.ret(cur)
     return module_of(b)
+
+
+# An MLP written the way nn.Linear exports: weights stored (out, in), used through permute_dims;
+# a bias, an embedding table, a norm weight; num_input and dotted names as from_nn records them.
+NN_MLP = """
+@I.ir_module
+class Module:
+    @R.function
+    def main(ids: R.Tensor(("s",), dtype="int32"), emb: R.Tensor((50, 16), dtype="float32"),
+             norm: R.Tensor((16,), dtype="float32"), up: R.Tensor((64, 16), dtype="float32"),
+             up_b: R.Tensor((64,), dtype="float32"), down: R.Tensor((16, 64), dtype="float32"),
+             head: R.Tensor((16, 50), dtype="float32")) -> R.Tensor(("s", 50), dtype="float32"):
+        s = T.int64()
+        R.func_attr({"num_input": 1, "distir.param_names": ["ids", "embed.weight", "norm.weight",
+                     "mlp.up.weight", "mlp.up.bias", "mlp.down.weight", "head.weight"]})
+        with R.dataflow():
+            x: R.Tensor((s, 16), dtype="float32") = R.take(emb, ids, axis=0, mode="fast")
+            xn: R.Tensor((s, 16), dtype="float32") = R.nn.rms_norm(x, norm, axes=[-1], epsilon=1e-5)
+            up_t: R.Tensor((16, 64), dtype="float32") = R.permute_dims(up, axes=None)
+            h: R.Tensor((s, 64), dtype="float32") = R.matmul(xn, up_t, out_dtype=None)
+            hb: R.Tensor((s, 64), dtype="float32") = R.add(h, up_b)
+            a: R.Tensor((s, 64), dtype="float32") = R.nn.silu(hb)
+            down_t: R.Tensor((64, 16), dtype="float32") = R.permute_dims(down, axes=None)
+            y: R.Tensor((s, 16), dtype="float32") = R.matmul(a, down_t, out_dtype=None)
+            z: R.Tensor((s, 16), dtype="float32") = R.add(x, y)
+            logits: R.Tensor((s, 50), dtype="float32") = R.matmul(z, head, out_dtype=None)
+            R.output(logits)
+        return logits
+"""

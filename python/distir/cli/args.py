@@ -34,6 +34,7 @@ __all__ = [
     "positive_int",
     "seed",
     "session_workers",
+    "shard_entry",
     "static_workers",
     "sweep_counts",
     "workers",
@@ -168,6 +169,22 @@ def parse_binding(text: str) -> dict[str, int]:
         except argparse.ArgumentTypeError as err:
             raise argparse.ArgumentTypeError(f"{name}: {err}") from None
     return out
+
+
+def shard_entry(text: str) -> tuple[str, str]:
+    """``"layers.*.mlp.down*=S[1]"`` -> ``("layers.*.mlp.down*", "S[1]")`` (argparse type of ``--shard``).
+
+    Split at the last ``=``; the right side must be a placement or a strategy name."""
+    from ..transform.shard_params import ShardPlanError, check_plan_value
+
+    pattern, sep, value = text.rpartition("=")
+    pattern, value = pattern.strip(), value.strip()
+    if not sep or not pattern or not value:
+        raise argparse.ArgumentTypeError(f"expected PATTERN=PLACEMENT (like '*.o_proj.weight=S[1]'), got {_shown(text)}")
+    try:
+        return pattern, check_plan_value(value)
+    except ShardPlanError as err:
+        raise argparse.ArgumentTypeError(f"{pattern}: {err}") from None
 
 
 # ---------------------------------------------------------------- checks against the module

@@ -30,6 +30,8 @@ examples:
   distir passes                                list the pass and pipeline names
   distir-opt model.py -p distribute --emit relax
                                                the per-worker module as TVM Relax (num_workers symbolic)
+  distir-opt model.py -p shard-params,distribute --shard '*.q_proj.weight=colwise' --shard '*.o_proj*=S[1]'
+                                               lay out parameters by name, then distribute
 
 IR printed by --print-ir-after-* and the --time-passes table go to stderr; the final
 module goes to stdout (or -o). Errors go to stderr with exit status 1."""
@@ -46,7 +48,7 @@ def parse_binding(text: str) -> dict[str, int]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of distir-opt, shared by ``distir opt``."""
-    from .args import non_negative_int
+    from .args import non_negative_int, shard_entry
 
     parser.add_argument("file", metavar="FILE", help="module to read ('-' for stdin)")
     parser.add_argument(
@@ -56,6 +58,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--bind", action="append", default=[], type=parse_binding, metavar="NAME=INT",
         help="specialize a symbolic size at the end, e.g. num_workers=4 (repeatable; runs the 'specialize' pass)",
+    )
+    parser.add_argument(
+        "--shard", action="append", default=[], type=shard_entry, metavar="PATTERN=PLACEMENT",
+        help="for -p shard-params: lay out the parameters whose names match the glob PATTERN as PLACEMENT "
+        "(S[0], R, ...) or a strategy (colwise, rowwise, vocab, replicate); repeatable",
+    )
+    parser.add_argument(
+        "--shard-plan", metavar="FILE",
+        help="for -p shard-params: the plan as a .json object or .toml table of PATTERN: PLACEMENT",
     )
     parser.add_argument("-o", "--output", metavar="OUT", help="write the result here instead of stdout")
     parser.add_argument(
@@ -87,6 +98,7 @@ class OptOptions:
     verify_each: bool = False
     opt_level: int = 2
     disabled: list[str] = field(default_factory=list)
+    shard_plan: dict[str, str] | None = None  # the plan of the shard-params pass
 
     @staticmethod
     def from_args(args: argparse.Namespace) -> OptOptions:
@@ -95,6 +107,7 @@ class OptOptions:
         for b in args.bind:
             bind.update(b)
         return OptOptions(
+            shard_plan=_shard_plan(args, names),
             passes=names,
             bind=bind,
             print_ir_after_all=args.print_ir_after_all,
@@ -104,6 +117,31 @@ class OptOptions:
             opt_level=args.opt_level,
             disabled=list(args.disable_pass),
         )
+
+
+def _shard_plan(args: argparse.Namespace, passes: Sequence[str]) -> dict[str, str] | None:
+    """The plan of ``--shard-plan`` and ``--shard`` (its entries added to the file's), or None without them."""
+    from .args import UsageError
+
+    entries = list(getattr(args, "shard", []) or [])
+    path = getattr(args, "shard_plan", None)
+    if not entries and path is None:
+        if "shard-params" in passes:
+            raise UsageError("-p shard-params needs a plan: --shard PATTERN=PLACEMENT (repeatable) or --shard-plan FILE")
+        return None
+    if "shard-params" not in passes:
+        given = "--shard-plan" if path is not None else "--shard"
+        raise UsageError(f"{given} lays out parameters for the shard-params pass; add it, e.g. -p shard-params,distribute")
+    plan: dict[str, str] = {}
+    if path is not None:
+        from ..transform.shard_params import load_shard_plan
+
+        plan.update(load_shard_plan(path))
+    for pattern, value in entries:
+        if pattern in plan:
+            raise UsageError(f"--shard {pattern}={value}: pattern '{pattern}' is given twice (as {plan[pattern]})")
+        plan[pattern] = value
+    return plan
 
 
 def specialize_pass(values: dict[str, int]):
@@ -146,12 +184,15 @@ def run_opt(mod, opts: OptOptions, log=None):
 
     log = log if log is not None else sys.stderr
     verify(mod)
-    passes = [get_pass(name) for name in opts.passes]
+    passes = [get_pass(name, plan=opts.shard_plan) if name == "shard-params" else get_pass(name) for name in opts.passes]
     _check_disabled(opts.disabled)
     if opts.bind:
         from .args import check_bind_names, module_symbols
 
-        check_bind_names(opts.bind, module_symbols(mod))
+        symbols = module_symbols(mod)
+        if "shard-params" in opts.passes and not mod.meshes():
+            symbols |= {"num_workers"}  # the size of the mesh shard-params declares
+        check_bind_names(opts.bind, symbols)
         passes.append(specialize_pass(opts.bind))
     if not passes:
         return mod

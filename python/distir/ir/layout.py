@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import numpy as np
+
 from . import sym
 from .mesh import DeviceMesh, Range
 from .placement import Placement, Shard
@@ -62,6 +64,29 @@ def block_of(extent: int, placement: Placement, dim: int, coords: Sequence[int],
         start += coords[a] * block
         valid = max(0, min(valid - coords[a] * block, block))
     return start, valid, block
+
+
+def block_slices(
+    shape: Sequence[int], placement: Placement, coords: Sequence[int], sizes: Sequence[int]
+) -> tuple[tuple[slice, ...], tuple[slice, ...], tuple[int, ...]]:
+    """(global slices of the block's real elements, the same slices in the local block, local extent)."""
+    glob, loc, ext = [], [], []
+    for d, n in enumerate(shape):
+        start, valid, block = block_of(n, placement, d, coords, sizes)
+        glob.append(slice(start, start + valid))
+        loc.append(slice(0, valid))
+        ext.append(block)
+    return tuple(glob), tuple(loc), tuple(ext)
+
+
+def cut_block(full: np.ndarray, placement: Placement, coords: Sequence[int], sizes: Sequence[int]) -> np.ndarray:
+    """The block of ``full`` held at mesh ``coords``, padded with zeros to the local extent."""
+    glob, loc, ext = block_slices(full.shape, placement, coords, sizes)
+    if tuple(full[glob].shape) == ext:
+        return np.array(full[glob], order="C")  # a copy; keeps 0-d arrays 0-d
+    out = np.zeros(ext, dtype=full.dtype)
+    out[loc] = full[glob]
+    return out
 
 
 def local_type(t: DTensorType) -> TensorType:

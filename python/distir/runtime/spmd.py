@@ -56,7 +56,15 @@ import numpy as np
 from ..errors import DistirError
 from ..ir import sym
 from ..ir.expr import Call, Function, IRModule, Var
-from ..ir.layout import WORKER_ID, block_of, concrete_mesh_shape, is_worker_var, mesh_coords, worker_values
+from ..ir.layout import (
+    WORKER_ID,
+    block_slices,
+    concrete_mesh_shape,
+    cut_block,
+    is_worker_var,
+    mesh_coords,
+    worker_values,
+)
 from ..ir.mesh import DeviceMesh
 from ..ir.placement import Placement
 from ..ir.types import DTensorType, TupleType, Type
@@ -170,27 +178,6 @@ def _pieces(t: DTensorType, values) -> tuple:
             _layout(t.placement, t.ndim, sizes, tuple(t.mesh.device_list(values)))]
 
 
-def _block(shape: Sequence[int], placement: Placement, coords, sizes) -> tuple[tuple[slice, ...], tuple[slice, ...], tuple[int, ...]]:
-    """(global slices of the block's real elements, the same slices in the local block, local extent)."""
-    glob, loc, ext = [], [], []
-    for d, n in enumerate(shape):
-        start, valid, block = block_of(n, placement, d, coords, sizes)
-        glob.append(slice(start, start + valid))
-        loc.append(slice(0, valid))
-        ext.append(block)
-    return tuple(glob), tuple(loc), tuple(ext)
-
-
-def cut_block(full: np.ndarray, placement: Placement, coords, sizes) -> np.ndarray:
-    """A worker's block of ``full``, padded with zeros to the local extent (see distir.ir.layout)."""
-    glob, loc, ext = _block(full.shape, placement, coords, sizes)
-    if tuple(full[glob].shape) == ext:
-        return np.array(full[glob], order="C")  # a copy; keeps 0-d arrays 0-d
-    out = np.zeros(ext, dtype=full.dtype)
-    out[loc] = full[glob]
-    return out
-
-
 def bind_global_inputs(
     func: Function, arrays: Sequence[Any], sym_values: Mapping[str, int] | None = None
 ) -> tuple[list[np.ndarray], dict[str, int]]:
@@ -282,7 +269,7 @@ def assemble_output(t: Type, per_worker: dict[int, Any], values, what: str, rtol
         local = per_worker.get(dev)
         if local is None:
             raise SpmdError(f"{what}: device {dev} of its mesh holds no value")
-        _, loc, _ = where.setdefault(key, _block(shape, t.placement, coords, sizes))
+        _, loc, _ = where.setdefault(key, block_slices(shape, t.placement, coords, sizes))
         local = np.asarray(local)[loc]  # the real elements; padding is dropped
         seen = blocks.setdefault(key, {})
         held = seen.get(pkey)

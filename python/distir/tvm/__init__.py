@@ -6,14 +6,19 @@
 - :func:`run_pieces` (in :mod:`distir.tvm.disco`): run what ``tvm.compile`` built on a
   Disco ``ThreadedSession`` with the project's CPU collectives, on every worker's piece of
   the inputs (:func:`distir.driver.run_disco` runs it from and to global arrays);
-- :func:`from_relax`: a TVM Relax module using ``R.dist`` as a distir module.
+- :func:`from_relax`: a TVM Relax module using ``R.dist`` as a distir module;
+- :func:`from_nn`: a ``tvm.relax.frontend.nn`` model as a distir module, weights named;
+  :func:`shard_weights`: each worker's blocks of a model's weights, one ``.npz`` per worker.
 
 See docs/tvm.md.
 """
 
 from __future__ import annotations
 
-from .. import ops  # noqa: F401  (declares every op and step kind)
+from .. import (
+    ops,  # noqa: F401  (declares every op and step kind)
+    script,  # noqa: F401  (the text format, so that imported modules print)
+)
 from .errors import DiscoRunError, TvmExportError, TvmImportError
 from .export import DISCO_LAYOUT_FUNC, to_relax
 
@@ -22,7 +27,9 @@ __all__ = [
     "DiscoRunError",
     "TvmExportError",
     "TvmImportError",
+    "from_nn",
     "from_relax",
+    "shard_weights",
     "specialize_and_build",
     "to_relax",
 ]
@@ -37,4 +44,8 @@ def __getattr__(name: str):
         from .importer import from_relax
 
         return from_relax
+    if name in ("from_nn", "shard_weights"):
+        from . import frontend
+
+        return getattr(frontend, name)
     raise AttributeError(f"module 'distir.tvm' has no attribute '{name}'")

@@ -4,7 +4,9 @@ Meshes come from ``global_infos["mesh"]``; ``R.DTensor`` parameters and results 
 their mesh and placement; ``R.dist.annotate_sharding`` and ``R.dist.redistribute`` map
 to the distir ops of the same name, and ``R.dist.redistribute_replica_to_shard`` to a
 redistribute to ``S[axis]``. Every other op must be a distir op of the same name
-(``relax.nn.softmax`` -> ``nn.softmax``); an unknown op is an error naming it.
+(``relax.nn.softmax`` -> ``nn.softmax``); an unknown op is an error naming it and the
+binding, and so is a call of code distir cannot look into (``R.call_tir`` of a TIR
+function, as ``nn.op.tensor_expr_op`` emits, or a packed function).
 
 distir infers every binding's type itself. TVM's DistIR has no partial placement: it
 types a matmul that contracts a sharded dim as replicated, the all-reduce being implied.
@@ -50,6 +52,32 @@ __all__ = ["from_relax"]
 def from_relax(tvm_mod: tvm.IRModule) -> IRModule:
     """The distir form of a TVM Relax module using ``R.dist`` (module docstring)."""
     return _Importer(tvm_mod).run()
+
+
+# Relax calls of code distir cannot see into: it could neither shard them nor run them on one device.
+_OPAQUE_CALLS = ("call_tir", "call_tir_inplace", "call_tir_with_grad", "call_dps_packed", "call_pure_packed",
+                 "call_inplace_packed")
+
+
+def _opaque_call_message(short: str, e) -> str:
+    callee = e.args[0] if len(e.args) else None
+    name = getattr(callee, "name_hint", None) or getattr(callee, "global_symbol", None) or str(callee)
+    if short.startswith("call_tir"):
+        what = (f"R.{short} of the TIR function '{name}' (as nn.op.tensor_expr_op and nn.op.tensor_ir_op emit): "
+                "distir cannot see inside TIR, so it can neither shard it nor run it on one device")
+    else:
+        what = f"R.{short} of the packed function '{name}': distir cannot see inside it"
+    return what + "; write the computation with Relax ops (nn.op.*) instead"
+
+
+def _attr_fields(attrs) -> set[str]:
+    """The field names of a TVM attributes object (its type's, its ancestors' included)."""
+    names: set[str] = set()
+    info = getattr(type(attrs), "__tvm_ffi_type_info__", None) if attrs is not None else None
+    while info is not None:
+        names.update(f.name for f in info.fields)
+        info = info.parent_type_info
+    return names
 
 
 def _last_line(err: Exception) -> str:
@@ -185,6 +213,8 @@ class _Importer:
         short = name.removeprefix("relax.")
         if short == "dist.redistribute_replica_to_shard":
             return self.replica_to_shard(e, env)
+        if short in _OPAQUE_CALLS:
+            raise self.fail(_opaque_call_message(short, e))
         op = get_op(short)
         if op is None:
             raise self.fail(f"TVM op {name} has no distir counterpart")
@@ -219,6 +249,10 @@ class _Importer:
                 pos += 1
         if pos < len(tvm_args):
             raise self.fail(f"{name} has {len(tvm_args)} arguments; distir's R.{op.name} takes {pos}")
+        unknown = sorted(_attr_fields(tvm_attrs) - {p.name for p in op.params})
+        if unknown:  # dropping an attribute could change what the op computes
+            values = ", ".join(f"{k}={_python_value(getattr(tvm_attrs, k))!r}" for k in unknown)
+            raise self.fail(f"{name} has attribute{'s' if len(unknown) > 1 else ''} {values} that distir's R.{op.name} lacks")
         return args, attrs
 
     def replica_to_shard(self, e, env: dict) -> Call:
@@ -304,11 +338,15 @@ class _Importer:
 
     def run(self) -> IRModule:
         funcs = {}
+        others = []
         for gv, f in self.tvm_mod.functions.items():
             name = str(gv.name_hint)
             if not isinstance(f, relax.Function):
-                raise TvmImportError(f"@{name} is a {type(f).__name__}; distir imports Relax functions only")
-            funcs[name] = self.function(name, f)
+                others.append((name, f))
+                continue
+            funcs[name] = self.function(name, f)  # a call of another function is reported here, with its binding
+        for name, f in others:
+            raise TvmImportError(f"@{name} is a {type(f).__name__}; distir imports Relax functions only")
         infos = {"mesh": self.meshes} if self.meshes else {}
         attrs = self.tvm_mod.attrs
         return IRModule(funcs, infos, {str(k): _python_value(v) for k, v in (attrs.items() if attrs is not None else ())})
