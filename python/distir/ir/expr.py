@@ -279,10 +279,20 @@ def set_printer(kind: str, printer: Callable) -> None:
     _PRINTERS[kind] = printer
 
 
+# The package that registers the printers when imported. The IR names it only as text: it is
+# loaded on the first print (as a plugin), so the IR layer does not import the layers above it.
+PRINTER_PACKAGE = "distir.script"
+
+
 def _printer(kind: str) -> Callable:
     printer = _PRINTERS.get(kind)
     if printer is None:
+        import importlib
+
+        importlib.import_module(PRINTER_PACKAGE)  # registers the printers (set_printer)
+        printer = _PRINTERS.get(kind)
+    if printer is None:
         from ..errors import DistirError
 
-        raise DistirError("printing IR needs the text format: import distir.script (any layer above the IR does)")
+        raise DistirError(f"printing IR needs the text format, but importing {PRINTER_PACKAGE} registered no printer")
     return printer

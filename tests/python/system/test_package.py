@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -86,7 +87,6 @@ def test_version():
 
 def test_readme_python_example_runs(tmp_path):
     """The README's "From Python" block is real: it runs and prints one summary per device count."""
-    import subprocess
 
     text = (ROOT / "README.md").read_text()
     section = text.split("## From Python", 1)[1]
@@ -103,7 +103,6 @@ def test_readme_python_example_runs(tmp_path):
 def test_imports_follow_the_layers():
     """import-linter's contracts (pyproject.toml): layers, no cycles in a package, private modules kept private."""
     import shutil
-    import subprocess
 
     root = Path(__file__).resolve().parents[3]
     exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or shutil.which("lint-imports")
@@ -121,7 +120,6 @@ def normalized_demo_lines(text: str) -> list[str]:
 
 
 def test_readme_demo_output_is_what_the_demo_prints():
-    import subprocess
 
     text = (ROOT / "README.md").read_text()
     section = text.split("## Quick start", 1)[1].split("## From Python", 1)[0]
@@ -136,7 +134,6 @@ def test_readme_demo_output_is_what_the_demo_prints():
 
 def test_subpackages_are_attributes_of_distir():
     """``import distir`` then ``distir.transform`` works, as ``tvm.relax`` does after ``import tvm``."""
-    import subprocess
 
     code = (
         "import sys, distir; assert 'tvm' not in sys.modules, 'import distir imports TVM';"
@@ -147,3 +144,21 @@ def test_subpackages_are_attributes_of_distir():
     assert proc.stdout.split() == ["PropagateSharding", "distir.runtime", "distir.tvm"]
     with pytest.raises(AttributeError, match="no attribute 'tranform'"):
         distir.tranform  # noqa: B018
+
+
+def test_printing_loads_the_text_format_on_first_use():
+    # IR built without the parser prints too: the IR layer loads distir.script by name when asked
+    code = (
+        "import sys\n"
+        "from distir.ir.builder import FunctionBuilder, dtensor, mesh, module_of\n"
+        "m = mesh(('num_workers',))\n"
+        "b = FunctionBuilder('main', meshes=[m])\n"
+        "x = b.param('x', dtensor((8,), 'float32', m, 'S[0]'))\n"
+        "b.ret(x)\n"
+        "mod = module_of(b)\n"
+        "assert 'distir.script' not in sys.modules\n"
+        "print(mod.script())\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert 'R.DTensor((8,), "float32", "mesh[0]", "S[0]")' in proc.stdout

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 import distir
-import distir.script
 from distir import examples
 from distir.driver import Driver, run_disco
 from distir.ir import DeviceMesh, Range, sym
