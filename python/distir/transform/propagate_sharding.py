@@ -5,71 +5,59 @@ DTensor-typed parameters (or vars). Output: every tensor computed from a distrib
 is a DTensor, hints are gone, and ``R.dist.redistribute`` sits wherever a producer and a
 consumer disagree, ready for ``legalize-redistribute``.
 
-Two steps:
+Three steps:
 
 1. :func:`~distir.transform.sharding_graph.preferred_placements` spreads the seeds through
    the ops' sharding rules (forwards and backwards) to a preferred placement per tensor.
-2. Materialization walks the bindings in order. For each op it enumerates the input
-   layouts its sharding rule accepts (all replicated; each sharded factor of its inputs or
-   preferred output; partial inputs passed through where the op is linear) and takes the
-   one that moves the fewest bytes by the legalize cost model, ties going to the layout
-   whose output matches the preference, then to the one that keeps inputs as they are.
-   A contraction over a sharded dim therefore yields a partial, reduced only where a
-   consumer needs it. A tensor may end up held in several layouts (versions). When a
-   consumer needs a layout no version has, the pass either redistributes the cheapest
-   version or, for cheap ops without reductions (reshape, permute, elementwise), recomputes
-   the op from inputs in matching layouts when that moves fewer bytes: a replicated
-   ``[8, 8]`` reshaped to ``[64]`` that is needed both sharded and replicated is reshaped
-   twice locally instead of all-gathering the sharded result (XLA's reshape reshard cache).
+2. :func:`~distir.transform.layout_solver.solve_layouts` chooses the layouts of the whole
+   function together: one strategy per op (input layouts its rule accepts), each needed
+   layout of a value supplied by a redistribute or a recomputation (a replicated ``[8, 8]``
+   reshaped to ``[64]`` that is needed both sharded and replicated is reshaped once,
+   replicated, and sliced locally: XLA's reshape reshard cache), minimizing the bytes each
+   worker sends, as an integer program (HiGHS). Functions of more than ``MILP_MAX_SITES``
+   ops, or ``propagate-sharding.search = "greedy"``, use the greedy choice instead: walking
+   the bindings in order, each op takes the input layouts that move the fewest bytes given
+   what exists so far.
+3. Materialization writes the function with the chosen layouts.
 
 A layout may cut a dim unevenly (blocks of ``ceil(n / k)``, see :mod:`distir.ir.layout`),
 but propagation does not introduce one that cuts a static dim into more pieces than it has
-elements at a likely device count (a symbolic mesh size counts as 8 there), which would
+elements at the hinted device count (a symbolic mesh size counts as 4), which would
 leave workers holding nothing: a reshape to ``[2, 16]`` leaves the 2 whole.
 Byte counts need sizes: each symbolic mesh size is taken as 4 and every other symbolic dim
-as 512 (``PassContext(config={"propagate-sharding.size_hints": {"s": 2048}})`` changes
+as 64 (``PassContext(config={"propagate-sharding.size_hints": {"s": 2048}})`` changes
 them). Results that come out partial are all-reduced (a function returns true values);
 sharded results stay sharded (their global type records it). Where propagation met
-disagreeing shardings for a tensor no hint fixes, a :class:`ShardingAmbiguityWarning`
-names it: one ``annotate_sharding`` on it settles the choice.
+disagreeing shardings for a tensor no hint fixes and both layouts cost the same, a
+:class:`ShardingAmbiguityWarning` names it and both costs: one ``annotate_sharding`` on it
+settles the choice.
 """
 
 from __future__ import annotations
 
 import itertools
 import warnings
-from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any, ClassVar
 
 from ..errors import DiagnosticError, DistirError, TypeInferenceError
-from ..ir import sym
 from ..ir.expr import Binding, Block, Call, Constant, Expr, Function, IRModule, Tuple, TupleGetItem, Var
 from ..ir.mesh import DeviceMesh
 from ..ir.op import get_op
 from ..ir.placement import Partial, Placement, Replicate, Shard
 from ..ir.sharding import forward
-from ..ir.types import DTensorType, TensorType, TupleType, dtype_bytes
+from ..ir.types import DTensorType, TensorType, TupleType
+from .layout_solver import INF, MEMORY_WEIGHT, CostModel, LayoutPlan, alternative_cost, solve_layouts
 from .pass_infra import FunctionPass, PassContext, register_pass
-from .redistribute_plan import plan_cost, plan_redistribute
 from .sharding_graph import Graph, Preferences, Site, Slot, build_graph, field_slots, preferred_placements
 
 __all__ = ["PropagateSharding", "ShardingAmbiguityWarning"]
 
-MESH_SIZE_HINT = 4
-DIM_SIZE_HINT = 512
 RECOMPUTE_DEPTH = 3
-LIKELY_COUNT = 8  # a symbolic mesh size, when deciding whether a layout would leave workers empty
-INF = Fraction(10**30)
 
 
 class ShardingAmbiguityWarning(UserWarning):
     """Propagation met two shardings for one tensor and chose; a hint on that tensor decides."""
-
-
-def _only_dim(p: Placement, d: int) -> Placement:
-    """``p`` with every cut of a dim other than ``d`` replaced by R."""
-    return Placement(tuple(x if isinstance(x, Shard) and x.dim == d else Replicate() for x in p.specs))
 
 
 def _tag(p: Placement | None) -> str:
@@ -86,60 +74,32 @@ def _without_partials(p: Placement) -> Placement:
 
 
 class _Materializer:
-    def __init__(self, graph: Graph, prefs: Preferences, size_hints: Mapping[str, int]):
+    """Writes the function with the chosen layouts: the solver's plan (``plan``), or, without one,
+    today's greedy choice op by op (``propagate-sharding.search = "greedy"``)."""
+
+    def __init__(self, graph: Graph, prefs: Preferences, cost: CostModel, plan: LayoutPlan | None = None):
         self.g = graph
         self.prefs = prefs
-        self.env_sizes = dict(size_hints)
-        self.sizes_cache: dict[int, tuple[int, ...]] = {}
+        self.cost = cost
+        self.plan = plan
         self.versions: dict[int, dict[Placement | None, Expr]] = {}
         self.primary: dict[int, Placement | None] = {}
         self.emitted: list[Binding] = []
         self.names = {p.name for p in graph.func.params} | {b.var.name for b in graph.func.bindings()}
-        self.nbytes_cache: dict[int, int] = {}
         self.memo: dict[tuple[int, Placement], Fraction] = {}
         self.plain_versions: dict[tuple[int, int, Placement | None], Var] = {}  # plain slots laid out on a mesh
         self.redistribute = get_op("dist.redistribute")
+        self.slot_by_id = {s.id: s for s in graph.slots}
 
     # -- sizes and costs ------------------------------------------------------------------
     def mesh(self, s: Slot) -> DeviceMesh:
         return self.g.mesh_of[s.id]
 
-    def mesh_sizes(self, mesh: DeviceMesh) -> tuple[int, ...]:
-        key = id(mesh)
-        if key not in self.sizes_cache:
-            self.sizes_cache[key] = tuple(self._eval(d, MESH_SIZE_HINT) for d in mesh.shape)
-        return self.sizes_cache[key]
-
-    def _eval(self, d, default: int) -> int:
-        if isinstance(d, int):
-            return d
-        env = {name: self.env_sizes.get(name, default) for name in sym.free_vars(d)}
-        try:
-            return max(int(sym.evaluate(d, env)), 1)
-        except DistirError:
-            return default
-
-    def nbytes(self, s: Slot) -> int:
-        n = self.nbytes_cache.get(s.id)
-        if n is None:
-            mesh_names = set().union(*(sym.free_vars(d) for d in self.mesh(s).shape))
-            n = dtype_bytes(s.tensor.dtype)
-            for d in s.tensor.shape:
-                names = sym.free_vars(d) if not isinstance(d, int) else set()
-                n *= self._eval(d, MESH_SIZE_HINT if names and names <= mesh_names else DIM_SIZE_HINT)
-            self.nbytes_cache[s.id] = n
-        return n
+    def fits(self, s: Slot, p: Placement, mesh: DeviceMesh) -> bool:
+        return self.cost.fits(s, p, mesh)
 
     def redistribute_cost(self, s: Slot, src: Placement | None, dst: Placement) -> Fraction:
-        if src is None:
-            return Fraction(0) if dst.is_replicated else INF  # a plain value is the same everywhere
-        if src == dst:
-            return Fraction(0)
-        try:
-            plan = plan_redistribute(self.mesh(s), s.tensor.ndim, src, dst)
-        except DistirError:
-            return INF
-        return plan_cost(plan, src, self.mesh_sizes(self.mesh(s))) * self.nbytes(s)
+        return self.cost.redistribute_cost(s, src, dst)
 
     def request_cost(self, s: Slot, q: Placement, depth: int = 0) -> Fraction:
         """Bytes to get slot ``s`` in layout ``q`` from what exists (without emitting anything)."""
@@ -232,23 +192,6 @@ class _Materializer:
                 continue
             yield placements, outs
 
-    def fits(self, s: Slot, p: Placement, mesh: DeviceMesh) -> bool:
-        """Whether ``p`` gives every worker some of ``s``'s static dims at a likely device count.
-
-        Any cut is exact (uneven blocks are padded), but cutting a dim of 2 over 8 workers
-        leaves six with nothing and pads the rest; propagation does not introduce such a
-        layout. A symbolic mesh size counts as ``LIKELY_COUNT``. Dynamic dims are the user's to size."""
-        for d, size in enumerate(s.tensor.shape):
-            axes = p.mesh_axes_of(d)
-            if not axes or not isinstance(size, int):
-                continue
-            count = 1
-            for a in axes:
-                count *= mesh.shape[a] if isinstance(mesh.shape[a], int) else LIKELY_COUNT
-            if size < count:
-                return False
-        return True
-
     # -- emitting ---------------------------------------------------------------------------
     def fresh(self, base: str) -> str:
         name, k = base, 1
@@ -289,15 +232,21 @@ class _Materializer:
         if None in vs:
             return self.obtain_plain(s, q, mesh, name)
         cost, _, src = min((self.redistribute_cost(s, p, q), i, p) for i, p in enumerate(vs))
-        if cost > 0:
+        if self.plan is not None:  # the solver says whether to recompute
+            root = self.slot_by_id[self.plan.root_of(s)]
+            chosen = self.plan.recompute.get((root.id, q))
+            rc, placements, site = (Fraction(0), chosen.ins, root.producer) if chosen is not None else (INF, None, None)
+        elif cost > 0:
             rc, placements = self.recompute_plan(s, q, depth)
-            if placements is not None and rc < cost:
-                site = s.producer
-                args = self.rebuild_args(site, placements, depth + 1)
-                call = Call(site.op, args, site.binding.value.attrs, site.binding.span)
-                var = self.emit(name or self.fresh(f"{s.name}_{_tag(q)}"), call, site.binding.span)
-                vs[q] = var
-                return var
+            site = s.producer
+        else:
+            placements = None
+        if placements is not None and (self.plan is not None or rc < cost):
+            args = self.rebuild_args(site, placements, depth + 1)
+            call = Call(site.op, args, site.binding.value.attrs, site.binding.span)
+            var = self.emit(name or self.fresh(f"{s.name}_{_tag(q)}"), call, site.binding.span)
+            vs[q] = var
+            return var
         if cost >= INF or src is None:
             raise DiagnosticError(
                 f"propagate-sharding: no way to lay out '{s.name}' as \"{q}\" on mesh {self.mesh(s).shape_str()}", s.span
@@ -349,24 +298,10 @@ class _Materializer:
             return None
         if s.fixed is not None:
             return s.fixed
+        if self.plan is not None:
+            return self.plan.primary[s.id]
         p = _without_partials(self.prefs.placement(s))
-        return None if p is None else self.fitted(s, p, self.mesh(s))
-
-    def fitted(self, s: Slot, p: Placement, mesh: DeviceMesh) -> Placement:
-        """``p`` with the innermost cuts of each dim that does not :meth:`fits` replaced by R.
-
-        A parameter's preferred layout combines the wishes of several consumers (``S[0], R``
-        from one, ``R, S[0]`` from another give ``S[0], S[0]``): cut twice, a dim may no longer
-        divide at likely device counts, so propagation keeps only the cuts it can afford."""
-        while not self.fits(s, p, mesh):
-            for d in range(s.tensor.ndim):
-                axes = p.mesh_axes_of(d)
-                if axes and not self.fits(s, _only_dim(p, d), mesh):
-                    p = p.replace(axes[-1], Replicate())
-                    break
-            else:
-                break
-        return p
+        return None if p is None else self.cost.fitted(s, p, self.mesh(s))
 
     def op_site(self, site: Site) -> None:
         self.memo.clear()
@@ -376,9 +311,12 @@ class _Materializer:
             var = self.emit(b.var.name, Call(site.op, args, b.value.attrs, b.span), b.span)
             self.set_outputs(site, var, [None] * len(site.outs))
             return
-        if site.rule is None:
-            if site.op.sharding is not None or not site.outs:
-                raise DiagnosticError(f"propagate-sharding: cannot place the inputs of R.{site.op.name}", b.span)
+        if site.rule is None and (site.op.sharding is not None or not site.outs):
+            raise DiagnosticError(f"propagate-sharding: cannot place the inputs of R.{site.op.name}", b.span)
+        if self.plan is not None:
+            chosen = self.plan.strategy[id(site)]
+            choice, outs = chosen.ins, chosen.outs
+        elif site.rule is None:
             choice = tuple(Placement.replicated(site.mesh.ndim) for _ in site.ins)
             outs = [Placement.replicated(site.mesh.ndim)] * len(site.outs)
         else:
@@ -446,6 +384,11 @@ class _Materializer:
             value = self.emit(b.var.name, call, b.span)
         else:
             value = self.obtain(x, q, name=b.var.name)
+            if self.plan is not None and site.op.name == "dist.annotate_sharding":  # the hint's value is the
+                # annotated value: its readers share the annotated value's layouts
+                self.versions[y.id] = self.versions[x.id]
+                self.primary[y.id] = q
+                return
         self.versions[y.id] = {q: value}
         self.primary[y.id] = q
 
@@ -555,11 +498,69 @@ class PropagateSharding(FunctionPass):
         graph = build_graph(func, {m: f"mesh[{i}]" for i, m in enumerate(mod.meshes())})
         if not graph.is_distributed:
             return func  # nothing is distributed
-        prefs = preferred_placements(graph)
-        hints: dict[str, Any] = dict(ctx.config.get("propagate-sharding.size_hints", {}) or {})
-        new = _Materializer(graph, prefs, hints).run()
+        return lay_out(graph, ctx)
+
+
+SEARCHES = ("auto", "milp", "greedy")
+MILP_MAX_SITES = 400  # "auto": larger functions are laid out greedily (docs/propagation.md, Speed)
+MILP_MAX_MESH_AXES = 2  # "auto": and so are functions on meshes of more axes (strategies multiply per axis)
+
+
+def lay_out(graph: Graph, ctx: PassContext) -> Function:
+    """Choose the layouts of ``graph``'s function and write it with them (warnings included)."""
+    prefs = preferred_placements(graph)
+    hints: dict[str, Any] = dict(ctx.config.get("propagate-sharding.size_hints", {}) or {})
+    search = ctx.config.get("propagate-sharding.search", "auto")
+    if search not in SEARCHES:
+        raise DistirError(
+            f"propagate-sharding.search must be one of {', '.join(SEARCHES)}, got {search!r}"
+        )
+    if search == "auto":
+        small = sum(1 for s in graph.sites if not s.is_hint) <= MILP_MAX_SITES
+        search = "milp" if small and all(m.ndim <= MILP_MAX_MESH_AXES for m in graph.mesh_of.values()) else "greedy"
+    cost = CostModel(graph, hints)
+    if search == "greedy":
+        new = _Materializer(graph, prefs, cost).run()
         _warn_ambiguities(graph, prefs)
         return new
+    plan, model = solve_layouts(graph, prefs, cost)
+    new = _Materializer(graph, prefs, cost, plan).run()
+    _warn_ties(graph, prefs, plan, model)
+    return new
+
+
+def _bytes(x: Fraction) -> str:
+    return f"{int(x):,} B" if x.denominator == 1 else f"{float(x):,.1f} B"
+
+
+def _warn_ties(graph: Graph, prefs: Preferences, plan: LayoutPlan, model) -> None:
+    """Warn where the greedy propagation met two layouts for a tensor and both cost the same."""
+    reported = set()
+    slot_by_id = {s.id: s for s in graph.slots}
+    for c in prefs.conflicts:
+        rid = plan.root_of(c.slot)
+        root = slot_by_id[rid]
+        if rid in reported or root.fixed is not None or rid not in plan.primary:
+            continue
+        reported.add(rid)
+        p = plan.primary[rid]
+        a = c.mesh_axis
+        spec = c.offered if p.specs[a] != c.offered else c.kept
+        alt = p.replace(a, spec)
+        if alt == p:
+            continue
+        alt_cost = alternative_cost(model, rid, alt)
+        chosen = plan.bytes + MEMORY_WEIGHT * plan.held
+        if alt_cost is None or alt_cost.total != chosen:
+            continue
+        where = f" ({root.span})" if root.span else ""
+        warnings.warn(
+            f"propagate-sharding: '{root.name}'{where} costs the same laid out {p} ({_bytes(plan.bytes)} sent, "
+            f"{_bytes(plan.held)} held per worker) or {alt} ({_bytes(alt_cost.sent)} sent, {_bytes(alt_cost.held)} "
+            f"held), at the size hints; it was laid out {p}: add R.dist.annotate_sharding on '{root.name}' to choose",
+            ShardingAmbiguityWarning,
+            stacklevel=3,
+        )
 
 
 def _warn_ambiguities(graph: Graph, prefs: Preferences) -> None:

@@ -1,0 +1,627 @@
+"""Whole-program layout choice: the layouts of all values chosen together, as an integer program.
+
+The problem (Alpa's formulation, as XLA's auto-sharding uses it), over the graph of
+:mod:`~distir.transform.sharding_graph`:
+
+- each op (a :class:`~distir.transform.sharding_graph.Site`) runs in one *strategy*: input
+  placements its sharding rule accepts and the output placements they give
+  (:func:`site_strategies`); a binary variable per strategy, exactly one chosen;
+- each value (a slot; a hint's value is the value it annotates) is produced in one layout,
+  its *primary*: the producer's chosen output, or for a parameter its given layout or, when
+  free, a binary choice among the layouts its consumers read;
+- a consumer that reads a value in layout ``q`` *needs* it in ``q``; each needed layout is
+  supplied once (later readers reuse it) from the primary by a redistribute, costed by the
+  planner (:func:`~distir.transform.redistribute_plan.plan_redistribute`, bytes per worker),
+  or by recomputing the producer from inputs in matching layouts (reshape, permute,
+  elementwise: ops without reductions), which needs those inputs in turn;
+- a result is wanted whole: the cost of gathering it counts (a partial is reduced in the
+  program; a sharded result stays sharded and the runner reassembles it, but that gather is
+  counted, so that no layout wins by leaving its gather outside the program). A declared
+  DTensor return type, or a result bound with a sharded DTensor type, is needed as it says;
+- hints fix a value's layout as a need (and a parameter's primary).
+
+The objective is the bytes every worker sends, at the size hints. Ties are broken, in this
+order of weight, by: output layouts that differ from the preferences of
+:func:`~distir.transform.sharding_graph.preferred_placements` (so that where costs tie the
+answer is the one a reader of the hints expects), fewer redistributes and recomputations,
+and less memory per worker. These weights are scaled to sum to less than one unit of
+bytes, so they never outweigh a byte. ``scipy.optimize.milp`` (HiGHS) solves it; the model
+and the solver are deterministic, so the same module gives the same layout.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import numpy as np
+from scipy.optimize import LinearConstraint, milp
+from scipy.sparse import coo_matrix
+
+from ..errors import DiagnosticError, DistirError, TypeInferenceError
+from ..ir import sym
+from ..ir.expr import Tuple, TupleGetItem, Var
+from ..ir.mesh import DeviceMesh
+from ..ir.placement import Partial, Placement, Replicate, Shard
+from ..ir.sharding import forward
+from ..ir.types import DTensorType, TupleType, dtype_bytes
+from .redistribute_plan import plan_cost, plan_redistribute
+from .sharding_graph import Graph, Preferences, Site, Slot, field_slots
+
+__all__ = ["CostModel", "LayoutPlan", "Strategy", "site_strategies", "solve_layouts"]
+
+MESH_SIZE_HINT = 4
+DIM_SIZE_HINT = 64
+INF = Fraction(10**30)
+ALIAS_OPS = ("dist.annotate_sharding",)  # on one mesh: the value itself, laid out so
+
+# tie-break weights (in units smaller than a byte, see the module docstring)
+W_PREFERENCE = 4  # per mesh axis where an output differs from the preferred layout
+W_MOVE = 2  # per redistribute emitted
+W_RECOMPUTE = 8  # per recomputation emitted (more than a preference: no op is computed twice for a tie)
+W_MEMORY = 1  # per value, times the share of it each worker holds
+MEMORY_WEIGHT = Fraction(0)  # bytes held count only as a tie-break (W_MEMORY), not against bytes sent
+
+
+class CostModel:
+    """Sizes and bytes at the size hints: a symbolic mesh size counts as 4 and any other symbolic
+    dim as 512 unless ``size_hints`` says otherwise."""
+
+    def __init__(self, graph: Graph, size_hints: Mapping[str, int] | None = None):
+        self.g = graph
+        self.env_sizes = dict(size_hints or {})
+        self._sizes: dict[int, tuple[int, ...]] = {}
+        self._nbytes: dict[int, int] = {}
+
+    def mesh(self, s: Slot) -> DeviceMesh:
+        return self.g.mesh_of[s.id]
+
+    def mesh_sizes(self, mesh: DeviceMesh) -> tuple[int, ...]:
+        key = id(mesh)
+        if key not in self._sizes:
+            self._sizes[key] = tuple(self._eval(d, MESH_SIZE_HINT) for d in mesh.shape)
+        return self._sizes[key]
+
+    def _eval(self, d, default: int) -> int:
+        if isinstance(d, int):
+            return d
+        env = {name: self.env_sizes.get(name, default) for name in sym.free_vars(d)}
+        try:
+            return max(int(sym.evaluate(d, env)), 1)
+        except DistirError:
+            return default
+
+    def nbytes(self, s: Slot) -> int:
+        n = self._nbytes.get(s.id)
+        if n is None:
+            mesh_names = set().union(*(sym.free_vars(d) for d in self.mesh(s).shape)) if s.id in self.g.mesh_of else set()
+            n = dtype_bytes(s.tensor.dtype)
+            for d in s.tensor.shape:
+                names = sym.free_vars(d) if not isinstance(d, int) else set()
+                n *= self._eval(d, MESH_SIZE_HINT if names and names <= mesh_names else DIM_SIZE_HINT)
+            self._nbytes[s.id] = n
+        return n
+
+    def redistribute_cost(self, s: Slot, src: Placement | None, dst: Placement) -> Fraction:
+        """Bytes each worker sends to turn ``s`` from ``src`` into ``dst`` (the planner's model)."""
+        if src is None:
+            return Fraction(0) if dst.is_replicated else INF  # a plain value is the same everywhere
+        if src == dst:
+            return Fraction(0)
+        try:
+            plan = plan_redistribute(self.mesh(s), s.tensor.ndim, src, dst)
+        except DistirError:
+            return INF
+        return plan_cost(plan, src, self.mesh_sizes(self.mesh(s))) * self.nbytes(s)
+
+    def held_share(self, s: Slot, p: Placement) -> Fraction:
+        """The share of ``s`` each worker holds in layout ``p``."""
+        sizes = self.mesh_sizes(self.mesh(s))
+        count = 1
+        for a, spec in enumerate(p.specs):
+            if isinstance(spec, Shard):
+                count *= sizes[a]
+        return Fraction(1, count)
+
+    def fits(self, s: Slot, p: Placement, mesh: DeviceMesh) -> bool:
+        """Whether ``p`` gives every worker some of each static dim of ``s`` at the hinted mesh size.
+
+        Any cut is exact (uneven blocks are padded), but cutting a dim of 2 over 4 workers leaves
+        two with nothing; propagation does not introduce such a layout. Dynamic dims are the user's
+        to size."""
+        sizes = self.mesh_sizes(mesh)
+        for d, size in enumerate(s.tensor.shape):
+            axes = p.mesh_axes_of(d)
+            if not axes or not isinstance(size, int):
+                continue
+            count = 1
+            for a in axes:
+                count *= sizes[a]
+            if size < count:
+                return False
+        return True
+
+
+    def fitted(self, s: Slot, p: Placement, mesh: DeviceMesh) -> Placement:
+        """``p`` with the innermost cuts of each dim that does not :meth:`fits` replaced by R.
+
+        A parameter's preferred layout combines the wishes of several consumers (``S[0], R``
+        from one, ``R, S[0]`` from another give ``S[0], S[0]``): cut twice, a dim may no longer
+        divide at the hinted device count, so propagation keeps only the cuts it can afford."""
+        while not self.fits(s, p, mesh):
+            for d in range(s.tensor.ndim):
+                axes = p.mesh_axes_of(d)
+                if axes and not self.fits(s, _only_dim(p, d), mesh):
+                    p = p.replace(axes[-1], Replicate())
+                    break
+            else:
+                break
+        return p
+
+
+def _only_dim(p: Placement, d: int) -> Placement:
+    """``p`` with every cut of a dim other than ``d`` replaced by R."""
+    return Placement(tuple(x if isinstance(x, Shard) and x.dim == d else Replicate() for x in p.specs))
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """One way to run an op: its inputs' placements and the outputs' placements they give."""
+
+    ins: tuple[Placement, ...]
+    outs: tuple[Placement, ...]
+
+
+def site_strategies(site: Site, cost: CostModel, partial_ops: list[set[str]], keep=None) -> list[Strategy]:
+    """Every strategy of ``site`` its rule accepts, per mesh axis: all replicated; each factor of
+    an input dim sharded in every input holding it; partial inputs passed through where the op is
+    linear (only for inputs that may come partial: ``partial_ops[k]``). ``keep(slot, placement)``
+    says a layout that does not :meth:`CostModel.fits` is allowed anyway (a given layout)."""
+    rule = site.rule
+    n, ndim = len(site.ins), site.mesh.ndim
+    replicated = Replicate()
+    options: list[tuple] = [(replicated,) * n]
+    for lead in site.lead_in:
+        for f in lead:
+            if f is None or f in rule.blocked:
+                continue
+            opt = tuple(Shard(d) if (d := site.input_dim(k, f)) is not None else replicated for k in range(n))
+            if opt not in options:
+                options.append(opt)
+    for op, mode in rule.partial.items():
+        can = [k for k in range(n) if op in partial_ops[k]]
+        if mode == "all":
+            if n and len(can) == n:
+                options.append((Partial(op),) * n)
+        else:
+            for k in can:
+                if rule.partial_inputs is None or k in rule.partial_inputs:
+                    options.append(tuple(Partial(op) if i == k else replicated for i in range(n)))
+    out: list[Strategy] = []
+    seen = set()
+    for combo in itertools.product(options, repeat=ndim):
+        placements = tuple(Placement(tuple(combo[a][k] for a in range(ndim))) for k in range(n))
+        try:
+            for s, p in zip(site.ins, placements):
+                p.validate(ndim, s.tensor.ndim)
+            outs = tuple(forward(rule, placements, ndim, site.op.name))
+        except (TypeInferenceError, DistirError):
+            continue
+        if not all(cost.fits(s, p, site.mesh) or (keep is not None and keep(s, p)) for s, p in zip(site.ins, placements)):
+            continue
+        if not all(cost.fits(s, p, site.mesh) or (keep is not None and keep(s, p)) for s, p in zip(site.outs, outs)):
+            continue
+        key = (placements, outs)
+        if key not in seen:
+            seen.add(key)
+            out.append(Strategy(placements, outs))
+    return out
+
+
+@dataclass
+class LayoutPlan:
+    """The solver's answer: a strategy per op, a layout per parameter, how each needed layout is got."""
+
+    strategy: dict[int, Strategy]  # id(site) -> chosen strategy
+    primary: dict[int, Placement]  # root slot id -> the layout it is produced in
+    recompute: dict[tuple[int, Placement], Strategy]  # (root slot id, layout) -> recompute the producer so
+    root: dict[int, int]  # slot id -> the slot whose value it is (a hint's output -> the annotated slot)
+    bytes: Fraction  # bytes each worker sends at the size hints (results counted as gathered)
+    held: Fraction  # bytes each worker holds, summed over every value and version
+    candidates: dict[int, list[Placement]] = field(default_factory=dict)  # free parameter -> layouts tried
+
+    def root_of(self, s: Slot) -> int:
+        return self.root.get(s.id, s.id)
+
+
+class _Model:
+    """Columns and rows of the integer program, built from the graph."""
+
+    def __init__(self, graph: Graph, prefs: Preferences | None, cost: CostModel):
+        self.g, self.prefs, self.cost = graph, prefs, cost
+        self.c: list[Fraction] = []  # bytes sent per column
+        self.mem: list[Fraction] = []  # bytes held per worker per column
+        self.tb: list[float] = []  # tie-break per column
+        self.binary: list[bool] = []
+        self.lb: list[float] = []
+        self.rows: list[tuple[list[tuple[int, float]], float, float]] = []
+        self.root: dict[int, int] = {}
+        self.slot_by_id = {s.id: s for s in graph.slots}
+        # per root slot id: placement -> list of (column, coefficient) (or None: fixed, always 1)
+        self.prim: dict[int, dict[Placement, list[int] | None]] = {}
+        self.need: dict[int, dict[Placement, int]] = {}
+        self.site_cols: dict[int, list[tuple[int, Strategy]]] = {}
+        self.strategies: dict[int, list[Strategy]] = {}
+        self.z_cols: list[tuple[int, int, Placement, Placement]] = []  # (col, root, src, dst)
+        self.r_cols: list[tuple[int, int, Placement, Strategy]] = []
+        self.param_cols: dict[int, list[tuple[int, Placement]]] = {}
+        self.forced: list[tuple[int, Placement]] = []
+
+    # -- columns and rows --------------------------------------------------------------------
+    def col(self, cost: Fraction = Fraction(0), tb: float = 0.0, binary: bool = False, lb: float = 0.0,
+            mem: Fraction = Fraction(0)) -> int:
+        self.c.append(cost)
+        self.mem.append(mem)
+        self.tb.append(tb)
+        self.binary.append(binary)
+        self.lb.append(lb)
+        return len(self.c) - 1
+
+    def row(self, terms, lo: float, hi: float) -> None:
+        self.rows.append((terms, lo, hi))
+
+    def distributed(self, s: Slot) -> bool:
+        return s.distributable and s.id in self.g.mesh_of
+
+    def rid(self, s: Slot) -> int:
+        return self.root.get(s.id, s.id)
+
+    def need_col(self, rid: int, q: Placement) -> int:
+        by = self.need.setdefault(rid, {})
+        if q not in by:
+            by[q] = self.col()
+        return by[q]
+
+    def pref_mismatch(self, s: Slot, p: Placement) -> int:
+        if self.prefs is None or s.id not in self.prefs.specs:
+            return 0
+        want = self.prefs.placement(s)
+        return sum(a != b for a, b in zip(p.specs, want.specs))
+
+    def held(self, s: Slot, p: Placement) -> Fraction:
+        return self.cost.held_share(s, p) * self.cost.nbytes(s)
+
+    def partial_ops(self, s: Slot) -> set[str]:
+        if not self.distributed(s):
+            return set()
+        prim = self.prim.get(self.rid(s), {})
+        return {spec.op for p in prim for spec in p.specs if isinstance(spec, Partial)}
+
+    def keep(self, s: Slot, p: Placement) -> bool:
+        root = self.slot_by_id[self.rid(s)]
+        return root.fixed is not None and root.fixed == p
+
+    # -- building --------------------------------------------------------------------------
+    def build(self) -> None:
+        g = self.g
+        for p in g.func.params:
+            for s in g.var_slots.get(p, []):
+                if self.distributed(s) and s.fixed is not None:
+                    self.prim[s.id] = {s.fixed: None}
+        for site in g.sites:
+            if site.mesh is None:
+                continue
+            if site.is_hint:
+                self.hint(site)
+            else:
+                self.op(site)
+        self.results()
+        self.params()
+        self.supplies()
+
+    def hint(self, site: Site) -> None:
+        x, y = site.ins[0] if site.ins else None, site.outs[0]
+        q = site.binding.value.attrs.get("placement") or Placement.replicated(site.mesh.ndim)
+        if (
+            site.op.name in ALIAS_OPS
+            and x is not None
+            and self.distributed(x)
+            and self.g.mesh_of.get(x.id) == self.g.mesh_of.get(y.id)
+        ):
+            self.root[y.id] = self.rid(x)
+            self.forced.append((self.rid(x), q))
+        else:  # an explicit redistribute (kept as written), a transfer to another mesh, or R.dist.replicate
+            self.prim[y.id] = {q: None}
+            if (site.op.name == "dist.redistribute" and x is not None and self.distributed(x)
+                    and self.g.mesh_of.get(x.id) == self.g.mesh_of.get(y.id)):
+                self.forced.append((self.rid(x), q))
+
+    def op(self, site: Site) -> None:
+        if not any(self.distributed(s) for s in site.ins) and not any(s.fixed for s in site.outs):
+            return  # computed from plain values only: kept plain
+        ndim = site.mesh.ndim
+        if site.rule is None:
+            strategies = [Strategy(tuple(Placement.replicated(ndim) for _ in site.ins),
+                                   tuple(Placement.replicated(ndim) for _ in site.outs))]
+        else:
+            strategies = site_strategies(site, self.cost, [self.partial_ops(s) for s in site.ins], self.keep)
+        if not strategies:
+            raise DiagnosticError(
+                f"propagate-sharding: no layout of the inputs of R.{site.op.name} fits its sharding rule "
+                f"for '{site.name}'",
+                site.binding.span,
+            )
+        self.strategies[id(site)] = strategies
+        cols = []
+        for st in strategies:
+            tb = W_PREFERENCE * sum(self.pref_mismatch(s, p) for s, p in zip(site.outs, st.outs))
+            mem = sum((self.held(s, p) for s, p in zip(site.outs, st.outs)), Fraction(0))
+            tb += W_MEMORY * sum(float(self.cost.held_share(s, p)) for s, p in zip(site.outs, st.outs))
+            cols.append((self.col(tb=tb, binary=True, mem=mem), st))
+        self.site_cols[id(site)] = cols
+        self.row([(c, 1.0) for c, _ in cols], 1, 1)
+        for o, s in enumerate(site.outs):
+            by = self.prim.setdefault(s.id, {})
+            for c, st in cols:
+                by.setdefault(st.outs[o], []).append(c)
+        self.demand(site.ins, cols)
+
+    def demand(self, ins: list[Slot], cols: list[tuple[int, Strategy]], scale_col: int | None = None) -> None:
+        """Rows: each distributed input is needed in the layout the chosen strategy reads it in."""
+        wanted: dict[tuple[int, Placement], list[int]] = {}
+        for c, st in cols:
+            for s, p in zip(ins, st.ins):
+                if self.distributed(s):
+                    lst = wanted.setdefault((self.rid(s), p), [])
+                    if c not in lst:
+                        lst.append(c)
+        for (rid, p), cs in wanted.items():
+            n = self.need_col(rid, p)
+            self.row([(n, 1.0)] + [(c, -1.0) for c in cs], 0, np.inf)
+
+    def results(self) -> None:
+        """A result holds true values and the caller gets it whole: the cost of gathering it counts
+        (a partial is reduced in the program, a sharded result is reassembled by the runner). A
+        declared DTensor return type, or a result bound with a sharded DTensor type (written so,
+        inferred from DTensor inputs, or chosen by an earlier run), is returned in that layout."""
+        f = self.g.func
+
+        def leaves(t):
+            if isinstance(t, TupleType):
+                return [x for fld in t.fields for x in leaves(fld)]
+            return [t]
+
+        def pairs(e):
+            if isinstance(e, Tuple):
+                return [x for fld in e.fields for x in pairs(fld)]
+            if isinstance(e, TupleGetItem):
+                slots = field_slots(self.g.var_slots.get(e.tuple_value, []), e.tuple_value.type, e.index) if isinstance(
+                    e.tuple_value, Var) else []
+            elif isinstance(e, Var):
+                slots = self.g.var_slots.get(e, [])
+            else:
+                return []
+            types = leaves(e.type)
+            return list(zip(slots, types)) if len(types) == len(slots) else [(s, None) for s in slots]
+
+        found = pairs(f.result)
+        declared = leaves(f.ret_type) if f.ret_type is not None else []
+        self.result_costs: list[tuple[int, Placement, Fraction]] = []
+        for i, (s, bound) in enumerate(found):
+            if not self.distributed(s):
+                continue
+            t = declared[i] if len(declared) == len(found) else None
+            if isinstance(t, DTensorType):
+                self.forced.append((self.rid(s), t.placement))
+                continue
+            if self.rid(s) != s.id:
+                continue  # a hint's value: returned as the hint lays it out
+            if isinstance(bound, DTensorType) and not bound.placement.has_partial and any(
+                isinstance(x, Shard) for x in bound.placement.specs
+            ) and self.g.mesh_of.get(s.id) == bound.mesh:
+                self.forced.append((s.id, bound.placement))
+                continue
+            whole = Placement.replicated(self.g.mesh_of[s.id].ndim)
+            for p in self.prim.get(s.id, {}):
+                c = self.cost.redistribute_cost(s, p, whole)
+                if c:
+                    self.result_costs.append((s.id, p, c))
+
+    def params(self) -> None:
+        """Parameters without a given layout: the layout the hints spread to them (the greedy
+        preference), or, where two paths disagreed, a choice among the layouts they offered."""
+        offered: dict[int, list[Placement]] = {}
+        if self.prefs is not None:
+            for c in self.prefs.conflicts:
+                for spec in (c.kept, c.offered):
+                    offered.setdefault(c.slot.id, []).append(self.prefs.placement(c.slot).replace(c.mesh_axis, spec))
+        for p in self.g.func.params:
+            for s in self.g.var_slots.get(p, []):
+                if not self.distributed(s) or s.id in self.prim:
+                    continue
+                mesh = self.g.mesh_of[s.id]
+                cands: list[Placement] = []
+                pref = self.prefs.placement(s) if self.prefs is not None else Placement.replicated(mesh.ndim)
+                wanted = [pref] + offered.get(s.id, [])
+                for q in wanted:
+                    if q.has_partial:
+                        q = Placement(tuple(Replicate() if isinstance(x, Partial) else x for x in q.specs))
+                    q = self.cost.fitted(s, q, mesh)
+                    if q not in cands:
+                        cands.append(q)
+                cols = []
+                for q in cands:
+                    tb = W_PREFERENCE * self.pref_mismatch(s, q) + W_MEMORY * float(self.cost.held_share(s, q))
+                    cols.append((self.col(tb=tb, binary=True, mem=self.held(s, q)), q))
+                self.row([(c, 1.0) for c, _ in cols], 1, 1)
+                self.param_cols[s.id] = cols
+                self.prim[s.id] = {q: [c] for c, q in cols}
+
+    def supplies(self) -> None:
+        """Each needed layout comes from the primary, by a redistribute or a recomputation."""
+        for rid, q in self.forced:
+            n = self.need_col(rid, q)
+            self.lb[n] = 1.0
+        producer_of = {}
+        for site in self.g.sites:
+            if id(site) in self.site_cols:
+                for s in site.outs:
+                    producer_of[s.id] = site
+        # later values first: a recomputation needs layouts of earlier values (smaller slot ids)
+        done: set[tuple[int, Placement]] = set()
+        while True:
+            todo = [(rid, q) for rid in self.need for q in self.need[rid] if (rid, q) not in done]
+            if not todo:
+                break
+            rid = max(r for r, _ in todo)
+            s = self.slot_by_id[rid]
+            for q, n in list(self.need[rid].items()):
+                if (rid, q) in done:
+                    continue
+                done.add((rid, q))
+                if rid not in self.prim:
+                    continue  # a plain value (computed from constants): any layout is a local slice
+                terms = [(n, 1.0)]
+                prim = self.prim.get(rid, {})
+                if q in prim:
+                    if prim[q] is None:
+                        continue  # given in that layout
+                    terms += [(c, -1.0) for c in prim[q]]
+                for p, cols in prim.items():
+                    if p == q:
+                        continue
+                    cost = self.cost.redistribute_cost(s, p, q)
+                    if cost >= INF:
+                        continue
+                    z = self.col(cost=cost, tb=W_MOVE, mem=self.held(s, q))
+                    self.z_cols.append((z, rid, p, q))
+                    terms.append((z, -1.0))
+                    if cols is not None:
+                        self.row([(z, 1.0)] + [(c, -1.0) for c in cols], -np.inf, 0)
+                site = producer_of.get(rid)
+                if site is not None and self.recomputable(site):
+                    for st in self.strategies[id(site)]:
+                        if st.outs[0] != q:
+                            continue
+                        r = self.col(tb=W_RECOMPUTE, mem=self.held(s, q))
+                        self.r_cols.append((r, rid, q, st))
+                        terms.append((r, -1.0))
+                        self.demand(site.ins, [(r, st)])
+                self.row(terms, -np.inf, 0)
+
+    @staticmethod
+    def recomputable(site: Site) -> bool:
+        return site.rule is not None and not site.rule.reductions and len(site.outs) == 1 and bool(site.ins)
+
+    # -- solving ---------------------------------------------------------------------------
+    def solve(self, force: tuple[int, Placement] | None = None) -> tuple[np.ndarray, Fraction]:
+        extra = []
+        if force is not None:
+            rid, p = force
+            cols = self.prim.get(rid, {}).get(p, [])
+            if cols is None:
+                cols = []
+            if not cols and p not in self.prim.get(rid, {}):
+                raise _Infeasible()
+            if cols:
+                extra.append(([(c, 1.0) for c in cols], 1, 1))
+        costs = list(self.c)
+        for sid, p, c in self.result_costs:
+            for col in self.prim[sid][p] or []:
+                costs[col] += c
+        total_cost = [c + MEMORY_WEIGHT * m for c, m in zip(costs, self.mem)]
+        unit = Fraction(0)
+        for x in total_cost:
+            if x:
+                unit = Fraction(math.gcd(unit.numerator * x.denominator, x.numerator * unit.denominator),
+                                unit.denominator * x.denominator) if unit else x
+        unit = unit or Fraction(1)
+        units = np.array([float(x / unit) for x in total_cost])
+        tb = np.array(self.tb)
+        scale = 0.5 / (tb.sum() + 1.0)
+        objective = units + tb * scale
+        rows = self.rows + extra
+        data, ri, ci, lo, hi = [], [], [], [], []
+        for i, (terms, a, b) in enumerate(rows):
+            for c, v in terms:
+                ri.append(i)
+                ci.append(c)
+                data.append(v)
+            lo.append(a)
+            hi.append(b)
+        n = len(costs)
+        A = coo_matrix((data, (ri, ci)), shape=(len(rows), n)).tocsr()
+        res = milp(
+            objective,
+            integrality=np.array(self.binary, dtype=int),
+            bounds=(np.array(self.lb), np.ones(n)),
+            constraints=LinearConstraint(A, np.array(lo), np.array(hi)),
+            options={"mip_rel_gap": 0.0, "presolve": True},
+        )
+        if res.x is None:
+            raise _Infeasible()
+        x = res.x
+        sent = sum((costs[i] for i in range(n) if costs[i] and x[i] > 0.5), Fraction(0))
+        held = sum((self.mem[i] for i in range(n) if self.mem[i] and x[i] > 0.5), Fraction(0))
+        return x, _Cost(sent, held)
+
+
+class _Infeasible(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class _Cost:
+    sent: Fraction  # bytes each worker sends (results counted as gathered)
+    held: Fraction  # bytes each worker holds, summed over the values and their versions
+
+    @property
+    def total(self) -> Fraction:
+        return self.sent + MEMORY_WEIGHT * self.held
+
+
+def solve_layouts(graph: Graph, prefs: Preferences | None, cost: CostModel) -> tuple[LayoutPlan, _Model]:
+    """The cheapest layout of the whole function (see the module docstring), and the model (to
+    ask what another layout of one value would cost, :func:`alternative_cost`)."""
+    model = _Model(graph, prefs, cost)
+    model.build()
+    try:
+        x, total = model.solve()
+    except _Infeasible:
+        raise DiagnosticError("propagate-sharding: no layout of the function satisfies the hints", graph.func.span) from None
+    return plan_of(model, x, total), model
+
+
+def plan_of(model: _Model, x: np.ndarray, total: Fraction) -> LayoutPlan:
+    strategy, primary, recompute = {}, {}, {}
+    for site in model.g.sites:
+        cols = model.site_cols.get(id(site))
+        if cols is None:
+            continue
+        st = max(cols, key=lambda cs: x[cs[0]])[1]
+        strategy[id(site)] = st
+        for s, p in zip(site.outs, st.outs):
+            primary[s.id] = p
+    for sid, cols in model.param_cols.items():
+        primary[sid] = max(cols, key=lambda cq: x[cq[0]])[1]
+    for sid, by in model.prim.items():
+        for p, cols in by.items():
+            if cols is None:
+                primary.setdefault(sid, p)
+    for r, rid, q, st in model.r_cols:
+        if x[r] > 0.5:
+            recompute[(rid, q)] = st
+    candidates = {sid: [q for _, q in cols] for sid, cols in model.param_cols.items()}
+    return LayoutPlan(strategy, primary, recompute, dict(model.root), total.sent, total.held, candidates)
+
+
+def alternative_cost(model: _Model, rid: int, p: Placement) -> _Cost | None:
+    """The optimum with value ``rid`` produced in layout ``p`` (None: no such layout is possible)."""
+    try:
+        _, total = model.solve(force=(rid, p))
+    except _Infeasible:
+        return None
+    return total
