@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import warnings
+
 import distir.ops  # noqa: F401  (declares the ops the builder calls)
+from distir.analysis import comm_volume
+from distir.driver import compare, random_inputs
 from distir.ir import DeviceMesh, IRModule, Placement
 from distir.ir.builder import FunctionBuilder, dtensor, mesh, module_of
+from distir.runtime import run
+from distir.runtime.spmd import SpmdStats, run_spmd
+from distir.transform import PassContext
+from distir.transform.pipelines import distribute_pipeline
+from distir.transform.propagate_sharding import ShardingAmbiguityWarning
+from distir.transform.specialize import specialize
 
 
 def redistribute_module(
@@ -58,3 +68,40 @@ class Module:
             R.output(logits)
         return logits
 """
+
+
+# the guarantee of propagate-sharding's default search: no more bytes than the greedy choice, at every size
+
+GUARANTEE_SEQ = (1, 10, 64, 512)
+GUARANTEE_COUNTS = (2, 3, 4, 8)
+
+
+def bytes_over_sizes(mod, search: str, func: str = "main"):
+    """The distributed module for ``search`` and its bytes per worker (the analysis' formula, which
+    tests/python/analysis checks against the simulator) at every sequence length and count above."""
+    with warnings.catch_warnings(), PassContext(config={"propagate-sharding.search": search}):
+        warnings.simplefilter("ignore", ShardingAmbiguityWarning)
+        local = distribute_pipeline()(mod)
+    volume = comm_volume(local, func)
+    names = volume.free_vars() - {"num_workers"}
+    return local, {
+        (s, w): volume.evaluate({"num_workers": w, **dict.fromkeys(names, s)}).bytes_per_worker
+        for s in GUARANTEE_SEQ
+        for w in GUARANTEE_COUNTS
+    }
+
+
+def assert_no_worse_than_greedy(mod, func: str = "main", dims=None):
+    local, chosen = bytes_over_sizes(mod, "auto", func)
+    _, greedy = bytes_over_sizes(mod, "greedy", func)
+    worse = {k: (chosen[k], greedy[k]) for k in chosen if chosen[k] > greedy[k]}
+    assert not worse, worse
+    # one point on the simulator: the formula's bytes, and the numbers of one device
+    stats = SpmdStats()
+    inputs = random_inputs(local, func, dims or dict.fromkeys(comm_volume(local, func).free_vars() - {"num_workers"}, 10))
+    got = run_spmd(specialize(local, {"num_workers": 4}), *inputs, func=func, stats=stats)
+    reference = run(mod, *inputs, func=func)
+    assert compare(got, reference, rtol=1e-4, atol=1e-5).ok
+    if not dims:
+        assert stats.bytes_per_worker == chosen[(10, 4)]
+    return chosen, greedy

@@ -55,6 +55,12 @@ __all__ = ["CostModel", "LayoutPlan", "Strategy", "site_strategies", "solve_layo
 
 MESH_SIZE_HINT = 4
 DIM_SIZE_HINT = 64
+# the sizes the objective is summed over (a layout that wins at one guessed size may lose badly at
+# another): each symbolic mesh size at 2, 4 and 8, each other symbolic dim at 16, 64 and 512 with
+# weight 512 // size, so that bytes proportional to such a dim (activations) weigh alike at every
+# size and bytes independent of it (weights) weigh more where they are a larger share (short sequences)
+MESH_SAMPLES = (2, 4, 8)
+DIM_SAMPLES = ((16, 32), (64, 8), (512, 1))
 INF = Fraction(10**30)
 ALIAS_OPS = ("dist.annotate_sharding",)  # on one mesh: the value itself, laid out so
 
@@ -68,7 +74,9 @@ MEMORY_WEIGHT = Fraction(0)  # bytes held count only as a tie-break (W_MEMORY), 
 
 class CostModel:
     """Sizes and bytes at the size hints: a symbolic mesh size counts as 4 and any other symbolic
-    dim as 512 unless ``size_hints`` says otherwise."""
+    dim as 64 unless ``size_hints`` says otherwise (:meth:`redistribute_cost`); and the same summed
+    over the samples ``MESH_SAMPLES`` x ``DIM_SAMPLES`` of the sizes ``size_hints`` leaves open
+    (:meth:`sampled_cost`, the solver's objective)."""
 
     def __init__(self, graph: Graph, size_hints: Mapping[str, int] | None = None):
         self.g = graph
@@ -97,13 +105,36 @@ class CostModel:
     def nbytes(self, s: Slot) -> int:
         n = self._nbytes.get(s.id)
         if n is None:
-            mesh_names = set().union(*(sym.free_vars(d) for d in self.mesh(s).shape)) if s.id in self.g.mesh_of else set()
-            n = dtype_bytes(s.tensor.dtype)
-            for d in s.tensor.shape:
-                names = sym.free_vars(d) if not isinstance(d, int) else set()
-                n *= self._eval(d, MESH_SIZE_HINT if names and names <= mesh_names else DIM_SIZE_HINT)
-            self._nbytes[s.id] = n
+            n = self._nbytes[s.id] = self.nbytes_at(s, MESH_SIZE_HINT, DIM_SIZE_HINT)
         return n
+
+    def nbytes_at(self, s: Slot, mesh_size: int, dim_size: int) -> int:
+        """Bytes of ``s`` with symbolic mesh sizes at ``mesh_size`` and other symbolic dims at ``dim_size``
+        (``size_hints`` first)."""
+        mesh_names = set().union(*(sym.free_vars(d) for d in self.mesh(s).shape)) if s.id in self.g.mesh_of else set()
+        n = dtype_bytes(s.tensor.dtype)
+        for d in s.tensor.shape:
+            names = sym.free_vars(d) if not isinstance(d, int) else set()
+            n *= self._eval(d, mesh_size if names and names <= mesh_names else dim_size)
+        return n
+
+    def sampled_cost(self, s: Slot, src: Placement | None, dst: Placement) -> Fraction:
+        """:meth:`redistribute_cost` summed over the sampled sizes (weighted, see ``DIM_SAMPLES``)."""
+        if src is None:
+            return Fraction(0) if dst.is_replicated else INF
+        if src == dst:
+            return Fraction(0)
+        mesh = self.mesh(s)
+        try:
+            plan = plan_redistribute(mesh, s.tensor.ndim, src, dst)
+        except DistirError:
+            return INF
+        total = Fraction(0)
+        for m in MESH_SAMPLES:
+            share = plan_cost(plan, src, tuple(self._eval(d, m) for d in mesh.shape))
+            if share:
+                total += share * sum(w * self.nbytes_at(s, m, v) for v, w in DIM_SAMPLES)
+        return total
 
     def redistribute_cost(self, s: Slot, src: Placement | None, dst: Placement) -> Fraction:
         """Bytes each worker sends to turn ``s`` from ``src`` into ``dst`` (the planner's model)."""
@@ -231,6 +262,7 @@ class LayoutPlan:
     root: dict[int, int]  # slot id -> the slot whose value it is (a hint's output -> the annotated slot)
     bytes: Fraction  # bytes each worker sends at the size hints (results counted as gathered)
     held: Fraction  # bytes each worker holds, summed over every value and version
+    objective: Fraction  # what the solver minimized: bytes sent summed over the sampled sizes
     candidates: dict[int, list[Placement]] = field(default_factory=dict)  # free parameter -> layouts tried
 
     def root_of(self, s: Slot) -> int:
@@ -242,7 +274,8 @@ class _Model:
 
     def __init__(self, graph: Graph, prefs: Preferences | None, cost: CostModel):
         self.g, self.prefs, self.cost = graph, prefs, cost
-        self.c: list[Fraction] = []  # bytes sent per column
+        self.c: list[Fraction] = []  # bytes sent per column, summed over the sampled sizes (the objective)
+        self.c_hint: list[Fraction] = []  # bytes sent per column at the size hints (reported)
         self.mem: list[Fraction] = []  # bytes held per worker per column
         self.tb: list[float] = []  # tie-break per column
         self.binary: list[bool] = []
@@ -259,11 +292,13 @@ class _Model:
         self.r_cols: list[tuple[int, int, Placement, Strategy]] = []
         self.param_cols: dict[int, list[tuple[int, Placement]]] = {}
         self.forced: list[tuple[int, Placement]] = []
+        self.read_as: dict[int, Placement] = {}  # a hint's output slot id -> the layout its readers read it in
 
     # -- columns and rows --------------------------------------------------------------------
     def col(self, cost: Fraction = Fraction(0), tb: float = 0.0, binary: bool = False, lb: float = 0.0,
-            mem: Fraction = Fraction(0)) -> int:
+            mem: Fraction = Fraction(0), at_hint: Fraction = Fraction(0)) -> int:
         self.c.append(cost)
+        self.c_hint.append(at_hint)
         self.mem.append(mem)
         self.tb.append(tb)
         self.binary.append(binary)
@@ -332,6 +367,7 @@ class _Model:
             and self.g.mesh_of.get(x.id) == self.g.mesh_of.get(y.id)
         ):
             self.root[y.id] = self.rid(x)
+            self.read_as[y.id] = q
             self.forced.append((self.rid(x), q))
         else:  # an explicit redistribute (kept as written), a transfer to another mesh, or R.dist.replicate
             self.prim[y.id] = {q: None}
@@ -348,13 +384,17 @@ class _Model:
                                    tuple(Placement.replicated(ndim) for _ in site.outs))]
         else:
             strategies = site_strategies(site, self.cost, [self.partial_ops(s) for s in site.ins], self.keep)
+        self.strategies[id(site)] = strategies  # a recomputation may read a hint's value in any layout
+        # the op itself reads a hint's value in the hinted layout (TVM's meaning, and the greedy pass's)
+        # (where its rule accepts that layout; else, as the greedy pass does, in one it accepts)
+        strategies = [st for st in strategies
+                      if all(self.read_as.get(s.id, p) == p for s, p in zip(site.ins, st.ins))] or strategies
         if not strategies:
             raise DiagnosticError(
                 f"propagate-sharding: no layout of the inputs of R.{site.op.name} fits its sharding rule "
                 f"for '{site.name}'",
                 site.binding.span,
             )
-        self.strategies[id(site)] = strategies
         cols = []
         for st in strategies:
             tb = W_PREFERENCE * sum(self.pref_mismatch(s, p) for s, p in zip(site.outs, st.outs))
@@ -409,7 +449,7 @@ class _Model:
 
         found = pairs(f.result)
         declared = leaves(f.ret_type) if f.ret_type is not None else []
-        self.result_costs: list[tuple[int, Placement, Fraction]] = []
+        self.result_costs: list[tuple[int, Placement, Fraction, Fraction]] = []
         for i, (s, bound) in enumerate(found):
             if not self.distributed(s):
                 continue
@@ -426,9 +466,9 @@ class _Model:
                 continue
             whole = Placement.replicated(self.g.mesh_of[s.id].ndim)
             for p in self.prim.get(s.id, {}):
-                c = self.cost.redistribute_cost(s, p, whole)
+                c = self.cost.sampled_cost(s, p, whole)
                 if c:
-                    self.result_costs.append((s.id, p, c))
+                    self.result_costs.append((s.id, p, c, self.cost.redistribute_cost(s, p, whole)))
 
     def params(self) -> None:
         """Parameters without a given layout: the layout the hints spread to them (the greedy
@@ -493,10 +533,10 @@ class _Model:
                 for p, cols in prim.items():
                     if p == q:
                         continue
-                    cost = self.cost.redistribute_cost(s, p, q)
+                    cost = self.cost.sampled_cost(s, p, q)
                     if cost >= INF:
                         continue
-                    z = self.col(cost=cost, tb=W_MOVE, mem=self.held(s, q))
+                    z = self.col(cost=cost, tb=W_MOVE, mem=self.held(s, q), at_hint=self.cost.redistribute_cost(s, p, q))
                     self.z_cols.append((z, rid, p, q))
                     terms.append((z, -1.0))
                     if cols is not None:
@@ -528,10 +568,11 @@ class _Model:
                 raise _Infeasible()
             if cols:
                 extra.append(([(c, 1.0) for c in cols], 1, 1))
-        costs = list(self.c)
-        for sid, p, c in self.result_costs:
+        costs, at_hint = list(self.c), list(self.c_hint)
+        for sid, p, c, h in self.result_costs:
             for col in self.prim[sid][p] or []:
                 costs[col] += c
+                at_hint[col] += h
         total_cost = [c + MEMORY_WEIGHT * m for c, m in zip(costs, self.mem)]
         unit = Fraction(0)
         for x in total_cost:
@@ -564,9 +605,11 @@ class _Model:
         if res.x is None:
             raise _Infeasible()
         x = res.x
-        sent = sum((costs[i] for i in range(n) if costs[i] and x[i] > 0.5), Fraction(0))
-        held = sum((self.mem[i] for i in range(n) if self.mem[i] and x[i] > 0.5), Fraction(0))
-        return x, _Cost(sent, held)
+        chosen = [i for i in range(n) if x[i] > 0.5]
+        minimized = sum((costs[i] for i in chosen), Fraction(0))
+        sent = sum((at_hint[i] for i in chosen), Fraction(0))
+        held = sum((self.mem[i] for i in chosen), Fraction(0))
+        return x, _Cost(minimized, sent, held)
 
 
 class _Infeasible(Exception):
@@ -575,12 +618,13 @@ class _Infeasible(Exception):
 
 @dataclass(frozen=True)
 class _Cost:
-    sent: Fraction  # bytes each worker sends (results counted as gathered)
-    held: Fraction  # bytes each worker holds, summed over the values and their versions
+    objective: Fraction  # bytes each worker sends summed over the sampled sizes (results counted as gathered)
+    sent: Fraction  # bytes each worker sends at the size hints (results counted as gathered)
+    held: Fraction  # bytes each worker holds at the size hints, summed over the values and their versions
 
     @property
     def total(self) -> Fraction:
-        return self.sent + MEMORY_WEIGHT * self.held
+        return self.objective + MEMORY_WEIGHT * self.held
 
 
 def solve_layouts(graph: Graph, prefs: Preferences | None, cost: CostModel) -> tuple[LayoutPlan, _Model]:
@@ -615,7 +659,8 @@ def plan_of(model: _Model, x: np.ndarray, total: Fraction) -> LayoutPlan:
         if x[r] > 0.5:
             recompute[(rid, q)] = st
     candidates = {sid: [q for _, q in cols] for sid, cols in model.param_cols.items()}
-    return LayoutPlan(strategy, primary, recompute, dict(model.root), total.sent, total.held, candidates)
+    return LayoutPlan(strategy, primary, recompute, dict(model.root), total.sent, total.held, total.objective,
+                      candidates)
 
 
 def alternative_cost(model: _Model, rid: int, p: Placement) -> _Cost | None:
@@ -625,3 +670,91 @@ def alternative_cost(model: _Model, rid: int, p: Placement) -> _Cost | None:
     except _Infeasible:
         return None
     return total
+
+
+# ---------------------------------------------------------------------------------------------
+# the bytes a propagated function sends, at concrete sizes (to compare two layouts of it)
+
+GUARD_MESH_SAMPLES = (2, 3, 4, 8)  # the device counts the planner weighs plans at (redistribute_plan)
+GUARD_DIM_SAMPLES = (1, 3, 10, 64, 512, 4096)
+
+
+def sample_envs(func, mesh_names: set[str], size_hints: Mapping[str, int] | None = None) -> list[dict[str, int]]:
+    """Values of the symbols of ``func`` to weigh a layout at: every symbolic mesh size at each of
+    ``GUARD_MESH_SAMPLES``, every other symbol at each of ``GUARD_DIM_SAMPLES`` (a ``size_hints``
+    entry fixes its symbol)."""
+    names: set[str] = set()
+    for p in func.params:
+        names |= _type_vars(p.type)
+    for b in func.bindings():
+        names |= _type_vars(b.var.type)
+    hints = dict(size_hints or {})
+    envs, seen = [], set()
+    for m in GUARD_MESH_SAMPLES:
+        for v in GUARD_DIM_SAMPLES:
+            env = {n: hints.get(n, m if n in mesh_names else v) for n in sorted(names | mesh_names)}
+            key = tuple(env.items())
+            if key not in seen:
+                seen.add(key)
+                envs.append(env)
+    return envs
+
+
+def _type_vars(t) -> set[str]:
+    if isinstance(t, TupleType):
+        return set().union(set(), *(_type_vars(f) for f in t.fields))
+    shape = getattr(t, "shape", None) or ()
+    out = set().union(set(), *(sym.free_vars(d) for d in shape if not isinstance(d, int)))
+    if isinstance(t, DTensorType):
+        out |= set().union(set(), *(sym.free_vars(d) for d in t.mesh.shape if not isinstance(d, int)))
+    return out
+
+
+def function_bytes(func, env: Mapping[str, int]) -> tuple[Fraction, Fraction] | None:
+    """Bytes all workers send running ``func`` (a propagated global-view function, whose reshape
+    chains legalize may fuse first, see
+    :func:`~distir.transform.legalize_redistribute.fuse_reshapes`) at the sizes ``env``: the
+    redistributes as legalize plans them (padded blocks counted), and apart the gathers of its
+    sharded results (the runner's). None where ``env`` does not evaluate a size."""
+    from ..ir.steps import get_step
+
+    redistribute, exchange = "dist.redistribute", get_step("exchange")
+
+    def ev(d) -> int:
+        return d if isinstance(d, int) else int(sym.evaluate(d, env))
+
+    def cost(t: DTensorType, src: Placement, dst: Placement, sizes) -> Fraction:
+        if src == dst:
+            return Fraction(0)
+        plan = plan_redistribute(t.mesh, t.ndim, src, dst, t.shape)
+        shape = tuple(ev(d) for d in t.shape)
+        return plan_cost(plan, src, sizes, shape) * math.prod(shape) * dtype_bytes(t.dtype) * math.prod(sizes)
+
+    sent = gathers = Fraction(0)
+    try:
+        for b in func.bindings():
+            v = b.value
+            name = getattr(getattr(v, "op", None), "name", None)
+            if name == redistribute:
+                x = v.args[0].type
+                if isinstance(x, DTensorType) and x.mesh == v.attrs["device_mesh"]:
+                    sent += cost(x, x.placement, v.attrs["placement"], tuple(ev(d) for d in x.mesh.shape))
+            elif v is not None and name == exchange.global_op.name:
+                x, y = v.args[0].type, b.var.type
+                sizes = tuple(ev(d) for d in x.mesh.shape)
+                volume = exchange.volume(tuple(ev(d) for d in x.shape), x.placement, tuple(ev(d) for d in y.shape),
+                                         y.placement, sizes)
+                sent += sum(volume) * dtype_bytes(x.dtype)
+
+        def results(t):
+            if isinstance(t, TupleType):
+                return [r for f in t.fields for r in results(f)]
+            return [t] if isinstance(t, DTensorType) else []
+
+        for t in results(func.result.type):
+            whole = Placement.replicated(t.mesh.ndim)
+            gathers += cost(t, Placement(tuple(Replicate() if isinstance(x, Partial) else x for x in t.placement.specs)),
+                            whole, tuple(ev(d) for d in t.mesh.shape))
+    except (DistirError, sym.SymbolicError, ZeroDivisionError):
+        return None
+    return sent, gathers

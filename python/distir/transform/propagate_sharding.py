@@ -41,13 +41,24 @@ from fractions import Fraction
 from typing import Any, ClassVar
 
 from ..errors import DiagnosticError, DistirError, TypeInferenceError
+from ..ir import sym
 from ..ir.expr import Binding, Block, Call, Constant, Expr, Function, IRModule, Tuple, TupleGetItem, Var
 from ..ir.mesh import DeviceMesh
 from ..ir.op import get_op
 from ..ir.placement import Partial, Placement, Replicate, Shard
 from ..ir.sharding import forward
 from ..ir.types import DTensorType, TensorType, TupleType
-from .layout_solver import INF, MEMORY_WEIGHT, CostModel, LayoutPlan, alternative_cost, solve_layouts
+from .layout_solver import (
+    INF,
+    MEMORY_WEIGHT,
+    CostModel,
+    LayoutPlan,
+    alternative_cost,
+    function_bytes,
+    sample_envs,
+    solve_layouts,
+)
+from .legalize_redistribute import fuse_reshapes
 from .pass_infra import FunctionPass, PassContext, register_pass
 from .sharding_graph import Graph, Preferences, Site, Slot, build_graph, field_slots, preferred_placements
 
@@ -515,6 +526,7 @@ def lay_out(graph: Graph, ctx: PassContext) -> Function:
         raise DistirError(
             f"propagate-sharding.search must be one of {', '.join(SEARCHES)}, got {search!r}"
         )
+    guard = search == "auto"
     if search == "auto":
         small = sum(1 for s in graph.sites if not s.is_hint) <= MILP_MAX_SITES
         search = "milp" if small and all(m.ndim <= MILP_MAX_MESH_AXES for m in graph.mesh_of.values()) else "greedy"
@@ -525,8 +537,35 @@ def lay_out(graph: Graph, ctx: PassContext) -> Function:
         return new
     plan, model = solve_layouts(graph, prefs, cost)
     new = _Materializer(graph, prefs, cost, plan).run()
+    if guard:
+        try:
+            greedy = _Materializer(graph, prefs, cost).run()
+        except DiagnosticError:
+            greedy = None  # the greedy choice cannot lay it out; the solver could
+        if greedy is not None and not _no_worse(new, greedy, graph, hints):
+            _warn_ambiguities(graph, prefs)
+            return greedy
     _warn_ties(graph, prefs, plan, model)
     return new
+
+
+def _no_worse(new: Function, old: Function, graph: Graph, hints) -> bool:
+    """Whether ``new`` sends no more bytes than ``old`` at every sampled size and device count
+    (:func:`~distir.transform.layout_solver.sample_envs`), both within the program and counting the
+    gathers of sharded results, with the reshape chains legalize fuses fused."""
+    mesh_names = set()
+    for m in graph.mesh_of.values():
+        for d in m.shape:
+            if not isinstance(d, int):
+                mesh_names |= sym.free_vars(d)
+    new, old = fuse_reshapes(new), fuse_reshapes(old)
+    for env in sample_envs(graph.func, mesh_names, hints):
+        a, b = function_bytes(new, env), function_bytes(old, env)
+        if a is None or b is None:
+            continue
+        if a[0] > b[0] or a[0] + a[1] > b[0] + b[1]:
+            return False
+    return True
 
 
 def _bytes(x: Fraction) -> str:
@@ -550,7 +589,7 @@ def _warn_ties(graph: Graph, prefs: Preferences, plan: LayoutPlan, model) -> Non
         if alt == p:
             continue
         alt_cost = alternative_cost(model, rid, alt)
-        chosen = plan.bytes + MEMORY_WEIGHT * plan.held
+        chosen = plan.objective + MEMORY_WEIGHT * plan.held
         if alt_cost is None or alt_cost.total != chosen:
             continue
         where = f" ({root.span})" if root.span else ""

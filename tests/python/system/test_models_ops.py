@@ -18,16 +18,11 @@ from distir.ir import (
 from distir.ir.builder import FunctionBuilder, dtensor, module_of
 from distir.runtime.spmd import SpmdStats, run_spmd
 from distir.testing import assert_sharded_equivalent
-from distir.transform import PassContext
 from distir.transform.pipelines import distribute_pipeline
 from distir.transform.specialize import specialize
 
 W = sym.var("num_workers")
 S = sym.var("s")
-# the sequences looked up here are short (s <= 9): propagation is told so. At its default hint (s = 64)
-# re-cutting the small (64, 16) table by columns and gathering the lookup moves fewer bytes than the
-# all-reduce of the partial lookup, and it does that (a real vocabulary is far larger than a sequence)
-SHORT = {"propagate-sharding.size_hints": {"s": 8}}
 MESH = DeviceMesh((W,), Range(0, W))
 
 
@@ -76,8 +71,7 @@ def test_vocab_parallel_embedding_is_a_partial_sum_reduced_once():
     table_v = np.random.default_rng(1).standard_normal((64, 16)).astype("float32")
     ids_v = _ids((2, 9), 64)
     ids_v[0, :4] = [0, 63, 15, 16]  # both ends of the vocabulary and of a 4-way block
-    with PassContext(config=SHORT):
-        stats = assert_sharded_equivalent(mod, [table_v, ids_v], rtol=0, atol=0)
+    stats = assert_sharded_equivalent(mod, [table_v, ids_v], rtol=0, atol=0)
     for w, st in stats.items():
         assert st.counts == {"all_reduce": 1}, (w, st.summary())
         assert (st.total_bytes == 0) == (w == 1)
@@ -88,8 +82,7 @@ def test_vocab_parallel_lookup_lowers_to_shard_take_at_the_worker_rows():
     table = p.param("table", (64, 16), "S[0]")
     ids = p.param("ids", (S,), "R", "int32")
     mod = p.module(p.op("e", "take", table, ids, axis=0))
-    with PassContext(config=SHORT):
-        lowered = distribute_pipeline()(mod)
+    lowered = distribute_pipeline()(mod)
     calls = [b.value for b in lowered["main"].bindings() if isinstance(b.value, Call)]
     takes = [c for c in calls if c.op.name in ("take", "shard_take")]
     assert [c.op.name for c in takes] == ["shard_take"]
@@ -231,6 +224,5 @@ class Module:
     )
     rng = np.random.default_rng(11)
     inputs = [_ids((2, 5), 64, 12), rng.standard_normal((64, 32)).astype("float32"), np.ones(32, "float32")]
-    with PassContext(config=SHORT):
-        stats = assert_sharded_equivalent(mod, inputs, rtol=1e-5, atol=1e-6)
+    stats = assert_sharded_equivalent(mod, inputs, rtol=1e-5, atol=1e-6)
     assert all(st.counts == {"all_reduce": 1} for st in stats.values())
