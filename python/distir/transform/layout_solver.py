@@ -31,6 +31,7 @@ and the solver are deterministic, so the same module gives the same layout.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import math
 from collections.abc import Mapping
@@ -51,7 +52,7 @@ from ..ir.types import DTensorType, TupleType, dtype_bytes
 from .redistribute_plan import plan_cost, plan_redistribute
 from .sharding_graph import Graph, Preferences, Site, Slot, field_slots
 
-__all__ = ["CostModel", "LayoutPlan", "Strategy", "site_strategies", "solve_layouts"]
+__all__ = ["CostModel", "LayoutPlan", "Solved", "Strategy", "site_strategies", "solve_layouts"]
 
 MESH_SIZE_HINT = 4
 DIM_SIZE_HINT = 64
@@ -83,6 +84,10 @@ class CostModel:
         self.env_sizes = dict(size_hints or {})
         self._sizes: dict[int, tuple[int, ...]] = {}
         self._nbytes: dict[int, int] = {}
+        self._nbytes_at: dict[tuple[int, int, int], int] = {}
+        self._hint_share: dict[tuple, Fraction | None] = {}
+        self._share_cache: dict[tuple, tuple[Fraction, ...] | None] = {}
+        self._sampled: dict[tuple[int, Placement | None, Placement], Fraction] = {}
 
     def mesh(self, s: Slot) -> DeviceMesh:
         return self.g.mesh_of[s.id]
@@ -111,11 +116,15 @@ class CostModel:
     def nbytes_at(self, s: Slot, mesh_size: int, dim_size: int) -> int:
         """Bytes of ``s`` with symbolic mesh sizes at ``mesh_size`` and other symbolic dims at ``dim_size``
         (``size_hints`` first)."""
+        key = (s.id, mesh_size, dim_size)
+        if key in self._nbytes_at:
+            return self._nbytes_at[key]
         mesh_names = set().union(*(sym.free_vars(d) for d in self.mesh(s).shape)) if s.id in self.g.mesh_of else set()
         n = dtype_bytes(s.tensor.dtype)
         for d in s.tensor.shape:
             names = sym.free_vars(d) if not isinstance(d, int) else set()
             n *= self._eval(d, mesh_size if names and names <= mesh_names else dim_size)
+        self._nbytes_at[key] = n
         return n
 
     def sampled_cost(self, s: Slot, src: Placement | None, dst: Placement) -> Fraction:
@@ -124,17 +133,31 @@ class CostModel:
             return Fraction(0) if dst.is_replicated else INF
         if src == dst:
             return Fraction(0)
-        mesh = self.mesh(s)
-        try:
-            plan = plan_redistribute(mesh, s.tensor.ndim, src, dst)
-        except DistirError:
+        key = (s.id, src, dst)
+        if key in self._sampled:
+            return self._sampled[key]
+        shares = self._shares(self.mesh(s), s.tensor.ndim, src, dst)
+        if shares is None:
             return INF
         total = Fraction(0)
-        for m in MESH_SAMPLES:
-            share = plan_cost(plan, src, tuple(self._eval(d, m) for d in mesh.shape))
+        for m, share in zip(MESH_SAMPLES, shares):
             if share:
                 total += share * sum(w * self.nbytes_at(s, m, v) for v, w in DIM_SAMPLES)
+        self._sampled[key] = total
         return total
+
+    def _shares(self, mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement) -> tuple[Fraction, ...] | None:
+        """The planner's bytes per worker per byte of the tensor at each of ``MESH_SAMPLES`` (None: no plan)."""
+        key = (id(mesh), ndim, src, dst)
+        if key not in self._share_cache:
+            try:
+                plan = plan_redistribute(mesh, ndim, src, dst)
+            except DistirError:
+                self._share_cache[key] = None
+            else:
+                self._share_cache[key] = tuple(
+                    plan_cost(plan, src, tuple(self._eval(d, m) for d in mesh.shape)) for m in MESH_SAMPLES)
+        return self._share_cache[key]
 
     def redistribute_cost(self, s: Slot, src: Placement | None, dst: Placement) -> Fraction:
         """Bytes each worker sends to turn ``s`` from ``src`` into ``dst`` (the planner's model)."""
@@ -142,11 +165,17 @@ class CostModel:
             return Fraction(0) if dst.is_replicated else INF  # a plain value is the same everywhere
         if src == dst:
             return Fraction(0)
-        try:
-            plan = plan_redistribute(self.mesh(s), s.tensor.ndim, src, dst)
-        except DistirError:
-            return INF
-        return plan_cost(plan, src, self.mesh_sizes(self.mesh(s))) * self.nbytes(s)
+        mesh = self.mesh(s)
+        key = (id(mesh), s.tensor.ndim, src, dst)
+        if key not in self._hint_share:
+            try:
+                plan = plan_redistribute(mesh, s.tensor.ndim, src, dst)
+            except DistirError:
+                self._hint_share[key] = None
+            else:
+                self._hint_share[key] = plan_cost(plan, src, self.mesh_sizes(mesh))
+        share = self._hint_share[key]
+        return INF if share is None else share * self.nbytes(s)
 
     def held_share(self, s: Slot, p: Placement) -> Fraction:
         """The share of ``s`` each worker holds in layout ``p``."""
@@ -272,8 +301,9 @@ class LayoutPlan:
 class _Model:
     """Columns and rows of the integer program, built from the graph."""
 
-    def __init__(self, graph: Graph, prefs: Preferences | None, cost: CostModel):
+    def __init__(self, graph: Graph, prefs: Preferences | None, cost: CostModel, window: _Window | None = None):
         self.g, self.prefs, self.cost = graph, prefs, cost
+        self.window = window  # None: the whole function
         self.c: list[Fraction] = []  # bytes sent per column, summed over the sampled sizes (the objective)
         self.c_hint: list[Fraction] = []  # bytes sent per column at the size hints (reported)
         self.mem: list[Fraction] = []  # bytes held per worker per column
@@ -281,7 +311,7 @@ class _Model:
         self.binary: list[bool] = []
         self.lb: list[float] = []
         self.rows: list[tuple[list[tuple[int, float]], float, float]] = []
-        self.root: dict[int, int] = {}
+        self.root: dict[int, int] = dict(window.root) if window else {}
         self.slot_by_id = {s.id: s for s in graph.slots}
         # per root slot id: placement -> list of (column, coefficient) (or None: fixed, always 1)
         self.prim: dict[int, dict[Placement, list[int] | None]] = {}
@@ -292,7 +322,11 @@ class _Model:
         self.r_cols: list[tuple[int, int, Placement, Strategy]] = []
         self.param_cols: dict[int, list[tuple[int, Placement]]] = {}
         self.forced: list[tuple[int, Placement]] = []
-        self.read_as: dict[int, Placement] = {}  # a hint's output slot id -> the layout its readers read it in
+        self.result_costs: list[tuple[int, Placement, Fraction, Fraction]] = []  # (value, layout, sampled, at hints)
+        self.pending: set[int] | None = None  # while supplying: values with needs not yet supplied
+        self.heap: list[int] = []  # their ids, negated (the latest first)
+        # a hint's output slot id -> the layout its readers read it in
+        self.read_as: dict[int, Placement] = dict(window.read_as) if window else {}
 
     # -- columns and rows --------------------------------------------------------------------
     def col(self, cost: Fraction = Fraction(0), tb: float = 0.0, binary: bool = False, lb: float = 0.0,
@@ -318,6 +352,9 @@ class _Model:
         by = self.need.setdefault(rid, {})
         if q not in by:
             by[q] = self.col()
+            if self.pending is not None and rid not in self.pending:
+                self.pending.add(rid)
+                heapq.heappush(self.heap, -rid)
         return by[q]
 
     def pref_mismatch(self, s: Slot, p: Placement) -> int:
@@ -346,14 +383,19 @@ class _Model:
             for s in g.var_slots.get(p, []):
                 if self.distributed(s) and s.fixed is not None:
                     self.prim[s.id] = {s.fixed: None}
-        for site in g.sites:
+        w = self.window
+        if w is not None:  # values of earlier windows: given, in each layout they were made in
+            for rid, versions in w.frozen.items():
+                self.prim[rid] = dict.fromkeys(sorted(versions, key=str))
+        for site in (w.sites if w is not None else g.sites):
             if site.mesh is None:
                 continue
             if site.is_hint:
                 self.hint(site)
             else:
                 self.op(site)
-        self.results()
+        if w is None or w.last:
+            self.results()
         self.params()
         self.supplies()
 
@@ -449,7 +491,6 @@ class _Model:
 
         found = pairs(f.result)
         declared = leaves(f.ret_type) if f.ret_type is not None else []
-        self.result_costs: list[tuple[int, Placement, Fraction, Fraction]] = []
         for i, (s, bound) in enumerate(found):
             if not self.distributed(s):
                 continue
@@ -478,9 +519,12 @@ class _Model:
             for c in self.prefs.conflicts:
                 for spec in (c.kept, c.offered):
                     offered.setdefault(c.slot.id, []).append(self.prefs.placement(c.slot).replace(c.mesh_axis, spec))
+        reads = None
+        if self.window is not None and not self.window.last:  # a window decides the parameters it reads
+            reads = {self.rid(s) for site in self.window.sites for s in site.ins}
         for p in self.g.func.params:
             for s in self.g.var_slots.get(p, []):
-                if not self.distributed(s) or s.id in self.prim:
+                if not self.distributed(s) or s.id in self.prim or (reads is not None and s.id not in reads):
                     continue
                 mesh = self.g.mesh_of[s.id]
                 cands: list[Placement] = []
@@ -512,11 +556,12 @@ class _Model:
                     producer_of[s.id] = site
         # later values first: a recomputation needs layouts of earlier values (smaller slot ids)
         done: set[tuple[int, Placement]] = set()
-        while True:
-            todo = [(rid, q) for rid in self.need for q in self.need[rid] if (rid, q) not in done]
-            if not todo:
-                break
-            rid = max(r for r, _ in todo)
+        self.pending = set(self.need)
+        self.heap = [-rid for rid in self.pending]
+        heapq.heapify(self.heap)
+        while self.heap:
+            rid = -heapq.heappop(self.heap)
+            self.pending.discard(rid)
             s = self.slot_by_id[rid]
             for q, n in list(self.need[rid].items()):
                 if (rid, q) in done:
@@ -551,6 +596,7 @@ class _Model:
                         terms.append((r, -1.0))
                         self.demand(site.ins, [(r, st)])
                 self.row(terms, -np.inf, 0)
+        self.pending = None
 
     @staticmethod
     def recomputable(site: Site) -> bool:
@@ -627,16 +673,230 @@ class _Cost:
         return self.objective + MEMORY_WEIGHT * self.held
 
 
-def solve_layouts(graph: Graph, prefs: Preferences | None, cost: CostModel) -> tuple[LayoutPlan, _Model]:
-    """The cheapest layout of the whole function (see the module docstring), and the model (to
-    ask what another layout of one value would cost, :func:`alternative_cost`)."""
-    model = _Model(graph, prefs, cost)
-    model.build()
+WINDOW_OPS = 48  # a function of more ops is solved in windows of at least this many (see solve_layouts)
+
+
+@dataclass
+class _Window:
+    """A run of consecutive sites solved on its own, after the windows before it."""
+
+    sites: list[Site]
+    last: bool
+    frozen: dict[int, set[Placement]]  # value (root slot id) of an earlier window -> the layouts it exists in
+    root: dict[int, int]  # a hint's output -> the value it annotates, from earlier windows
+    read_as: dict[int, Placement]
+
+
+@dataclass
+class Solved:
+    """One integer program solved: its model, its optimum, and the values it laid out."""
+
+    model: _Model
+    total: _Cost
+    decided: set[int]
+
+
+def solve_layouts(graph: Graph, prefs: Preferences | None, cost: CostModel) -> tuple[LayoutPlan, list[Solved]]:
+    """The cheapest layout of the function (see the module docstring), and the programs solved (to
+    ask what another layout of one value would cost, :func:`alternative_cost`).
+
+    A function of more than ``2 * WINDOW_OPS`` ops is cut into windows where the fewest values
+    computed before the cut are read after it (:func:`_windows`), each of at least ``WINDOW_OPS`` ops, and solved window by window: a window takes the values of
+    earlier ones as given, in the layouts they were made in. Windows alike (the same ops, types and
+    preferences, reading values given in the same layouts: the layers of a stack) are solved once.
+    Each window is optimal given the ones before it; the whole is not guaranteed to be."""
+    windows = _windows(graph)
+    if len(windows) == 1:
+        model = _Model(graph, prefs, cost)
+        model.build()
+        x, total = _solve(model, graph)
+        plan = plan_of(model, x, total)
+        return plan, [Solved(model, total, set(plan.primary))]
+    strategy: dict[int, Strategy] = {}
+    primary: dict[int, Placement] = {}
+    recompute: dict[tuple[int, Placement], Strategy] = {}
+    candidates: dict[int, list[Placement]] = {}
+    root: dict[int, int] = {}
+    read_as: dict[int, Placement] = {}
+    frozen: dict[int, set[Placement]] = {}
+    sent = held = objective = Fraction(0)
+    solved: list[Solved] = []
+    cache: dict[tuple, tuple] = {}
+    for k, sites in enumerate(windows):
+        w = _Window(sites, k == len(windows) - 1, frozen, root, read_as)
+        sig, local = _signature(graph, prefs, w)
+        index = {sid: i for i, sid in enumerate(local)}
+        if sig not in cache:
+            model = _Model(graph, prefs, cost, w)
+            model.build()
+            x, total = _solve(model, graph)
+            part = plan_of(model, x, total)
+            versions: dict[int, set[Placement]] = {}
+            for rid, by in model.need.items():
+                versions[rid] = {q for q, col in by.items() if x[col] > 0.5}
+            decided = {sid for sid in part.primary if sid not in frozen}
+            solved.append(Solved(model, total, decided))
+            cache[sig] = (
+                [part.strategy.get(id(site)) for site in sites],
+                {index[sid]: p for sid, p in part.primary.items() if sid in decided and sid in index},
+                {(index[rid], q): st for (rid, q), st in part.recompute.items() if rid in index},
+                {index[rid]: qs for rid, qs in versions.items() if rid in index},
+                {index[sid]: c for sid, c in part.candidates.items() if sid in index},
+                total,
+            )
+        strategies, prims, recs, made, cands, total = cache[sig]
+        for site, st in zip(sites, strategies):
+            if st is not None:
+                strategy[id(site)] = st
+        for i, p in prims.items():
+            primary.setdefault(local[i], p)
+        for (i, q), st in recs.items():
+            recompute[(local[i], q)] = st
+        for i, c in cands.items():
+            candidates[local[i]] = c
+        _carry_aliases(graph, sites, root, read_as)
+        for sid in local:
+            rid = root.get(sid, sid)
+            if rid in primary:
+                frozen.setdefault(rid, set()).add(primary[rid])
+        for i, qs in made.items():
+            frozen.setdefault(root.get(local[i], local[i]), set()).update(qs)
+        sent, held, objective = sent + total.sent, held + total.held, objective + total.objective
+    for sid, p in _given(graph).items():
+        primary.setdefault(sid, p)
+    plan = LayoutPlan(strategy, primary, recompute, root, sent, held, objective, candidates)
+    return plan, solved
+
+
+def _solve(model: _Model, graph: Graph) -> tuple[np.ndarray, _Cost]:
     try:
-        x, total = model.solve()
+        return model.solve()
     except _Infeasible:
         raise DiagnosticError("propagate-sharding: no layout of the function satisfies the hints", graph.func.span) from None
-    return plan_of(model, x, total), model
+
+
+def _given(graph: Graph) -> dict[int, Placement]:
+    """Slots whose layout is given: DTensor parameters, and the outputs of explicit redistributes."""
+    out = {}
+    for p in graph.func.params:
+        for s in graph.var_slots.get(p, []):
+            if s.fixed is not None and s.distributable and s.id in graph.mesh_of:
+                out[s.id] = s.fixed
+    for site in graph.sites:
+        if site.is_hint and site.mesh is not None and _alias(graph, site) is None:
+            y = site.outs[0]
+            out[y.id] = site.binding.value.attrs.get("placement") or Placement.replicated(site.mesh.ndim)
+    return out
+
+
+def _alias(graph: Graph, site: Site) -> tuple[Slot, Slot, Placement] | None:
+    """(annotated value, the hint's value, its layout) for an annotate_sharding on one mesh, else None."""
+    x, y = site.ins[0] if site.ins else None, site.outs[0]
+    if (
+        site.op.name in ALIAS_OPS
+        and x is not None
+        and x.distributable
+        and x.id in graph.mesh_of
+        and graph.mesh_of.get(x.id) == graph.mesh_of.get(y.id)
+    ):
+        return x, y, site.binding.value.attrs.get("placement") or Placement.replicated(site.mesh.ndim)
+    return None
+
+
+def _carry_aliases(graph: Graph, sites: list[Site], root: dict[int, int], read_as: dict[int, Placement]) -> None:
+    for site in sites:
+        if site.is_hint and site.mesh is not None and (a := _alias(graph, site)) is not None:
+            x, y, q = a
+            root[y.id] = root.get(x.id, x.id)
+            read_as[y.id] = q
+
+
+def _windows(graph: Graph) -> list[list[Site]]:
+    """The sites cut where fewest computed values cross (between the layers of a stack: the residual
+    stream, and tables such as the rotary embedding's that every layer reads), in windows of
+    ``WINDOW_OPS`` ops or more."""
+    sites = graph.sites
+    if sum(1 for s in sites if not s.is_hint) <= 2 * WINDOW_OPS:
+        return [sites]
+    end = len(sites)
+    last_read: dict[int, int] = {}
+    for i, site in enumerate(sites):
+        for s in site.ins:
+            last_read[s.id] = i
+    for s in _result_slots(graph):
+        last_read[s.id] = end
+    crossing: list[int] = []  # after each site: how many distributed values computed so far are read later
+    live: set[int] = set()
+    for i, site in enumerate(sites):
+        live = {sid for sid in live if last_read[sid] > i}
+        live.update(s.id for s in site.outs if last_read.get(s.id, -1) > i and s.id in graph.mesh_of)
+        crossing.append(len(live))
+    narrowest = min(crossing[WINDOW_OPS : end - WINDOW_OPS] or [0])  # the tail narrows as shared values die
+    windows: list[list[Site]] = []
+    cur: list[Site] = []
+    ops = 0
+    for i, site in enumerate(sites):
+        cur.append(site)
+        ops += not site.is_hint
+        if ops >= WINDOW_OPS and crossing[i] <= narrowest and i < end - 1:
+            windows.append(cur)
+            cur, ops = [], 0
+    if cur:
+        if windows and sum(1 for s in cur if not s.is_hint) < WINDOW_OPS:
+            windows[-1].extend(cur)  # a short tail joins the window before it
+        else:
+            windows.append(cur)
+    return windows
+
+
+def _result_slots(graph: Graph) -> list[Slot]:
+    def slots(e):
+        if isinstance(e, Tuple):
+            return [x for f in e.fields for x in slots(f)]
+        if isinstance(e, TupleGetItem):
+            inner = slots(e.tuple_value)
+            return field_slots(inner, e.tuple_value.type, e.index) if isinstance(e.tuple_value.type, TupleType) else []
+        if isinstance(e, Var):
+            return graph.var_slots.get(e, [])
+        return []
+
+    return slots(graph.func.result)
+
+
+def _signature(graph: Graph, prefs: Preferences | None, w: _Window) -> tuple[tuple, list[int]]:
+    """What a window's solution depends on, with its slots numbered in order of appearance; and the
+    slot ids in that order (to map a solution of one window onto another alike)."""
+    local: dict[int, int] = {}
+    root, read_as = dict(w.root), dict(w.read_as)
+    items: list = []
+
+    def ref(s: Slot) -> int:
+        if s.id not in local:
+            local[s.id] = len(local)
+            rid = root.get(s.id, s.id)
+            outside = s.producer is None or s.producer not in w.sites
+            items.append((
+                "slot", local[s.id], str(s.tensor), s.distributable, str(s.fixed), graph.mesh_of.get(s.id) is not None,
+                tuple(sorted(map(str, w.frozen.get(rid, ())))) if outside else None,
+                str(read_as.get(s.id)), local.get(rid) if rid != s.id else None,
+                str(prefs.placement(s)) if prefs is not None and s.id in prefs.specs else None,
+            ))
+        return local[s.id]
+
+    for site in w.sites:
+        ins = tuple(ref(s) for s in site.ins)
+        if site.is_hint and (a := _alias(graph, site)) is not None:
+            x, y, q = a
+            ref(x)
+            root[y.id] = root.get(x.id, x.id)
+            read_as[y.id] = q
+        outs = tuple(ref(s) for s in site.outs)
+        mesh = site.mesh.shape_str() if site.mesh is not None else None
+        items.append(("site", site.op.name, repr(sorted(site.binding.value.attrs.items(), key=lambda kv: kv[0])), mesh,
+                      ins, outs))
+    for s in _result_slots(graph) if w.last else ():
+        items.append(("result", ref(s)))
+    return tuple(items), list(local)
 
 
 def plan_of(model: _Model, x: np.ndarray, total: Fraction) -> LayoutPlan:

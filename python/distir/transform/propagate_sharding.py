@@ -50,9 +50,9 @@ from ..ir.sharding import forward
 from ..ir.types import DTensorType, TensorType, TupleType
 from .layout_solver import (
     INF,
-    MEMORY_WEIGHT,
     CostModel,
     LayoutPlan,
+    Solved,
     alternative_cost,
     function_bytes,
     sample_envs,
@@ -513,8 +513,7 @@ class PropagateSharding(FunctionPass):
 
 
 SEARCHES = ("auto", "milp", "greedy")
-MILP_MAX_SITES = 400  # "auto": larger functions are laid out greedily (docs/propagation.md, Speed)
-MILP_MAX_MESH_AXES = 2  # "auto": and so are functions on meshes of more axes (strategies multiply per axis)
+MILP_MAX_MESH_AXES = 2  # "auto": functions on meshes of more axes are laid out greedily (strategies multiply per axis)
 
 
 def lay_out(graph: Graph, ctx: PassContext) -> Function:
@@ -528,14 +527,13 @@ def lay_out(graph: Graph, ctx: PassContext) -> Function:
         )
     guard = search == "auto"
     if search == "auto":
-        small = sum(1 for s in graph.sites if not s.is_hint) <= MILP_MAX_SITES
-        search = "milp" if small and all(m.ndim <= MILP_MAX_MESH_AXES for m in graph.mesh_of.values()) else "greedy"
+        search = "milp" if all(m.ndim <= MILP_MAX_MESH_AXES for m in graph.mesh_of.values()) else "greedy"
     cost = CostModel(graph, hints)
     if search == "greedy":
         new = _Materializer(graph, prefs, cost).run()
         _warn_ambiguities(graph, prefs)
         return new
-    plan, model = solve_layouts(graph, prefs, cost)
+    plan, solved = solve_layouts(graph, prefs, cost)
     new = _Materializer(graph, prefs, cost, plan).run()
     if guard:
         try:
@@ -545,7 +543,7 @@ def lay_out(graph: Graph, ctx: PassContext) -> Function:
         if greedy is not None and not _no_worse(new, greedy, graph, hints):
             _warn_ambiguities(graph, prefs)
             return greedy
-    _warn_ties(graph, prefs, plan, model)
+    _warn_ties(graph, prefs, plan, solved)
     return new
 
 
@@ -572,7 +570,7 @@ def _bytes(x: Fraction) -> str:
     return f"{int(x):,} B" if x.denominator == 1 else f"{float(x):,.1f} B"
 
 
-def _warn_ties(graph: Graph, prefs: Preferences, plan: LayoutPlan, model) -> None:
+def _warn_ties(graph: Graph, prefs: Preferences, plan: LayoutPlan, solved: list[Solved]) -> None:
     """Warn where the greedy propagation met two layouts for a tensor and both cost the same."""
     reported = set()
     slot_by_id = {s.id: s for s in graph.slots}
@@ -588,14 +586,17 @@ def _warn_ties(graph: Graph, prefs: Preferences, plan: LayoutPlan, model) -> Non
         alt = p.replace(a, spec)
         if alt == p:
             continue
-        alt_cost = alternative_cost(model, rid, alt)
-        chosen = plan.objective + MEMORY_WEIGHT * plan.held
-        if alt_cost is None or alt_cost.total != chosen:
+        where_solved = next((x for x in solved if rid in x.decided), None)
+        if where_solved is None:
+            continue  # laid out by a window alike to one solved before: warned about there
+        alt_cost = alternative_cost(where_solved.model, rid, alt)
+        chosen = where_solved.total
+        if alt_cost is None or alt_cost.total != chosen.total:
             continue
         where = f" ({root.span})" if root.span else ""
         warnings.warn(
-            f"propagate-sharding: '{root.name}'{where} costs the same laid out {p} ({_bytes(plan.bytes)} sent, "
-            f"{_bytes(plan.held)} held per worker) or {alt} ({_bytes(alt_cost.sent)} sent, {_bytes(alt_cost.held)} "
+            f"propagate-sharding: '{root.name}'{where} costs the same laid out {p} ({_bytes(chosen.sent)} sent, "
+            f"{_bytes(chosen.held)} held per worker) or {alt} ({_bytes(alt_cost.sent)} sent, {_bytes(alt_cost.held)} "
             f"held), at the size hints; it was laid out {p}: add R.dist.annotate_sharding on '{root.name}' to choose",
             ShardingAmbiguityWarning,
             stacklevel=3,

@@ -12,9 +12,10 @@ import pytest
 import distir
 from distir.testing import assert_sharded_equivalent
 from distir.transform import PassContext, get_pass
+from distir.transform import layout_solver
 from distir.transform.layout_solver import CostModel, site_strategies
 from distir.transform.propagate_sharding import ShardingAmbiguityWarning
-from distir.transform.sharding_graph import build_graph
+from distir.transform.sharding_graph import build_graph, preferred_placements
 from helpers import assert_no_worse_than_greedy
 
 HEADER = '''
@@ -151,3 +152,22 @@ def test_search_option(search):
 def test_bundled_models_send_no_more_than_greedy_at_every_size_and_count(name):
     mod = distir.examples.llama_stack(2) if name == "llama_stack2" else distir.examples.load(name)
     assert_no_worse_than_greedy(mod)
+
+
+def test_a_stack_is_solved_in_windows_alike_layers_once_with_the_whole_function_optimum(monkeypatch):
+    # 8 layers (324 ops): cut between layers into 4 windows, of which the middle ones are alike and
+    # solved once; the layout sends what the integer program of the whole function finds, at every
+    # sampled size (ties below one byte may be broken differently: the residual after attention is
+    # kept S[1] by the windows and R by the whole program, the same bytes either way)
+    mod = distir.examples.llama_stack(8)
+    graph = build_graph(mod["main"])
+    prefs = preferred_placements(graph)
+    windows = layout_solver._windows(graph)
+    assert len(windows) == 4 and sum(len(w) for w in windows) == len(graph.sites)
+    plan, solved = layout_solver.solve_layouts(graph, prefs, CostModel(graph))
+    assert len(solved) == 3
+    monkeypatch.setattr(layout_solver, "WINDOW_OPS", 10**6)  # one window: the whole function
+    whole, solved_whole = layout_solver.solve_layouts(graph, prefs, CostModel(graph))
+    assert len(solved_whole) == 1
+    assert plan.bytes == whole.bytes == 8 * 98304  # one all-reduce per attention block and per MLP, at s = 64, 4 workers
+    assert plan.objective == whole.objective
