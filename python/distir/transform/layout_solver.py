@@ -9,7 +9,8 @@ The problem (Alpa's formulation, as XLA's auto-sharding uses it), over the graph
 - each value (a slot; a hint's value is the value it annotates) is produced in one layout,
   its *primary*: the producer's chosen output, or for a parameter its given layout or, when
   free, a binary choice among the layouts its consumers read;
-- a consumer that reads a value in layout ``q`` *needs* it in ``q``; each needed layout is
+- a consumer that reads a value in layout ``q`` *needs* it in ``q``; an op reading a hint
+  reads it in the hinted layout (a recomputation may read the annotated value in any); each needed layout is
   supplied once (later readers reuse it) from the primary by a redistribute, costed by the
   planner (:func:`~distir.transform.redistribute_plan.plan_redistribute`, bytes per worker),
   or by recomputing the producer from inputs in matching layouts (reshape, permute,
@@ -20,7 +21,9 @@ The problem (Alpa's formulation, as XLA's auto-sharding uses it), over the graph
   DTensor return type, or a result bound with a sharded DTensor type, is needed as it says;
 - hints fix a value's layout as a need (and a parameter's primary).
 
-The objective is the bytes every worker sends, at the size hints. Ties are broken, in this
+The objective is the bytes every worker sends, summed over sampled sizes (``MESH_SAMPLES`` x
+``DIM_SAMPLES``, see :meth:`CostModel.sampled_cost`), so that no layout wins at one guessed
+size only. Long functions are solved in windows (:func:`solve_layouts`). Ties are broken, in this
 order of weight, by: output layouts that differ from the preferences of
 :func:`~distir.transform.sharding_graph.preferred_placements` (so that where costs tie the
 answer is the one a reader of the hints expects), fewer redistributes and recomputations,
@@ -48,6 +51,7 @@ from ..ir.expr import Tuple, TupleGetItem, Var
 from ..ir.mesh import DeviceMesh
 from ..ir.placement import Partial, Placement, Replicate, Shard
 from ..ir.sharding import forward
+from ..ir.steps import get_step
 from ..ir.types import DTensorType, TupleType, dtype_bytes
 from .redistribute_plan import plan_cost, plan_redistribute
 from .sharding_graph import Graph, Preferences, Site, Slot, field_slots
@@ -79,9 +83,13 @@ class CostModel:
     over the samples ``MESH_SAMPLES`` x ``DIM_SAMPLES`` of the sizes ``size_hints`` leaves open
     (:meth:`sampled_cost`, the solver's objective)."""
 
-    def __init__(self, graph: Graph, size_hints: Mapping[str, int] | None = None):
+    def __init__(self, graph: Graph, size_hints: Mapping[str, int] | None = None, dim_size: int = DIM_SIZE_HINT,
+                 fit_count: int | None = None):
+        """``dim_size``: a symbolic dim other than a mesh size, at the size hints. ``fit_count``: the
+        count a symbolic mesh size is taken at by :meth:`fits` (None: the hinted mesh size)."""
         self.g = graph
         self.env_sizes = dict(size_hints or {})
+        self.dim_size, self.fit_count = dim_size, fit_count
         self._sizes: dict[int, tuple[int, ...]] = {}
         self._nbytes: dict[int, int] = {}
         self._nbytes_at: dict[tuple[int, int, int], int] = {}
@@ -110,7 +118,7 @@ class CostModel:
     def nbytes(self, s: Slot) -> int:
         n = self._nbytes.get(s.id)
         if n is None:
-            n = self._nbytes[s.id] = self.nbytes_at(s, MESH_SIZE_HINT, DIM_SIZE_HINT)
+            n = self._nbytes[s.id] = self.nbytes_at(s, MESH_SIZE_HINT, self.dim_size)
         return n
 
     def nbytes_at(self, s: Slot, mesh_size: int, dim_size: int) -> int:
@@ -192,7 +200,10 @@ class CostModel:
         Any cut is exact (uneven blocks are padded), but cutting a dim of 2 over 4 workers leaves
         two with nothing; propagation does not introduce such a layout. Dynamic dims are the user's
         to size."""
-        sizes = self.mesh_sizes(mesh)
+        if self.fit_count is None:
+            sizes = self.mesh_sizes(mesh)
+        else:
+            sizes = tuple(d if isinstance(d, int) else self.fit_count for d in mesh.shape)
         for d, size in enumerate(s.tensor.shape):
             axes = p.mesh_axes_of(d)
             if not axes or not isinstance(size, int):
@@ -976,8 +987,6 @@ def function_bytes(func, env: Mapping[str, int]) -> tuple[Fraction, Fraction] | 
     :func:`~distir.transform.legalize_redistribute.fuse_reshapes`) at the sizes ``env``: the
     redistributes as legalize plans them (padded blocks counted), and apart the gathers of its
     sharded results (the runner's). None where ``env`` does not evaluate a size."""
-    from ..ir.steps import get_step
-
     redistribute, exchange = "dist.redistribute", get_step("exchange")
 
     def ev(d) -> int:
@@ -999,7 +1008,7 @@ def function_bytes(func, env: Mapping[str, int]) -> tuple[Fraction, Fraction] | 
                 x = v.args[0].type
                 if isinstance(x, DTensorType) and x.mesh == v.attrs["device_mesh"]:
                     sent += cost(x, x.placement, v.attrs["placement"], tuple(ev(d) for d in x.mesh.shape))
-            elif v is not None and name == exchange.global_op.name:
+            elif name == exchange.global_op.name:
                 x, y = v.args[0].type, b.var.type
                 sizes = tuple(ev(d) for d in x.mesh.shape)
                 volume = exchange.volume(tuple(ev(d) for d in x.shape), x.placement, tuple(ev(d) for d in y.shape),

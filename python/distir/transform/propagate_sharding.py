@@ -14,19 +14,23 @@ Three steps:
    layout of a value supplied by a redistribute or a recomputation (a replicated ``[8, 8]``
    reshaped to ``[64]`` that is needed both sharded and replicated is reshaped once,
    replicated, and sliced locally: XLA's reshape reshard cache), minimizing the bytes each
-   worker sends, as an integer program (HiGHS). Functions of more than ``MILP_MAX_SITES``
-   ops, or ``propagate-sharding.search = "greedy"``, use the greedy choice instead: walking
-   the bindings in order, each op takes the input layouts that move the fewest bytes given
-   what exists so far.
-3. Materialization writes the function with the chosen layouts.
+   worker sends summed over sampled sizes, as an integer program (HiGHS; long functions in
+   windows between layers). ``propagate-sharding.search = "greedy"`` (or a mesh of more
+   than ``MILP_MAX_MESH_AXES`` axes) uses the greedy choice instead: walking the bindings in
+   order, each op takes the input layouts that move the fewest bytes given what exists so far.
+3. Materialization writes the function with the chosen layouts. With the default search
+   (``"auto"``) both layouts are written and the solver's is kept only where it sends no
+   more bytes than the greedy one at every sampled size and device count (:func:`_no_worse`).
 
 A layout may cut a dim unevenly (blocks of ``ceil(n / k)``, see :mod:`distir.ir.layout`),
 but propagation does not introduce one that cuts a static dim into more pieces than it has
-elements at the hinted device count (a symbolic mesh size counts as 4), which would
-leave workers holding nothing: a reshape to ``[2, 16]`` leaves the 2 whole.
-Byte counts need sizes: each symbolic mesh size is taken as 4 and every other symbolic dim
-as 64 (``PassContext(config={"propagate-sharding.size_hints": {"s": 2048}})`` changes
-them). Results that come out partial are all-reduced (a function returns true values);
+elements at the hinted device count (a symbolic mesh size counts as 4 for the solver,
+``GREEDY_FIT_COUNT`` = 8 for the greedy choice), which would leave workers holding nothing:
+a reshape to ``[2, 16]`` leaves the 2 whole.
+Byte counts need sizes: the solver sums them over samples (see
+:mod:`~distir.transform.layout_solver`) and reports them with each symbolic mesh size at 4 and
+every other symbolic dim at 64; the greedy choice weighs them at 4 and ``GREEDY_DIM_SIZE`` = 512
+(``PassContext(config={"propagate-sharding.size_hints": {"s": 2048}})`` fixes a size everywhere). Results that come out partial are all-reduced (a function returns true values);
 sharded results stay sharded (their global type records it). Where propagation met
 disagreeing shardings for a tensor no hint fixes and both layouts cost the same, a
 :class:`ShardingAmbiguityWarning` names it and both costs: one ``annotate_sharding`` on it
@@ -513,6 +517,8 @@ class PropagateSharding(FunctionPass):
 
 
 SEARCHES = ("auto", "milp", "greedy")
+GREEDY_DIM_SIZE = 512
+GREEDY_FIT_COUNT = 8
 MILP_MAX_MESH_AXES = 2  # "auto": functions on meshes of more axes are laid out greedily (strategies multiply per axis)
 
 
@@ -529,15 +535,18 @@ def lay_out(graph: Graph, ctx: PassContext) -> Function:
     if search == "auto":
         search = "milp" if all(m.ndim <= MILP_MAX_MESH_AXES for m in graph.mesh_of.values()) else "greedy"
     cost = CostModel(graph, hints)
+    # the greedy choice as it always was: bytes with other symbolic dims at 512, and a symbolic mesh
+    # size taken as 8 when deciding whether a cut would leave workers empty
+    greedy_cost = CostModel(graph, hints, dim_size=GREEDY_DIM_SIZE, fit_count=GREEDY_FIT_COUNT)
     if search == "greedy":
-        new = _Materializer(graph, prefs, cost).run()
+        new = _Materializer(graph, prefs, greedy_cost).run()
         _warn_ambiguities(graph, prefs)
         return new
     plan, solved = solve_layouts(graph, prefs, cost)
     new = _Materializer(graph, prefs, cost, plan).run()
     if guard:
         try:
-            greedy = _Materializer(graph, prefs, cost).run()
+            greedy = _Materializer(graph, prefs, greedy_cost).run()
         except DiagnosticError:
             greedy = None  # the greedy choice cannot lay it out; the solver could
         if greedy is not None and not _no_worse(new, greedy, graph, hints):

@@ -11,8 +11,7 @@ import pytest
 
 import distir
 from distir.testing import assert_sharded_equivalent
-from distir.transform import PassContext, get_pass
-from distir.transform import layout_solver
+from distir.transform import PassContext, get_pass, layout_solver
 from distir.transform.layout_solver import CostModel, site_strategies
 from distir.transform.propagate_sharding import ShardingAmbiguityWarning
 from distir.transform.sharding_graph import build_graph, preferred_placements
