@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import TypeInferenceError
+from . import sym
 from .mesh import DeviceMesh
 from .placement import Partial, Placement, R, Replicate, Shard
 from .types import DTensorType, TensorType, TupleType, Type
@@ -207,6 +208,10 @@ def infer_dtensor_output(op, arg_types: list[Type], attrs) -> Type:
     outs = [plain_out] if isinstance(plain_out, TensorType) else list(plain_out.fields) if isinstance(plain_out, TupleType) else None
     if outs is None or not all(isinstance(o, TensorType) for o in outs):
         raise TypeInferenceError(f"R.{op.name} does not produce tensors, so it cannot take DTensor inputs")
+    if any(t.placement.is_block for t in dts):
+        new = block_forward(op, flat, outs, attrs, mesh)
+        dout = [DTensorType(o.shape, o.dtype, mesh, p) for o, p in zip(outs, new)]
+        return dout[0] if isinstance(plain_out, TensorType) else TupleType(tuple(dout))
     placements = [
         t.placement if isinstance(t, DTensorType) else Placement.replicated(mesh.ndim) for t in flat
     ]
@@ -222,3 +227,82 @@ def infer_dtensor_output(op, arg_types: list[Type], attrs) -> Type:
     if isinstance(plain_out, TensorType):
         return dout[0]
     return TupleType(tuple(dout))
+
+
+# ---------------------------------------------------------------- block layouts (B[...], docs/blocks.md)
+
+
+@dataclass(frozen=True)
+class BlockForm:
+    """How an op keeps a block layout. ``kind`` "same": the op runs on each device's chunk
+    storage as it is (elementwise ops on one layout; reductions over dims whole in every chunk,
+    ``axes`` the reduced tensor dims); "partial": a reduction over the one dim the chunks cut
+    (every other dim whole in each chunk) leaves each device the reduction of its own chunks,
+    ``P[op]`` over the whole mesh, ``dim`` the cut dim."""
+
+    kind: str
+    placement: Placement
+    axes: tuple[int, ...] = ()
+    dim: int | None = None
+    reduction: str | None = None
+
+
+def block_form(op, flat: Sequence[Type], outs: Sequence[TensorType], attrs, mesh: DeviceMesh) -> BlockForm | None:
+    """The way ``op`` keeps the block layout of its inputs, or None when it does not (a redistribute
+    is needed). Raises TypeInferenceError when the inputs mix a block layout with anything else."""
+    blocks = [t for t in flat if isinstance(t, DTensorType) and t.placement.is_block]
+    if not blocks:
+        return None
+    p, shape = blocks[0].placement, blocks[0].shape
+    for k, t in enumerate(flat):
+        if not isinstance(t, DTensorType) or t.placement != p or len(t.shape) != len(shape) or not all(
+            sym.equal(a, b) for a, b in zip(t.shape, shape)
+        ):
+            raise TypeInferenceError(
+                f"R.{op.name}: input {k} is not laid out \"{p}\" with shape {_shape(shape)} like input "
+                f"{flat.index(blocks[0])}; an op on a block layout takes inputs of one shape and layout (redistribute first)"
+            )
+    if op.sharding is None or len(outs) != 1:
+        return None
+    rule = op.sharding([without_placement(t) for t in flat], attrs, list(outs))
+    ins = rule.inputs
+    factors = [f[0] if len(f) == 1 else None for f in ins[0]]
+    if None in factors or len(set(factors)) != len(factors) or any(dims != ins[0] for dims in ins):
+        return None
+    out = rule.outputs[0]
+    if not rule.reductions:
+        if op.category != "elementwise" or rule.blocked or out != ins[0]:
+            return None
+        return BlockForm("same", p)
+    if len(flat) != 1 or op.category != "reduction" or rule.blocked:
+        return None
+    reduced = tuple(d for d, f in enumerate(factors) if f in rule.reductions)
+    kept = [f for f in factors if f not in rule.reductions]
+    if [f[0] for f in out if f] != kept or any(len(f) > 1 for f in out):
+        return None
+    whole = [sym.equal(b, n) for b, n in zip(p.block, shape)]
+    if all(whole[d] for d in reduced):
+        index = {f: d for d, f in enumerate(factors)}
+        return BlockForm("same", Placement.blocked(tuple(p.block[index[f[0]]] if f else 1 for f in out)), reduced)
+    cut = [d for d in range(len(shape)) if not whole[d]]
+    ops = {rule.reductions[factors[d]] for d in reduced}
+    if len(cut) == 1 and cut[0] in reduced and len(ops) == 1 and op.name in ("sum", "max", "min"):
+        red = next(iter(ops))
+        return BlockForm("partial", Placement((Partial(red),) * mesh.ndim), reduced, cut[0], red)
+    return None
+
+
+def block_forward(op, flat, outs, attrs, mesh: DeviceMesh) -> list[Placement]:
+    """Output placements of an op on block-layout inputs (see :func:`block_form`)."""
+    form = block_form(op, flat, outs, attrs, mesh)
+    if form is None:
+        p = next(t.placement for t in flat if isinstance(t, DTensorType) and t.placement.is_block)
+        raise TypeInferenceError(
+            f"R.{op.name} does not keep the block layout \"{p}\" (elementwise ops and reductions over dims whole in "
+            f"each chunk, or over the one dim the chunks cut, do); redistribute its inputs first"
+        )
+    return [form.placement]
+
+
+def _shape(shape) -> str:
+    return "(" + ", ".join(sym.to_str(d) for d in shape) + ")"
