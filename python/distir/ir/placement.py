@@ -65,7 +65,7 @@ _BLOCK_RE = re.compile(r"^\s*B\s*\[(.*)\]\s*$", re.DOTALL)
 _SPEC_RE = re.compile(r"^\s*(?:(R)|S\[\s*(-?\d+)\s*\]|P(?:\[\s*([a-z]+)\s*\])?)\s*$")
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(frozen=True, init=False, eq=False)
 class Placement:
     """Per-mesh-axis specs (``block`` None), or a block layout (``block`` the shard shape)."""
 
@@ -74,7 +74,16 @@ class Placement:
 
     def __init__(self, specs: tuple[Spec, ...] = (), block: tuple | None = None):
         object.__setattr__(self, "_specs", tuple(specs) if block is None else ())
-        object.__setattr__(self, "block", None if block is None else tuple(block))
+        object.__setattr__(self, "block", None if block is None else tuple(sym.normalize(d) for d in block))
+
+    def _key(self) -> tuple:
+        return self._specs, None if self.block is None else tuple(sym.key(d) for d in self.block)
+
+    def __eq__(self, other) -> bool:  # symbolic shard sizes compare by structure (PrimExprs do not)
+        return isinstance(other, Placement) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
 
     @staticmethod
     def blocked(shard_shape) -> Placement:

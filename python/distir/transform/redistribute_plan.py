@@ -604,6 +604,8 @@ def plan_cross_mesh(
     Steps on the source mesh, one :class:`Transfer`, steps on the target mesh; cost = bytes
     sent by all workers together (see docs/redistribute.md). Optimal at every sampled size of
     the meshes' symbols when such a plan exists; else the smallest total excess."""
+    for p in (src, dst):
+        p.refuse_block("a redistribute between two meshes")
     return _plan_cross_cached(src_mesh, dst_mesh, ndim, src, dst, steps_version())
 
 
