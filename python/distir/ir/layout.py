@@ -108,6 +108,14 @@ def device_chunks(shape: Sequence[int], block: Sequence[int], devices: int, posi
     return [(k, j) for k, j in enumerate(range(position, total, devices))]
 
 
+def chunk_elements(shape: Sequence[int], block: Sequence[int], devices: int, position: int) -> int:
+    """Real (not padding) elements mesh position ``position`` holds."""
+    total = 0
+    for _, j in device_chunks(shape, block, devices, position):
+        total += int(np.prod([hi - lo for lo, hi in chunk_box(shape, block, j)], dtype=object))
+    return total
+
+
 def cut_chunks(full: np.ndarray, block: Sequence[int], devices: int, position: int) -> np.ndarray:
     """The storage of mesh position ``position`` in a block layout: its chunks, padded with zeros."""
     shape = full.shape

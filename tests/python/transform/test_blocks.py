@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -407,6 +408,17 @@ def test_memory_is_the_most_chunks_a_device_holds():
         assert mem.evaluate({"num_workers": workers}).param_bytes == -(-16 // workers) * 24
     x = np.zeros((10, 7), dtype="float32")
     assert cut_chunks(x, (3, 2), 5, 4).shape == (4, 3, 2)
+
+
+def test_param_balance_counts_the_real_elements_of_each_devices_chunks():
+    from distir.analysis.memory import param_balance
+
+    local = distribute_pipeline()(redistribute_module(DeviceMesh((W,), Range(0, W)), (10, 7), "B[3, 2]", "S[0]"))
+    for workers in (1, 3, 5):
+        mesh = (workers,)
+        real = [len(held((10, 7), Placement.parse("B[3, 2]"), mesh, p)) * 4 for p in range(workers)]
+        balance = param_balance(local, {"num_workers": workers})
+        assert balance.largest == max(real) and balance.mean == Fraction(sum(real), workers)
 
 
 def test_a_wrong_rank_or_a_reshape_through_an_exchange_is_refused():
