@@ -254,7 +254,11 @@ def block_form(op, flat: Sequence[Type], outs: Sequence[TensorType], attrs, mesh
     if not blocks:
         return None
     p, shape = blocks[0].placement, blocks[0].shape
+    # a scalar the same on every device (a constant, or replicated) broadcasts onto the chunk storage
+    scalars = {k for k, t in enumerate(flat) if t.ndim == 0 and (not isinstance(t, DTensorType) or t.placement.is_replicated)}
     for k, t in enumerate(flat):
+        if k in scalars:
+            continue
         if not isinstance(t, DTensorType) or t.placement != p or len(t.shape) != len(shape) or not all(
             sym.equal(a, b) for a, b in zip(t.shape, shape)
         ):
@@ -265,7 +269,7 @@ def block_form(op, flat: Sequence[Type], outs: Sequence[TensorType], attrs, mesh
     if op.sharding is None or len(outs) != 1:
         return None
     rule = op.sharding([without_placement(t) for t in flat], attrs, list(outs))
-    ins = rule.inputs
+    ins = [dims for k, dims in enumerate(rule.inputs) if k not in scalars]
     factors = [f[0] if len(f) == 1 else None for f in ins[0]]
     if None in factors or len(set(factors)) != len(factors) or any(dims != ins[0] for dims in ins):
         return None
@@ -274,7 +278,7 @@ def block_form(op, flat: Sequence[Type], outs: Sequence[TensorType], attrs, mesh
         if op.category != "elementwise" or rule.blocked or out != ins[0]:
             return None
         return BlockForm("same", p)
-    if len(flat) != 1 or op.category != "reduction" or rule.blocked:
+    if len(flat) != 1 or scalars or op.category != "reduction" or rule.blocked:
         return None
     reduced = tuple(d for d, f in enumerate(factors) if f in rule.reductions)
     kept = [f for f in factors if f not in rule.reductions]

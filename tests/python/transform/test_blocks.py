@@ -360,7 +360,8 @@ def _drive(mesh, ids, shape, placement, body, counts):
 
 
 def test_elementwise_ops_on_one_block_layout_stay_blocked_without_communication():
-    body = "        y = R.exp(x)\n        z = R.multiply(y, x)\n        w = R.add(z, y)\n        return w"
+    body = ("        y = R.exp(x)\n        z = R.multiply(y, x)\n        w = R.add(z, y)\n"
+            "        v = R.multiply(w, R.const(0.5, \"float32\"))\n        return v")
     d, results = _drive('("num_workers",)', '0, "num_workers"', "(5, 7, 3)", "B[2, 3, 2]", body, (1, 2, 3, 8))
     f = d.local["main"]
     assert str(f.attrs["distir.global_result"].placement) == "B[2, 3, 2]"
