@@ -122,8 +122,8 @@ class Placement:
                         f"placement \"{text}\": a block layout B[...] stands alone, it cannot be one entry of several"
                     )
                 raise PlacementError(
-                    f"placement \"{text}\": entry {i} ('{part.strip()}') is not R, S[dim], P, P[sum|max|min|avg] "
-                    f"(or a whole-mesh block layout B[shard shape])"
+                    f"placement \"{text}\": entry {i} ('{part.strip()}') is not R, S[dim], P or P[sum|max|min|avg] "
+                    f"(or, alone, a block layout B[shard sizes])"
                 )
             if m.group(1):
                 specs.append(R)
