@@ -87,7 +87,9 @@ class Placement:
 
     @staticmethod
     def blocked(shard_shape) -> Placement:
-        """The block layout with chunks of ``shard_shape`` (docs/blocks.md)."""
+        """The block layout with chunks of ``shard_shape`` (docs/blocks.md; at least one dim)."""
+        if not len(shard_shape):
+            raise PlacementError("a block layout needs one shard size per tensor dim, and a scalar has none")
         return Placement((), tuple(shard_shape))
 
     @property

@@ -266,34 +266,38 @@ def block_form(op, flat: Sequence[Type], outs: Sequence[TensorType], attrs, mesh
                 f"R.{op.name}: input {k} is not laid out \"{p}\" with shape {_shape(shape)} like input "
                 f"{flat.index(blocks[0])}; an op on a block layout takes inputs of one shape and layout (redistribute first)"
             )
-    if op.sharding is None or len(outs) != 1:
+    if len(outs) != 1:
         return None
-    rule = op.sharding([without_placement(t) for t in flat], attrs, list(outs))
-    ins = [dims for k, dims in enumerate(rule.inputs) if k not in scalars]
-    factors = [f[0] if len(f) == 1 else None for f in ins[0]]
-    if None in factors or len(set(factors)) != len(factors) or any(dims != ins[0] for dims in ins):
+    out = outs[0]
+    if op.category == "elementwise":  # one element at a time; equal shapes: nothing broadcasts
+        if all(k in scalars or len(t.shape) == len(shape) for k, t in enumerate(flat)) and len(out.shape) == len(shape) \
+                and all(sym.equal(a, b) for a, b in zip(out.shape, shape)):
+            return BlockForm("same", p)
         return None
-    out = rule.outputs[0]
-    if not rule.reductions:
-        if op.category != "elementwise" or rule.blocked or out != ins[0]:
-            return None
-        return BlockForm("same", p)
-    if len(flat) != 1 or scalars or op.category != "reduction" or rule.blocked:
+    if op.category != "reduction" or op.name not in _BLOCK_REDUCTIONS or len(flat) != 1:
         return None
-    reduced = tuple(d for d, f in enumerate(factors) if f in rule.reductions)
-    kept = [f for f in factors if f not in rule.reductions]
-    if [f[0] for f in out if f] != kept or any(len(f) > 1 for f in out):
-        return None
+    axes = _reduced_axes(attrs.get("axis"), len(shape))
+    keep = bool(attrs.get("keepdims"))
     whole = [sym.equal(b, n) for b, n in zip(p.block, shape)]
-    if all(whole[d] for d in reduced):
-        index = {f: d for d, f in enumerate(factors)}
-        return BlockForm("same", Placement.blocked(tuple(p.block[index[f[0]]] if f else 1 for f in out)), reduced)
-    cut = [d for d in range(len(shape)) if not whole[d]]
-    ops = {rule.reductions[factors[d]] for d in reduced}
-    if len(cut) == 1 and cut[0] in reduced and len(ops) == 1 and op.name in ("sum", "max", "min"):
-        red = next(iter(ops))
-        return BlockForm("partial", Placement((Partial(red),) * mesh.ndim), reduced, cut[0], red)
+    if all(whole[d] for d in axes) and (keep or len(axes) < len(shape)):  # (a block layout has at least one dim)
+        kept = tuple(1 if d in axes else b for d, b in enumerate(p.block)) if keep else \
+            tuple(b for d, b in enumerate(p.block) if d not in axes)
+        return BlockForm("same", Placement.blocked(kept), axes)
+    cut = [d for d in range(len(shape)) if not whole[d]] or [axes[0]]  # none cut: one chunk, a scalar out
+    if len(cut) == 1 and cut[0] in axes and op.name in ("sum", "max", "min"):
+        return BlockForm("partial", Placement((Partial(op.name),) * mesh.ndim), axes, cut[0], op.name)
     return None
+
+
+_BLOCK_REDUCTIONS = ("sum", "mean", "max", "min", "prod")  # reductions with attributes axis and keepdims
+
+
+def _reduced_axes(axis, ndim: int) -> tuple[int, ...]:
+    """The dims a reduction's ``axis`` attribute names (all when None), sorted and non-negative."""
+    if axis is None:
+        return tuple(range(ndim))
+    items = [axis] if isinstance(axis, int) else list(axis)
+    return tuple(sorted({a + ndim if a < 0 else a for a in items}))
 
 
 def block_forward(op, flat, outs, attrs, mesh: DeviceMesh) -> list[Placement]:

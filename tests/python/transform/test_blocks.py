@@ -430,3 +430,30 @@ def test_a_wrong_rank_or_a_reshape_through_an_exchange_is_refused():
     with pytest.raises(DistirError):
         Placement.parse("B[2, 2]").validate(1, 3)
 
+
+
+@st.composite
+def local_reductions(draw):
+    ndim = draw(st.integers(1, 4))
+    shape = tuple(draw(st.sampled_from([1, 2, 3, 5, 7])) for _ in range(ndim))
+    d = draw(st.integers(0, ndim - 1))
+    op = draw(st.sampled_from(["sum", "max", "min"]))
+    # the reduced dim cut in chunks of any size (up to one more than it), every other dim whole
+    block = tuple(draw(st.integers(1, n + 1)) if i == d else n for i, n in enumerate(shape))
+    extra = [i for i in range(ndim) if i != d and draw(st.booleans())]  # whole dims reduced along
+    return shape, block, op, sorted([d, *extra]), draw(st.booleans())
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(local_reductions())
+def test_reductions_over_the_cut_dim_are_local_until_the_combine(case):
+    shape, block, op, axes, keepdims = case
+    placement = "B[" + ", ".join(map(str, block)) + "]"
+    body = (f"        y = R.negative(x)\n        z = R.{op}(y, axis={axes}, keepdims={keepdims})\n"
+            "        return z")
+    d, results = _drive('("num_workers",)', '0, "num_workers"', str(shape), placement, body, (1, 2, 3, 5, 8))
+    names = [b.value.op.name for b in d.local["main"].bindings()]
+    moves = [i for i, n in enumerate(names) if n.startswith("ccl.")]
+    assert "ccl.exchange" not in names and all(i > names.index(op) for i in moves), names
+    for r in results.values():  # the numbers equal one device (checked by _drive); only a combine moves data
+        assert set(r.stats.counts) <= {"all_reduce", "reduce_scatter", "all_gather"}, r.stats.summary()
