@@ -457,3 +457,15 @@ def test_reductions_over_the_cut_dim_are_local_until_the_combine(case):
     assert "ccl.exchange" not in names and all(i > names.index(op) for i in moves), names
     for r in results.values():  # the numbers equal one device (checked by _drive); only a combine moves data
         assert set(r.stats.counts) <= {"all_reduce", "reduce_scatter", "all_gather"}, r.stats.summary()
+
+
+def test_the_batch_reduction_on_disco():
+    pytest.importorskip("tvm")
+    body = "        y = R.exp(x)\n        z = R.sum(y, axis=[0])\n        return z"
+    mod = distir.parse(MODULE.format(mesh='("num_workers",)', ids='0, "num_workers"', shape="(5, 3, 4, 2)",
+                                     placement="B[2, 3, 4, 2]", body=body))
+    d = Driver(mod)
+    x = np.random.default_rng(8).standard_normal((5, 3, 4, 2)).astype("float32")
+    for workers in (2, 4):  # 3 chunks of 2 batch entries, the last one short: the masks depend on the worker
+        result = d.run([x], workers, backend="tvm")
+        assert result.comparison.ok, (workers, result.comparison)
