@@ -26,7 +26,7 @@ from fractions import Fraction
 
 from ..ir import sym
 from ..ir.expr import Call, Expr, IRModule, Tuple, TupleGetItem, Var, leaf_vars
-from ..ir.layout import block_of, concrete_mesh_shape, mesh_coords
+from ..ir.layout import block_of, chunk_elements, concrete_block, concrete_mesh_shape, mesh_coords
 from ..ir.sym import Dim
 from ..ir.types import DTensorType, TensorType, dtype_bytes
 from .common import pick_function, value_bytes
@@ -217,7 +217,13 @@ def param_balance(mod: IRModule, values: Mapping[str, int], func: str | None = N
         if isinstance(t, DTensorType):
             sizes = concrete_mesh_shape(t.mesh, values)
             shape = [_eval(d, values) for d in t.shape]
-            for pos, dev in enumerate(t.mesh.device_list(values)):
+            devices = t.mesh.device_list(values)
+            for pos, dev in enumerate(devices):
+                if t.placement.is_block:  # its chunks' real elements
+                    block = concrete_block(t.placement, values)
+                    n = dtype_bytes(t.dtype) * chunk_elements(shape, block, len(devices), pos)
+                    held[dev] = held.get(dev, 0) + n
+                    continue
                 coords = mesh_coords(pos, sizes)
                 n = dtype_bytes(t.dtype)
                 for d, extent in enumerate(shape):

@@ -41,7 +41,15 @@ from ..ir.exchange import check_exchange
 from ..ir.exchange import gather_plan as exchange_gather_plan
 from ..ir.exchange import received as exchange_received
 from ..ir.expr import Call
-from ..ir.layout import concrete_mesh_shape, coord_expr, local_shape, local_type, mesh_coords, mesh_groups
+from ..ir.layout import (
+    concrete_mesh_shape,
+    concrete_placement,
+    coord_expr,
+    local_shape,
+    local_type,
+    mesh_coords,
+    mesh_groups,
+)
 from ..ir.op import get_op
 from ..ir.placement import Partial, Placement, PlacementError, Replicate, Shard
 from ..ir.steps import StepKind, register_step
@@ -584,9 +592,11 @@ def _regroup_sent(n, before, after, piece):
 
 def _exchange_reaches(state: Placement, target: Placement) -> tuple[Placement, ...]:
     """From a layout without partials, straight to the target (its partial axes replicated: a
-    local_partial follows)."""
+    local_partial follows). A block layout (B[...]) is reached as it is."""
     if state.has_partial:
         return ()
+    if target.is_block:
+        return (target,)
     return (Placement(tuple(Replicate() if isinstance(s, Partial) else s for s in target.specs)),)
 
 
@@ -640,13 +650,13 @@ def _exchange_simulate(xs, attrs, env):
     """Each worker keeps what it holds of its target block and takes every other element from the
     holder that agrees with it on the axes that do not cut the source (distir.ir.exchange)."""
     src_shape, dst_shape, sizes, devices = _exchange_concrete(attrs, env.values)
-    src_p, dst_p = attrs["src_placement"], attrs["dst_placement"]
+    src_p, dst_p = (concrete_placement(attrs[k], env.values) for k in ("src_placement", "dst_placement"))
     out_shape = tuple(local_shape(tuple(dst_shape), attrs["device_mesh"], dst_p))
     out_shape = tuple(sym.evaluate(d, env.values) for d in out_shape)
     dtype = _dtype_of(xs)
     out, sent = {}, 0
     for pos, dev in enumerate(devices):
-        real, real_shape, source, index, block = exchange_gather_plan(src_shape, src_p, dst_shape, dst_p, sizes, pos)
+        dst_index, source, index, block = exchange_gather_plan(src_shape, src_p, dst_shape, dst_p, sizes, pos)
         values = np.empty(source.shape, dtype=dtype)
         for s in np.unique(source):
             x = np.asarray(xs[devices[int(s)]])
@@ -657,7 +667,7 @@ def _exchange_simulate(xs, attrs, env):
             if int(s) != pos:
                 sent += int(take.sum()) * dtype.itemsize
         y = np.zeros(out_shape, dtype=dtype)  # a block's padding holds zeros
-        y[real] = values.reshape(real_shape)
+        y.reshape(-1)[dst_index] = values
         out[dev] = y
     return out, sent
 
@@ -678,15 +688,24 @@ def _exchange_bytes(attrs, x: TensorType):
     src_shape, dst_shape = _exchange_shapes(attrs)
     mesh, src_p, dst_p = attrs["device_mesh"], attrs["src_placement"], attrs["dst_placement"]
     size = dtype_bytes(x.dtype)
-    k, a = mesh.ndim, len(src_shape)
+    k, a, b = mesh.ndim, len(src_shape), len(dst_shape)
+    src_block = tuple(src_p.block or ())
+    dst_block = tuple(dst_p.block or ())
 
     def count(*values):
-        sizes, src, dst = values[:k], values[k : k + a], values[k + a :]
-        return sum(exchange_received(src, src_p, dst, dst_p, sizes)) * size
+        sizes, src, dst = values[:k], values[k : k + a], values[k + a : k + a + b]
+        blocks = values[k + a + b :]
+        sp = Placement.blocked(blocks[: len(src_block)]) if src_p.is_block else src_p
+        dp = Placement.blocked(blocks[len(src_block) :]) if dst_p.is_block else dst_p
+        return sum(exchange_received(src, sp, dst, dp, sizes)) * size
 
-    spec = f"{k}|{a}|{len(dst_shape)}|{src_p}|{dst_p}|{size}"
+    # a block layout's shard sizes are arguments (they may be symbolic), so the name keeps only its kind
+    def kind(p):
+        return f"B{len(p.block)}" if p.is_block else str(p)
+
+    spec = f"{k}|{a}|{b}|{kind(src_p)}|{kind(dst_p)}|{size}"
     name = "exchange_bytes_" + hashlib.sha1(spec.encode()).hexdigest()[:8]
-    total = sym.opaque(name, count, [*mesh.shape, *src_shape, *dst_shape])
+    total = sym.opaque(name, count, [*mesh.shape, *src_shape, *dst_shape, *src_block, *dst_block])
     return mesh.size, sym.mul(sym.product(x.shape), size), total
 
 

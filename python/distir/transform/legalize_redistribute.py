@@ -140,6 +140,8 @@ def fuse_reshapes(func: Function) -> Function:
         xt = x.type
         if xt.placement.has_partial or dst.has_partial or not _concrete(xt.shape) or not _concrete(y.shape):
             continue
+        if xt.placement.is_block or dst.is_block or (mid is not None and mid.is_block):  # an exchange with B keeps the shape
+            continue
         if pre is None and post is None and not all(isinstance(d, int) for d in mesh.shape):
             continue  # a lone reshape on a symbolic mesh keeps its blocks (docs/uneven.md)
         if not _exchange_pays(mesh, xt, mid, y, dst):

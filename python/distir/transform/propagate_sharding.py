@@ -75,6 +75,8 @@ def _only_dim(p: Placement, d: int) -> Placement:
 def _tag(p: Placement | None) -> str:
     if p is None:
         return "plain"
+    if p.is_block:
+        return "b"
     out = []
     for s in p.specs:
         out.append("r" if isinstance(s, Replicate) else f"s{s.dim}" if isinstance(s, Shard) else "p")
@@ -135,11 +137,35 @@ class _Materializer:
             return Fraction(0) if dst.is_replicated else INF  # a plain value is the same everywhere
         if src == dst:
             return Fraction(0)
+        if src.is_block or dst.is_block:
+            return self.block_cost(s, src, dst)
         try:
             plan = plan_redistribute(self.mesh(s), s.tensor.ndim, src, dst)
         except DistirError:
             return INF
         return plan_cost(plan, src, self.mesh_sizes(self.mesh(s))) * self.nbytes(s)
+
+    def block_cost(self, s: Slot, src: Placement, dst: Placement) -> Fraction:
+        """A redistribute to or from a block layout, costed at the tensor's (hinted) sizes: block
+        exchanges are counted element by element (docs/blocks.md)."""
+        from ..ir.layout import concrete_placement
+
+        mesh = self.mesh(s)
+        env = {n: self.env_sizes.get(n, DIM_SIZE_HINT) for d in (*s.tensor.shape, *(src.block or dst.block))
+               for n in sym.free_vars(d)}
+        env.update({n: self.env_sizes.get(n, MESH_SIZE_HINT) for d in mesh.shape for n in sym.free_vars(d)})
+        try:
+            extents = tuple(sym.evaluate(d, env) for d in s.tensor.shape)
+            plan = plan_redistribute(mesh, s.tensor.ndim, src, dst, s.tensor.shape)
+            cost, state = Fraction(0), concrete_placement(src, env)
+            for step in plan:
+                if step.whole_layout:
+                    step = type(step)(step.kind, step.mesh_axis, placement=concrete_placement(step.placement, env))
+                cost += plan_cost((step,), state, self.mesh_sizes(mesh), extents)
+                state = step.apply(state, self.mesh_sizes(mesh))
+        except DistirError:
+            return INF
+        return cost * self.nbytes(s)
 
     def request_cost(self, s: Slot, q: Placement, depth: int = 0) -> Fraction:
         """Bytes to get slot ``s`` in layout ``q`` from what exists (without emitting anything)."""
@@ -190,10 +216,10 @@ class _Materializer:
         for k, s in enumerate(site.ins):
             seen = [self.primary.get(s.id), self.prefs.placement(s)] + [p for p in self.versions.get(s.id, {}) if p]
             for p in seen:
-                if p is not None and isinstance(p.specs[a], Shard) and p.specs[a].dim < len(site.lead_in[k]):
+                if p is not None and not p.is_block and isinstance(p.specs[a], Shard) and p.specs[a].dim < len(site.lead_in[k]):
                     add_factor(site.lead_in[k][p.specs[a].dim])
         for o, p in enumerate(out_hints):
-            if p is not None and isinstance(p.specs[a], Shard) and p.specs[a].dim < len(site.lead_out[o]):
+            if p is not None and not p.is_block and isinstance(p.specs[a], Shard) and p.specs[a].dim < len(site.lead_out[o]):
                 add_factor(site.lead_out[o][p.specs[a].dim])
         for f in factors:
             specs = []
@@ -204,7 +230,7 @@ class _Materializer:
         partial = []
         for s in site.ins:
             p = self.primary.get(s.id)
-            partial.append(p.specs[a] if p is not None and isinstance(p.specs[a], Partial) else Replicate())
+            partial.append(p.specs[a] if p is not None and not p.is_block and isinstance(p.specs[a], Partial) else Replicate())
         if any(isinstance(x, Partial) for x in partial):
             options.append(tuple(partial))
         unique = []
@@ -376,6 +402,8 @@ class _Materializer:
             var = self.emit(b.var.name, Call(site.op, args, b.value.attrs, b.span), b.span)
             self.set_outputs(site, var, [None] * len(site.outs))
             return
+        if self.block_site(site):
+            return
         if site.rule is None:
             if site.op.sharding is not None or not site.outs:
                 raise DiagnosticError(f"propagate-sharding: cannot place the inputs of R.{site.op.name}", b.span)
@@ -390,7 +418,8 @@ class _Materializer:
                     if s.fixed is not None and s.fixed != p:
                         cost += self.redistribute_cost(s, p, s.fixed)
                 mismatch = sum(
-                    a != b for s, p, h in zip(site.outs, out_pls, hints) for a, b in zip(p.specs, h.specs)
+                    (p != h) * len(p) if h.is_block else sum(a != b for a, b in zip(p.specs, h.specs))
+                    for p, h in zip(out_pls, hints)
                 )
                 moved = sum(
                     p != self.primary.get(s.id) if s.distributable else not p.is_replicated
@@ -412,6 +441,27 @@ class _Materializer:
             if s.fixed is not None and self.primary[s.id] != s.fixed:
                 self.obtain(s, s.fixed, name=s.hinted_as)  # the hint's var names the value it asked for
                 self.primary[s.id] = s.fixed
+
+    def block_site(self, site: Site) -> bool:
+        """An op whose inputs are held in one block layout and that keeps it (elementwise, or a
+        reduction that stays local, see :func:`distir.ir.sharding.block_form`) runs on them as they
+        are; any other op reading a block layout takes its inputs by cost like the rest."""
+        held = [self.primary.get(s.id) for s in site.ins]
+        if not any(p is not None and p.is_block for p in held):
+            return False
+        b = site.binding
+        call = Call(site.op, self.rebuild_args(site, held), b.value.attrs, b.span)
+        try:
+            t = call.type
+        except DistirError:
+            return False  # not kept local: the inputs are redistributed by cost
+        var = self.emit(b.var.name, call, b.span)
+        self.set_outputs(site, var, [t.placement] if isinstance(t, DTensorType) else [f.placement for f in t.fields])
+        for s in site.outs:
+            if s.fixed is not None and self.primary[s.id] != s.fixed:
+                self.obtain(s, s.fixed, name=s.hinted_as)
+                self.primary[s.id] = s.fixed
+        return True
 
     def set_outputs(self, site: Site, var: Var, placements) -> None:
         if isinstance(var.type, TupleType):
@@ -467,7 +517,7 @@ class _Materializer:
         p = self.primary.get(s.id)
         if p is None:
             return self.versions[s.id][None]
-        q = ret_type.placement if isinstance(ret_type, DTensorType) else _without_partials(p)
+        q = ret_type.placement if isinstance(ret_type, DTensorType) else p if p.is_block else _without_partials(p)
         return self.obtain(s, q)
 
     def run(self) -> Function:

@@ -290,7 +290,70 @@ def plan_redistribute(
     dst.validate(mesh.ndim, ndim, "target placement")
     if src == dst:
         return ()
+    if src.is_block or dst.is_block:
+        return _plan_block(mesh, ndim, src, dst, shape)
     return _plan_cached(_ShapeBox(mesh.shape), ndim, src, dst, steps_version(), exact_extents(mesh, shape))
+
+
+def _plan_block(mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement, shape) -> tuple[Step, ...]:
+    """Plans to or from a block layout (docs/blocks.md). Only a block exchange reaches or leaves
+    one, and an exchange moves exactly what each device lacks, so from a layout without partials
+    it is one exchange. A partial source is reduced first: over every way of dropping its partial
+    axes (all_reduce to R, or reduce_scatter to S[d]) the cheapest reduction plus exchange, at
+    the tensor's sizes, or summed over sample sizes when some are symbolic. A partial target is
+    reached from its partial axes replicated, then local_partial."""
+    exchange = get_step("exchange").name
+    if not dst.is_block:
+        mid = Placement(tuple(Replicate() if isinstance(s, Partial) else s for s in dst.specs))
+        return (Step(exchange, -1, placement=mid),) + plan_redistribute(mesh, ndim, mid, dst, shape)
+    if not src.has_partial:
+        return (Step(exchange, -1, placement=dst),)
+    if shape is None:
+        raise DistirError(f"a plan from \"{src}\" to the block layout \"{dst}\" needs the tensor's shape")
+    paxes = src.partial_axes()
+    options = [Replicate()] + [Shard(d) for d in range(ndim)]
+    candidates = []
+    for combo in itertools.product(options, repeat=len(paxes)):
+        specs = list(src.specs)
+        for axis, spec in zip(paxes, combo):
+            specs[axis] = spec
+        mid = Placement(tuple(specs))
+        candidates.append(plan_redistribute(mesh, ndim, src, mid, shape) + (Step(exchange, -1, placement=dst),))
+    points = _block_points(mesh, shape, dst)
+
+    def total(plan):
+        cost = Fraction(0)
+        for sizes, extents, target in points:
+            concrete = plan[:-1] + (Step(exchange, -1, placement=target),)
+            cost += plan_cost(concrete, src, sizes, extents)
+        return cost
+
+    return min(candidates, key=lambda plan: (total(plan), len(plan), candidates.index(plan)))
+
+
+def _block_points(mesh: DeviceMesh, shape, dst: Placement):
+    """(mesh sizes, tensor extents, concrete block layout) to weigh plans to a block layout at:
+    the sizes themselves when concrete; else each mesh symbol at 2, 3, 4, 8 and every other
+    symbol (tensor and shard sizes) at 16 times that."""
+    from ..ir.layout import concrete_placement
+
+    dims = (*mesh.shape, *shape, *dst.block)
+    names = sorted(set().union(*(sym.free_vars(d) for d in dims)))
+    mesh_names = set().union(*(sym.free_vars(d) for d in mesh.shape))
+    envs = [{}] if not names else [{n: v if n in mesh_names else 16 * v for n in names} for v in SAMPLE_SIZES]
+    out = []
+    for env in envs:
+        try:
+            sizes = tuple(sym.evaluate(d, env) for d in mesh.shape)
+            extents = tuple(sym.evaluate(d, env) for d in shape)
+            target = concrete_placement(dst, env)
+        except (sym.SymbolicError, PlacementError):
+            continue
+        if all(s >= 1 for s in sizes) and all(e >= 0 for e in extents):
+            out.append((sizes, extents, target))
+    if not out:
+        raise DistirError(f"no sample sizes give a valid mesh and tensor to weigh plans to \"{dst}\" at")
+    return out
 
 
 class _ShapeBox(tuple):
@@ -541,6 +604,8 @@ def plan_cross_mesh(
     Steps on the source mesh, one :class:`Transfer`, steps on the target mesh; cost = bytes
     sent by all workers together (see docs/redistribute.md). Optimal at every sampled size of
     the meshes' symbols when such a plan exists; else the smallest total excess."""
+    for p in (src, dst):
+        p.refuse_block("a redistribute between two meshes")
     return _plan_cross_cached(src_mesh, dst_mesh, ndim, src, dst, steps_version())
 
 

@@ -37,6 +37,7 @@ from ..ir.expr import (
     Var,
 )
 from ..ir.mesh import DeviceMesh, MeshError
+from ..ir.placement import Placement
 from ..ir.types import DTensorType, PrimType, ShapeType, TensorType, TupleType, Type
 from .pass_infra import ModulePass, PassContext, register_pass
 
@@ -150,7 +151,8 @@ class _Template:
         if isinstance(t, (TensorType, DTensorType)):
             dims = [self.dim(d) for d in t.shape]
             mesh = self.mesh(t.mesh) if isinstance(t, DTensorType) else (True, None)
-            if all(s for s, _ in dims) and mesh[0]:
+            symbolic_block = isinstance(t, DTensorType) and t.placement.is_block and not self.value(t.placement)[0]
+            if all(s for s, _ in dims) and mesh[0] and not symbolic_block:
                 return None, None
             getters = [(lambda env, v=v: v) if s else (lambda env, i=v: env.dims[i]) for s, v in dims]
             dkey = tuple(("i", v) if s else ("d", v) for s, v in dims)
@@ -158,8 +160,10 @@ class _Template:
                 return ("T", t.dtype, dkey), lambda env: TensorType(tuple(g(env) for g in getters), t.dtype)
             mkey = ("static", id(t.mesh)) if mesh[0] else self.mesh_index(t.mesh)
             mget = (lambda env, m=t.mesh: m) if mesh[0] else mesh[1]
+            pstatic, pl = self.value(t.placement)  # a block layout's shard sizes may be symbolic
+            pget = (lambda env, p=pl: p) if pstatic else pl
             return ("D", t.dtype, dkey, mkey, t.placement), lambda env: DTensorType(
-                tuple(g(env) for g in getters), t.dtype, mget(env), t.placement
+                tuple(g(env) for g in getters), t.dtype, mget(env), pget(env)
             )
         if isinstance(t, TupleType):
             fields = [self.type(f) for f in t.fields]
@@ -185,6 +189,9 @@ class _Template:
             return False, lambda env: env.dims[i]
         if isinstance(v, DeviceMesh):
             return self.mesh(v)
+        if isinstance(v, Placement) and v.is_block and any(sym.is_symbolic(d) for d in v.block):
+            sizes = [self.value(d) for d in v.block]
+            return False, lambda env: Placement.blocked(tuple(x if s else x(env) for s, x in sizes))
         if isinstance(v, Type):
             return self.type(v)
         if isinstance(v, (list, tuple)):

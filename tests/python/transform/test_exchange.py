@@ -153,7 +153,7 @@ def test_an_exchange_within_one_mesh_axis_sends_only_within_its_groups():
 
     src, dst = Placement.parse("R, S[0]"), Placement.parse("R, S[1]")
     for pos in range(6):
-        _, _, source, _, _ = gather_plan((6, 9), src, (6, 9), dst, (2, 3), pos)
+        _, source, _, _ = gather_plan((6, 9), src, (6, 9), dst, (2, 3), pos)
         assert set((source // 3).tolist()) <= {pos // 3}
 
 
