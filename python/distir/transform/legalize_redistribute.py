@@ -10,6 +10,14 @@ source mesh, one ``R.dist.transfer`` and steps on the target mesh, chosen togeth
 bytes sent (:func:`~distir.transform.redistribute_plan.plan_cross_mesh`). The pass is an
 epilogue: run it again after any pass that adds redistributes; on a legalized module it
 changes nothing.
+
+**Re-planning at specialization.** On a mesh of symbolic sizes one plan serves every count,
+and its cost model takes blocks to divide. Where the tensor's shape is concrete and, at some
+count of :data:`~distir.transform.redistribute_plan.REPLAN_SIZES`, the exact optimum (padded collectives counted, block exchanges
+included) moves fewer bytes than that plan, the redistribute becomes one
+``R.dist.replan(x, placement=...)`` (lowered to ``R.ccl.replan``); ``specialize`` replaces it
+by the plan for the count it binds (:func:`expand_replans`). Elsewhere the plan is written out
+as before, and it is the exact optimum at every count of :data:`~distir.transform.redistribute_plan.REPLAN_SIZES`.
 """
 
 from __future__ import annotations
@@ -20,17 +28,25 @@ from fractions import Fraction
 from typing import ClassVar
 
 from ..errors import DiagnosticError, DistirError
-from ..ir.expr import Binding, Block, Call, Function, IRModule, Var, leaf_vars
+from ..ir import sym
+from ..ir.expr import Binding, Block, Call, Expr, Function, IRModule, Var, leaf_vars
 from ..ir.op import get_op
 from ..ir.placement import Placement
 from ..ir.steps import get_step
 from ..ir.types import DTensorType, dtype_bytes
 from ..ops.manipulate import reshape_moves_data
 from .pass_infra import FunctionPass, PassContext, register_pass
-from .redistribute_plan import Transfer, plan_cost, plan_cross_mesh, plan_redistribute, sample_points
+from .redistribute_plan import (
+    Transfer,
+    needs_replan,
+    plan_cost,
+    plan_cross_mesh,
+    plan_redistribute,
+    sample_points,
+)
 from .rewrite import Env, map_bindings
 
-__all__ = ["LegalizeRedistribute"]
+__all__ = ["LegalizeRedistribute", "expand_replans", "replan_bindings"]
 
 
 def _step_call(step, x: Var, target_mesh, span) -> Call:
@@ -46,6 +62,67 @@ def _step_call(step, x: Var, target_mesh, span) -> Call:
     if kind.takes_op:
         attrs["op_type"] = step.op_type
     return Call(kind.global_op, (x,), attrs, span)
+
+
+def replan_bindings(call: Call, x: Expr, var: Var, fresh) -> list[Binding]:
+    """The local-view bindings ``var = R.ccl.replan(x, ...)`` stands for: the plan for the mesh's
+    sizes when they and the shape are concrete (exact bytes, block exchanges included), else the
+    plan made for every count. The last binds ``var``; ``fresh(hint)`` names the others. Steps on a
+    mesh axis of size 1 move nothing and are left out, as lowering does."""
+    attrs = call.op.full_attrs(call.attrs)
+    shape, mesh = tuple(attrs["shape"]), attrs["device_mesh"]
+    src, dst = attrs["src_placement"], attrs["dst_placement"]
+    plan = plan_redistribute(mesh, len(shape), src, dst, shape)
+    cur = Var("x", DTensorType(shape, x.type.dtype, mesh, src))
+    steps = []
+    for step in plan:
+        g = _step_call(step, cur, mesh, call.span)
+        cur = Var("x", g.type)
+        if step.whole_layout or not sym.equal(mesh.shape[step.mesh_axis], 1):
+            steps.append(g)
+    out: list[Binding] = []
+    for k, g in enumerate(steps):
+        local = g.op.step.lower(g, x)
+        v = var if k == len(steps) - 1 else Var(fresh(f"{var.name}_{k}"), local.type, var.span)
+        out.append(Binding(v, local, call.span))
+        x = v
+    return out
+
+
+def expand_replans(func: Function, exact_only: bool = True) -> Function:
+    """``func`` with each ``R.ccl.replan`` replaced by its steps (:func:`replan_bindings`). With
+    ``exact_only`` (specialize), only those whose mesh sizes and shape are all concrete."""
+    op = get_step("replan").local_op
+    if not any(isinstance(b.value, Call) and b.value.op is op for b in func.bindings()):
+        return func
+    names = {p.name for p in func.params} | {b.var.name for b in func.bindings()}
+
+    def fresh(hint: str) -> str:
+        name, j = hint, 0
+        while name in names:
+            j += 1
+            name = f"{hint}_{j}"
+        names.add(name)
+        return name
+
+    def rewrite(b: Binding, env: Env):
+        v = b.value
+        if not (isinstance(v, Call) and v.op is op):
+            return None
+        attrs = v.op.full_attrs(v.attrs)
+        if exact_only and not (_concrete(attrs["shape"]) and _concrete(attrs["device_mesh"].shape)):
+            return None
+        out = replan_bindings(v, v.args[0], b.var, fresh)
+        if not out:
+            env[b.var] = v.args[0]
+            return []
+        if out[-1].value.type != b.var.type:
+            raise DistirError(
+                f"re-planning '{b.var.name}': the plan's per-worker type {out[-1].value.type} differs from {b.var.type}"
+            )
+        return out
+
+    return map_bindings(func, rewrite)
 
 
 def _uses(func: Function) -> Counter:
@@ -190,6 +267,9 @@ class LegalizeRedistribute(FunctionPass):
                 )
             mesh, dst = value.attrs["device_mesh"], value.attrs["placement"]
             try:
+                if mesh == src.mesh and needs_replan(mesh, src.ndim, src.placement, dst, src.shape):
+                    call = Call(get_step("replan").global_op, (x,), {"placement": dst}, b.span)
+                    return [Binding(b.var, call, b.span)]
                 if mesh == src.mesh:
                     plan = plan_redistribute(mesh, src.ndim, src.placement, dst, src.shape)
                 else:
