@@ -35,7 +35,7 @@ from distir.runtime import run
 from distir.runtime.spmd import SpmdStats, run_spmd
 from distir.transform.legalize_redistribute import expand_replans
 from distir.transform.pipelines import distribute_pipeline
-from distir.transform.redistribute_plan import _plan_cached
+from distir.transform.redistribute_plan import _needs_replan, _plan_cached
 from distir.transform.specialize import specialize
 
 REDISTRIBUTE = '''
@@ -130,6 +130,7 @@ def main() -> None:
                                src=src, dst=dst)
         mod = distir.parse(text)
         _plan_cached.cache_clear()
+        _needs_replan.cache_clear()
         t0 = time.perf_counter()
         local = distribute_pipeline()(mod)
         planner = time.perf_counter() - t0

@@ -209,21 +209,30 @@ def _piece_bytes(x: TensorType, out, n: Dim) -> Dim:
     return sym.mul(sym.product(dims), dtype_bytes(x.dtype))
 
 
+_REPLAN_PLACEMENTS = ("src_placement", "mid_placement", "reshaped_placement", "dst_placement")
+
+
 def _replan_spec(attrs, x: TensorType) -> str:
-    mesh, shape = attrs["device_mesh"], attrs["shape"]
-    return f"{mesh.ndim}|{len(shape)}|{attrs['src_placement']}|{attrs['dst_placement']}|{x.dtype}"
+    mesh, shape, new = attrs["device_mesh"], attrs["shape"], attrs.get("new_shape")
+    placements = "|".join(str(attrs.get(k)) for k in _REPLAN_PLACEMENTS)
+    return f"{mesh.ndim}|{len(shape)}|{-1 if new is None else len(new)}|{placements}|{x.dtype}"
 
 
 @lru_cache(maxsize=4096)
-def _replan_costs_at(spec: str, sizes: tuple[int, ...], shape: tuple[int, ...], binding: str) -> tuple[CollectiveCost, ...]:
-    """The costs of the steps specialize writes for a replan (``spec``: its placements and dtype) at
-    concrete mesh ``sizes`` and tensor ``shape``."""
+def _replan_costs_at(spec: str, sizes: tuple[int, ...], shapes: tuple[int, ...], binding: str) -> tuple[CollectiveCost, ...]:
+    """The costs of the steps specialize writes for a replan (``spec``: its ranks, placements and
+    dtype) at concrete mesh ``sizes`` and tensor ``shapes`` (the shape, then the new shape if any)."""
     from ..ir.placement import Placement
 
-    _, _, src, dst, dtype = spec.split("|")
+    _, rank, new_rank, *placements, dtype = spec.split("|")
     mesh = DeviceMesh(sizes, Range(0, sym.product(sizes)))
-    attrs = {"shape": list(shape), "device_mesh": mesh, "src_placement": Placement.parse(src),
-             "dst_placement": Placement.parse(dst)}  # fmt: skip
+    shape = list(shapes[: int(rank)])
+    attrs = {"shape": shape, "device_mesh": mesh}
+    if int(new_rank) >= 0:
+        attrs["new_shape"] = list(shapes[int(rank):])
+    for k, p in zip(_REPLAN_PLACEMENTS, placements):
+        if p != "None":
+            attrs[k] = Placement.parse(p)
     x = Var("x", TensorType(local_shape(shape, mesh, attrs["src_placement"]), dtype))
     call = Call(get_step("replan").local_op, (x,), attrs)
     out = Var(binding, call.type)
@@ -234,7 +243,7 @@ def _replan_costs_at(spec: str, sizes: tuple[int, ...], shape: tuple[int, ...], 
 def _replan_cost(b: Binding, attrs, x: TensorType) -> list[CollectiveCost]:
     """A redistribute planned at the bound sizes: at concrete sizes its steps, else one entry whose
     bytes and rounds are functions of the sizes that plan there (module docstring)."""
-    mesh, shape = attrs["device_mesh"], tuple(attrs["shape"])
+    mesh, shape = attrs["device_mesh"], (*attrs["shape"], *(attrs.get("new_shape") or ()))
     spec = _replan_spec(attrs, x)
     k = mesh.ndim
     args = [*mesh.shape, *shape]

@@ -309,7 +309,9 @@ class _ShapeBox(tuple):
         return isinstance(other, tuple) and len(self) == len(other) and all(sym.equal(a, b) for a, b in zip(self, other))
 
 
-def _replan_points(mesh_shape: tuple[Dim, ...]) -> list[tuple[int, ...]]:
+def replan_points(mesh_shape: tuple[Dim, ...]) -> list[tuple[int, ...]]:
+    """Concrete mesh sizes at counts :data:`REPLAN_SIZES` of each symbol (all pairs for up to two
+    symbols, else the same count for all)."""
     names = sorted(set().union(*(sym.free_vars(d) for d in mesh_shape)))
     if len(names) <= 2:
         envs = [dict(zip(names, vs)) for vs in itertools.product(REPLAN_SIZES, repeat=len(names))]
@@ -331,7 +333,7 @@ def _needs_replan(mesh_shape, ndim: int, src: Placement, dst: Placement, shape: 
     plan = _plan_cached(mesh_shape, ndim, src, dst, version)
     return any(
         optimal_cost(sizes, ndim, src, dst, shape) < plan_cost(plan, src, sizes, shape)
-        for sizes in _replan_points(tuple(mesh_shape))
+        for sizes in replan_points(tuple(mesh_shape))
     )
 
 
@@ -621,6 +623,7 @@ __all__ = [
     "plan_cost_formula",
     "plan_cross_mesh",
     "plan_redistribute",
+    "replan_points",
     "sample_points",
     "step_cost",
     "transfer_cost",
