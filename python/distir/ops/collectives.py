@@ -20,7 +20,9 @@ local_partial      R -> P[op]       0                          R.ccl.local_parti
 :mod:`distir.ir.transfer` for who sends what. ``exchange`` changes a whole layout (without
 partials) at once, optionally reading the elements as another shape: each worker receives
 exactly the real elements of its target block it does not hold (the bound), see
-:mod:`distir.ir.exchange`.
+:mod:`distir.ir.exchange`. ``replan`` stands for a redistribute whose cheapest steps depend on
+the device count: ``specialize`` replaces it by the plan for the count it binds (see
+:mod:`distir.transform.legalize_redistribute`).
 
 A tensor dim sharded over several mesh axes is split major-first in mesh-axis order, so a
 step may only remove or add the innermost (highest) mesh axis of a dim: anything else would
@@ -722,6 +724,79 @@ def _same_shape(a, b) -> bool:
     return len(a) == len(b) and all(sym.equal(p, q) for p, q in zip(a, b))
 
 
+# replan: a redistribute planned when the mesh's sizes are bound (specialize writes its steps)
+
+
+def _replan_global_infer(types, attrs):
+    x = types[0]
+    if not isinstance(x, DTensorType):
+        raise TypeInferenceError(f"R.dist.replan: input must be a DTensor, got {x}")
+    placement = attrs["placement"]
+    shape = x.shape if attrs.get("shape") is None else tuple(attrs["shape"])
+    try:
+        placement.validate(x.mesh.ndim, len(shape))
+        if attrs.get("mid") is not None:
+            attrs["mid"].validate(x.mesh.ndim, x.ndim, "mid")
+        if attrs.get("reshaped") is not None:
+            attrs["reshaped"].validate(x.mesh.ndim, len(shape), "reshaped")
+    except PlacementError as err:
+        raise TypeInferenceError(f"R.dist.replan: {err}") from None
+    if (attrs.get("shape") is None) != (attrs.get("reshaped") is None) or (attrs.get("mid") is not None and attrs.get("shape") is None):
+        raise TypeInferenceError("R.dist.replan: a reshape names both `shape` and `reshaped` (and `mid` only with them)")
+    if not sym.equal(sym.product(shape), sym.product(x.shape)):
+        raise TypeInferenceError(f"R.dist.replan: cannot read {shape_str(x.shape)} as {shape_str(shape)}")
+    return DTensorType(shape, x.dtype, x.mesh, placement)
+
+
+def _replan_infer(types, attrs):
+    x = expect_tensor(types[0], "ccl.replan")
+    shape, mesh = tuple(attrs["shape"]), attrs["device_mesh"]
+    new_shape = shape if attrs.get("new_shape") is None else tuple(attrs["new_shape"])
+    src_p, dst_p = attrs["src_placement"], attrs["dst_placement"]
+    try:
+        src_p.validate(mesh.ndim, len(shape), "src_placement")
+        dst_p.validate(mesh.ndim, len(new_shape), "dst_placement")
+        if attrs.get("mid_placement") is not None:
+            attrs["mid_placement"].validate(mesh.ndim, len(shape), "mid_placement")
+        if attrs.get("reshaped_placement") is not None:
+            attrs["reshaped_placement"].validate(mesh.ndim, len(new_shape), "reshaped_placement")
+    except PlacementError as err:
+        raise TypeInferenceError(f"R.ccl.replan: {err}") from None
+    if (attrs.get("new_shape") is None) != (attrs.get("reshaped_placement") is None) or (
+        attrs.get("mid_placement") is not None and attrs.get("new_shape") is None
+    ):
+        raise TypeInferenceError(
+            "R.ccl.replan: a reshape names both `new_shape` and `reshaped_placement` (and `mid_placement` only with them)"
+        )
+    if not sym.equal(sym.product(shape), sym.product(new_shape)):
+        raise TypeInferenceError(f"R.ccl.replan: cannot read {shape_str(shape)} as {shape_str(new_shape)}")
+    want = local_shape(shape, mesh, src_p)
+    if x.ndim != len(want) or not all(sym.equal(a, b) for a, b in zip(x.shape, want)):
+        raise TypeInferenceError(
+            f"R.ccl.replan: the input's per-worker shape {shape_str(x.shape)} is not the block "
+            f"{shape_str(want)} of a {shape_str(shape)} tensor laid out \"{src_p}\" on mesh {mesh.shape_str()}"
+        )
+    return TensorType(local_shape(new_shape, mesh, dst_p), x.dtype)
+
+
+def _replan_simulate(xs, attrs, env):
+    raise DistirError(
+        "R.ccl.replan is planned when the mesh's sizes are bound: run specialize (it writes the plan's steps) "
+        "before running the module"
+    )
+
+
+def _replan_lower(call: Call, x) -> Call:
+    src: DTensorType = call.args[0].type
+    attrs = {"shape": src.shape, "device_mesh": src.mesh, "src_placement": src.placement,
+             "dst_placement": call.attrs["placement"]}  # fmt: skip
+    if call.attrs.get("shape") is not None:
+        attrs["new_shape"] = call.type.shape
+        attrs["mid_placement"] = call.attrs.get("mid")
+        attrs["reshaped_placement"] = call.attrs["reshaped"]
+    return Call(get_op("ccl.replan"), (x,), attrs, call.span)
+
+
 # ---------------------------------------------------------------- the declarations
 
 _EMIT = "distir.tvm.collectives:"
@@ -837,4 +912,36 @@ register_step(StepKind(
     "its block of the same elements read as `new_shape` (default `shape`) laid out `dst_placement`: it keeps "
     "what it holds and receives every other real element once, from the holder that agrees with it on the "
     "mesh axes that do not cut the source (see distir.ir.exchange).",
+))  # fmt: skip
+register_step(StepKind(
+    name="replan", change="any layout -> any layout",
+    doc="a redistribute whose cheapest steps depend on the device count (uneven blocks, or N-D transitions "
+    "where no plan is cheapest at every count): legalize writes it on a mesh of symbolic sizes, and specialize "
+    "replaces it by the plan for the count it binds (exact bytes at the concrete sizes, block exchanges included). "
+    "With `shape`, it stands for the chain [redistribute to `mid`], reshape to `shape` laid out `reshaped`, "
+    "redistribute to `placement`, which specialize writes as such or as one block exchange",
+    apply=None, sent=None, lower=_replan_lower, simulate=_replan_simulate,
+    global_params=(
+        Param("x", "tensor"),
+        Param("placement", "placement"),
+        Param("shape", "dims", None),
+        Param("mid", "placement", None),
+        Param("reshaped", "placement", None),
+    ),
+    global_infer=_replan_global_infer,
+    local_params=(
+        Param("shape", "dims"),
+        Param("new_shape", "dims", None),
+        Param("device_mesh", "mesh"),
+        Param("src_placement", "placement"),
+        Param("mid_placement", "placement", None),
+        Param("reshaped_placement", "placement", None),
+        Param("dst_placement", "placement"),
+    ),
+    local_infer=_replan_infer,
+    local_doc="Each worker of `device_mesh` holds its block of a `shape` tensor laid out `src_placement` and gets its "
+    "block laid out `dst_placement` (of the same elements read as `new_shape`, when given: the chain [redistribute to "
+    "`mid_placement`], reshape laid out `reshaped_placement`, redistribute), by the steps the planner finds cheapest "
+    "when the mesh's sizes are bound: specialize writes them; with symbolic sizes the analysis reports its bytes as "
+    "`replan_bytes_<id>(sizes...)`, exact at every size, and a symbolic TVM export runs the plan made for every count.",
 ))  # fmt: skip

@@ -38,6 +38,9 @@ from ..ir.sym import Dim
 from ..ir.transfer import route_bytes, transfer_routes
 
 SAMPLE_SIZES = (2, 3, 4, 8)
+#: the counts of each symbol of a mesh at which a plan made for every count is compared with the
+#: exact optimum there (:func:`needs_replan`)
+REPLAN_SIZES = (1, 2, 3, 4, 5, 6, 7, 8)
 LARGE_SAMPLE_SIZES = (16, 32, 64, 128)
 
 
@@ -369,6 +372,47 @@ class _ShapeBox(tuple):
         return isinstance(other, tuple) and len(self) == len(other) and all(sym.equal(a, b) for a, b in zip(self, other))
 
 
+def replan_points(mesh_shape: tuple[Dim, ...]) -> list[tuple[int, ...]]:
+    """Concrete mesh sizes at counts :data:`REPLAN_SIZES` of each symbol (all pairs for up to two
+    symbols, else the same count for all)."""
+    names = sorted(set().union(*(sym.free_vars(d) for d in mesh_shape)))
+    if len(names) <= 2:
+        envs = [dict(zip(names, vs)) for vs in itertools.product(REPLAN_SIZES, repeat=len(names))]
+    else:
+        envs = [dict.fromkeys(names, v) for v in REPLAN_SIZES]
+    points = []
+    for env in envs:
+        try:
+            sizes = tuple(sym.evaluate(d, env) for d in mesh_shape)
+        except sym.SymbolicError:
+            continue
+        if all(s >= 1 for s in sizes):
+            points.append(sizes)
+    return points
+
+
+@lru_cache(maxsize=4096)
+def _needs_replan(mesh_shape, ndim: int, src: Placement, dst: Placement, shape: tuple[int, ...], version: int) -> bool:
+    plan = _plan_cached(mesh_shape, ndim, src, dst, version)
+    return any(
+        optimal_cost(sizes, ndim, src, dst, shape) < plan_cost(plan, src, sizes, shape)
+        for sizes in replan_points(tuple(mesh_shape))
+    )
+
+
+def needs_replan(mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement, shape) -> bool:
+    """Whether a redistribute on ``mesh`` (symbolic sizes) of a tensor of concrete ``shape`` has a
+    count of :data:`REPLAN_SIZES` (per symbol) at which the exact optimum moves fewer bytes than the
+    plan made for every count; legalize then leaves it to specialize to plan (``R.dist.replan``)."""
+    if src == dst or all(isinstance(d, int) for d in mesh.shape):
+        return False
+    if shape is None or not all(isinstance(d, int) for d in shape):
+        return False
+    src.validate(mesh.ndim, ndim, "source placement")
+    dst.validate(mesh.ndim, ndim, "target placement")
+    return _needs_replan(_ShapeBox(mesh.shape), ndim, src, dst, tuple(shape), steps_version())
+
+
 def is_optimal_everywhere(mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement) -> bool:
     """Whether the chosen plan is optimal at every sampled size of the mesh's symbols.
 
@@ -628,6 +672,7 @@ def is_cross_optimal_everywhere(
 
 
 __all__ = [
+    "REPLAN_SIZES",
     "CrossStep",
     "MeshPoint",
     "Replicate",
@@ -637,11 +682,13 @@ __all__ = [
     "cross_plan_cost",
     "exact_extents",
     "is_cross_optimal_everywhere",
+    "needs_replan",
     "optimal_cost",
     "plan_cost",
     "plan_cost_formula",
     "plan_cross_mesh",
     "plan_redistribute",
+    "replan_points",
     "sample_points",
     "step_cost",
     "transfer_cost",
