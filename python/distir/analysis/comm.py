@@ -167,10 +167,9 @@ class CommVolume:
         values = dict(values or {})
         present = []
         for c in self.collectives:
-            if c.at is not None:
-                present.extend(c.at(values))
-            elif not (c.identity_when_free and _eval(c.total_bytes, values) == 0):
-                present.append(c)
+            for step in c.at(values) if c.at is not None else (c,):  # a replan: the steps written at these sizes
+                if not (step.identity_when_free and _eval(step.total_bytes, values) == 0):
+                    present.append(step)
         by_kind: dict[str, int] = {}
         for c in present:
             by_kind[c.kind] = by_kind.get(c.kind, 0) + _eval(c.total_bytes, values)
