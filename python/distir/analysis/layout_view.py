@@ -146,17 +146,14 @@ class LayoutGrid:
         """The tensor dims whose blocks do not all hold the same number of elements."""
         if self.is_block:
             return [d for d, (n, b) in enumerate(zip(self.extents, self.block_shape)) if n % b]
-        counts = [1] * self.tensor.ndim
-        for d in range(self.tensor.ndim):
-            for axis in self.tensor.placement.mesh_axes_of(d):
-                counts[d] *= self.sizes[axis]
+        counts = _block_counts(self.tensor, self.sizes)
         return [d for d, n in enumerate(self.extents) if counts[d] > 1 and self.block_shape[d] * counts[d] != n]
 
     def _block_sizes(self) -> list[str]:
         """Per uneven drawn dim: how its elements fall into the blocks (``3 x3, 1``)."""
-        out = []
+        out, uneven = [], self.uneven_dims()
         for g, d in enumerate(self.grid_dims):
-            if d not in self.uneven_dims():
+            if d not in uneven:
                 continue
             sizes = self.row_extents if len(self.grid_dims) == 2 and g == 0 else self.col_extents
             runs: list[list[int]] = []
@@ -294,6 +291,15 @@ def _grid_lines(cells: list[list[str]], heading: str) -> list[str]:
     return lines
 
 
+def _block_counts(t: DTensorType, sizes) -> list[int]:
+    """Blocks along each dim of ``t`` at concrete mesh ``sizes``: the product of the mesh axes that shard it."""
+    counts = [1] * t.ndim
+    for d in range(t.ndim):
+        for axis in t.placement.mesh_axes_of(d):
+            counts[d] *= sizes[axis]
+    return counts
+
+
 def _visible(n: int, limit: int) -> list[int | None]:
     """Indices of the rows (or columns) drawn: all of them, or the first and last ones with None between."""
     if n <= limit:
@@ -353,10 +359,7 @@ def layout_grid(name: str, t, values: Mapping[str, int], *, mesh_name: str = "",
         grid_dims = (sharded[0],)
     else:
         grid_dims = (t.ndim - 2, t.ndim - 1)
-    counts = [1] * t.ndim  # blocks along each dim: the product of the mesh axes that shard it
-    for d in range(t.ndim):
-        for axis in placement.mesh_axes_of(d):
-            counts[d] *= sizes[axis]
+    counts = _block_counts(t, sizes)
     concrete = []
     for d in range(t.ndim):
         extent = sym.normalize(sym.substitute(t.shape[d], dict(values)))
