@@ -22,6 +22,11 @@ An ``exchange`` (a block exchange) moves what each worker's target block lacks: 
 the devices of block overlaps, reported as ``exchange_bytes_<id>(sizes...)``, a function of the
 sizes that evaluates exactly (:func:`distir.ir.sym.opaque`).
 
+A ``replan`` (a redistribute planned when the mesh's sizes are bound) moves what the plan
+``specialize`` writes for those sizes moves: ``replan_bytes_<id>(sizes...)`` (and its rounds
+``replan_rounds_<id>(sizes...)``), which evaluate by planning at the sizes and adding up the
+steps' costs above; at given sizes (:meth:`CommVolume.evaluate`) it counts as those steps.
+
 The sums over workers are exactly what :class:`distir.runtime.spmd.SpmdStats` records for a
 run (``total_bytes``, ``bytes_by_kind``); bytes per worker are those sums over every
 worker the runtime starts (``bytes_per_worker``). With ``num_workers`` symbolic these are
@@ -30,17 +35,22 @@ formulas; on a specialized module, numbers.
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import lru_cache
 
 from ..errors import DistirError
 from ..ir import sym
-from ..ir.expr import Call, IRModule
+from ..ir.expr import Binding, Call, IRModule, Var
+from ..ir.layout import local_shape
+from ..ir.mesh import DeviceMesh, Range
 from ..ir.steps import all_steps, get_step
 from ..ir.sym import Dim
 from ..ir.types import DTensorType, TensorType, dtype_bytes
+from ..transform.legalize_redistribute import replan_bindings
 from .common import device_count, pick_function, value_bytes
 from .errors import AnalysisError
 from .formula import Rational, _eval, sum_dims
@@ -64,6 +74,8 @@ class CollectiveCost:
     sent_per_member: Rational  # bytes each worker of a group sends (and receives)
     steps: Dim  # latency steps of the ring algorithm
     identity_when_free: bool = False  # it is an identity (dropped by specialize) when it moves nothing
+    # a step planned at the bound sizes (replan): values -> the costs of the steps specialize writes there
+    at: Callable[[Mapping[str, int]], tuple[CollectiveCost, ...]] | None = field(default=None, compare=False, repr=False)
 
 
 def collective_cost(kind: str, n: Dim, groups: Dim, input_bytes: Dim, *, output_bytes: Dim | None = None,
@@ -153,8 +165,14 @@ class CommVolume:
         at these sizes because it is then an identity (a re-blocking at a count that divides, which
         specialize drops) is not counted."""
         values = dict(values or {})
-        present = [c for c in self.collectives if not (c.identity_when_free and _eval(c.total_bytes, values) == 0)]
-        by_kind = {k: _eval(v, values) for k, v in self.bytes_by_kind.items() if any(c.kind == k for c in present)}
+        present = []
+        for c in self.collectives:
+            for step in c.at(values) if c.at is not None else (c,):  # a replan: the steps written at these sizes
+                if not (step.identity_when_free and _eval(step.total_bytes, values) == 0):
+                    present.append(step)
+        by_kind: dict[str, int] = {}
+        for c in present:
+            by_kind[c.kind] = by_kind.get(c.kind, 0) + _eval(c.total_bytes, values)
         total = _eval(self.total_bytes, values)
         devices = _eval(self.devices, values)
         return CommNumbers(devices, dict(Counter(c.kind for c in present)), by_kind, total, Fraction(total, devices or 1))
@@ -190,35 +208,99 @@ def _piece_bytes(x: TensorType, out, n: Dim) -> Dim:
     return sym.mul(sym.product(dims), dtype_bytes(x.dtype))
 
 
+_REPLAN_PLACEMENTS = ("src_placement", "mid_placement", "reshaped_placement", "dst_placement")
+
+
+def _replan_spec(attrs, x: TensorType) -> str:
+    mesh, shape, new = attrs["device_mesh"], attrs["shape"], attrs.get("new_shape")
+    placements = "|".join(str(attrs.get(k)) for k in _REPLAN_PLACEMENTS)
+    return f"{mesh.ndim}|{len(shape)}|{-1 if new is None else len(new)}|{placements}|{x.dtype}"
+
+
+@lru_cache(maxsize=4096)
+def _replan_costs_at(spec: str, sizes: tuple[int, ...], shapes: tuple[int, ...], binding: str) -> tuple[CollectiveCost, ...]:
+    """The costs of the steps specialize writes for a replan (``spec``: its ranks, placements and
+    dtype) at concrete mesh ``sizes`` and tensor ``shapes`` (the shape, then the new shape if any)."""
+    from ..ir.placement import Placement
+
+    _, rank, new_rank, *placements, dtype = spec.split("|")
+    mesh = DeviceMesh(sizes, Range(0, sym.product(sizes)))
+    shape = list(shapes[: int(rank)])
+    attrs = {"shape": shape, "device_mesh": mesh}
+    if int(new_rank) >= 0:
+        attrs["new_shape"] = list(shapes[int(rank):])
+    for k, p in zip(_REPLAN_PLACEMENTS, placements):
+        if p != "None":
+            attrs[k] = Placement.parse(p)
+    x = Var("x", TensorType(local_shape(shape, mesh, attrs["src_placement"]), dtype))
+    call = Call(get_step("replan").local_op, (x,), attrs)
+    out = Var(binding, call.type)
+    steps = replan_bindings(call, x, out, lambda hint: hint)
+    return tuple(c for s in steps for c in _call_costs(s))
+
+
+def _replan_cost(b: Binding, attrs, x: TensorType) -> list[CollectiveCost]:
+    """A redistribute planned at the bound sizes: at concrete sizes its steps, else one entry whose
+    bytes and rounds are functions of the sizes that plan there (module docstring)."""
+    mesh, shape = attrs["device_mesh"], (*attrs["shape"], *(attrs.get("new_shape") or ()))
+    spec = _replan_spec(attrs, x)
+    k = mesh.ndim
+    args = [*mesh.shape, *shape]
+    if all(isinstance(a, int) for a in args):
+        return list(_replan_costs_at(spec, tuple(mesh.shape), shape, b.var.name))
+
+    def costs(*values):
+        return _replan_costs_at(spec, tuple(values[:k]), tuple(values[k:]), b.var.name)
+
+    def count_bytes(*values):
+        return sum(int(c.total_bytes) for c in costs(*values))
+
+    def count_rounds(*values):
+        return sum(int(c.steps) for c in costs(*values))
+
+    def at(values: Mapping[str, int]) -> tuple[CollectiveCost, ...]:
+        return costs(*(sym.evaluate(a, values) for a in args))
+
+    tag = hashlib.sha1(spec.encode()).hexdigest()[:8]
+    total = sym.opaque("replan_bytes_" + tag, count_bytes, args)
+    rounds = sym.opaque("replan_rounds_" + tag, count_rounds, args)
+    return [CollectiveCost(b.var.name, b.value.op.name, "replan", -1, mesh.size, 1, value_bytes(x), total,
+                           Rational.of(total, mesh.size), rounds, at=at)]
+
+
+def _call_costs(b: Binding) -> list[CollectiveCost]:
+    """What the call of binding ``b`` moves: nothing, one collective, or (a replan) its steps."""
+    v = b.value
+    if not isinstance(v, Call):
+        return []
+    step = v.op.step
+    communicates = step is not None and v.op is step.local_op and step.simulate is not None
+    kind = step.name if communicates else None
+    if kind is None:
+        if v.op.name.startswith("dist.") and any(isinstance(a.type, DTensorType) for a in v.args):
+            raise AnalysisError(
+                f"binding '{b.var.name}' is R.{v.op.name} on a DTensor: the analysis reads local-view "
+                "modules; run the distribute pipeline (distribute_pipeline(), or -p distribute) first"
+            )
+        return []
+    x = v.args[0].type
+    if not isinstance(x, TensorType):
+        raise AnalysisError(f"binding '{b.var.name}': R.{v.op.name} takes {x}, not a local tensor")
+    attrs = v.op.full_attrs(v.attrs)
+    if step is get_step("replan"):
+        return _replan_cost(b, attrs, x)
+    if step.point_to_point is not None:  # not a collective on one mesh axis (a transfer between meshes)
+        return [_point_to_point_cost(step, b.var.name, v.op.name, attrs, x)]
+    mesh, axis = attrs["device_mesh"], attrs["mesh_axis"]
+    others = sym.product(s for i, s in enumerate(mesh.shape) if i != axis)
+    return [
+        collective_cost(kind, mesh.shape[axis], others, value_bytes(x), output_bytes=value_bytes(v.type),
+                        piece_bytes=_piece_bytes(x, v.type, mesh.shape[axis]), binding=b.var.name, op=v.op.name, mesh_axis=axis)
+    ]
+
+
 def comm_volume(mod: IRModule, func: str | None = None) -> CommVolume:
     """The collectives of ``mod[func]`` (a local-view function, symbolic or specialized)."""
     f = pick_function(mod, func)
-    out = []
-    for b in f.bindings():
-        v = b.value
-        if not isinstance(v, Call):
-            continue
-        step = v.op.step
-        communicates = step is not None and v.op is step.local_op and step.simulate is not None
-        kind = step.name if communicates else None
-        if kind is None:
-            if v.op.name.startswith("dist.") and any(isinstance(a.type, DTensorType) for a in v.args):
-                raise AnalysisError(
-                    f"binding '{b.var.name}' is R.{v.op.name} on a DTensor: the analysis reads local-view "
-                    "modules; run the distribute pipeline (distribute_pipeline(), or -p distribute) first"
-                )
-            continue
-        x = v.args[0].type
-        if not isinstance(x, TensorType):
-            raise AnalysisError(f"binding '{b.var.name}': R.{v.op.name} takes {x}, not a local tensor")
-        attrs = v.op.full_attrs(v.attrs)
-        if step.point_to_point is not None:  # not a collective on one mesh axis (a transfer between meshes)
-            out.append(_point_to_point_cost(step, b.var.name, v.op.name, attrs, x))
-            continue
-        mesh, axis = attrs["device_mesh"], attrs["mesh_axis"]
-        others = sym.product(s for i, s in enumerate(mesh.shape) if i != axis)
-        out.append(
-            collective_cost(kind, mesh.shape[axis], others, value_bytes(x), output_bytes=value_bytes(v.type),
-                            piece_bytes=_piece_bytes(x, v.type, mesh.shape[axis]), binding=b.var.name, op=v.op.name, mesh_axis=axis)
-        )
+    out = [c for b in f.bindings() for c in _call_costs(b)]
     return CommVolume(f.name, tuple(out), device_count(mod))

@@ -9,6 +9,10 @@ every block. The grid renders as plain text (:meth:`LayoutGrid.text`, stable for
 tests), as a rich renderable with a colour per holder (:meth:`LayoutGrid.rich`), or as a
 PNG (:func:`write_png`).
 
+A block layout (``B[...]``, docs/blocks.md) is drawn chunk by chunk, each chunk labelled with
+the device it is dealt to: a 1-D or 2-D tensor as one grid, a 3-D tensor as a row of 2-D
+slices (one per chunk along dim 0; rows: dim 1, columns: dim 2).
+
 The work is bounded: a mesh of more than :data:`MAX_DEVICES` devices is summarized (the
 title: how many blocks of which shape) rather than drawn, and a grid of more than
 :data:`MAX_ROWS` rows or :data:`MAX_COLS` columns of blocks shows its first and last
@@ -20,19 +24,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ..errors import DistirError
 from ..ir import sym
-from ..ir.layout import block_index, block_of, concrete_mesh_shape, mesh_coords
+from ..ir.layout import block_index, block_of, concrete_block, concrete_mesh_shape, mesh_coords
 from ..ir.placement import Placement, Replicate
 from ..ir.sym import Dim
 from ..ir.types import DTensorType, TensorType, shape_str
 from .errors import AnalysisError
 
-__all__ = ["MAX_COLS", "MAX_DEVICES", "MAX_ROWS", "LayoutGrid", "layout_grid", "write_png"]
+__all__ = ["MAX_COLS", "MAX_DEVICES", "MAX_ROWS", "MAX_SLICES", "LayoutGrid", "layout_grid", "write_png"]
 
 MAX_DEVICES = 4096  # larger meshes are summarized, not drawn (the picture costs a step per device)
 MAX_ROWS = 32  # rows of blocks drawn; more are elided in the middle
 MAX_COLS = 16  # columns of blocks drawn
 MAX_LABEL = 40  # characters of a cell's label drawn
+MAX_SLICES = 12  # 2-D slices of a 3-D block layout drawn
 ELIDED = "..."
 EMPTY = "(empty)"  # appended to the holders of a block with no elements (a count above the size)
 
@@ -66,6 +72,8 @@ class LayoutGrid:
     row_extents: tuple[int, ...] = ()  # elements in each row of blocks (along the row dim)
     col_extents: tuple[int, ...] = ()  # elements in each column of blocks
     extents: tuple[Dim, ...] = ()  # the tensor's shape at ``values`` (symbolic only where whole in every block)
+    slices: tuple[str, ...] = ()  # a 3-D block layout: the heading of each 2-D slice (cells: the slices side by side)
+    slice_extents: tuple[int, ...] = ()  # elements of dim 0 in each slice
 
     @property
     def rows(self) -> int:
@@ -98,8 +106,18 @@ class LayoutGrid:
                 out.append([ELIDED if c is None else _clip(self.cells[r][c]) for c in cols])
         return out
 
+    @property
+    def is_block(self) -> bool:
+        return self.tensor.placement.is_block
+
+    def slice_cols(self) -> int:
+        """Columns of chunks in each 2-D slice of a 3-D block layout."""
+        return self.cols // max(1, len(self.slices))
+
     def title(self) -> str:
         t = self.tensor
+        if self.is_block:
+            return self._block_title()
         binding = ", ".join(f"{k}={v}" for k, v in self.values.items())
         mesh = "(" + ", ".join(str(s) for s in self.sizes) + ("," if len(self.sizes) == 1 else "") + ")"
         n_blocks = self.rows * self.cols
@@ -110,19 +128,32 @@ class LayoutGrid:
             f"{' (' + binding + ')' if binding else ''}: {blocks} {of} {shape_str(self.block_shape)}"
         )
 
+    def _block_title(self) -> str:
+        t = self.tensor
+        binding = ", ".join(f"{k}={v}" for k, v in self.values.items())
+        mesh = "(" + ", ".join(str(s) for s in self.sizes) + ("," if len(self.sizes) == 1 else "") + ")"
+        chunks = 1
+        for n, b in zip(self.extents, self.block_shape):
+            chunks *= -(-n // b)
+        most = -(-chunks // self.num_devices)
+        return (
+            f'{self.name}: {shape_str(t.shape)} {t.dtype}, "{t.placement}" on {self.mesh_name} {mesh}'
+            f"{' (' + binding + ')' if binding else ''}: {chunks} chunk{'s' if chunks != 1 else ''} of "
+            f"{shape_str(self.block_shape)}, at most {most} per device"
+        )
+
     def uneven_dims(self) -> list[int]:
         """The tensor dims whose blocks do not all hold the same number of elements."""
-        counts = [1] * self.tensor.ndim
-        for d in range(self.tensor.ndim):
-            for axis in self.tensor.placement.mesh_axes_of(d):
-                counts[d] *= self.sizes[axis]
+        if self.is_block:
+            return [d for d, (n, b) in enumerate(zip(self.extents, self.block_shape)) if n % b]
+        counts = _block_counts(self.tensor, self.sizes)
         return [d for d, n in enumerate(self.extents) if counts[d] > 1 and self.block_shape[d] * counts[d] != n]
 
     def _block_sizes(self) -> list[str]:
         """Per uneven drawn dim: how its elements fall into the blocks (``3 x3, 1``)."""
-        out = []
+        out, uneven = [], self.uneven_dims()
         for g, d in enumerate(self.grid_dims):
-            if d not in self.uneven_dims():
+            if d not in uneven:
                 continue
             sizes = self.row_extents if len(self.grid_dims) == 2 and g == 0 else self.col_extents
             runs: list[list[int]] = []
@@ -137,7 +168,23 @@ class LayoutGrid:
             out.append(f"dim {d} ({self.extents[d]}) in blocks of {text}{tail}")
         return out
 
+    def _block_notes(self) -> list[str]:
+        out = [f"chunk j (row-major) is held by mesh position j % {self.num_devices}; each cell names its device"]
+        for d in self.uneven_dims():
+            n, b = self.extents[d], self.block_shape[d]
+            out.append(f"dim {d} ({n}) in chunks of {b} x{n // b}, {n % b}: the last chunk is partial")
+        if self.slices:
+            out.append("slices along dim 0 (left to right); rows: dim 1, columns: dim 2")
+        for n, limit, what in ((self.rows, MAX_ROWS, "rows"), (self.slice_cols(), MAX_COLS, "columns")):
+            if n > limit:
+                out.append(f"showing the first {limit - 3} and the last 2 of {n} {what} of chunks")
+        if len(self.slices) > MAX_SLICES:
+            out.append(f"showing the first {MAX_SLICES - 3} and the last 2 of {len(self.slices)} slices")
+        return out
+
     def notes(self) -> list[str]:
+        if self.is_block and not self.summarized:
+            return self._block_notes()
         if self.summarized:
             return [f"not drawn: the mesh has {self.num_devices} devices, more than the {MAX_DEVICES} a picture shows"]
         out = self._block_sizes()
@@ -157,10 +204,32 @@ class LayoutGrid:
             out.append(f"{op}(a,b): devices a and b each hold a partial value; the block is their {op}")
         return out
 
+    def shown_slices(self) -> list[tuple[str, list[list[str]]]]:
+        """A 3-D block layout's drawn slices: (heading, cells), ``...`` where slices, rows or columns are left out."""
+        k = self.slice_cols()
+        rows, cols = _visible(self.rows, MAX_ROWS), _visible(k, MAX_COLS)
+        out = []
+        for i in _visible(len(self.slices), MAX_SLICES):
+            if i is None:
+                out.append((ELIDED, [[ELIDED] for _ in rows]))
+                continue
+            cells = [[ELIDED] * len(cols) if r is None else [ELIDED if c is None else self.cells[r][i * k + c] for c in cols]
+                     for r in rows]
+            out.append((self.slices[i], cells))
+        return out
+
     def text(self) -> str:
         """The grid in plain ASCII (stable: golden tests compare it)."""
         if self.summarized:
             return "\n".join([self.title(), *(f"  {n}" for n in self.notes())])
+        if self.slices:
+            panels = [_grid_lines(cells, heading) for heading, cells in self.shown_slices()]
+            height = max(len(p) for p in panels)
+            lines = [self.title()]
+            for i in range(height):
+                lines.append("  ".join((p[i] if i < len(p) else "").ljust(len(p[0])) for p in panels).rstrip())
+            lines.extend(f"  {n}" for n in self.notes())
+            return "\n".join(lines)
         cells = self.shown()
         width = max(9, max(len(c) for row in cells for c in row) + 4)
         height = 3 if len(cells) <= 4 else 1
@@ -211,6 +280,26 @@ _ANSI_PALETTE = ("cyan", "yellow", "magenta", "green", "white", "bright_cyan", "
                  "bright_green", "bright_white")  # no red or blue: black text on them is hard to read
 
 
+def _grid_lines(cells: list[list[str]], heading: str) -> list[str]:
+    """One 2-D slice of a block layout as ASCII lines under its heading."""
+    width = max(5, max(len(c) for row in cells for c in row) + 2)
+    border = "+" + "+".join("-" * width for _ in range(len(cells[0]))) + "+"
+    lines = [heading.center(len(border)), border]
+    for row in cells:
+        lines.append("|" + "|".join(c.center(width) for c in row) + "|")
+        lines.append(border)
+    return lines
+
+
+def _block_counts(t: DTensorType, sizes) -> list[int]:
+    """Blocks along each dim of ``t`` at concrete mesh ``sizes``: the product of the mesh axes that shard it."""
+    counts = [1] * t.ndim
+    for d in range(t.ndim):
+        for axis in t.placement.mesh_axes_of(d):
+            counts[d] *= sizes[axis]
+    return counts
+
+
 def _visible(n: int, limit: int) -> list[int | None]:
     """Indices of the rows (or columns) drawn: all of them, or the first and last ones with None between."""
     if n <= limit:
@@ -257,6 +346,8 @@ def layout_grid(name: str, t, values: Mapping[str, int], *, mesh_name: str = "",
     except sym.SymbolicError as err:
         raise AnalysisError(f"'{name}': the mesh {t.mesh.shape_str()} is symbolic ({err}); give --num-workers") from None
     placement = t.placement
+    if placement.is_block:
+        return _block_grid(name, t, sizes, values, mesh_name or f"mesh {t.mesh.shape_str()}")
     sharded = [d for d in range(t.ndim) if placement.mesh_axes_of(d)]
     if len(sharded) > 2:
         raise AnalysisError(f"'{name}' is sharded on {len(sharded)} dims ({placement}); a picture shows two at most")
@@ -268,10 +359,7 @@ def layout_grid(name: str, t, values: Mapping[str, int], *, mesh_name: str = "",
         grid_dims = (sharded[0],)
     else:
         grid_dims = (t.ndim - 2, t.ndim - 1)
-    counts = [1] * t.ndim  # blocks along each dim: the product of the mesh axes that shard it
-    for d in range(t.ndim):
-        for axis in placement.mesh_axes_of(d):
-            counts[d] *= sizes[axis]
+    counts = _block_counts(t, sizes)
     concrete = []
     for d in range(t.ndim):
         extent = sym.normalize(sym.substitute(t.shape[d], dict(values)))
@@ -332,6 +420,49 @@ def layout_grid(name: str, t, values: Mapping[str, int], *, mesh_name: str = "",
                       row_extents, col_extents, tuple(concrete))
 
 
+def _block_grid(name: str, t: DTensorType, sizes: tuple[int, ...], values, mesh_name: str) -> LayoutGrid:
+    """The chunks of a block layout, each labelled with the device it is dealt to (see the module docstring)."""
+    if not 1 <= t.ndim <= 3:
+        raise AnalysisError(f"'{name}' is a rank-{t.ndim} block layout; a picture shows ranks 1 to 3")
+    extents = []
+    for d, n in enumerate(t.shape):
+        n = sym.normalize(sym.substitute(n, dict(values)))
+        if not isinstance(n, int):
+            raise AnalysisError(f"'{name}': dim {d} has the symbolic size {sym.to_str(n)}; give "
+                                f"{', '.join(sorted(sym.free_vars(n)))} with --bind")
+        extents.append(n)
+    try:
+        block = concrete_block(t.placement, values)
+        devices = t.mesh.device_list(dict(values))
+    except (sym.SymbolicError, DistirError) as err:
+        raise AnalysisError(f"'{name}': {err}; give the sizes with --bind") from None
+    grid = [-(-n // b) for n, b in zip(extents, block)]
+    D = len(devices)
+    if D > MAX_DEVICES:
+        return LayoutGrid(name, t, mesh_name, sizes, (), (), block, dict(values), (1, 1), extents=tuple(extents))
+
+    def edges(d: int) -> tuple[int, ...]:
+        return tuple(min(block[d], extents[d] - i * block[d]) for i in range(grid[d]))
+
+    def label(j: int) -> str:
+        return str(devices[j % D])
+
+    if t.ndim == 1:
+        cells = (tuple(label(j) for j in range(grid[0])),)
+        return LayoutGrid(name, t, mesh_name, sizes, (0,), cells, block, dict(values), (1, grid[0]), (1,), edges(0),
+                          tuple(extents))
+    if t.ndim == 2:
+        cells = tuple(tuple(label(r * grid[1] + c) for c in range(grid[1])) for r in range(grid[0]))
+        return LayoutGrid(name, t, mesh_name, sizes, (0, 1), cells, block, dict(values), (grid[0], grid[1]), edges(0),
+                          edges(1), tuple(extents))
+    g0, g1, g2 = grid
+    cells = tuple(tuple(label((i * g1 + r) * g2 + c) for i in range(g0) for c in range(g2)) for r in range(g1))
+    starts = [i * block[0] for i in range(g0)]
+    headings = tuple(f"dim 0: {a}" if e == 1 else f"dim 0: {a}-{a + e - 1}" for a, e in zip(starts, edges(0)))
+    return LayoutGrid(name, t, mesh_name, sizes, (1, 2), cells, block, dict(values), (g1, g0 * g2), edges(1),
+                      edges(2) * g0, tuple(extents), headings, edges(0))
+
+
 def _tuple_str(sizes) -> str:
     return "(" + ", ".join(str(s) for s in sizes) + ("," if len(sizes) == 1 else "") + ")"
 
@@ -360,6 +491,34 @@ def _spans(extents: tuple[int, ...], n: int, limit: int) -> list[tuple[float, fl
     return out
 
 
+def _draw_slices(ax, g: LayoutGrid, Rectangle) -> None:
+    """A 3-D block layout: its 2-D slices side by side, a gap between them, each headed by its dim-0 range."""
+    slices = g.shown_slices()
+    colours = _colour_map([row for _, cells in slices for row in cells])
+    gap = 0.04
+    width = (1.0 - gap * (len(slices) - 1)) / len(slices)
+    ys = _spans(g.row_extents, g.rows, MAX_ROWS)
+    k = g.slice_cols()
+    for i, (heading, cells) in enumerate(slices):
+        x0 = i * (width + gap)
+        xs = _spans(g.col_extents[:k], k, MAX_COLS) if heading != ELIDED else [(0.0, 1.0)]
+        ax.text(x0 + width / 2, 1.02, heading, ha="center", va="bottom", fontsize=7)
+        for r, row in enumerate(cells):
+            y0, h = ys[r] if r < len(ys) else (0.0, 1.0)
+            for c, label in enumerate(row):
+                x, w = xs[c] if c < len(xs) else (0.0, 1.0)
+                ax.add_patch(Rectangle((x0 + x * width, 1.0 - y0 - h), w * width, h,
+                                       facecolor=colours.get(label, "white"), edgecolor="black", linewidth=1.0))
+                size = max(5, min(12, int(60 / max(len(row) * len(slices), len(cells)))))
+                ax.text(x0 + (x + w / 2) * width, 1.0 - y0 - h / 2, label, ha="center", va="center", fontsize=size)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1.08)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.set_title(g.title(), fontsize=9)
+    ax.set_xlabel("\n".join(g.notes()), fontsize=7)
+
+
 def write_png(grids: list[LayoutGrid], path: str) -> None:
     """Draw each grid as coloured blocks labelled with their holders, one panel per tensor."""
     from ..errors import DistirError
@@ -375,6 +534,9 @@ def write_png(grids: list[LayoutGrid], path: str) -> None:
     n = len(grids)
     fig, axes = plt.subplots(n, 1, figsize=(6.4, 3.2 * n), squeeze=False)
     for ax, g in zip(axes[:, 0], grids):
+        if g.slices and not g.summarized:
+            _draw_slices(ax, g, Rectangle)
+            continue
         cells = g.shown() if not g.summarized else [[f"{g.rows * g.cols} blocks, not drawn"]]
         colours = _colour_map(cells)
         rows, cols = len(cells), len(cells[0])

@@ -7,7 +7,9 @@ identity at the sizes (``OpDef.identity_at``: the padding mask of an uneven bloc
 re-blocking, once the count divides; specialize drops them). On a symbolic module such an op
 is counted as the identity it is at counts that divide, so the peak *formula* holds there;
 :meth:`MemoryFootprint.evaluate` specializes and counts again when some count makes it real
-work, so the numbers are exact at every count. A value is live from
+work, so the numbers are exact at every count. A ``R.ccl.replan`` (a redistribute planned for
+the count, whose steps specialize writes) counts as its output in the formula, and
+:meth:`MemoryFootprint.evaluate` specializes and counts its steps. A value is live from
 the binding that computes it through the last binding that reads it (the function's
 result stays live to the end); while binding ``i`` runs, its inputs and its output are
 all live. The peak is the largest total over the bindings.
@@ -26,7 +28,8 @@ from fractions import Fraction
 
 from ..ir import sym
 from ..ir.expr import Call, Expr, IRModule, Tuple, TupleGetItem, Var, leaf_vars
-from ..ir.layout import block_of, concrete_mesh_shape, mesh_coords
+from ..ir.layout import block_of, chunk_elements, concrete_block, concrete_mesh_shape, mesh_coords
+from ..ir.steps import get_step
 from ..ir.sym import Dim
 from ..ir.types import DTensorType, TensorType, dtype_bytes
 from .common import pick_function, value_bytes
@@ -90,6 +93,7 @@ def memory_footprint(mod: IRModule, func: str | None = None) -> MemoryFootprint:
     param_bytes = sum_dims(b for _, b in params)
 
     bindings = list(f.bindings())
+    replan = get_step("replan").local_op
     conditional: list[str] = []
     where: dict[Var, frozenset[int]] = {}
     size: list[Dim] = []  # per allocation
@@ -106,6 +110,8 @@ def memory_footprint(mod: IRModule, func: str | None = None) -> MemoryFootprint:
                 conditional.append(b.var.name)
             where[b.var] = _storages(b.value.args[0], where)
         elif isinstance(b.value, Call):
+            if b.value.op is replan:  # specialize writes its steps, with their own intermediates
+                conditional.append(b.var.name)
             s = len(size)
             size.append(value_bytes(b.var.type))
             born.append(i)
@@ -217,7 +223,13 @@ def param_balance(mod: IRModule, values: Mapping[str, int], func: str | None = N
         if isinstance(t, DTensorType):
             sizes = concrete_mesh_shape(t.mesh, values)
             shape = [_eval(d, values) for d in t.shape]
-            for pos, dev in enumerate(t.mesh.device_list(values)):
+            devices = t.mesh.device_list(values)
+            for pos, dev in enumerate(devices):
+                if t.placement.is_block:  # its chunks' real elements
+                    block = concrete_block(t.placement, values)
+                    n = dtype_bytes(t.dtype) * chunk_elements(shape, block, len(devices), pos)
+                    held[dev] = held.get(dev, 0) + n
+                    continue
                 coords = mesh_coords(pos, sizes)
                 n = dtype_bytes(t.dtype)
                 for d, extent in enumerate(shape):

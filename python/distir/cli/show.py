@@ -116,8 +116,17 @@ def run(args: argparse.Namespace) -> int:
                 return f"mesh[{i}]"
         return ""
 
-    grids = [layout_grid(n, by_name[n], values, mesh_name=mesh_name(by_name[n]), default_mesh=default_mesh)
-             for n in names]
+    grids, skipped, first_error = [], [], None
+    for n in names:
+        try:
+            grids.append(layout_grid(n, by_name[n], values, mesh_name=mesh_name(by_name[n]), default_mesh=default_mesh))
+        except AnalysisError as err:
+            if args.tensor:
+                raise  # a tensor asked for by name: the error is the answer
+            first_error = first_error or err
+            skipped.append(f"{n}: not drawn: {err}")
+    if not grids:
+        raise first_error
     console = Console(file=sys.stdout, highlight=False)
     plain = args.plain or not console.is_terminal
     for i, g in enumerate(grids):
@@ -127,6 +136,8 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.write(g.text() + "\n")
         else:
             console.print(g.rich(console.color_system))
+    for note in skipped:  # drawing every tensor: the ones a picture cannot show are named, not fatal
+        sys.stdout.write(f"\n{note}\n")
     if args.png:
         write_png(grids, args.png)
         sys.stdout.write(f"wrote {args.png}\n")

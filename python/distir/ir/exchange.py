@@ -1,6 +1,6 @@
 """Block exchanges on one mesh: every device receives exactly what its target block lacks.
 
-An exchange turns a tensor of shape ``A`` laid out ``src`` (R and S[d] only) on a mesh into
+An exchange turns a tensor of shape ``A`` laid out ``src`` (R, S[d] or a block layout) on a mesh into
 the same elements, read in C order as shape ``B`` (``A`` itself, or a reshape of it), laid out
 ``dst`` on the same mesh. Each device keeps the elements of its target block that it already
 holds and receives every other real element of its target block once (padding is never
@@ -11,7 +11,9 @@ layout change can move less: this is the communication bound of the change.
 devices holding that block differ only on the mesh axes that do not cut ``A``. The receiver
 takes it from the holder that agrees with it on every such axis (itself, when it holds the
 element). So an exchange whose layout change is confined to one mesh axis only sends within
-that axis's groups, and no holder is ever loaded by another group's traffic.
+that axis's groups, and no holder is ever loaded by another group's traffic. In a block
+layout (``B[...]``, docs/blocks.md) every element has exactly one holder, the position its
+chunk is dealt to; an exchange with a block layout on either side keeps the shape.
 
 Everything here is at concrete sizes. Two entry points share the block arithmetic:
 
@@ -29,7 +31,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from . import sym
-from .layout import block_of, level_extents, mesh_coords
+from .layout import block_of, block_storage_shape, chunk_box, chunk_homes, device_chunks, level_extents, mesh_coords
 from .placement import Placement, PlacementError
 
 __all__ = ["check_exchange", "gather_plan", "received", "reshape_groups"]
@@ -77,6 +79,13 @@ def check_exchange(src: Placement, dst: Placement, src_shape: Sequence, dst_shap
                 f"an exchange moves whole elements, not partial values: the {what} layout \"{p}\" is {p[axis]} on "
                 f"mesh axis {axis}; exchange to a layout without it and make it partial after (local_partial)"
             )
+    if (src.is_block or dst.is_block) and not (
+        len(src_shape) == len(dst_shape) and all(sym.equal(x, y) for x, y in zip(src_shape, dst_shape))
+    ):
+        raise PlacementError(
+            f"an exchange from \"{src}\" to \"{dst}\" keeps the shape when a side is a block layout; "
+            f"reshape before or after it"
+        )
     if not sym.equal(sym.product(src_shape), sym.product(dst_shape)):
         raise PlacementError(
             f"an exchange keeps every element: shape ({', '.join(map(sym.to_str, src_shape))}) and "
@@ -121,6 +130,41 @@ class _Side:
         return all(self.interval(d, coords)[1] > self.interval(d, coords)[0] for d in dims)
 
 
+def _boxes(shape: tuple[int, ...], p: Placement, sizes: tuple[int, ...], pos: int) -> list[tuple[tuple[int, int], ...]]:
+    """The boxes ([start, stop) per dim) of real elements mesh position ``pos`` holds: one block,
+    or one per chunk of a block layout (empty boxes left out)."""
+    if p.is_block:
+        block = _ints(p.block, "shard")
+        boxes = [chunk_box(shape, block, j) for _, j in device_chunks(shape, block, _devices(sizes), pos)]
+    else:
+        c = mesh_coords(pos, sizes)
+        boxes = [tuple(_Side(shape, p, sizes).interval(d, c) for d in range(len(shape)))]
+    return [bx for bx in boxes if all(hi > lo for lo, hi in bx)]
+
+
+def _devices(sizes) -> int:
+    return int(np.prod(sizes, dtype=object))
+
+
+def _overlap(x, y) -> int:
+    out = 1
+    for (a0, a1), (b0, b1) in zip(x, y):
+        out *= max(0, min(a1, b1) - max(a0, b0))
+    return out
+
+
+def _received_boxes(shape: tuple[int, ...], src: Placement, dst: Placement, sizes: tuple[int, ...]) -> list[int]:
+    """Elements each position receives when a side is a block layout (same shape): the real
+    elements of its target boxes minus their overlap with its own source boxes (the boxes of
+    one side are disjoint, and a device that holds an element takes it from itself)."""
+    out = []
+    for pos in range(_devices(sizes)):
+        want, own = _boxes(shape, dst, sizes, pos), _boxes(shape, src, sizes, pos)
+        total = sum(_overlap(bx, bx) for bx in want)
+        out.append(total - sum(_overlap(w, h) for w in want for h in own))
+    return out
+
+
 def received(
     src_shape: Sequence,
     src: Placement,
@@ -133,6 +177,8 @@ def received(
     a, b = _ints(src_shape, "source"), _ints(dst_shape, "target")
     sizes = tuple(int(s) for s in sizes)
     _check(src, dst, a, b)
+    if src.is_block or dst.is_block:
+        return _received_boxes(a, src, dst, sizes)
     S, T = _Side(a, src, sizes), _Side(b, dst, sizes)
     groups = reshape_groups(a, b)
     ones_a = [d for d, n in enumerate(a) if n == 1]
@@ -166,25 +212,46 @@ def gather_plan(
     dst: Placement,
     sizes: Sequence[int],
     pos: int,
-) -> tuple[tuple[slice, ...], tuple[int, ...], np.ndarray, np.ndarray, tuple[int, ...]]:
-    """Where the target block of mesh position ``pos`` comes from, element by element.
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, ...]]:
+    """Where the target storage of mesh position ``pos`` comes from, element by element.
 
-    Returns (the real part of its local block as slices, that part's shape, the source
-    position of each of its elements in C order, each element's flat index in that source's
-    padded local block, the padded local shape of a source block). An element whose source
-    is ``pos`` itself is kept, not received."""
+    Returns (the flat index in ``pos``'s padded target storage of each of its real elements,
+    the source position of each, each element's flat index in that source's padded storage,
+    the padded storage shape of a source). An element whose source is ``pos`` itself is kept,
+    not received. Block layouts must be concrete (see :func:`distir.ir.layout.concrete_placement`)."""
     a, b = tuple(src_shape), tuple(dst_shape)
     sizes = tuple(sizes)
     _check(src, dst, a, b)
+    devices = _devices(sizes)
     c = mesh_coords(pos, sizes)
-    T = _Side(b, dst, sizes)
-    bounds = [T.interval(e, c) for e in range(len(b))]
-    real = tuple(hi - lo for lo, hi in bounds)
-    local_real = tuple(slice(0, n) for n in real)
-    # global flat indices (C order, the same in A and B) of the target block's real elements
-    flat = np.zeros(1, dtype=np.int64)
-    for e, (lo, hi) in enumerate(bounds):
-        flat = (flat[:, None] * b[e] + np.arange(lo, hi, dtype=np.int64)[None, :]).reshape(-1)
+    # global flat indices (C order, the same in A and B) of the target's real elements, and their local index
+    if dst.is_block:
+        block = _ints(dst.block, "shard")
+        store = block_storage_shape(b, block, devices)
+        flats, locs = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
+        for k, j in device_chunks(b, block, devices, pos):
+            box = chunk_box(b, block, j)
+            g, l_ = np.zeros(1, dtype=np.int64), np.full(1, k, dtype=np.int64)
+            for e, (lo, hi) in enumerate(box):
+                r = np.arange(lo, hi, dtype=np.int64)
+                g = (g[:, None] * b[e] + r[None, :]).reshape(-1)
+                l_ = (l_[:, None] * store[e + 1] + (r - lo)[None, :]).reshape(-1)
+            flats.append(g)
+            locs.append(l_)
+        flat, dst_index = np.concatenate(flats), np.concatenate(locs)
+    else:
+        T = _Side(b, dst, sizes)
+        bounds = [T.interval(e, c) for e in range(len(b))]
+        store = tuple(block_of(b[e], dst, e, c, sizes)[2] for e in range(len(b)))
+        flat, dst_index = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
+        for e, (lo, hi) in enumerate(bounds):
+            r = np.arange(lo, hi, dtype=np.int64)
+            flat = (flat[:, None] * b[e] + r[None, :]).reshape(-1)
+            dst_index = (dst_index[:, None] * store[e] + (r - lo)[None, :]).reshape(-1)
+    if src.is_block:
+        block = _ints(src.block, "shard")
+        source, index = chunk_homes(a, block, devices, flat)
+        return dst_index, source, index, tuple(block_storage_shape(a, block, devices))
     coords_a = np.unravel_index(flat, a) if a else ()
     # per source dim: the block coordinate on each mesh axis cutting it, and the offset in the block
     holder = [np.full(flat.shape, c[ax], dtype=np.int64) for ax in range(len(sizes))]
@@ -202,4 +269,4 @@ def gather_plan(
     for ax, size in enumerate(sizes):
         source = source * size + holder[ax]
     index = np.ravel_multi_index(tuple(offsets), tuple(local_shape)) if a else np.zeros(flat.shape, dtype=np.int64)
-    return local_real, real, source, np.asarray(index, dtype=np.int64), tuple(local_shape)
+    return dst_index, source, np.asarray(index, dtype=np.int64), tuple(local_shape)

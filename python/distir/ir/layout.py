@@ -12,6 +12,14 @@ the outer cut gives blocks of ``c1 = ceil(n / k1)``, each cut again into blocks 
 its block padded to the full ``c`` (the *local extent*); the elements past its *valid
 length* are padding, which collectives drop and reductions mask. When ``k`` divides
 ``n`` this is exactly the even split: ``c = n / k``, no padding.
+
+Block layouts ``B[b0, b1, ...]`` (docs/blocks.md): a tensor of shape ``n`` is cut into a
+*chunk grid* of ``g_i = ceil(n_i / b_i)`` chunks per dim, ``C = prod g_i`` chunks, numbered
+row-major. Chunk ``j`` lives on mesh position ``j % D`` (``D`` the mesh's device count, its
+positions row-major), in *slot* ``j // D`` of that device's storage ``[ceil(C / D), b0, b1,
+...]``. Position ``p`` holds ``ceil((C - p) / D)`` chunks (0 when ``p >= C``); chunks at the
+high edges are partial and every chunk is padded to the full shard shape; slots past a
+device's last chunk are padding too. Padding holds zeros when cut from a value.
 """
 
 from __future__ import annotations
@@ -22,11 +30,107 @@ import numpy as np
 
 from . import sym
 from .mesh import DeviceMesh, Range
-from .placement import Placement, Shard
+from .placement import Placement, PlacementError, Shard
 from .sym import Dim
 from .types import DTensorType, TensorType, dtype_bytes
 
 WORKER_ID = "worker_id"  # the symbolic variable a worker's own device id is bound to at run time
+
+
+# ------------------------------------------------------------------ block layouts (B[...])
+
+
+def chunk_grid(shape: Sequence[Dim], block: Sequence[Dim]) -> tuple[Dim, ...]:
+    """Chunks along each dim: ``ceil(n_i / b_i)``."""
+    return tuple(sym.ceildiv(n, b) for n, b in zip(shape, block))
+
+
+def chunk_count(shape: Sequence[Dim], block: Sequence[Dim]) -> Dim:
+    """All chunks of the tensor: ``prod ceil(n_i / b_i)``."""
+    return sym.product(chunk_grid(shape, block))
+
+
+def chunk_slots(shape: Sequence[Dim], block: Sequence[Dim], devices: Dim) -> Dim:
+    """Chunks the busiest device holds, which every device stores room for: ``ceil(C / D)``."""
+    return sym.ceildiv(chunk_count(shape, block), devices)
+
+
+def chunks_at(chunks: int, devices: int, position: int) -> int:
+    """Chunks mesh position ``position`` holds (concrete): ``ceil((C - p) / D)``, 0 when ``p >= C``."""
+    return max(0, -(-(chunks - position) // devices))
+
+
+def chunk_box(shape: Sequence[int], block: Sequence[int], j: int) -> tuple[tuple[int, int], ...]:
+    """[start, stop) per dim of chunk ``j`` (row-major in the chunk grid), clipped to the tensor."""
+    grid = [-(-n // b) for n, b in zip(shape, block)]
+    idx = np.unravel_index(j, grid) if grid else ()
+    return tuple((int(i) * b, min(n, (int(i) + 1) * b)) for i, b, n in zip(idx, block, shape))
+
+
+def concrete_block(placement: Placement, values: Mapping[str, int] | None = None) -> tuple[int, ...]:
+    """The shard shape of a block layout at concrete sizes (each entry must come out positive)."""
+    out = []
+    for i, d in enumerate(placement.block):
+        v = sym.evaluate(d, values or {})
+        if v < 1:
+            raise PlacementError(f"block layout \"{placement}\": shard size {i} is {v} at these sizes; shard sizes are positive")
+        out.append(v)
+    return tuple(out)
+
+
+def concrete_placement(placement: Placement, values: Mapping[str, int] | None = None) -> Placement:
+    """``placement`` with a block layout's symbolic shard sizes evaluated (others unchanged)."""
+    return Placement.blocked(concrete_block(placement, values)) if placement.is_block else placement
+
+
+def block_storage_shape(shape: Sequence[Dim], block: Sequence[Dim], devices: Dim) -> tuple[Dim, ...]:
+    """Every device's storage of a block layout: ``[ceil(C / D), *block]``."""
+    return (chunk_slots(shape, block, devices), *block)
+
+
+def chunk_homes(shape: Sequence[int], block: Sequence[int], devices: int, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(mesh position, flat index in that device's storage) of each element at global C-order
+    index ``flat`` (concrete sizes)."""
+    shape, block = tuple(shape), tuple(block)
+    grid = tuple(-(-n // b) for n, b in zip(shape, block))
+    if not shape:
+        return np.zeros(flat.shape, dtype=np.int64), np.zeros(flat.shape, dtype=np.int64)
+    coords = np.unravel_index(flat, shape)
+    chunk = np.ravel_multi_index(tuple(np.asarray(c) // b for c, b in zip(coords, block)), grid)
+    slots = -(-int(np.prod(grid, dtype=object)) // devices)
+    local = np.ravel_multi_index((chunk // devices, *(np.asarray(c) % b for c, b in zip(coords, block))), (slots, *block))
+    return np.asarray(chunk % devices, dtype=np.int64), np.asarray(local, dtype=np.int64)
+
+
+def device_chunks(shape: Sequence[int], block: Sequence[int], devices: int, position: int) -> list[tuple[int, int]]:
+    """(slot, chunk index) of every chunk mesh position ``position`` holds."""
+    total = int(np.prod([-(-n // b) for n, b in zip(shape, block)], dtype=object))
+    return [(k, j) for k, j in enumerate(range(position, total, devices))]
+
+
+def chunk_elements(shape: Sequence[int], block: Sequence[int], devices: int, position: int) -> int:
+    """Real (not padding) elements mesh position ``position`` holds."""
+    total = 0
+    for _, j in device_chunks(shape, block, devices, position):
+        total += int(np.prod([hi - lo for lo, hi in chunk_box(shape, block, j)], dtype=object))
+    return total
+
+
+def cut_chunks(full: np.ndarray, block: Sequence[int], devices: int, position: int) -> np.ndarray:
+    """The storage of mesh position ``position`` in a block layout: its chunks, padded with zeros."""
+    shape = full.shape
+    out = np.zeros(block_storage_shape(shape, block, devices), dtype=full.dtype)
+    for k, j in device_chunks(shape, block, devices, position):
+        box = chunk_box(shape, block, j)
+        out[(k, *(slice(0, hi - lo) for lo, hi in box))] = full[tuple(slice(lo, hi) for lo, hi in box)]
+    return out
+
+
+def place_chunks(out: np.ndarray, storage: np.ndarray, block: Sequence[int], devices: int, position: int) -> None:
+    """Write the real elements of position ``position``'s storage into the global array ``out``."""
+    for k, j in device_chunks(out.shape, block, devices, position):
+        box = chunk_box(out.shape, block, j)
+        out[tuple(slice(lo, hi) for lo, hi in box)] = storage[(k, *(slice(0, hi - lo) for lo, hi in box))]
 
 
 def shard_count(mesh: DeviceMesh, placement: Placement, dim: int) -> Dim:
@@ -35,7 +139,10 @@ def shard_count(mesh: DeviceMesh, placement: Placement, dim: int) -> Dim:
 
 
 def local_shape(shape: Sequence[Dim], mesh: DeviceMesh, placement: Placement) -> tuple[Dim, ...]:
-    """Per-worker shape: each sharded dim's block (padded; see the module docstring)."""
+    """Per-worker shape: each sharded dim's block (padded; see the module docstring); for a
+    block layout the storage ``[ceil(C / D), *block]``."""
+    if placement.is_block:
+        return block_storage_shape(shape, placement.block, mesh.size)
     out = []
     for i, d in enumerate(shape):
         axes = placement.mesh_axes_of(i)
@@ -80,7 +187,11 @@ def block_slices(
 
 
 def cut_block(full: np.ndarray, placement: Placement, coords: Sequence[int], sizes: Sequence[int]) -> np.ndarray:
-    """The block of ``full`` held at mesh ``coords``, padded with zeros to the local extent."""
+    """The block of ``full`` held at mesh ``coords``, padded with zeros to the local extent (for
+    a block layout: that position's chunk storage)."""
+    if placement.is_block:
+        position = int(np.ravel_multi_index(tuple(coords), tuple(sizes))) if sizes else 0
+        return cut_chunks(full, placement.block, int(np.prod(sizes, dtype=object)), position)
     glob, loc, ext = block_slices(full.shape, placement, coords, sizes)
     if tuple(full[glob].shape) == ext:
         return np.array(full[glob], order="C")  # a copy; keeps 0-d arrays 0-d

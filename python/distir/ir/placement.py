@@ -7,6 +7,14 @@ reduction ``op`` of them; bare ``P`` means ``P[sum]``). Text form is TVM's:
 
 When several mesh axes shard the same tensor dim, the lower mesh axis is the major
 (outer) split, as in PyTorch DTensor.
+
+A **block layout** ``"B[2, 2, 2]"`` (TT-Metal's ND sharding, docs/blocks.md) stands alone and
+applies to the whole mesh: the tensor is cut into chunks of the given shard shape (one entry
+per tensor dim, positive, possibly symbolic), the chunks are ordered row-major and dealt
+round-robin over the mesh's positions in row-major order (chunk ``j`` to position
+``j % D``). It has no per-mesh-axis entries: ``specs``, ``mesh_axes_of``, ``len`` and indexing
+raise :class:`BlockLayoutError` on it, so no code written for R / S / P can mistake it for
+one of them; :mod:`distir.ir.layout` holds its arithmetic.
 """
 
 from __future__ import annotations
@@ -15,12 +23,17 @@ import re
 from dataclasses import dataclass
 
 from ..errors import DistirError
+from . import sym
 
 REDUCE_OPS = ("sum", "max", "min", "avg")
 
 
 class PlacementError(DistirError):
     """A placement is malformed or does not fit its mesh or tensor."""
+
+
+class BlockLayoutError(PlacementError):
+    """Code written for per-mesh-axis placements (R / S / P) was handed a block layout."""
 
 
 @dataclass(frozen=True)
@@ -48,23 +61,71 @@ class Partial:
 Spec = Replicate | Shard | Partial
 R = Replicate()
 
+_BLOCK_RE = re.compile(r"^\s*B\s*\[(.*)\]\s*$", re.DOTALL)
 _SPEC_RE = re.compile(r"^\s*(?:(R)|S\[\s*(-?\d+)\s*\]|P(?:\[\s*([a-z]+)\s*\])?)\s*$")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False, eq=False)
 class Placement:
-    specs: tuple[Spec, ...]
+    """Per-mesh-axis specs (``block`` None), or a block layout (``block`` the shard shape)."""
+
+    _specs: tuple[Spec, ...]
+    block: tuple | None
+
+    def __init__(self, specs: tuple[Spec, ...] = (), block: tuple | None = None):
+        object.__setattr__(self, "_specs", tuple(specs) if block is None else ())
+        object.__setattr__(self, "block", None if block is None else tuple(sym.normalize(d) for d in block))
+
+    def _key(self) -> tuple:
+        return self._specs, None if self.block is None else tuple(sym.key(d) for d in self.block)
+
+    def __eq__(self, other) -> bool:  # symbolic shard sizes compare by structure (PrimExprs do not)
+        return isinstance(other, Placement) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    @staticmethod
+    def blocked(shard_shape) -> Placement:
+        """The block layout with chunks of ``shard_shape`` (docs/blocks.md; at least one dim)."""
+        if not len(shard_shape):
+            raise PlacementError("a block layout needs one shard size per tensor dim, and a scalar has none")
+        return Placement((), tuple(shard_shape))
+
+    @property
+    def is_block(self) -> bool:
+        return self.block is not None
+
+    def refuse_block(self, what: str) -> None:
+        """Raise BlockLayoutError when this is a block layout: ``what`` handles R / S / P only."""
+        if self.block is not None:
+            raise BlockLayoutError(
+                f"{what}: the block layout \"{self}\" is not handled here (R / S[d] / P layouts only); "
+                f"redistribute it to one of those first"
+            )
+
+    @property
+    def specs(self) -> tuple[Spec, ...]:
+        self.refuse_block("per-mesh-axis placement entries")
+        return self._specs
 
     @staticmethod
     def parse(text: str) -> Placement:
         if not isinstance(text, str) or not text.strip():
             raise PlacementError(f"placement must be a non-empty string like \"S[0], R\", got {text!r}")
+        if _BLOCK_RE.match(text) or text.strip().startswith("B"):
+            return Placement._parse_block(text)
         specs: list[Spec] = []
         for i, part in enumerate(text.split(",")):
             m = _SPEC_RE.match(part)
             if m is None:
+                if part.strip().startswith("B"):
+                    raise PlacementError(
+                        f"placement \"{text}\": a block layout B[...] stands alone, it cannot be one entry of several"
+                    )
                 raise PlacementError(
-                    f"placement \"{text}\": entry {i} ('{part.strip()}') is not R, S[dim], P or P[sum|max|min|avg]"
+                    f"placement \"{text}\": entry {i} ('{part.strip()}') is not R, S[dim], P or P[sum|max|min|avg] "
+                    f"(or, alone, a block layout B[shard sizes])"
                 )
             if m.group(1):
                 specs.append(R)
@@ -83,14 +144,41 @@ class Placement:
         return Placement(tuple(specs))
 
     @staticmethod
+    def _parse_block(text: str) -> Placement:
+        m = _BLOCK_RE.match(text)
+        if m is None:
+            raise PlacementError(
+                f"placement \"{text}\": a block layout is written B[d0, d1, ...] (one shard size per tensor dim) "
+                f"and stands alone"
+            )
+        body = m.group(1).strip()
+        if not body:
+            raise PlacementError(f"placement \"{text}\": a block layout needs one shard size per tensor dim")
+        entries = []
+        for i, part in enumerate(body.split(",")):
+            try:
+                d = sym.parse(part)
+            except sym.SymbolicError as err:
+                raise PlacementError(f"placement \"{text}\": shard size {i} ('{part.strip()}'): {err}") from None
+            if isinstance(d, int) and d < 1:
+                raise PlacementError(f"placement \"{text}\": shard size {i} is {d}; shard sizes are positive")
+            entries.append(d)
+        return Placement.blocked(entries)
+
+    @staticmethod
     def replicated(ndim: int) -> Placement:
         return Placement((R,) * ndim)
 
     def __str__(self) -> str:
+        if self.block is not None:
+            return "B[" + ", ".join(sym.to_str(d) for d in self.block) + "]"
         return ", ".join(str(s) for s in self.specs)
 
     def __len__(self) -> int:
         return len(self.specs)
+
+    def __bool__(self) -> bool:  # a placement is a value, whatever its length (``p or default`` keeps it)
+        return True
 
     def __getitem__(self, i: int) -> Spec:
         return self.specs[i]
@@ -105,18 +193,31 @@ class Placement:
         return tuple(i for i, s in enumerate(self.specs) if isinstance(s, Shard) and s.dim == dim)
 
     def partial_axes(self) -> tuple[int, ...]:
+        """Mesh axes holding partial values (none for a block layout: its chunks are whole values)."""
+        if self.block is not None:
+            return ()
         return tuple(i for i, s in enumerate(self.specs) if isinstance(s, Partial))
 
     @property
     def is_replicated(self) -> bool:
-        return all(isinstance(s, Replicate) for s in self.specs)
+        return self.block is None and all(isinstance(s, Replicate) for s in self.specs)
 
     @property
     def has_partial(self) -> bool:
-        return any(isinstance(s, Partial) for s in self.specs)
+        return self.block is None and any(isinstance(s, Partial) for s in self.specs)
 
     def validate(self, mesh_ndim: int, tensor_ndim: int | None, what: str = "placement") -> None:
         """Raise PlacementError saying which entry is wrong and why."""
+        if self.block is not None:
+            if tensor_ndim is not None and len(self.block) != tensor_ndim:
+                raise PlacementError(
+                    f"{what} \"{self}\" gives {len(self.block)} shard size{'s' if len(self.block) != 1 else ''} "
+                    f"but the tensor has rank {tensor_ndim}: give one per tensor dim"
+                )
+            for i, d in enumerate(self.block):
+                if isinstance(d, int) and d < 1:
+                    raise PlacementError(f"{what} \"{self}\": shard size {i} is {d}; shard sizes are positive")
+            return
         if len(self.specs) != mesh_ndim:
             raise PlacementError(
                 f"{what} \"{self}\" has {len(self.specs)} entr{'y' if len(self.specs) == 1 else 'ies'} "

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import TypeInferenceError
+from . import sym
 from .mesh import DeviceMesh
 from .placement import Partial, Placement, R, Replicate, Shard
 from .types import DTensorType, TensorType, TupleType, Type
@@ -207,6 +208,10 @@ def infer_dtensor_output(op, arg_types: list[Type], attrs) -> Type:
     outs = [plain_out] if isinstance(plain_out, TensorType) else list(plain_out.fields) if isinstance(plain_out, TupleType) else None
     if outs is None or not all(isinstance(o, TensorType) for o in outs):
         raise TypeInferenceError(f"R.{op.name} does not produce tensors, so it cannot take DTensor inputs")
+    if any(t.placement.is_block for t in dts):
+        new = block_forward(op, flat, outs, attrs, mesh)
+        dout = [DTensorType(o.shape, o.dtype, mesh, p) for o, p in zip(outs, new)]
+        return dout[0] if isinstance(plain_out, TensorType) else TupleType(tuple(dout))
     placements = [
         t.placement if isinstance(t, DTensorType) else Placement.replicated(mesh.ndim) for t in flat
     ]
@@ -222,3 +227,90 @@ def infer_dtensor_output(op, arg_types: list[Type], attrs) -> Type:
     if isinstance(plain_out, TensorType):
         return dout[0]
     return TupleType(tuple(dout))
+
+
+# ---------------------------------------------------------------- block layouts (B[...], docs/blocks.md)
+
+
+@dataclass(frozen=True)
+class BlockForm:
+    """How an op keeps a block layout. ``kind`` "same": the op runs on each device's chunk
+    storage as it is (elementwise ops on one layout; reductions over dims whole in every chunk,
+    ``axes`` the reduced tensor dims); "partial": a reduction over the one dim the chunks cut
+    (every other dim whole in each chunk) leaves each device the reduction of its own chunks,
+    ``P[op]`` over the whole mesh, ``dim`` the cut dim."""
+
+    kind: str
+    placement: Placement
+    axes: tuple[int, ...] = ()
+    dim: int | None = None
+    reduction: str | None = None
+
+
+def block_form(op, flat: Sequence[Type], outs: Sequence[TensorType], attrs, mesh: DeviceMesh) -> BlockForm | None:
+    """The way ``op`` keeps the block layout of its inputs, or None when it does not (a redistribute
+    is needed). Raises TypeInferenceError when the inputs mix a block layout with anything else."""
+    blocks = [t for t in flat if isinstance(t, DTensorType) and t.placement.is_block]
+    if not blocks:
+        return None
+    p, shape = blocks[0].placement, blocks[0].shape
+    # a scalar the same on every device (a constant, or replicated) broadcasts onto the chunk storage
+    scalars = {k for k, t in enumerate(flat) if t.ndim == 0 and (not isinstance(t, DTensorType) or t.placement.is_replicated)}
+    for k, t in enumerate(flat):
+        if k in scalars:
+            continue
+        if not isinstance(t, DTensorType) or t.placement != p or len(t.shape) != len(shape) or not all(
+            sym.equal(a, b) for a, b in zip(t.shape, shape)
+        ):
+            raise TypeInferenceError(
+                f"R.{op.name}: input {k} is not laid out \"{p}\" with shape {_shape(shape)} like input "
+                f"{flat.index(blocks[0])}; an op on a block layout takes inputs of one shape and layout (redistribute first)"
+            )
+    if len(outs) != 1:
+        return None
+    out = outs[0]
+    if op.category == "elementwise":  # one element at a time; equal shapes: nothing broadcasts
+        if all(k in scalars or len(t.shape) == len(shape) for k, t in enumerate(flat)) and len(out.shape) == len(shape) \
+                and all(sym.equal(a, b) for a, b in zip(out.shape, shape)):
+            return BlockForm("same", p)
+        return None
+    if op.category != "reduction" or op.name not in _BLOCK_REDUCTIONS or len(flat) != 1:
+        return None
+    axes = _reduced_axes(attrs.get("axis"), len(shape))
+    keep = bool(attrs.get("keepdims"))
+    whole = [sym.equal(b, n) for b, n in zip(p.block, shape)]
+    if all(whole[d] for d in axes) and (keep or len(axes) < len(shape)):  # (a block layout has at least one dim)
+        kept = tuple(1 if d in axes else b for d, b in enumerate(p.block)) if keep else \
+            tuple(b for d, b in enumerate(p.block) if d not in axes)
+        return BlockForm("same", Placement.blocked(kept), axes)
+    cut = [d for d in range(len(shape)) if not whole[d]] or [axes[0]]  # none cut: one chunk, a scalar out
+    if len(cut) == 1 and cut[0] in axes and op.name in ("sum", "max", "min"):
+        return BlockForm("partial", Placement((Partial(op.name),) * mesh.ndim), axes, cut[0], op.name)
+    return None
+
+
+_BLOCK_REDUCTIONS = ("sum", "mean", "max", "min", "prod")  # reductions with attributes axis and keepdims
+
+
+def _reduced_axes(axis, ndim: int) -> tuple[int, ...]:
+    """The dims a reduction's ``axis`` attribute names (all when None), sorted and non-negative."""
+    if axis is None:
+        return tuple(range(ndim))
+    items = [axis] if isinstance(axis, int) else list(axis)
+    return tuple(sorted({a + ndim if a < 0 else a for a in items}))
+
+
+def block_forward(op, flat, outs, attrs, mesh: DeviceMesh) -> list[Placement]:
+    """Output placements of an op on block-layout inputs (see :func:`block_form`)."""
+    form = block_form(op, flat, outs, attrs, mesh)
+    if form is None:
+        p = next(t.placement for t in flat if isinstance(t, DTensorType) and t.placement.is_block)
+        raise TypeInferenceError(
+            f"R.{op.name} does not keep the block layout \"{p}\" (elementwise ops and reductions over dims whole in "
+            f"each chunk, or over the one dim the chunks cut, do); redistribute its inputs first"
+        )
+    return [form.placement]
+
+
+def _shape(shape) -> str:
+    return "(" + ", ".join(sym.to_str(d) for d in shape) + ")"

@@ -57,6 +57,8 @@ def is_aligned(src_mesh: DeviceMesh, src: Placement, dst_mesh: DeviceMesh, dst: 
 
 def check_transfer(src_mesh: DeviceMesh, src: Placement, dst_mesh: DeviceMesh, dst: Placement) -> None:
     """Raise PlacementError when a single transfer cannot carry ``src`` to ``dst``."""
+    for p in (src, dst):
+        p.refuse_block("a transfer between meshes")
     if is_aligned(src_mesh, src, dst_mesh, dst):
         return
     for what, mesh, p in (("source", src_mesh, src), ("target", dst_mesh, dst)):

@@ -20,7 +20,9 @@ local_partial      R -> P[op]       0                          R.ccl.local_parti
 :mod:`distir.ir.transfer` for who sends what. ``exchange`` changes a whole layout (without
 partials) at once, optionally reading the elements as another shape: each worker receives
 exactly the real elements of its target block it does not hold (the bound), see
-:mod:`distir.ir.exchange`.
+:mod:`distir.ir.exchange`. ``replan`` stands for a redistribute whose cheapest steps depend on
+the device count: ``specialize`` replaces it by the plan for the count it binds (see
+:mod:`distir.transform.legalize_redistribute`).
 
 A tensor dim sharded over several mesh axes is split major-first in mesh-axis order, so a
 step may only remove or add the innermost (highest) mesh axis of a dim: anything else would
@@ -41,7 +43,15 @@ from ..ir.exchange import check_exchange
 from ..ir.exchange import gather_plan as exchange_gather_plan
 from ..ir.exchange import received as exchange_received
 from ..ir.expr import Call
-from ..ir.layout import concrete_mesh_shape, coord_expr, local_shape, local_type, mesh_coords, mesh_groups
+from ..ir.layout import (
+    concrete_mesh_shape,
+    concrete_placement,
+    coord_expr,
+    local_shape,
+    local_type,
+    mesh_coords,
+    mesh_groups,
+)
 from ..ir.op import get_op
 from ..ir.placement import Partial, Placement, PlacementError, Replicate, Shard
 from ..ir.steps import StepKind, register_step
@@ -584,9 +594,11 @@ def _regroup_sent(n, before, after, piece):
 
 def _exchange_reaches(state: Placement, target: Placement) -> tuple[Placement, ...]:
     """From a layout without partials, straight to the target (its partial axes replicated: a
-    local_partial follows)."""
+    local_partial follows). A block layout (B[...]) is reached as it is."""
     if state.has_partial:
         return ()
+    if target.is_block:
+        return (target,)
     return (Placement(tuple(Replicate() if isinstance(s, Partial) else s for s in target.specs)),)
 
 
@@ -640,13 +652,13 @@ def _exchange_simulate(xs, attrs, env):
     """Each worker keeps what it holds of its target block and takes every other element from the
     holder that agrees with it on the axes that do not cut the source (distir.ir.exchange)."""
     src_shape, dst_shape, sizes, devices = _exchange_concrete(attrs, env.values)
-    src_p, dst_p = attrs["src_placement"], attrs["dst_placement"]
+    src_p, dst_p = (concrete_placement(attrs[k], env.values) for k in ("src_placement", "dst_placement"))
     out_shape = tuple(local_shape(tuple(dst_shape), attrs["device_mesh"], dst_p))
     out_shape = tuple(sym.evaluate(d, env.values) for d in out_shape)
     dtype = _dtype_of(xs)
     out, sent = {}, 0
     for pos, dev in enumerate(devices):
-        real, real_shape, source, index, block = exchange_gather_plan(src_shape, src_p, dst_shape, dst_p, sizes, pos)
+        dst_index, source, index, block = exchange_gather_plan(src_shape, src_p, dst_shape, dst_p, sizes, pos)
         values = np.empty(source.shape, dtype=dtype)
         for s in np.unique(source):
             x = np.asarray(xs[devices[int(s)]])
@@ -657,7 +669,7 @@ def _exchange_simulate(xs, attrs, env):
             if int(s) != pos:
                 sent += int(take.sum()) * dtype.itemsize
         y = np.zeros(out_shape, dtype=dtype)  # a block's padding holds zeros
-        y[real] = values.reshape(real_shape)
+        y.reshape(-1)[dst_index] = values
         out[dev] = y
     return out, sent
 
@@ -678,15 +690,24 @@ def _exchange_bytes(attrs, x: TensorType):
     src_shape, dst_shape = _exchange_shapes(attrs)
     mesh, src_p, dst_p = attrs["device_mesh"], attrs["src_placement"], attrs["dst_placement"]
     size = dtype_bytes(x.dtype)
-    k, a = mesh.ndim, len(src_shape)
+    k, a, b = mesh.ndim, len(src_shape), len(dst_shape)
+    src_block = tuple(src_p.block or ())
+    dst_block = tuple(dst_p.block or ())
 
     def count(*values):
-        sizes, src, dst = values[:k], values[k : k + a], values[k + a :]
-        return sum(exchange_received(src, src_p, dst, dst_p, sizes)) * size
+        sizes, src, dst = values[:k], values[k : k + a], values[k + a : k + a + b]
+        blocks = values[k + a + b :]
+        sp = Placement.blocked(blocks[: len(src_block)]) if src_p.is_block else src_p
+        dp = Placement.blocked(blocks[len(src_block) :]) if dst_p.is_block else dst_p
+        return sum(exchange_received(src, sp, dst, dp, sizes)) * size
 
-    spec = f"{k}|{a}|{len(dst_shape)}|{src_p}|{dst_p}|{size}"
+    # a block layout's shard sizes are arguments (they may be symbolic), so the name keeps only its kind
+    def kind(p):
+        return f"B{len(p.block)}" if p.is_block else str(p)
+
+    spec = f"{k}|{a}|{b}|{kind(src_p)}|{kind(dst_p)}|{size}"
     name = "exchange_bytes_" + hashlib.sha1(spec.encode()).hexdigest()[:8]
-    total = sym.opaque(name, count, [*mesh.shape, *src_shape, *dst_shape])
+    total = sym.opaque(name, count, [*mesh.shape, *src_shape, *dst_shape, *src_block, *dst_block])
     return mesh.size, sym.mul(sym.product(x.shape), size), total
 
 
@@ -701,6 +722,79 @@ def _exchange_lower(call: Call, x) -> Call:
 
 def _same_shape(a, b) -> bool:
     return len(a) == len(b) and all(sym.equal(p, q) for p, q in zip(a, b))
+
+
+# replan: a redistribute planned when the mesh's sizes are bound (specialize writes its steps)
+
+
+def _replan_global_infer(types, attrs):
+    x = types[0]
+    if not isinstance(x, DTensorType):
+        raise TypeInferenceError(f"R.dist.replan: input must be a DTensor, got {x}")
+    placement = attrs["placement"]
+    shape = x.shape if attrs.get("shape") is None else tuple(attrs["shape"])
+    try:
+        placement.validate(x.mesh.ndim, len(shape))
+        if attrs.get("mid") is not None:
+            attrs["mid"].validate(x.mesh.ndim, x.ndim, "mid")
+        if attrs.get("reshaped") is not None:
+            attrs["reshaped"].validate(x.mesh.ndim, len(shape), "reshaped")
+    except PlacementError as err:
+        raise TypeInferenceError(f"R.dist.replan: {err}") from None
+    if (attrs.get("shape") is None) != (attrs.get("reshaped") is None) or (attrs.get("mid") is not None and attrs.get("shape") is None):
+        raise TypeInferenceError("R.dist.replan: a reshape names both `shape` and `reshaped` (and `mid` only with them)")
+    if not sym.equal(sym.product(shape), sym.product(x.shape)):
+        raise TypeInferenceError(f"R.dist.replan: cannot read {shape_str(x.shape)} as {shape_str(shape)}")
+    return DTensorType(shape, x.dtype, x.mesh, placement)
+
+
+def _replan_infer(types, attrs):
+    x = expect_tensor(types[0], "ccl.replan")
+    shape, mesh = tuple(attrs["shape"]), attrs["device_mesh"]
+    new_shape = shape if attrs.get("new_shape") is None else tuple(attrs["new_shape"])
+    src_p, dst_p = attrs["src_placement"], attrs["dst_placement"]
+    try:
+        src_p.validate(mesh.ndim, len(shape), "src_placement")
+        dst_p.validate(mesh.ndim, len(new_shape), "dst_placement")
+        if attrs.get("mid_placement") is not None:
+            attrs["mid_placement"].validate(mesh.ndim, len(shape), "mid_placement")
+        if attrs.get("reshaped_placement") is not None:
+            attrs["reshaped_placement"].validate(mesh.ndim, len(new_shape), "reshaped_placement")
+    except PlacementError as err:
+        raise TypeInferenceError(f"R.ccl.replan: {err}") from None
+    if (attrs.get("new_shape") is None) != (attrs.get("reshaped_placement") is None) or (
+        attrs.get("mid_placement") is not None and attrs.get("new_shape") is None
+    ):
+        raise TypeInferenceError(
+            "R.ccl.replan: a reshape names both `new_shape` and `reshaped_placement` (and `mid_placement` only with them)"
+        )
+    if not sym.equal(sym.product(shape), sym.product(new_shape)):
+        raise TypeInferenceError(f"R.ccl.replan: cannot read {shape_str(shape)} as {shape_str(new_shape)}")
+    want = local_shape(shape, mesh, src_p)
+    if x.ndim != len(want) or not all(sym.equal(a, b) for a, b in zip(x.shape, want)):
+        raise TypeInferenceError(
+            f"R.ccl.replan: the input's per-worker shape {shape_str(x.shape)} is not the block "
+            f"{shape_str(want)} of a {shape_str(shape)} tensor laid out \"{src_p}\" on mesh {mesh.shape_str()}"
+        )
+    return TensorType(local_shape(new_shape, mesh, dst_p), x.dtype)
+
+
+def _replan_simulate(xs, attrs, env):
+    raise DistirError(
+        "R.ccl.replan is planned when the mesh's sizes are bound: run specialize (it writes the plan's steps) "
+        "before running the module"
+    )
+
+
+def _replan_lower(call: Call, x) -> Call:
+    src: DTensorType = call.args[0].type
+    attrs = {"shape": src.shape, "device_mesh": src.mesh, "src_placement": src.placement,
+             "dst_placement": call.attrs["placement"]}  # fmt: skip
+    if call.attrs.get("shape") is not None:
+        attrs["new_shape"] = call.type.shape
+        attrs["mid_placement"] = call.attrs.get("mid")
+        attrs["reshaped_placement"] = call.attrs["reshaped"]
+    return Call(get_op("ccl.replan"), (x,), attrs, call.span)
 
 
 # ---------------------------------------------------------------- the declarations
@@ -818,4 +912,36 @@ register_step(StepKind(
     "its block of the same elements read as `new_shape` (default `shape`) laid out `dst_placement`: it keeps "
     "what it holds and receives every other real element once, from the holder that agrees with it on the "
     "mesh axes that do not cut the source (see distir.ir.exchange).",
+))  # fmt: skip
+register_step(StepKind(
+    name="replan", change="any layout -> any layout",
+    doc="a redistribute whose cheapest steps depend on the device count (uneven blocks, or N-D transitions "
+    "where no plan is cheapest at every count): legalize writes it on a mesh of symbolic sizes, and specialize "
+    "replaces it by the plan for the count it binds (exact bytes at the concrete sizes, block exchanges included). "
+    "With `shape`, it stands for the chain [redistribute to `mid`], reshape to `shape` laid out `reshaped`, "
+    "redistribute to `placement`, which specialize writes as such or as one block exchange",
+    apply=None, sent=None, lower=_replan_lower, simulate=_replan_simulate,
+    global_params=(
+        Param("x", "tensor"),
+        Param("placement", "placement"),
+        Param("shape", "dims", None),
+        Param("mid", "placement", None),
+        Param("reshaped", "placement", None),
+    ),
+    global_infer=_replan_global_infer,
+    local_params=(
+        Param("shape", "dims"),
+        Param("new_shape", "dims", None),
+        Param("device_mesh", "mesh"),
+        Param("src_placement", "placement"),
+        Param("mid_placement", "placement", None),
+        Param("reshaped_placement", "placement", None),
+        Param("dst_placement", "placement"),
+    ),
+    local_infer=_replan_infer,
+    local_doc="Each worker of `device_mesh` holds its block of a `shape` tensor laid out `src_placement` and gets its "
+    "block laid out `dst_placement` (of the same elements read as `new_shape`, when given: the chain [redistribute to "
+    "`mid_placement`], reshape laid out `reshaped_placement`, redistribute), by the steps the planner finds cheapest "
+    "when the mesh's sizes are bound: specialize writes them; with symbolic sizes the analysis reports its bytes as "
+    "`replan_bytes_<id>(sizes...)`, exact at every size, and a symbolic TVM export runs the plan made for every count.",
 ))  # fmt: skip

@@ -59,10 +59,13 @@ from ..ir.expr import Call, Function, IRModule, Var
 from ..ir.layout import (
     WORKER_ID,
     block_slices,
+    concrete_block,
     concrete_mesh_shape,
+    concrete_placement,
     cut_block,
     is_worker_var,
     mesh_coords,
+    place_chunks,
     worker_values,
 )
 from ..ir.mesh import DeviceMesh
@@ -155,7 +158,10 @@ def _mesh_sizes(mesh: DeviceMesh, values) -> tuple[int, ...]:
 def _layout(placement: Placement, ndim: int, sizes: tuple[int, ...], devices: tuple[int, ...]) -> tuple:
     """Where the pieces of a tensor laid out ``placement`` lie: per device (in mesh order) its
     id, the block of each tensor dim it holds ((index, count) per dim), its coordinates on the
-    partial axes, and all its mesh coordinates."""
+    partial axes, and all its mesh coordinates. In a block layout every device holds its own
+    chunks: its key is its position."""
+    if placement.is_block:
+        return tuple((dev, (("B", pos),), (), mesh_coords(pos, sizes)) for pos, dev in enumerate(devices))
     paxes = placement.partial_axes()
     axes_of = [placement.mesh_axes_of(d) for d in range(ndim)]
     out = []
@@ -227,7 +233,8 @@ def shard_input(t: DTensorType, value: np.ndarray, values, rng) -> dict[int, np.
     computes on replicas once).
     """
     sizes = _mesh_sizes(t.mesh, values)
-    paxes = t.placement.partial_axes()
+    placement = concrete_placement(t.placement, values)
+    paxes = placement.partial_axes()
     parts: dict[tuple, np.ndarray] = {(): value}
     for axis in paxes:
         op = t.placement[axis].op
@@ -241,7 +248,7 @@ def shard_input(t: DTensorType, value: np.ndarray, values, rng) -> dict[int, np.
     for dev, blocks, pkey, coords, sizes in _pieces(t, values):
         piece = pieces.get((blocks, pkey))
         if piece is None:
-            piece = pieces[(blocks, pkey)] = cut_block(parts[pkey], t.placement, coords, sizes)
+            piece = pieces[(blocks, pkey)] = cut_block(parts[pkey], placement, coords, sizes)
         out[dev] = piece
     return out
 
@@ -262,6 +269,8 @@ def assemble_output(t: Type, per_worker: dict[int, Any], values, what: str, rtol
             raise SpmdError(f"{what}: no worker holds a value")
         return held[0]
     shape = tuple(sym.evaluate(d, values) for d in t.shape)
+    if t.placement.is_block:
+        return _assemble_chunks(t, shape, per_worker, values, what)
     paxes = t.placement.partial_axes()
     blocks: dict[tuple, dict[tuple, np.ndarray]] = {}
     where: dict[tuple, tuple] = {}
@@ -290,6 +299,22 @@ def assemble_output(t: Type, per_worker: dict[int, Any], values, what: str, rtol
         if out is None:
             out = np.zeros(shape, dtype=value.dtype)
         out[where[key][0]] = value
+    return out
+
+
+def _assemble_chunks(t: DTensorType, shape: tuple[int, ...], per_worker: dict[int, Any], values, what: str):
+    """The global value of a block layout: each device's chunks, written where they lie."""
+    block = concrete_block(t.placement, values)
+    devices = t.mesh.device_list(values)
+    out = None
+    for pos, dev in enumerate(devices):
+        local = per_worker.get(dev)
+        if local is None:
+            raise SpmdError(f"{what}: device {dev} of its mesh holds no value")
+        local = np.asarray(local)
+        if out is None:
+            out = np.zeros(shape, dtype=local.dtype)
+        place_chunks(out, local, block, len(devices), pos)
     return out
 
 

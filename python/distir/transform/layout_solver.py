@@ -48,6 +48,7 @@ from scipy.sparse import coo_matrix
 from ..errors import DiagnosticError, DistirError, TypeInferenceError
 from ..ir import sym
 from ..ir.expr import Tuple, TupleGetItem, Var
+from ..ir.layout import concrete_placement
 from ..ir.mesh import DeviceMesh
 from ..ir.placement import Partial, Placement, Replicate, Shard
 from ..ir.sharding import forward
@@ -141,6 +142,8 @@ class CostModel:
             return Fraction(0) if dst.is_replicated else INF
         if src == dst:
             return Fraction(0)
+        if src.is_block or dst.is_block:
+            return self.block_cost(s, src, dst)
         key = (s.id, src, dst)
         if key in self._sampled:
             return self._sampled[key]
@@ -173,6 +176,8 @@ class CostModel:
             return Fraction(0) if dst.is_replicated else INF  # a plain value is the same everywhere
         if src == dst:
             return Fraction(0)
+        if src.is_block or dst.is_block:
+            return self.block_cost(s, src, dst)
         mesh = self.mesh(s)
         key = (id(mesh), s.tensor.ndim, src, dst)
         if key not in self._hint_share:
@@ -184,6 +189,26 @@ class CostModel:
                 self._hint_share[key] = plan_cost(plan, src, self.mesh_sizes(mesh))
         share = self._hint_share[key]
         return INF if share is None else share * self.nbytes(s)
+
+    def block_cost(self, s: Slot, src: Placement, dst: Placement) -> Fraction:
+        """A redistribute to or from a block layout, costed at the tensor's (hinted) sizes: block
+        exchanges are counted element by element (docs/blocks.md)."""
+        mesh = self.mesh(s)
+        env = {n: self.env_sizes.get(n, self.dim_size) for d in (*s.tensor.shape, *(src.block or dst.block))
+               for n in sym.free_vars(d)}
+        env.update({n: self.env_sizes.get(n, MESH_SIZE_HINT) for d in mesh.shape for n in sym.free_vars(d)})
+        try:
+            extents = tuple(sym.evaluate(d, env) for d in s.tensor.shape)
+            plan = plan_redistribute(mesh, s.tensor.ndim, src, dst, s.tensor.shape)
+            cost, state = Fraction(0), concrete_placement(src, env)
+            for step in plan:
+                if step.whole_layout:
+                    step = type(step)(step.kind, step.mesh_axis, placement=concrete_placement(step.placement, env))
+                cost += plan_cost((step,), state, self.mesh_sizes(mesh), extents)
+                state = step.apply(state, self.mesh_sizes(mesh))
+        except DistirError:
+            return INF
+        return cost * self.nbytes(s)
 
     def held_share(self, s: Slot, p: Placement) -> Fraction:
         """The share of ``s`` each worker holds in layout ``p``."""

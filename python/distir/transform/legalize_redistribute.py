@@ -10,6 +10,14 @@ source mesh, one ``R.dist.transfer`` and steps on the target mesh, chosen togeth
 bytes sent (:func:`~distir.transform.redistribute_plan.plan_cross_mesh`). The pass is an
 epilogue: run it again after any pass that adds redistributes; on a legalized module it
 changes nothing.
+
+**Re-planning at specialization.** On a mesh of symbolic sizes one plan serves every count,
+and its cost model takes blocks to divide. Where the tensor's shape is concrete and, at some
+count of :data:`~distir.transform.redistribute_plan.REPLAN_SIZES`, the exact optimum (padded collectives counted, block exchanges
+included) moves fewer bytes than that plan, the redistribute becomes one
+``R.dist.replan(x, placement=...)`` (lowered to ``R.ccl.replan``); ``specialize`` replaces it
+by the plan for the count it binds (:func:`expand_replans`). Elsewhere the plan is written out
+as before, and it is the exact optimum at every count of :data:`~distir.transform.redistribute_plan.REPLAN_SIZES`.
 """
 
 from __future__ import annotations
@@ -20,17 +28,26 @@ from fractions import Fraction
 from typing import ClassVar
 
 from ..errors import DiagnosticError, DistirError
-from ..ir.expr import Binding, Block, Call, Function, IRModule, Var, leaf_vars
+from ..ir import sym
+from ..ir.expr import Binding, Block, Call, Expr, Function, IRModule, ShapeExpr, Var, leaf_vars
 from ..ir.op import get_op
 from ..ir.placement import Placement
-from ..ir.steps import get_step
+from ..ir.steps import get_step, steps_version
 from ..ir.types import DTensorType, dtype_bytes
 from ..ops.manipulate import reshape_moves_data
 from .pass_infra import FunctionPass, PassContext, register_pass
-from .redistribute_plan import Transfer, plan_cost, plan_cross_mesh, plan_redistribute, sample_points
-from .rewrite import Env, map_bindings
+from .redistribute_plan import (
+    Transfer,
+    needs_replan,
+    plan_cost,
+    plan_cross_mesh,
+    plan_redistribute,
+    replan_points,
+    sample_points,
+)
+from .rewrite import Env, map_bindings, substitute_expr
 
-__all__ = ["LegalizeRedistribute"]
+__all__ = ["LegalizeRedistribute", "expand_replans", "legalize_function", "replan_bindings"]
 
 
 def _step_call(step, x: Var, target_mesh, span) -> Call:
@@ -46,6 +63,136 @@ def _step_call(step, x: Var, target_mesh, span) -> Call:
     if kind.takes_op:
         attrs["op_type"] = step.op_type
     return Call(kind.global_op, (x,), attrs, span)
+
+
+def _chain(attrs, dtype: str) -> Function:
+    """The global-view function a replan stands for: ``x`` laid out ``src_placement``
+    [redistributed to ``mid_placement``], [reshaped to ``new_shape``, laid out ``reshaped_placement``],
+    redistributed to ``dst_placement``."""
+    redistribute = get_op("dist.redistribute")
+    shape, mesh = tuple(attrs["shape"]), attrs["device_mesh"]
+    new_shape, mid, reshaped = attrs.get("new_shape"), attrs.get("mid_placement"), attrs.get("reshaped_placement")
+    dst = attrs["dst_placement"]
+    x = Var("x", DTensorType(shape, dtype, mesh, attrs["src_placement"]))
+    bindings: list[Binding] = []
+    cur = x
+
+    def bind(name: str, t: DTensorType, call: Call) -> None:
+        nonlocal cur
+        cur = Var(name, t)
+        bindings.append(Binding(cur, call))
+
+    if new_shape is not None:
+        if mid is not None:
+            bind("a", DTensorType(shape, dtype, mesh, mid),
+                 Call(redistribute, (cur,), {"device_mesh": mesh, "placement": mid}))  # fmt: skip
+        new_shape = tuple(new_shape)
+        rt = DTensorType(new_shape, dtype, mesh, reshaped)
+        bind("r", rt, Call(get_op("reshape"), (cur, ShapeExpr(new_shape)), {}))
+        if dst != reshaped:
+            bind("y", DTensorType(new_shape, dtype, mesh, dst), Call(redistribute, (cur,), {"device_mesh": mesh, "placement": dst}))
+    else:
+        bind("y", DTensorType(shape, dtype, mesh, dst), Call(redistribute, (cur,), {"device_mesh": mesh, "placement": dst}))
+    return Function("replan", (x,), (Block(tuple(bindings), True, (cur,)),), cur, cur.type)
+
+
+_EXPANSIONS: dict = {}
+
+
+_REPLAN_ATTRS = ("shape", "new_shape", "device_mesh", "src_placement", "mid_placement", "reshaped_placement",
+                 "dst_placement")
+
+
+def _expansion(attrs, dtype: str) -> Function:
+    """The local view of :func:`_chain`, legalized without deferring (the plan for the mesh's sizes
+    when they and the shapes are concrete, else the plan made for every count); cached."""
+    from .lower_to_local import LowerGlobalViewToLocalView
+
+    key = (attrs["device_mesh"], _dims_key(attrs["shape"]), _dims_key(attrs.get("new_shape")), attrs["src_placement"],
+           attrs.get("mid_placement"), attrs.get("reshaped_placement"), attrs["dst_placement"], dtype, steps_version())
+    hit = _EXPANSIONS.get(key)
+    if hit is None:
+        legal = legalize_function(_chain(attrs, dtype), replan=False)
+        hit = LowerGlobalViewToLocalView().transform_function(legal, IRModule({}), PassContext.current())
+        if len(_EXPANSIONS) > 4096:
+            _EXPANSIONS.clear()
+        _EXPANSIONS[key] = hit
+    return hit
+
+
+def _dims_key(dims):
+    return None if dims is None else tuple(sym.key(d) for d in dims)
+
+
+def replan_bindings(call: Call, x: Expr, var: Var, fresh, memo: dict | None = None) -> list[Binding]:
+    """The local-view bindings ``var = R.ccl.replan(x, ...)`` stands for: the plan for the mesh's
+    sizes when they and the shapes are concrete (exact bytes, block exchanges included; a reshape
+    as a block exchange where that moves less, as on a mesh of constant sizes), else the plan made
+    for every count. The last binds ``var``; ``fresh(hint)`` names the others. ``memo``: expansions
+    by the identity of the call's attribute values, for one module whose calls share them."""
+    attrs = call.attrs
+    dtype = x.type.dtype
+    quick = None
+    if memo is not None and _concrete(attrs["shape"]) and _concrete(attrs.get("new_shape") or ()):
+        quick = (dtype, id(attrs["device_mesh"]), tuple(attrs["shape"]), tuple(attrs.get("new_shape") or ()),
+                 *(attrs.get(k) for k in _REPLAN_ATTRS[3:]))  # fmt: skip
+    f = memo.get(quick) if quick is not None else None
+    if f is None:
+        f = _expansion(call.op.full_attrs(attrs), dtype)
+        if quick is not None:
+            memo[quick] = (f, attrs["device_mesh"])  # the mesh kept alive, so its id is not reused
+    else:
+        f = f[0]
+    if f.result.type != var.type:
+        raise DistirError(f"re-planning '{var.name}': the plan's per-worker type {f.result.type} differs from {var.type}")
+    env: dict = {f.params[0]: x}
+    out: list[Binding] = []
+    bindings = list(f.bindings())
+    for k, b in enumerate(bindings):
+        value = substitute_expr(b.value, env)
+        v = var if k == len(bindings) - 1 and f.result is b.var else Var(fresh(f"{var.name}_{b.var.name}"), b.var.type, var.span)
+        env[b.var] = v
+        out.append(Binding(v, value, call.span))
+    if not out or out[-1].var is not var:  # the result is the input itself, or an earlier binding
+        result = substitute_expr(f.result, env)
+        if result is x:
+            return []
+        out.append(Binding(var, result, call.span))
+    return out
+
+
+def expand_replans(func: Function, exact_only: bool = True) -> Function:
+    """``func`` with each ``R.ccl.replan`` replaced by its steps (:func:`replan_bindings`). With
+    ``exact_only`` (specialize), only those whose mesh sizes and shape are all concrete."""
+    op = get_step("replan").local_op
+    if not any(isinstance(b.value, Call) and b.value.op is op for b in func.bindings()):
+        return func
+    names = {p.name for p in func.params} | {b.var.name for b in func.bindings()}
+    memo: dict = {}
+
+    def fresh(hint: str) -> str:
+        name, j = hint, 0
+        while name in names:
+            j += 1
+            name = f"{hint}_{j}"
+        names.add(name)
+        return name
+
+    def rewrite(b: Binding, env: Env):
+        v = b.value
+        if not (isinstance(v, Call) and v.op is op):
+            return None
+        attrs = v.attrs
+        shapes = (*attrs["shape"], *(attrs.get("new_shape") or ()))
+        if exact_only and not (_concrete(shapes) and _concrete(attrs["device_mesh"].shape)):
+            return None
+        out = replan_bindings(v, v.args[0], b.var, fresh, memo)
+        if not out:
+            env[b.var] = v.args[0]
+            return []
+        return out
+
+    return map_bindings(func, rewrite)
 
 
 def _uses(func: Function) -> Counter:
@@ -77,34 +224,40 @@ def _chain_bytes(mesh, t: DTensorType, src: Placement, dst: Placement, sizes) ->
     return plan_cost(plan, src, sizes, tuple(t.shape)) * volume * math.prod(sizes)
 
 
+def _exchange_pays_at(mesh, x: DTensorType, mid: Placement | None, y: DTensorType, dst: Placement, sizes,
+                      concrete: bool) -> bool:
+    """Whether at mesh ``sizes`` one block exchange moves less than the chain (see :func:`_exchange_pays`)."""
+    size = dtype_bytes(x.dtype)
+    exchange = sum(get_step("exchange").volume(x.shape, x.placement, y.shape, dst, sizes)) * size
+    a_placement = mid if mid is not None else x.placement
+    chain = _chain_bytes(mesh, x, x.placement, a_placement, sizes)
+    chain += _chain_bytes(mesh, y, y.placement, dst, sizes)
+    return exchange < chain or (concrete and reshape_moves_data(x.shape, a_placement, y.shape, sizes))
+
+
 def _exchange_pays(mesh, x: DTensorType, mid: Placement | None, y: DTensorType, dst: Placement) -> bool:
     """Whether one block exchange from ``x`` to ``y``'s shape laid out ``dst`` moves less than the
     redistribute to ``mid`` (if any), the reshape, and the redistribute to ``dst``. On a concrete
     mesh: less at its size (a reshape that re-blocks there counts as moving more). With symbolic
     mesh sizes: less at every sampled size, so a symbolic program gets an exchange only where it
     is a gain at every count."""
-    kind = get_step("exchange")
-    points = sample_points(tuple(mesh.shape))
     concrete = all(isinstance(d, int) for d in mesh.shape)
-    size = dtype_bytes(x.dtype)
-    for sizes in points:
-        exchange = sum(kind.volume(x.shape, x.placement, y.shape, dst, sizes)) * size
-        a_placement = mid if mid is not None else x.placement
-        chain = _chain_bytes(mesh, x, x.placement, a_placement, sizes)
-        chain += _chain_bytes(mesh, y, y.placement, dst, sizes)
-        if exchange < chain:
-            continue
-        if concrete and reshape_moves_data(x.shape, a_placement, y.shape, sizes):
-            continue
-        return False
-    return True
+    return all(_exchange_pays_at(mesh, x, mid, y, dst, sizes, concrete) for sizes in sample_points(tuple(mesh.shape)))
 
 
-def fuse_reshapes(func: Function) -> Function:
+def _exchange_pays_somewhere(mesh, x: DTensorType, mid: Placement | None, y: DTensorType, dst: Placement) -> bool:
+    """Whether at some count of ``REPLAN_SIZES`` the exchange is what a mesh of those constant sizes
+    would write (then specialize plans the chain for its count)."""
+    return any(_exchange_pays_at(mesh, x, mid, y, dst, sizes, True) for sizes in replan_points(tuple(mesh.shape)))
+
+
+def fuse_reshapes(func: Function, replan: bool = True) -> Function:
     """``[a = redistribute(x)]; b = reshape(a); [c = redistribute(b)]`` on one mesh, the
     intermediates used nowhere else, becomes ``R.dist.exchange(x, placement=..., shape=...)``
     where that moves less (:func:`_exchange_pays`): a reshape of sharded dims planned as one
-    block exchange instead of a gather, a reshape and a slice."""
+    block exchange instead of a gather, a reshape and a slice. With ``replan``, on a mesh of
+    symbolic sizes where the exchange pays at some counts only, the chain becomes one
+    ``R.dist.replan`` and specialize decides for its count."""
     reshape, redistribute = get_op("reshape"), get_op("dist.redistribute")
     kind = get_step("exchange")
     bindings = list(func.bindings())
@@ -140,12 +293,17 @@ def fuse_reshapes(func: Function) -> Function:
         xt = x.type
         if xt.placement.has_partial or dst.has_partial or not _concrete(xt.shape) or not _concrete(y.shape):
             continue
-        if pre is None and post is None and not all(isinstance(d, int) for d in mesh.shape):
-            continue  # a lone reshape on a symbolic mesh keeps its blocks (docs/uneven.md)
-        if not _exchange_pays(mesh, xt, mid, y, dst):
+        if xt.placement.is_block or dst.is_block or (mid is not None and mid.is_block):  # an exchange with B keeps the shape
             continue
+        symbolic = not all(isinstance(d, int) for d in mesh.shape)
         out = post if post is not None else b
-        call = Call(kind.global_op, (x,), {"placement": dst, "shape": list(y.shape)}, b.span)
+        if (pre is not None or post is not None or not symbolic) and _exchange_pays(mesh, xt, mid, y, dst):
+            call = Call(kind.global_op, (x,), {"placement": dst, "shape": list(y.shape)}, b.span)
+        elif replan and symbolic and _exchange_pays_somewhere(mesh, xt, mid, y, dst):
+            attrs = {"placement": dst, "shape": list(y.shape), "mid": mid, "reshaped": y.placement}
+            call = Call(get_step("replan").global_op, (x,), attrs, b.span)
+        else:
+            continue  # (a lone reshape on a symbolic mesh keeps its blocks at every count, docs/uneven.md)
         replace[id(out)] = Binding(out.var, call, out.span)
         drop.update(id(v) for v in (pre, b if post is not None else None) if v is not None)
     if not replace:
@@ -175,44 +333,54 @@ class LegalizeRedistribute(FunctionPass):
     name: ClassVar[str] = "legalize-redistribute"
 
     def transform_function(self, func: Function, mod: IRModule, ctx: PassContext) -> Function:
-        redistribute = get_op("dist.redistribute")
-        func = fuse_reshapes(func)
+        return legalize_function(func)
 
-        def rewrite(b: Binding, env: Env):
-            value = b.value
-            if not (isinstance(value, Call) and value.op is redistribute):
-                return None
-            x = value.args[0]
-            src = x.type
-            if not isinstance(src, DTensorType):
-                raise DiagnosticError(
-                    f"R.dist.redistribute of '{b.var.name}': input must be a DTensor, got {src}", b.span
-                )
-            mesh, dst = value.attrs["device_mesh"], value.attrs["placement"]
-            try:
-                if mesh == src.mesh:
-                    plan = plan_redistribute(mesh, src.ndim, src.placement, dst, src.shape)
-                else:
-                    plan = plan_cross_mesh(src.mesh, src.placement, mesh, dst, src.ndim)
-            except DistirError as err:
-                raise DiagnosticError(
-                    f"R.dist.redistribute of '{b.var.name}' from mesh {src.mesh.shape_str()} \"{src.placement}\" to "
-                    f"mesh {mesh.shape_str()} \"{dst}\": {err}",
-                    b.span,
-                ) from None
-            if not plan:
-                env[b.var] = x
-                return []
-            out: list[Binding] = []
-            cur = x
-            for k, step in enumerate(plan):
-                call = _step_call(step, cur, mesh, b.span)
-                if k == len(plan) - 1:
-                    var = b.var
-                else:
-                    var = Var(f"{b.var.name}_{k}", call.type, b.span)
-                out.append(Binding(var, call, b.span))
-                cur = var
-            return out
 
-        return map_bindings(func, rewrite)
+def legalize_function(func: Function, replan: bool = True) -> Function:
+    """Legalize each redistribute of ``func``; with ``replan``, those whose plan depends on the count
+    (module docstring) become ``R.dist.replan``."""
+    redistribute = get_op("dist.redistribute")
+    func = fuse_reshapes(func, replan)
+
+    def rewrite(b: Binding, env: Env):
+        value = b.value
+        if not (isinstance(value, Call) and value.op is redistribute):
+            return None
+        x = value.args[0]
+        src = x.type
+        if not isinstance(src, DTensorType):
+            raise DiagnosticError(
+                f"R.dist.redistribute of '{b.var.name}': input must be a DTensor, got {src}", b.span
+            )
+        mesh, dst = value.attrs["device_mesh"], value.attrs["placement"]
+        try:
+            blocks = src.placement.is_block or dst.is_block  # exchanged element by element at every count already
+            if replan and mesh == src.mesh and not blocks and needs_replan(mesh, src.ndim, src.placement, dst, src.shape):
+                call = Call(get_step("replan").global_op, (x,), {"placement": dst}, b.span)
+                return [Binding(b.var, call, b.span)]
+            if mesh == src.mesh:
+                plan = plan_redistribute(mesh, src.ndim, src.placement, dst, src.shape)
+            else:
+                plan = plan_cross_mesh(src.mesh, src.placement, mesh, dst, src.ndim)
+        except DistirError as err:
+            raise DiagnosticError(
+                f"R.dist.redistribute of '{b.var.name}' from mesh {src.mesh.shape_str()} \"{src.placement}\" to "
+                f"mesh {mesh.shape_str()} \"{dst}\": {err}",
+                b.span,
+            ) from None
+        if not plan:
+            env[b.var] = x
+            return []
+        out: list[Binding] = []
+        cur = x
+        for k, step in enumerate(plan):
+            call = _step_call(step, cur, mesh, b.span)
+            if k == len(plan) - 1:
+                var = b.var
+            else:
+                var = Var(f"{b.var.name}_{k}", call.type, b.span)
+            out.append(Binding(var, call, b.span))
+            cur = var
+        return out
+
+    return map_bindings(func, rewrite)

@@ -53,6 +53,21 @@ def _splits_evenly(t: DTensorType, dim: int) -> bool:
     return isinstance(n, int) and isinstance(count, int) and n % count == 0
 
 
+def _touches_block(call: Call) -> bool:
+    """Whether an op reads or writes a block layout (B[...])."""
+    types = [a.type for a in call.args] + [call.type]
+    flat = []
+    for t in types:
+        flat.extend(t.fields if isinstance(t, TupleType) else [t])
+    return any(isinstance(t, DTensorType) and t.placement.is_block for t in flat)
+
+
+def _shape_expr(shape):
+    from ..ir.expr import ShapeExpr
+
+    return ShapeExpr(tuple(shape))
+
+
 def _identity(reduction: str, dtype: str):
     """The value a reduction ignores: what the padding holds before it is reduced over."""
     import numpy as np
@@ -132,6 +147,58 @@ class _Lowerer:
                 new[k] = self.bind(f"{hint}_masked", mask)
         return tuple(new)
 
+    def block_op(self, b: Binding, call: Call, args: tuple) -> Expr:
+        """An op on block layouts (docs/blocks.md), in the forms :func:`distir.ir.sharding.block_form`
+        allows: on the chunk storage as it is (an axis shifted past the slot axis), or, for a
+        reduction over the dim the chunks cut, the storage laid out as one run of that dim per
+        device, its padding masked with the reduction's identity, and reduced (a partial)."""
+        from ..ir.layout import WORKER_ID, chunk_grid, position_expr
+        from ..ir.sharding import block_form, without_placement
+        from ..ir.types import TupleType as _Tuple
+
+        op = call.op
+        flat = [a.type for a in call.args]
+        gout = b.var.type
+        if isinstance(gout, _Tuple) or not all(isinstance(t, (DTensorType, TensorType)) for t in flat):
+            self.fail(b, f"R.{op.name} on a block layout: only single-result ops on tensors are lowered")
+        attrs = op.full_attrs(call.attrs)
+        mesh = next(t.mesh for t in flat if isinstance(t, DTensorType))
+        form = block_form(op, flat, [without_placement(gout)], attrs, mesh)
+        if form is None:
+            self.fail(b, f"R.{op.name} does not keep the block layout of its inputs; redistribute them first")
+        shift = dict(call.attrs)
+        if form.axes:
+            shift["axis"] = [a + 1 for a in form.axes]  # past the slot axis of the storage
+        if form.kind == "same":
+            return Call(op, args, shift, call.span)
+        x, t = args[0], flat[0]
+        block, d, ndim = t.placement.block, form.dim, t.ndim
+        others = [e for e in range(ndim) if e != d]
+        if d != 0:
+            x = self.bind(f"{b.var.name}_runs", Call(get_op("permute_dims"), (x,), {"axes": [0, d + 1, *(e + 1 for e in others)]},
+                                                     call.span))
+        slots = local_type(t).shape[0]
+        flat_shape = (sym.mul(slots, block[d]), *(block[e] for e in others))
+        x = self.bind(f"{b.var.name}_run", Call(get_op("reshape"), (x, _shape_expr(flat_shape)), {}, call.span))
+        # this device's run of dim d: chunk j = k*D + p of its slot k starts at element j*b, so its real
+        # elements are a prefix: q*b, less what the tensor's last chunk lacks when this device holds it
+        D, n, bd = mesh.size, t.shape[d], block[d]
+        g = chunk_grid(t.shape, block)[d]
+        pos = position_expr(mesh, sym.var(WORKER_ID))
+        held = sym.max_(0, sym.ceildiv(sym.sub(g, pos), D))
+        owner = sym.floormod(sym.sub(g, 1), D)
+        holds_last = sym.sub(1, sym.min_(1, sym.max_(sym.sub(owner, pos), sym.sub(pos, owner))))
+        length = sym.sub(sym.mul(held, bd), sym.mul(holds_last, sym.sub(sym.mul(g, bd), n)))
+        value = _identity(form.reduction, t.dtype)
+        x = self.bind(f"{b.var.name}_masked", Call(get_op("mask_tail"), (x,), {"axis": 0, "length": length, "value": value},
+                                                   call.span))
+        axes = [0] + [1 + others.index(a) for a in form.axes if a != d]
+        out = Call(op, (x,), {"axis": axes, "keepdims": False}, call.span)
+        if attrs.get("keepdims"):
+            out = Call(get_op("reshape"), (self.bind(f"{b.var.name}_reduced", out), _shape_expr(local_type(gout).shape)), {},
+                       call.span)
+        return out
+
     def expr(self, e: Expr) -> Expr:
         if isinstance(e, Var):
             return self.env.get(e, e)
@@ -168,6 +235,8 @@ class _Lowerer:
                     self.env[b.var] = args[0]  # one device on the axis: every block stays where it is
                     return None
                 new = kind.lower(value, args[0])
+            elif _touches_block(value):
+                new = self.block_op(b, value, args)
             else:
                 args = self.masked(value, args, b.var.name)
                 if value.op.localize is not None and _has_dtensor(gtype):

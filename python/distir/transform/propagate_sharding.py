@@ -78,6 +78,8 @@ class ShardingAmbiguityWarning(UserWarning):
 def _tag(p: Placement | None) -> str:
     if p is None:
         return "plain"
+    if p.is_block:
+        return "b"
     out = []
     for s in p.specs:
         out.append("r" if isinstance(s, Replicate) else f"s{s.dim}" if isinstance(s, Shard) else "p")
@@ -165,10 +167,10 @@ class _Materializer:
         for k, s in enumerate(site.ins):
             seen = [self.primary.get(s.id), self.prefs.placement(s)] + [p for p in self.versions.get(s.id, {}) if p]
             for p in seen:
-                if p is not None and isinstance(p.specs[a], Shard) and p.specs[a].dim < len(site.lead_in[k]):
+                if p is not None and not p.is_block and isinstance(p.specs[a], Shard) and p.specs[a].dim < len(site.lead_in[k]):
                     add_factor(site.lead_in[k][p.specs[a].dim])
         for o, p in enumerate(out_hints):
-            if p is not None and isinstance(p.specs[a], Shard) and p.specs[a].dim < len(site.lead_out[o]):
+            if p is not None and not p.is_block and isinstance(p.specs[a], Shard) and p.specs[a].dim < len(site.lead_out[o]):
                 add_factor(site.lead_out[o][p.specs[a].dim])
         for f in factors:
             specs = []
@@ -179,7 +181,7 @@ class _Materializer:
         partial = []
         for s in site.ins:
             p = self.primary.get(s.id)
-            partial.append(p.specs[a] if p is not None and isinstance(p.specs[a], Partial) else Replicate())
+            partial.append(p.specs[a] if p is not None and not p.is_block and isinstance(p.specs[a], Partial) else Replicate())
         if any(isinstance(x, Partial) for x in partial):
             options.append(tuple(partial))
         unique = []
@@ -326,6 +328,8 @@ class _Materializer:
             var = self.emit(b.var.name, Call(site.op, args, b.value.attrs, b.span), b.span)
             self.set_outputs(site, var, [None] * len(site.outs))
             return
+        if self.block_site(site):
+            return
         if site.rule is None and (site.op.sharding is not None or not site.outs):
             raise DiagnosticError(f"propagate-sharding: cannot place the inputs of R.{site.op.name}", b.span)
         if self.plan is not None:
@@ -343,7 +347,8 @@ class _Materializer:
                     if s.fixed is not None and s.fixed != p:
                         cost += self.redistribute_cost(s, p, s.fixed)
                 mismatch = sum(
-                    a != b for s, p, h in zip(site.outs, out_pls, hints) for a, b in zip(p.specs, h.specs)
+                    (p != h) * len(p) if h.is_block else sum(a != b for a, b in zip(p.specs, h.specs))
+                    for p, h in zip(out_pls, hints)
                 )
                 moved = sum(
                     p != self.primary.get(s.id) if s.distributable else not p.is_replicated
@@ -365,6 +370,27 @@ class _Materializer:
             if s.fixed is not None and self.primary[s.id] != s.fixed:
                 self.obtain(s, s.fixed, name=s.hinted_as)  # the hint's var names the value it asked for
                 self.primary[s.id] = s.fixed
+
+    def block_site(self, site: Site) -> bool:
+        """An op whose inputs are held in one block layout and that keeps it (elementwise, or a
+        reduction that stays local, see :func:`distir.ir.sharding.block_form`) runs on them as they
+        are; any other op reading a block layout takes its inputs by cost like the rest."""
+        held = [self.primary.get(s.id) for s in site.ins]
+        if not any(p is not None and p.is_block for p in held):
+            return False
+        b = site.binding
+        call = Call(site.op, self.rebuild_args(site, held), b.value.attrs, b.span)
+        try:
+            t = call.type
+        except DistirError:
+            return False  # not kept local: the inputs are redistributed by cost
+        var = self.emit(b.var.name, call, b.span)
+        self.set_outputs(site, var, [t.placement] if isinstance(t, DTensorType) else [f.placement for f in t.fields])
+        for s in site.outs:
+            if s.fixed is not None and self.primary[s.id] != s.fixed:
+                self.obtain(s, s.fixed, name=s.hinted_as)
+                self.primary[s.id] = s.fixed
+        return True
 
     def set_outputs(self, site: Site, var: Var, placements) -> None:
         if isinstance(var.type, TupleType):
@@ -425,7 +451,7 @@ class _Materializer:
         p = self.primary.get(s.id)
         if p is None:
             return self.versions[s.id][None]
-        q = ret_type.placement if isinstance(ret_type, DTensorType) else _without_partials(p)
+        q = ret_type.placement if isinstance(ret_type, DTensorType) else p if p.is_block else _without_partials(p)
         return self.obtain(s, q)
 
     def run(self) -> Function:
@@ -534,6 +560,8 @@ def lay_out(graph: Graph, ctx: PassContext) -> Function:
     guard = search == "auto"
     if search == "auto":
         search = "milp" if all(m.ndim <= MILP_MAX_MESH_AXES for m in graph.mesh_of.values()) else "greedy"
+    if search == "milp" and _has_block_layouts(graph):
+        search = "greedy"  # the solver does not cost block layouts (docs/blocks.md); greedy does
     cost = CostModel(graph, hints)
     # the greedy choice as it always was: bytes with other symbolic dims at 512, and a symbolic mesh
     # size taken as 8 when deciding whether a cut would leave workers empty
@@ -554,6 +582,14 @@ def lay_out(graph: Graph, ctx: PassContext) -> Function:
             return greedy
     _warn_ties(graph, prefs, plan, solved)
     return new
+
+
+def _has_block_layouts(graph: Graph) -> bool:
+    """Whether any value of the function is given or hinted a block layout."""
+    return any(s.fixed is not None and s.fixed.is_block for s in graph.slots) or any(
+        isinstance(site.binding.value.attrs.get("placement"), Placement)
+        and site.binding.value.attrs["placement"].is_block
+        for site in graph.sites if isinstance(site.binding.value, Call))
 
 
 def _no_worse(new: Function, old: Function, graph: Graph, hints) -> bool:

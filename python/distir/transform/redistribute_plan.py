@@ -38,6 +38,9 @@ from ..ir.sym import Dim
 from ..ir.transfer import route_bytes, transfer_routes
 
 SAMPLE_SIZES = (2, 3, 4, 8)
+#: the counts of each symbol of a mesh at which a plan made for every count is compared with the
+#: exact optimum there (:func:`needs_replan`)
+REPLAN_SIZES = (1, 2, 3, 4, 5, 6, 7, 8)
 LARGE_SAMPLE_SIZES = (16, 32, 64, 128)
 
 
@@ -290,7 +293,70 @@ def plan_redistribute(
     dst.validate(mesh.ndim, ndim, "target placement")
     if src == dst:
         return ()
+    if src.is_block or dst.is_block:
+        return _plan_block(mesh, ndim, src, dst, shape)
     return _plan_cached(_ShapeBox(mesh.shape), ndim, src, dst, steps_version(), exact_extents(mesh, shape))
+
+
+def _plan_block(mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement, shape) -> tuple[Step, ...]:
+    """Plans to or from a block layout (docs/blocks.md). Only a block exchange reaches or leaves
+    one, and an exchange moves exactly what each device lacks, so from a layout without partials
+    it is one exchange. A partial source is reduced first: over every way of dropping its partial
+    axes (all_reduce to R, or reduce_scatter to S[d]) the cheapest reduction plus exchange, at
+    the tensor's sizes, or summed over sample sizes when some are symbolic. A partial target is
+    reached from its partial axes replicated, then local_partial."""
+    exchange = get_step("exchange").name
+    if not dst.is_block:
+        mid = Placement(tuple(Replicate() if isinstance(s, Partial) else s for s in dst.specs))
+        return (Step(exchange, -1, placement=mid),) + plan_redistribute(mesh, ndim, mid, dst, shape)
+    if not src.has_partial:
+        return (Step(exchange, -1, placement=dst),)
+    if shape is None:
+        raise DistirError(f"a plan from \"{src}\" to the block layout \"{dst}\" needs the tensor's shape")
+    paxes = src.partial_axes()
+    options = [Replicate()] + [Shard(d) for d in range(ndim)]
+    candidates = []
+    for combo in itertools.product(options, repeat=len(paxes)):
+        specs = list(src.specs)
+        for axis, spec in zip(paxes, combo):
+            specs[axis] = spec
+        mid = Placement(tuple(specs))
+        candidates.append(plan_redistribute(mesh, ndim, src, mid, shape) + (Step(exchange, -1, placement=dst),))
+    points = _block_points(mesh, shape, dst)
+
+    def total(plan):
+        cost = Fraction(0)
+        for sizes, extents, target in points:
+            concrete = plan[:-1] + (Step(exchange, -1, placement=target),)
+            cost += plan_cost(concrete, src, sizes, extents)
+        return cost
+
+    return min(candidates, key=lambda plan: (total(plan), len(plan), candidates.index(plan)))
+
+
+def _block_points(mesh: DeviceMesh, shape, dst: Placement):
+    """(mesh sizes, tensor extents, concrete block layout) to weigh plans to a block layout at:
+    the sizes themselves when concrete; else each mesh symbol at 2, 3, 4, 8 and every other
+    symbol (tensor and shard sizes) at 16 times that."""
+    from ..ir.layout import concrete_placement
+
+    dims = (*mesh.shape, *shape, *dst.block)
+    names = sorted(set().union(*(sym.free_vars(d) for d in dims)))
+    mesh_names = set().union(*(sym.free_vars(d) for d in mesh.shape))
+    envs = [{}] if not names else [{n: v if n in mesh_names else 16 * v for n in names} for v in SAMPLE_SIZES]
+    out = []
+    for env in envs:
+        try:
+            sizes = tuple(sym.evaluate(d, env) for d in mesh.shape)
+            extents = tuple(sym.evaluate(d, env) for d in shape)
+            target = concrete_placement(dst, env)
+        except (sym.SymbolicError, PlacementError):
+            continue
+        if all(s >= 1 for s in sizes) and all(e >= 0 for e in extents):
+            out.append((sizes, extents, target))
+    if not out:
+        raise DistirError(f"no sample sizes give a valid mesh and tensor to weigh plans to \"{dst}\" at")
+    return out
 
 
 class _ShapeBox(tuple):
@@ -304,6 +370,47 @@ class _ShapeBox(tuple):
 
     def __eq__(self, other):
         return isinstance(other, tuple) and len(self) == len(other) and all(sym.equal(a, b) for a, b in zip(self, other))
+
+
+def replan_points(mesh_shape: tuple[Dim, ...]) -> list[tuple[int, ...]]:
+    """Concrete mesh sizes at counts :data:`REPLAN_SIZES` of each symbol (all pairs for up to two
+    symbols, else the same count for all)."""
+    names = sorted(set().union(*(sym.free_vars(d) for d in mesh_shape)))
+    if len(names) <= 2:
+        envs = [dict(zip(names, vs)) for vs in itertools.product(REPLAN_SIZES, repeat=len(names))]
+    else:
+        envs = [dict.fromkeys(names, v) for v in REPLAN_SIZES]
+    points = []
+    for env in envs:
+        try:
+            sizes = tuple(sym.evaluate(d, env) for d in mesh_shape)
+        except sym.SymbolicError:
+            continue
+        if all(s >= 1 for s in sizes):
+            points.append(sizes)
+    return points
+
+
+@lru_cache(maxsize=4096)
+def _needs_replan(mesh_shape, ndim: int, src: Placement, dst: Placement, shape: tuple[int, ...], version: int) -> bool:
+    plan = _plan_cached(mesh_shape, ndim, src, dst, version)
+    return any(
+        optimal_cost(sizes, ndim, src, dst, shape) < plan_cost(plan, src, sizes, shape)
+        for sizes in replan_points(tuple(mesh_shape))
+    )
+
+
+def needs_replan(mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement, shape) -> bool:
+    """Whether a redistribute on ``mesh`` (symbolic sizes) of a tensor of concrete ``shape`` has a
+    count of :data:`REPLAN_SIZES` (per symbol) at which the exact optimum moves fewer bytes than the
+    plan made for every count; legalize then leaves it to specialize to plan (``R.dist.replan``)."""
+    if src == dst or all(isinstance(d, int) for d in mesh.shape):
+        return False
+    if shape is None or not all(isinstance(d, int) for d in shape):
+        return False
+    src.validate(mesh.ndim, ndim, "source placement")
+    dst.validate(mesh.ndim, ndim, "target placement")
+    return _needs_replan(_ShapeBox(mesh.shape), ndim, src, dst, tuple(shape), steps_version())
 
 
 def is_optimal_everywhere(mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement) -> bool:
@@ -541,6 +648,8 @@ def plan_cross_mesh(
     Steps on the source mesh, one :class:`Transfer`, steps on the target mesh; cost = bytes
     sent by all workers together (see docs/redistribute.md). Optimal at every sampled size of
     the meshes' symbols when such a plan exists; else the smallest total excess."""
+    for p in (src, dst):
+        p.refuse_block("a redistribute between two meshes")
     return _plan_cross_cached(src_mesh, dst_mesh, ndim, src, dst, steps_version())
 
 
@@ -563,6 +672,7 @@ def is_cross_optimal_everywhere(
 
 
 __all__ = [
+    "REPLAN_SIZES",
     "CrossStep",
     "MeshPoint",
     "Replicate",
@@ -572,11 +682,13 @@ __all__ = [
     "cross_plan_cost",
     "exact_extents",
     "is_cross_optimal_everywhere",
+    "needs_replan",
     "optimal_cost",
     "plan_cost",
     "plan_cost_formula",
     "plan_cross_mesh",
     "plan_redistribute",
+    "replan_points",
     "sample_points",
     "step_cost",
     "transfer_cost",

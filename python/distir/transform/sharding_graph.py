@@ -358,7 +358,10 @@ class _Propagator:
         self.conflicts: list[Conflict] = []
         for s in graph.slots:
             ndim = graph.mesh_of[s.id].ndim if s.id in graph.mesh_of else widest
-            if s.fixed is not None:
+            if s.fixed is not None and s.fixed.is_block:  # a block layout says nothing of single mesh axes
+                self.specs[s.id] = [None] * ndim
+                self.strength[s.id] = [0] * ndim
+            elif s.fixed is not None:
                 self.specs[s.id] = list(s.fixed.specs)
                 self.strength[s.id] = [SEED] * ndim
             elif not s.distributable:  # the same on every worker: replicated on any mesh

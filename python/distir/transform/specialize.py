@@ -1,7 +1,8 @@
 """Specialize: bind symbolic sizes (``num_workers=4``) late, after the whole pipeline ran.
 
 Substitutes the values everywhere (types, attributes, shapes, meshes, the recorded
-global signature) and simplifies. Every count is accepted: a sharded dim that does not
+global signature) and simplifies, and writes the steps of each ``R.ccl.replan`` (a redistribute
+planned for the count it binds, see :mod:`distir.transform.legalize_redistribute`). Every count is accepted: a sharded dim that does not
 divide by its mesh axes is cut in blocks of ``ceil(n / k)``, the last ones padded (see
 :mod:`distir.ir.layout`), so the same local view is right at every count.
 
@@ -37,7 +38,9 @@ from ..ir.expr import (
     Var,
 )
 from ..ir.mesh import DeviceMesh, MeshError
+from ..ir.placement import Placement
 from ..ir.types import DTensorType, PrimType, ShapeType, TensorType, TupleType, Type
+from .legalize_redistribute import expand_replans
 from .pass_infra import ModulePass, PassContext, register_pass
 
 __all__ = ["Specialize", "drop_identities", "specialize"]
@@ -150,7 +153,8 @@ class _Template:
         if isinstance(t, (TensorType, DTensorType)):
             dims = [self.dim(d) for d in t.shape]
             mesh = self.mesh(t.mesh) if isinstance(t, DTensorType) else (True, None)
-            if all(s for s, _ in dims) and mesh[0]:
+            symbolic_block = isinstance(t, DTensorType) and t.placement.is_block and not self.value(t.placement)[0]
+            if all(s for s, _ in dims) and mesh[0] and not symbolic_block:
                 return None, None
             getters = [(lambda env, v=v: v) if s else (lambda env, i=v: env.dims[i]) for s, v in dims]
             dkey = tuple(("i", v) if s else ("d", v) for s, v in dims)
@@ -158,8 +162,10 @@ class _Template:
                 return ("T", t.dtype, dkey), lambda env: TensorType(tuple(g(env) for g in getters), t.dtype)
             mkey = ("static", id(t.mesh)) if mesh[0] else self.mesh_index(t.mesh)
             mget = (lambda env, m=t.mesh: m) if mesh[0] else mesh[1]
+            pstatic, pl = self.value(t.placement)  # a block layout's shard sizes may be symbolic
+            pget = (lambda env, p=pl: p) if pstatic else pl
             return ("D", t.dtype, dkey, mkey, t.placement), lambda env: DTensorType(
-                tuple(g(env) for g in getters), t.dtype, mget(env), t.placement
+                tuple(g(env) for g in getters), t.dtype, mget(env), pget(env)
             )
         if isinstance(t, TupleType):
             fields = [self.type(f) for f in t.fields]
@@ -185,6 +191,9 @@ class _Template:
             return False, lambda env: env.dims[i]
         if isinstance(v, DeviceMesh):
             return self.mesh(v)
+        if isinstance(v, Placement) and v.is_block and any(sym.is_symbolic(d) for d in v.block):
+            sizes = [self.value(d) for d in v.block]
+            return False, lambda env: Placement.blocked(tuple(x if s else x(env) for s, x in sizes))
         if isinstance(v, Type):
             return self.type(v)
         if isinstance(v, (list, tuple)):
@@ -363,7 +372,7 @@ def _specialize(mod: IRModule, values: dict[str, int]) -> IRModule:
     for _, build in tpl.types:  # a type only refers to types built before it
         env.types.append(build(env))
     infos = {k: [x if s else x(env) for s, x in v] for k, v in tpl.infos.items()}
-    funcs = {name: drop_identities(build(env)) for name, build in tpl.functions.items()}
+    funcs = {name: drop_identities(expand_replans(build(env))) for name, build in tpl.functions.items()}
     attrs = {k: x if s else x(env) for k, (s, x) in tpl.attrs.items()}
     return mod.replace(functions=funcs, global_infos=infos, attrs=attrs)
 

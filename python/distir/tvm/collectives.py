@@ -289,11 +289,14 @@ def emit_regroup(c: _Collective) -> relax.Expr:
     return relax.op.call_dps_packed("distir.ccl.regroup", [c.x, params, c.member_ids()], out_ty=c.ex.relax_type(c.out_t))
 
 
-def exchange_codes(placement) -> list[int]:
-    """A placement without partials as ints, one per mesh axis: -1 for R, d for S[d]."""
+def exchange_codes(placement) -> list:
+    """A placement without partials as ints: 0 then one per mesh axis (-1 for R, d for S[d]); or,
+    for a block layout, 1 then its shard sizes (which may be symbolic: passed at run time)."""
     from ..ir.placement import Shard
 
-    return [spec.dim if isinstance(spec, Shard) else -1 for spec in placement.specs]
+    if placement.is_block:
+        return [1, *placement.block]
+    return [0, *(spec.dim if isinstance(spec, Shard) else -1 for spec in placement.specs)]
 
 
 def emit_exchange(ex: _FunctionExporter, call: Call) -> relax.Expr:

@@ -300,7 +300,7 @@ def _block_exchange(state: State, send, params, member_ids, recv) -> None:
         return
     src_shape, src, dst_shape, dst, sizes = decode_exchange([int(v) for v in params])
     pos = members.index(w)
-    real, real_shape, source, index, _ = gather_plan(src_shape, src, dst_shape, dst, sizes, pos)
+    dst_index, source, index, _ = gather_plan(src_shape, src, dst_shape, dst, sizes, pos)
     values = np.empty(source.shape, dtype=data.dtype)
     received = 0
     for s in np.unique(source):
@@ -309,7 +309,7 @@ def _block_exchange(state: State, send, params, member_ids, recv) -> None:
         if int(s) != pos:
             received += int(take.sum()) * data.dtype.itemsize
     out = np.zeros(recv.shape, dtype=data.dtype)
-    out[real] = values.reshape(real_shape)
+    out.reshape(-1)[dst_index] = values
     recv.copyfrom(out)
     state.count("exchange", received, pos == 0)
 
@@ -327,10 +327,16 @@ def decode_exchange(values: list[int]):
     dst_shape = values[i + 1 : i + 1 + values[i]]
     i += 1 + values[i]
 
-    def placement(codes):
-        return Placement(tuple(Replicate() if c < 0 else Shard(c) for c in codes))
+    def placement(at: int, rank: int):
+        """(the placement coded at ``at``, where the next code starts): see ``exchange_codes``."""
+        if values[at] == 1:
+            return Placement.blocked(values[at + 1 : at + 1 + rank]), at + 1 + rank
+        codes = values[at + 1 : at + 1 + k]
+        return Placement(tuple(Replicate() if c < 0 else Shard(c) for c in codes)), at + 1 + k
 
-    return src_shape, placement(values[i : i + k]), dst_shape, placement(values[i + k : i + 2 * k]), sizes
+    src, i = placement(i, len(src_shape))
+    dst, _ = placement(i, len(dst_shape))
+    return src_shape, src, dst_shape, dst, sizes
 
 
 @_safe("sync_worker")

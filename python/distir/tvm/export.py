@@ -66,6 +66,7 @@ def to_relax(local_mod: IRModule) -> tvm.IRModule:
     from .ops import emit_op  # noqa: F401  (the op table, loaded before the first binding)
 
     check_local_view(local_mod)
+    local_mod = _with_plans(local_mod)
     plan = SessionPlan.for_module(local_mod)
     bb = relax.BlockBuilder()
     for func in local_mod.functions.values():
@@ -77,6 +78,18 @@ def to_relax(local_mod: IRModule) -> tvm.IRModule:
     except Exception as err:  # noqa: BLE001 - TVM raises several error types
         raise TvmExportError(f"TVM rejects the exported module: {tvm_message(err)}") from None
     return out
+
+
+def _with_plans(mod: IRModule) -> IRModule:
+    """Each ``R.ccl.replan`` (a redistribute planned for the bound count) as the steps of its plan:
+    the plan for the module's sizes when they are concrete (specialize wrote those already), else
+    the plan made for every count. Specialize before export to run the plan for the count."""
+    from ..transform.legalize_redistribute import expand_replans
+
+    funcs = {name: expand_replans(f, exact_only=False) for name, f in mod.functions.items()}
+    if all(funcs[n] is f for n, f in mod.functions.items()):
+        return mod
+    return mod.replace(functions=funcs)
 
 
 def size_names(exprs) -> list[str]:

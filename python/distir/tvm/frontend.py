@@ -22,7 +22,7 @@ from tvm import relax
 
 from ..ir import sym
 from ..ir.expr import Function, IRModule
-from ..ir.layout import concrete_mesh_shape, cut_block, local_shape, mesh_coords
+from ..ir.layout import concrete_mesh_shape, concrete_placement, cut_block, local_shape, mesh_coords
 from ..ir.types import DTensorType
 from ..transform.lower_to_local import GLOBAL_PARAMS
 from ..transform.weights import NUM_INPUT, PARAM_NAMES, param_names, weight_arguments
@@ -130,7 +130,7 @@ def shard_weights(
         sizes = concrete_mesh_shape(t.mesh, values)
         devices = t.mesh.device_list(values)
         for pos, dev in enumerate(devices):
-            per_worker[dev][name] = cut_block(a, t.placement, mesh_coords(pos, sizes), sizes)
+            per_worker[dev][name] = cut_block(a, concrete_placement(t.placement, values), mesh_coords(pos, sizes), sizes)
         local = tuple(sym.evaluate(d, values) for d in local_shape(t.shape, t.mesh, t.placement))
         for w in range(total):
             per_worker[w].setdefault(name, np.zeros(local, dtype=a.dtype))

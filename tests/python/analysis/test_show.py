@@ -304,3 +304,13 @@ def test_an_eight_colour_terminal_gets_distinct_ansi_colours_per_holder():
     # devices 0-3 hold one block each: four different background colours (the pastel palette
     # rounded to 8 colours gave devices 0 and 2 the same one)
     assert len(set(backgrounds)) == 4, backgrounds
+
+
+def test_drawing_every_tensor_names_the_ones_a_picture_cannot_show(capsys):
+    code = distir_main.main(["show", str(examples.path("blocks")), "--plain"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert out.count('float32, "B[') == 3  # a, b and c are drawn
+    assert "x: not drawn: 'x' is a rank-4 block layout; a picture shows ranks 1 to 3" in out
+    code = distir_main.main(["show", str(examples.path("blocks")), "--tensor", "x"])  # asked for by name: an error
+    assert code == 1 and "rank-4 block layout" in capsys.readouterr().err

@@ -462,7 +462,7 @@ INPUT_ERRORS = [
     (["opt", "mlp.py", "-p", "distribute", "--bind", "nw=4"], "--bind nw=4: the module has no symbolic size 'nw'"),
     (["run", "sharded_symbolic.py", "-n", "2", "--bind", "t=3"], "--bind t=3: the module has no symbolic size 't'"),
     # sizes the module needs
-    (["show", "sharded_symbolic.py", "-n", "2"], "'x': dim 0 has the symbolic size s and is sharded; give s with --bind"),
+    (["show", "sharded_symbolic.py", "-n", "2", "--tensor", "x"], "'x': dim 0 has the symbolic size s and is sharded; give s with --bind"),
     (["sweep", "sharded_symbolic.py"], "the formulas also depend on s; give its value with --bind (e.g. --bind s=128)"),
 ]
 

@@ -17,6 +17,7 @@ from distir.ir.builder import FunctionBuilder, dtensor, module_of
 from distir.runtime import run
 from distir.runtime.spmd import SpmdStats, run_spmd
 from distir.testing import assert_sharded_equivalent, random_inputs
+from distir.transform.legalize_redistribute import expand_replans
 from distir.transform.pipelines import distribute_pipeline
 from distir.transform.specialize import specialize
 from helpers import redistribute_module
@@ -151,17 +152,23 @@ def test_sizes_smaller_than_the_device_count(workers):
     assert r.ok, r.comparison.mismatch
 
 
-def test_gathering_10_rows_over_4_moves_xlas_padded_figure():
-    """(10, 16) float32 over 4 devices: blocks of 3 rows, each device receives 3 x 192 = 576 bytes."""
-    local = specialize(distribute_pipeline()(redistribute_module(DeviceMesh((W,), Range(0, W)), (10, 16), "S[0]", "R")),
-                       {"num_workers": 4})
-    stats = SpmdStats()
-    x = np.arange(160, dtype="float32").reshape(10, 16)
-    np.testing.assert_array_equal(run_spmd(local, x, stats=stats), x)
-    assert stats.bytes_per_worker == 576
+def test_gathering_10_rows_over_4_moves_the_real_rows_not_xlas_padded_figure():
+    """(10, 16) float32 over 4 devices: blocks of 3 rows. The plan made for every count, an all-gather,
+    sends padded blocks: each device receives 3 x 192 = 576 bytes (XLA's figure). Specialize plans for
+    the count: a block exchange, each device receiving only the real rows it lacks (480 on average)."""
     from distir.analysis import comm_volume
+    from distir.transform.legalize_redistribute import expand_replans
 
-    assert comm_volume(local).evaluate().bytes_per_worker == 576
+    lowered = distribute_pipeline()(redistribute_module(DeviceMesh((W,), Range(0, W)), (10, 16), "S[0]", "R"))
+    x = np.arange(160, dtype="float32").reshape(10, 16)
+    uniform = lowered.replace(functions={"main": expand_replans(lowered["main"], exact_only=False)})
+    for mod, kind, per_worker in ((uniform, "all_gather", 576), (lowered, "exchange", 480)):
+        local = specialize(mod, {"num_workers": 4})
+        stats = SpmdStats()
+        np.testing.assert_array_equal(run_spmd(local, x, stats=stats), x)
+        assert stats.counts == {kind: 1} and stats.bytes_per_worker == per_worker
+        assert comm_volume(local).evaluate().bytes_per_worker == per_worker
+        assert comm_volume(mod).evaluate({"num_workers": 4}).bytes_per_worker == per_worker
 
 
 @pytest.mark.parametrize("placement", ["S[1], S[1]", "R, S[1]", "S[1], R"])
@@ -177,14 +184,20 @@ def test_reshapes_of_a_dim_cut_over_two_mesh_axes_at_counts_that_divide_nothing(
     out = b.call("dist.annotate_sharding", merged, device_mesh=mesh, placement=placement, name="out")
     mod = module_of(b.ret(out), meshes=[mesh])
     local = distribute_pipeline()(mod)
-    text = local.script()
+    # each reshape re-blocks at some counts only: legalize leaves both to specialize (R.ccl.replan), which
+    # writes a block exchange where a mesh of that constant size would; the plan made for every count is the
+    # symbolic re-blocking checked here (a symbolic TVM export runs it)
+    assert local.script().count("R.ccl.replan") == 2
+    uniform = local.replace(functions={"main": expand_replans(local["main"], exact_only=False)})
+    text = uniform.script()
     # the split reads x re-blocked (after a gather over the minor axis only, for "S[1], S[1]")
-    assert text.count("R.ccl.regroup") == 2 and re.search(r"= R.reshape\(x\w*_blocks, ", text), text
+    assert text.count("R.ccl.regroup") == 2 and re.search(r"= R.reshape\(split_x\w*_blocks, ", text), text
     assert ("x_gathered" in text) == (placement == "S[1], S[1]"), text
     v = np.linspace(-1, 1, 252, dtype="float32").reshape(6, 42)
     for workers in (1, 4, 5):
-        spec = specialize(local, {"num_workers": workers})
-        np.testing.assert_allclose(run_spmd(spec, v), np.exp(v), rtol=1e-6)
+        for m in (local, uniform):
+            spec = specialize(m, {"num_workers": workers})
+            np.testing.assert_allclose(run_spmd(spec, v), np.exp(v), rtol=1e-6)
     from distir.tvm import specialize_and_build, to_relax
 
     built = specialize_and_build(to_relax(local), {"num_workers": 5})

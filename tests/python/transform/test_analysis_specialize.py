@@ -13,6 +13,7 @@ from distir.ir.expr import Binding, Block, Call, PrimValue, ShapeExpr, Tuple, Tu
 from distir.ir.mesh import DeviceMesh
 from distir.ir.types import Type
 from distir.transform import get_pass
+from distir.transform.legalize_redistribute import expand_replans
 from distir.transform.pipelines import distribute_pipeline
 from distir.transform.specialize import drop_identities, specialize
 
@@ -69,8 +70,10 @@ def reference_specialize(mod, values):
                          attrs={k: value(v) for k, v in f.attrs.items()})
 
     infos = {k: [value(m) for m in v] for k, v in mod.global_infos.items()}
-    # then, like specialize, drop what changes nothing at these sizes (masks of an even split)
-    return mod.replace(functions={n: drop_identities(function(f)) for n, f in mod.functions.items()}, global_infos=infos,
+    # then, like specialize, write the plan of each redistribute planned for the count, and drop what
+    # changes nothing at these sizes (masks of an even split)
+    return mod.replace(functions={n: drop_identities(expand_replans(function(f))) for n, f in mod.functions.items()},
+                       global_infos=infos,
                        attrs={k: value(v) for k, v in mod.attrs.items()})
 
 

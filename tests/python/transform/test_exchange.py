@@ -153,7 +153,7 @@ def test_an_exchange_within_one_mesh_axis_sends_only_within_its_groups():
 
     src, dst = Placement.parse("R, S[0]"), Placement.parse("R, S[1]")
     for pos in range(6):
-        _, _, source, _, _ = gather_plan((6, 9), src, (6, 9), dst, (2, 3), pos)
+        _, source, _, _ = gather_plan((6, 9), src, (6, 9), dst, (2, 3), pos)
         assert set((source // 3).tolist()) <= {pos // 3}
 
 
@@ -253,3 +253,26 @@ def test_every_layout_change_on_a_1d_mesh_moves_the_bound(case, seed):
         s, d = Placement.parse(src), Placement.parse(dst)
         plan = plan_redistribute(mesh, len(shape), s, d, shape)
         assert plan_cost(plan, s, (k,), shape) * math.prod(shape) * size * k == bound
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(layout_changes(), st.integers(0, 2**16))
+def test_every_layout_change_on_a_symbolic_1d_mesh_moves_the_bound_once_specialized(case, seed):
+    """The same layout changes distributed once with num_workers symbolic: specialize plans each
+    change whose cheapest steps depend on the count for the count it binds (R.ccl.replan), so at
+    every count up to 8 the bytes are the bound, as on a mesh of constant size; and the analysis of
+    the symbolic module says so at that count."""
+    k, shape, src, new, dst, dtype = case
+    text = _program(k, shape, src, new, dst, dtype).replace(f"R.device_mesh(({k},), I.Range(0, {k}))",
+                                                            'R.device_mesh(("num_workers",), I.Range(0, "num_workers"))')
+    mod = distir.parse(text)
+    assert mod.meshes()[0].shape == (W,)
+    lowered = distribute_pipeline()(mod)
+    local = specialize(lowered, {"num_workers": k})
+    x = np.random.default_rng(seed).integers(-50, 50, size=shape).astype(dtype)
+    stats = SpmdStats()
+    np.testing.assert_array_equal(run_spmd(local, x, stats=stats, seed=seed), run(mod, x))
+    bound = bound_bytes(shape, src, new, dst, k, dtype_bytes(dtype))
+    assert stats.total_bytes == bound, (k, shape, src, new, dst, stats.summary(), lowered.script())
+    numbers = comm_volume(lowered).evaluate({"num_workers": k})
+    assert numbers.total_bytes == bound and numbers.counts == dict(stats.counts)

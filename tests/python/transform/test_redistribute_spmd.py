@@ -25,7 +25,15 @@ from distir.ir.placement import Partial, Replicate, Shard
 from distir.ir.types import dtype_bytes
 from distir.runtime.spmd import SpmdStats, run_spmd
 from distir.transform import get_pass
-from distir.transform.redistribute_plan import is_optimal_everywhere, optimal_cost, plan_cost, plan_redistribute
+from distir.transform.legalize_redistribute import expand_replans
+from distir.transform.redistribute_plan import (
+    REPLAN_SIZES,
+    is_optimal_everywhere,
+    needs_replan,
+    optimal_cost,
+    plan_cost,
+    plan_redistribute,
+)
 from distir.transform.specialize import specialize
 from helpers import redistribute_module
 
@@ -83,19 +91,17 @@ def test_every_redistribute_moves_the_data_and_the_optimal_bytes(case, seed):
     tol = 1e-4 if dtype == "float32" else 1e-10
     np.testing.assert_allclose(y, x, rtol=tol, atol=tol)
     nbytes = int(np.prod(shape)) * dtype_bytes(dtype)
-    mesh = local.meshes()[0]
+    # the simulator moves exactly the exact optimum at the specialized sizes: legalize keeps the plan made
+    # for every count where it is that optimum at every count of REPLAN_SIZES, and leaves the others to
+    # specialize (R.ccl.replan), which plans for the count it binds (N-D transitions where no plan is the
+    # cheapest at every count, and symbolic axes specialized to 1, included)
+    assert workers in REPLAN_SIZES
+    best = optimal_cost(sizes, len(shape), src, dst, tuple(shape))
+    assert stats.bytes_per_worker == best * nbytes, (str(src), str(dst), sizes, stats.summary())
     global_mesh = redistribute_module(mesh_shape, shape, src, dst, dtype=dtype).meshes()[0]
-    plan = plan_redistribute(global_mesh, len(shape), src, dst)
-    # the simulator moves exactly what the cost model says the chosen plan moves
-    assert stats.bytes_per_worker == plan_cost(plan, src, sizes) * nbytes, (str(src), str(dst), sizes, stats.summary())
-    universal = is_optimal_everywhere(global_mesh, len(shape), src, dst)
-    if universal and (workers >= 2 or mesh.ndim == 1):
-        # and that plan is optimal at every specialized size among plans whose layouts surely divide
-        # (symbolic axes are planned for sizes >= 2; an N-D mesh whose symbolic axis is specialized to 1
-        # may have a cheaper route; and for a few N-D transitions no plan is best at every size: the
-        # planner says so, see docs/redistribute.md)
-        best = optimal_cost(sizes, len(shape), src, dst)
-        assert plan_cost(plan, src, sizes) == best, (str(src), str(dst), sizes)
+    if not needs_replan(global_mesh, len(shape), src, dst, shape):
+        plan = plan_redistribute(global_mesh, len(shape), src, dst)
+        assert stats.bytes_per_worker == plan_cost(plan, src, sizes) * nbytes
 
 
 def test_plans_for_the_issue_examples():
@@ -141,13 +147,23 @@ def test_same_placement_is_the_value_itself():
 def test_a_count_that_does_not_divide_gathers_the_blocks_without_their_padding(workers):
     """8 rows over 3: blocks of 3, 3, 2 (the last padded to 3); over 9 or 16, some blocks are empty."""
     lowered = legalize_and_lower(redistribute_module((W,), (8, 16), "S[0]", "R"))
-    local = specialize(lowered, {"num_workers": workers})
-    assert local["main"].params[0].type.shape == (-(-8 // workers), 16)
+    # the plan made for every count: an all-gather of padded blocks (XLA's padded figure)
+    uniform = lowered.replace(functions={"main": expand_replans(lowered["main"], exact_only=False)})
+    assert [b.value.op.name for b in uniform["main"].bindings()] == ["ccl.all_gather"]
     x = np.arange(128, dtype="float32").reshape(8, 16)
+    block = -(-8 // workers)
+    local = specialize(uniform, {"num_workers": workers})
+    assert local["main"].params[0].type.shape == (block, 16)
     stats = SpmdStats()
     np.testing.assert_array_equal(run_spmd(local, x, stats=stats), x)
-    # each worker sends its padded block to the others: XLA's padded figure
-    assert stats.bytes_per_worker == (workers - 1) * -(-8 // workers) * 16 * 4
+    assert stats.bytes_per_worker == (workers - 1) * block * 16 * 4
+    # re-planned for the count: each worker receives only the real rows it lacks (the bound)
+    local = specialize(lowered, {"num_workers": workers})
+    stats = SpmdStats()
+    np.testing.assert_array_equal(run_spmd(local, x, stats=stats), x)
+    held = [max(0, min(8, (k + 1) * block) - k * block) for k in range(workers)]
+    assert stats.total_bytes == sum(8 - h for h in held) * 16 * 4
+    assert stats.counts == {"exchange": 1}
 
 
 def test_lowered_shapes_stay_symbolic():
