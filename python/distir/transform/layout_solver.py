@@ -57,7 +57,8 @@ from ..ir.types import DTensorType, TupleType, dtype_bytes
 from .redistribute_plan import plan_cost, plan_redistribute
 from .sharding_graph import Graph, Preferences, Site, Slot, field_slots
 
-__all__ = ["CostModel", "LayoutPlan", "Solved", "Strategy", "site_strategies", "solve_layouts"]
+__all__ = ["CostModel", "LayoutPlan", "Solved", "Strategy", "alternative", "site_strategies", "solve_layouts",
+           "visible_layouts"]
 
 MESH_SIZE_HINT = 4
 DIM_SIZE_HINT = 64
@@ -75,7 +76,14 @@ W_PREFERENCE = 4  # per mesh axis where an output differs from the preferred lay
 W_MOVE = 2  # per redistribute emitted
 W_RECOMPUTE = 8  # per recomputation emitted (more than a preference: no op is computed twice for a tie)
 W_MEMORY = 1  # per value, times the share of it each worker holds
+# per value, times the dims its layout cuts (summed): of two layouts alike in all else, the one
+# cutting outer dims, so that exact ties do not fall to the solver's internals (and the windows of
+# a stack, each ending in such a tie, stay alike); far below a difference in memory
+W_OUTER_DIMS = 1 / 256
 MEMORY_WEIGHT = Fraction(0)  # bytes held count only as a tie-break (W_MEMORY), not against bytes sent
+# HiGHS, exact (no gap). Presolve off: on these programs (a few thousand columns, mostly implied by a
+# few hundred strategy choices) it costs more than it saves (measured: frontend Llama 1.4 s -> 0.6 s)
+SOLVER_OPTIONS = {"mip_rel_gap": 0.0, "presolve": False}
 
 
 class CostModel:
@@ -258,6 +266,11 @@ class CostModel:
         return p
 
 
+def _cut_dims(p: Placement) -> int:
+    """The dims ``p`` cuts, summed (a tie-break: outer dims first)."""
+    return sum(x.dim for x in p.specs if isinstance(x, Shard))
+
+
 def _only_dim(p: Placement, d: int) -> Placement:
     """``p`` with every cut of a dim other than ``d`` replaced by R."""
     return Placement(tuple(x if isinstance(x, Shard) and x.dim == d else Replicate() for x in p.specs))
@@ -344,7 +357,6 @@ class _Model:
         self.c_hint: list[Fraction] = []  # bytes sent per column at the size hints (reported)
         self.mem: list[Fraction] = []  # bytes held per worker per column
         self.tb: list[float] = []  # tie-break per column
-        self.binary: list[bool] = []
         self.lb: list[float] = []
         self.rows: list[tuple[list[tuple[int, float]], float, float]] = []
         self.root: dict[int, int] = dict(window.root) if window else {}
@@ -365,13 +377,12 @@ class _Model:
         self.read_as: dict[int, Placement] = dict(window.read_as) if window else {}
 
     # -- columns and rows --------------------------------------------------------------------
-    def col(self, cost: Fraction = Fraction(0), tb: float = 0.0, binary: bool = False, lb: float = 0.0,
+    def col(self, cost: Fraction = Fraction(0), tb: float = 0.0, lb: float = 0.0,
             mem: Fraction = Fraction(0), at_hint: Fraction = Fraction(0)) -> int:
         self.c.append(cost)
         self.c_hint.append(at_hint)
         self.mem.append(mem)
         self.tb.append(tb)
-        self.binary.append(binary)
         self.lb.append(lb)
         return len(self.c) - 1
 
@@ -478,7 +489,8 @@ class _Model:
             tb = W_PREFERENCE * sum(self.pref_mismatch(s, p) for s, p in zip(site.outs, st.outs))
             mem = sum((self.held(s, p) for s, p in zip(site.outs, st.outs)), Fraction(0))
             tb += W_MEMORY * sum(float(self.cost.held_share(s, p)) for s, p in zip(site.outs, st.outs))
-            cols.append((self.col(tb=tb, binary=True, mem=mem), st))
+            tb += W_OUTER_DIMS * sum(_cut_dims(p) for p in st.outs)
+            cols.append((self.col(tb=tb, mem=mem), st))
         self.site_cols[id(site)] = cols
         self.row([(c, 1.0) for c, _ in cols], 1, 1)
         for o, s in enumerate(site.outs):
@@ -575,7 +587,8 @@ class _Model:
                 cols = []
                 for q in cands:
                     tb = W_PREFERENCE * self.pref_mismatch(s, q) + W_MEMORY * float(self.cost.held_share(s, q))
-                    cols.append((self.col(tb=tb, binary=True, mem=self.held(s, q)), q))
+                    tb += W_OUTER_DIMS * _cut_dims(q)
+                    cols.append((self.col(tb=tb, mem=self.held(s, q)), q))
                 self.row([(c, 1.0) for c, _ in cols], 1, 1)
                 self.param_cols[s.id] = cols
                 self.prim[s.id] = {q: [c] for c, q in cols}
@@ -662,10 +675,7 @@ class _Model:
                 unit = Fraction(math.gcd(unit.numerator * x.denominator, x.numerator * unit.denominator),
                                 unit.denominator * x.denominator) if unit else x
         unit = unit or Fraction(1)
-        units = np.array([float(x / unit) for x in total_cost])
-        tb = np.array(self.tb)
-        scale = 0.5 / (tb.sum() + 1.0)
-        objective = units + tb * scale
+        units = np.array([float(x / unit) for x in total_cost])  # whole numbers: the bytes in units of their gcd
         rows = self.rows + extra
         data, ri, ci, lo, hi = [], [], [], [], []
         for i, (terms, a, b) in enumerate(rows):
@@ -677,21 +687,33 @@ class _Model:
             hi.append(b)
         n = len(costs)
         A = coo_matrix((data, (ri, ci)), shape=(len(rows), n)).tocsr()
-        res = milp(
-            objective,
-            integrality=np.array(self.binary, dtype=int),
-            bounds=(np.array(self.lb), np.ones(n)),
-            constraints=LinearConstraint(A, np.array(lo), np.array(hi)),
-            options={"mip_rel_gap": 0.0, "presolve": True},
-        )
+        constraints = [LinearConstraint(A, np.array(lo), np.array(hi))]
+        # every column is 0 or 1 (a strategy, a need, a redistribute, a recomputation): a fractional
+        # recomputation or redistribute would let the tie-break program cover a need in part
+        integrality, bounds = np.ones(n, dtype=int), (np.array(self.lb), np.ones(n))
+        # lexicographic: first the least bytes, then among the layouts that send them the least
+        # tie-break. One objective with the tie-break scaled below a byte would ask HiGHS to tell
+        # apart values below its tolerance once the bytes run into millions (ties then broken
+        # arbitrarily), and is slower to prove optimal than the two programs together
+        res = milp(units, integrality=integrality, bounds=bounds, constraints=constraints, options=SOLVER_OPTIONS)
         if res.x is None:
             raise _Infeasible()
+        least = self._sum(costs, res.x)
+        if any(self.tb):
+            constraints.append(LinearConstraint(units.reshape(1, -1), -np.inf, round(res.fun) + 0.5))
+            tied = milp(np.array(self.tb), integrality=integrality, bounds=bounds, constraints=constraints,
+                        options=SOLVER_OPTIONS)
+            # kept only if it sends exactly the least bytes (checked in exact arithmetic: the bytes
+            # row may hold coefficients in the millions, where HiGHS's tolerances are not exact)
+            if tied.x is not None and self._sum(costs, tied.x) == least:
+                res = tied
         x = res.x
-        chosen = [i for i in range(n) if x[i] > 0.5]
-        minimized = sum((costs[i] for i in chosen), Fraction(0))
-        sent = sum((at_hint[i] for i in chosen), Fraction(0))
-        held = sum((self.mem[i] for i in chosen), Fraction(0))
-        return x, _Cost(minimized, sent, held)
+        return x, _Cost(self._sum(costs, x), self._sum(at_hint, x), self._sum(self.mem, x))
+
+    @staticmethod
+    def _sum(values: list[Fraction], x: np.ndarray) -> Fraction:
+        """The exact sum of ``values`` over the columns ``x`` chooses."""
+        return sum((v for v, xi in zip(values, x) if xi > 0.5), Fraction(0))
 
 
 class _Infeasible(Exception):
@@ -961,11 +983,27 @@ def plan_of(model: _Model, x: np.ndarray, total: Fraction) -> LayoutPlan:
 
 def alternative_cost(model: _Model, rid: int, p: Placement) -> _Cost | None:
     """The optimum with value ``rid`` produced in layout ``p`` (None: no such layout is possible)."""
+    found = alternative(model, rid, p)
+    return None if found is None else found[1]
+
+
+def alternative(model: _Model, rid: int, p: Placement) -> tuple[LayoutPlan, _Cost] | None:
+    """The optimal plan with value ``rid`` produced in layout ``p``, and its cost (None: impossible)."""
     try:
-        _, total = model.solve(force=(rid, p))
+        x, total = model.solve(force=(rid, p))
     except _Infeasible:
         return None
-    return total
+    return plan_of(model, x, total), total
+
+
+def visible_layouts(model: _Model, plan: LayoutPlan) -> dict[int, Placement]:
+    """The layouts a caller sees in ``plan``: of the parameters the model chose, and of the results."""
+    seen = {sid: plan.primary[sid] for sid in model.param_cols if sid in plan.primary}
+    for s in _result_slots(model.g) if model.window is None or model.window.last else ():
+        rid = plan.root_of(s)
+        if rid in plan.primary:
+            seen[rid] = plan.primary[rid]
+    return seen
 
 
 # ---------------------------------------------------------------------------------------------

@@ -51,16 +51,18 @@ from ..ir.mesh import DeviceMesh
 from ..ir.op import get_op
 from ..ir.placement import Partial, Placement, Replicate, Shard
 from ..ir.sharding import forward
+from ..ir.structural import structural_equal
 from ..ir.types import DTensorType, TensorType, TupleType
 from .layout_solver import (
     INF,
     CostModel,
     LayoutPlan,
     Solved,
-    alternative_cost,
+    alternative,
     function_bytes,
     sample_envs,
     solve_layouts,
+    visible_layouts,
 )
 from .legalize_redistribute import fuse_reshapes
 from .pass_infra import FunctionPass, PassContext, register_pass
@@ -577,7 +579,7 @@ def lay_out(graph: Graph, ctx: PassContext) -> Function:
             greedy = _Materializer(graph, prefs, greedy_cost).run()
         except DiagnosticError:
             greedy = None  # the greedy choice cannot lay it out; the solver could
-        if greedy is not None and not _no_worse(new, greedy, graph, hints):
+        if greedy is not None and not structural_equal(new, greedy) and not _no_worse(new, greedy, graph, hints):
             _warn_ambiguities(graph, prefs)
             return greedy
     _warn_ties(graph, prefs, plan, solved)
@@ -616,7 +618,10 @@ def _bytes(x: Fraction) -> str:
 
 
 def _warn_ties(graph: Graph, prefs: Preferences, plan: LayoutPlan, solved: list[Solved]) -> None:
-    """Warn where the greedy propagation met two layouts for a tensor and both cost the same."""
+    """Warn where propagation met two layouts for a tensor that really cost the same: the same bytes
+    sent (the solver's objective, summed over the sampled sizes), and a difference the user may care about, either in the bytes each
+    worker holds or in what the caller sees (the layout of a parameter or a result). A tie that
+    changes neither is settled silently by the tie-break."""
     reported = set()
     slot_by_id = {s.id: s for s in graph.slots}
     for c in prefs.conflicts:
@@ -634,9 +639,13 @@ def _warn_ties(graph: Graph, prefs: Preferences, plan: LayoutPlan, solved: list[
         where_solved = next((x for x in solved if rid in x.decided), None)
         if where_solved is None:
             continue  # laid out by a window alike to one solved before: warned about there
-        alt_cost = alternative_cost(where_solved.model, rid, alt)
+        found = alternative(where_solved.model, rid, alt)
         chosen = where_solved.total
-        if alt_cost is None or alt_cost.total != chosen.total:
+        if found is None or found[1].objective != chosen.objective:
+            continue
+        alt_plan, alt_cost = found
+        model = where_solved.model
+        if alt_cost.held == chosen.held and visible_layouts(model, alt_plan) == visible_layouts(model, plan):
             continue
         where = f" ({root.span})" if root.span else ""
         warnings.warn(
