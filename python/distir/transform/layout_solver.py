@@ -266,6 +266,17 @@ class CostModel:
         return p
 
 
+def _units(values: list[Fraction]) -> np.ndarray:
+    """``values`` in units of their greatest common divisor: whole numbers, as floats."""
+    unit = Fraction(0)
+    for x in values:
+        if x:
+            unit = Fraction(math.gcd(unit.numerator * x.denominator, x.numerator * unit.denominator),
+                            unit.denominator * x.denominator) if unit else x
+    unit = unit or Fraction(1)
+    return np.array([float(x / unit) for x in values])
+
+
 def _cut_dims(p: Placement) -> int:
     """The dims ``p`` cuts, summed (a tie-break: outer dims first)."""
     return sum(x.dim for x in p.specs if isinstance(x, Shard))
@@ -669,13 +680,6 @@ class _Model:
                 costs[col] += c
                 at_hint[col] += h
         total_cost = [c + MEMORY_WEIGHT * m for c, m in zip(costs, self.mem)]
-        unit = Fraction(0)
-        for x in total_cost:
-            if x:
-                unit = Fraction(math.gcd(unit.numerator * x.denominator, x.numerator * unit.denominator),
-                                unit.denominator * x.denominator) if unit else x
-        unit = unit or Fraction(1)
-        units = np.array([float(x / unit) for x in total_cost])  # whole numbers: the bytes in units of their gcd
         rows = self.rows + extra
         data, ri, ci, lo, hi = [], [], [], [], []
         for i, (terms, a, b) in enumerate(rows):
@@ -689,24 +693,32 @@ class _Model:
         A = coo_matrix((data, (ri, ci)), shape=(len(rows), n)).tocsr()
         constraints = [LinearConstraint(A, np.array(lo), np.array(hi))]
         # every column is 0 or 1 (a strategy, a need, a redistribute, a recomputation): a fractional
-        # recomputation or redistribute would let the tie-break program cover a need in part
+        # recomputation or redistribute would let a later program cover a need in part
         integrality, bounds = np.ones(n, dtype=int), (np.array(self.lb), np.ones(n))
-        # lexicographic: first the least bytes, then among the layouts that send them the least
-        # tie-break. One objective with the tie-break scaled below a byte would ask HiGHS to tell
-        # apart values below its tolerance once the bytes run into millions (ties then broken
-        # arbitrarily), and is slower to prove optimal than the two programs together
-        res = milp(units, integrality=integrality, bounds=bounds, constraints=constraints, options=SOLVER_OPTIONS)
-        if res.x is None:
-            raise _Infeasible()
-        least = self._sum(costs, res.x)
-        if any(self.tb):
-            constraints.append(LinearConstraint(units.reshape(1, -1), -np.inf, round(res.fun) + 0.5))
-            tied = milp(np.array(self.tb), integrality=integrality, bounds=bounds, constraints=constraints,
-                        options=SOLVER_OPTIONS)
-            # kept only if it sends exactly the least bytes (checked in exact arithmetic: the bytes
-            # row may hold coefficients in the millions, where HiGHS's tolerances are not exact)
-            if tied.x is not None and self._sum(costs, tied.x) == least:
-                res = tied
+        # lexicographic, one program per aim, each keeping the optimum of the one before: the least
+        # bytes (results counted as gathered), then the tie-break. One objective with the tie-break
+        # scaled below a byte would ask HiGHS to tell apart values below its tolerance once the bytes
+        # run into millions (ties then broken arbitrarily), and is slower to prove optimal than the
+        # two programs together
+        res = None
+        kept: list[tuple[list[Fraction], Fraction]] = []  # the byte aims met so far, and their optima
+        for k, aim in enumerate((total_cost, self.tb)):
+            if k and not any(aim):
+                continue
+            tie_break = aim is self.tb
+            weights = np.array(aim) if tie_break else _units(aim)
+            step = milp(weights, integrality=integrality, bounds=bounds, constraints=constraints, options=SOLVER_OPTIONS)
+            if res is None and step.x is None:
+                raise _Infeasible()
+            # a later program's answer is kept only if it meets the optima before exactly (checked in
+            # fractions: the rows hold coefficients in the millions, where HiGHS's tolerances are not exact)
+            if step.x is None or any(self._sum(values, step.x) != least for values, least in kept):
+                break
+            res = step
+            if not tie_break:
+                kept.append((aim, self._sum(aim, res.x)))
+                met = float(weights @ (res.x > 0.5))  # a whole number of units: the row is exact up to 1/2
+                constraints.append(LinearConstraint(weights.reshape(1, -1), -np.inf, met + 0.5))
         x = res.x
         return x, _Cost(self._sum(costs, x), self._sum(at_hint, x), self._sum(self.mem, x))
 
