@@ -23,13 +23,14 @@ The problem (Alpa's formulation, as XLA's auto-sharding uses it), over the graph
 
 The objective is the bytes every worker sends, summed over sampled sizes (``MESH_SAMPLES`` x
 ``DIM_SAMPLES``, see :meth:`CostModel.sampled_cost`), so that no layout wins at one guessed
-size only. Long functions are solved in windows (:func:`solve_layouts`). Ties are broken, in this
-order of weight, by: output layouts that differ from the preferences of
-:func:`~distir.transform.sharding_graph.preferred_placements` (so that where costs tie the
-answer is the one a reader of the hints expects), fewer redistributes and recomputations,
-and less memory per worker. These weights are scaled to sum to less than one unit of
-bytes, so they never outweigh a byte. ``scipy.optimize.milp`` (HiGHS) solves it; the model
-and the solver are deterministic, so the same module gives the same layout.
+size only. Long functions are solved in windows (:func:`solve_layouts`). Ties are broken by a
+second program over the layouts that send the least bytes, in this order of weight: output
+layouts that differ from the preferences of
+:func:`~distir.transform.sharding_graph.preferred_placements` (so that where costs tie the answer
+is the one a reader of the hints expects), fewer redistributes and recomputations, less memory per
+worker, and cuts of outer dims before inner ones. ``scipy.optimize.milp`` (HiGHS) solves both; the
+model is built in the order of the bindings and the solver is deterministic, so the same module
+gives the same layout.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ DIM_SAMPLES = ((16, 32), (64, 8), (512, 1))
 INF = Fraction(10**30)
 ALIAS_OPS = ("dist.annotate_sharding",)  # on one mesh: the value itself, laid out so
 
-# tie-break weights (in units smaller than a byte, see the module docstring)
+# tie-break weights (the second program's objective, among the layouts sending the least bytes)
 W_PREFERENCE = 4  # per mesh axis where an output differs from the preferred layout
 W_MOVE = 2  # per redistribute emitted
 W_RECOMPUTE = 8  # per recomputation emitted (more than a preference: no op is computed twice for a tie)

@@ -32,7 +32,8 @@ Byte counts need sizes: the solver sums them over samples (see
 every other symbolic dim at 64; the greedy choice weighs them at 4 and ``GREEDY_DIM_SIZE`` = 512
 (``PassContext(config={"propagate-sharding.size_hints": {"s": 2048}})`` fixes a size everywhere). Results that come out partial are all-reduced (a function returns true values);
 sharded results stay sharded (their global type records it). Where propagation met
-disagreeing shardings for a tensor no hint fixes and both layouts cost the same, a
+disagreeing shardings for a tensor no hint fixes, both layouts send the same bytes, and they
+differ in memory per worker or in the layout of a parameter or result, a
 :class:`ShardingAmbiguityWarning` names it and both costs: one ``annotate_sharding`` on it
 settles the choice.
 """
