@@ -619,10 +619,10 @@ def _bytes(x: Fraction) -> str:
 
 
 def _warn_ties(graph: Graph, prefs: Preferences, plan: LayoutPlan, solved: list[Solved]) -> None:
-    """Warn where propagation met two layouts for a tensor that really cost the same: the same bytes
-    sent (the solver's objective, summed over the sampled sizes), and a difference the user may care about, either in the bytes each
-    worker holds or in what the caller sees (the layout of a parameter or a result). A tie that
-    changes neither is settled silently by the tie-break."""
+    """Warn where propagation met two layouts for a tensor that really cost the same: the same
+    bytes sent (the solver's objective, summed over the sampled sizes), and a difference the user
+    may care about, in the bytes each worker holds or in what the caller sees (the layout of a
+    parameter or a result). A tie that changes neither is settled silently by the tie-break."""
     reported = set()
     slot_by_id = {s.id: s for s in graph.slots}
     for c in prefs.conflicts:
