@@ -37,7 +37,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -57,7 +57,7 @@ from ..ir.types import DTensorType, TupleType, dtype_bytes
 from .redistribute_plan import plan_cost, plan_redistribute
 from .sharding_graph import Graph, Preferences, Site, Slot, field_slots
 
-__all__ = ["CostModel", "LayoutPlan", "Solved", "Strategy", "site_strategies", "solve_layouts"]
+__all__ = ["CostModel", "LayoutPlan", "ParamChoice", "Solved", "Strategy", "site_strategies", "solve_layouts"]
 
 MESH_SIZE_HINT = 4
 DIM_SIZE_HINT = 64
@@ -334,11 +334,25 @@ class LayoutPlan:
         return self.root.get(s.id, s.id)
 
 
+@dataclass(frozen=True)
+class ParamChoice:
+    """How a search over parameter layouts (auto-shard) extends the program: the layouts each
+    parameter without a given layout may take, and linear limits on the chosen ones (a memory
+    budget). ``candidates(slot)`` lists the layouts; ``limits(decided)``, given the parameters one
+    program decides with their candidates, returns rows ``({(slot id, layout): coefficient}, upper
+    bound)``: the coefficients of the chosen layouts sum to at most the bound."""
+
+    candidates: Callable[[Slot], list[Placement]]
+    limits: Callable[[list[tuple[Slot, list[Placement]]]], list[tuple[dict[tuple[int, Placement], float], float]]]
+
+
 class _Model:
     """Columns and rows of the integer program, built from the graph."""
 
-    def __init__(self, graph: Graph, prefs: Preferences | None, cost: CostModel, window: _Window | None = None):
+    def __init__(self, graph: Graph, prefs: Preferences | None, cost: CostModel, window: _Window | None = None,
+                 choice: ParamChoice | None = None):
         self.g, self.prefs, self.cost = graph, prefs, cost
+        self.choice = choice  # None: free parameters take the layouts the preferences offer
         self.window = window  # None: the whole function
         self.c: list[Fraction] = []  # bytes sent per column, summed over the sampled sizes (the objective)
         self.c_hint: list[Fraction] = []  # bytes sent per column at the size hints (reported)
@@ -566,12 +580,14 @@ class _Model:
                 cands: list[Placement] = []
                 pref = self.prefs.placement(s) if self.prefs is not None else Placement.replicated(mesh.ndim)
                 wanted = [pref] + offered.get(s.id, [])
-                for q in wanted:
+                for q in wanted if self.choice is None else []:
                     if q.has_partial:
                         q = Placement(tuple(Replicate() if isinstance(x, Partial) else x for x in q.specs))
                     q = self.cost.fitted(s, q, mesh)
                     if q not in cands:
                         cands.append(q)
+                if self.choice is not None:
+                    cands = list(self.choice.candidates(s))
                 cols = []
                 for q in cands:
                     tb = W_PREFERENCE * self.pref_mismatch(s, q) + W_MEMORY * float(self.cost.held_share(s, q))
@@ -579,6 +595,11 @@ class _Model:
                 self.row([(c, 1.0) for c, _ in cols], 1, 1)
                 self.param_cols[s.id] = cols
                 self.prim[s.id] = {q: [c] for c, q in cols}
+        if self.choice is not None and self.param_cols:
+            decided = [(self.slot_by_id[sid], [q for _, q in cols]) for sid, cols in self.param_cols.items()]
+            col_of = {(sid, q): c for sid, cols in self.param_cols.items() for c, q in cols}
+            for coefs, bound in self.choice.limits(decided):
+                self.row([(col_of[key], v) for key, v in coefs.items() if key in col_of], -np.inf, bound)
 
     def supplies(self) -> None:
         """Each needed layout comes from the primary, by a redistribute or a recomputation."""
@@ -732,9 +753,11 @@ class Solved:
     decided: set[int]
 
 
-def solve_layouts(graph: Graph, prefs: Preferences | None, cost: CostModel) -> tuple[LayoutPlan, list[Solved]]:
+def solve_layouts(graph: Graph, prefs: Preferences | None, cost: CostModel,
+                  choice: ParamChoice | None = None) -> tuple[LayoutPlan, list[Solved]]:
     """The cheapest layout of the function (see the module docstring), and the programs solved (to
-    ask what another layout of one value would cost, :func:`alternative_cost`).
+    ask what another layout of one value would cost, :func:`alternative_cost`). ``choice``: the
+    layouts free parameters may take and limits on them (:class:`ParamChoice`).
 
     A function of more than ``2 * WINDOW_OPS`` ops is cut into windows where the fewest values
     computed before the cut are read after it (:func:`_windows`), each of at least ``WINDOW_OPS`` ops, and solved window by window: a window takes the values of
@@ -743,7 +766,7 @@ def solve_layouts(graph: Graph, prefs: Preferences | None, cost: CostModel) -> t
     Each window is optimal given the ones before it; the whole is not guaranteed to be."""
     windows = _windows(graph)
     if len(windows) == 1:
-        model = _Model(graph, prefs, cost)
+        model = _Model(graph, prefs, cost, choice=choice)
         model.build()
         x, total = _solve(model, graph)
         plan = plan_of(model, x, total)
@@ -763,7 +786,7 @@ def solve_layouts(graph: Graph, prefs: Preferences | None, cost: CostModel) -> t
         sig, local = _signature(graph, prefs, w)
         index = {sid: i for i, sid in enumerate(local)}
         if sig not in cache:
-            model = _Model(graph, prefs, cost, w)
+            model = _Model(graph, prefs, cost, w, choice)
             model.build()
             x, total = _solve(model, graph)
             part = plan_of(model, x, total)
