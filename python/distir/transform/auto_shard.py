@@ -22,7 +22,6 @@ from __future__ import annotations
 import itertools
 import math
 import re
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -47,8 +46,8 @@ from .layout_solver import (
 )
 from .legalize_redistribute import fuse_reshapes
 from .pass_infra import ModulePass, PassContext, register_pass
+from .propagate_sharding import write_layouts
 from .rewrite import map_bindings
-from .shard_params import ShardParams
 from .sharding_graph import Slot, build_graph
 from .weights import NUM_INPUT, param_names
 
@@ -300,12 +299,10 @@ class AutoShard(ModulePass):
         fname = self._function(mod)
         func = mod.functions[fname]
         mesh = self._mesh(mod)
-        laid = _Search(func, mesh, budget, sizes, ctx).run()
-        names = param_names(func)
-        plan = {names[i]: p for i, p in laid.items()}
-        out = ShardParams(plan, mesh)(mod) if plan else mod
-        report = _report(func, fname, mesh, budget, sizes, laid, self.explain, ctx, mod)
-        self.report = report
+        search = _Search(func, mesh, budget, sizes, ctx, _mesh_names_of(mod))
+        laid, written = search.run()
+        out = mod if written is None else mod.replace(functions={**mod.functions, fname: written})
+        self.report = _report(search, fname, laid, written, self.explain, _mesh_label(mod, mesh))
         return out
 
     def _function(self, mod: IRModule) -> str:
@@ -401,8 +398,11 @@ def _devices(mesh: DeviceMesh, env: Mapping[str, int]) -> int:
 class _Search:
     """One function's parameter layouts: the integer program with the budget's rows."""
 
-    def __init__(self, func: Function, mesh: DeviceMesh, budget: MemoryBudget, sizes: dict[str, int], ctx: PassContext):
-        self.func, self.mesh, self.budget, self.sizes, self.ctx = func, mesh, budget, sizes, ctx
+    def __init__(self, func: Function, mesh: DeviceMesh, budget: MemoryBudget, sizes: dict[str, int], ctx: PassContext,
+                 mesh_names: dict[DeviceMesh, str]):
+        self.func, self.mesh, self.budget, self.sizes, self.mesh_names = func, mesh, budget, sizes, mesh_names
+        self.hints = dict(ctx.config.get("propagate-sharding.size_hints", {}) or {})
+        self.hints.update(sizes)
         self.weights = weight_indices(func)
         self.free = [i for i, p in enumerate(func.params) if isinstance(p.type, TensorType)]
         self.envs = _budget_envs(func, mesh, sizes)
@@ -410,6 +410,13 @@ class _Search:
 
     def held(self, i: int, p: Placement, env) -> int:
         return _bytes_at(without_placement(self.func.params[i].type), self.mesh, p, env)
+
+    def written_with(self, layouts: Mapping[int, Placement]) -> Function:
+        """The function laid out by the solver with every parameter given as ``layouts`` says
+        (the cost model of the search, no budget: the layouts are given)."""
+        graph = build_graph(self.typed({i: p for i, p in layouts.items() if i in self.free}), self.mesh_names)
+        plan, _ = solve_layouts(graph, None, CostModel(graph, self.hints))
+        return write_layouts(graph, plan, CostModel(graph, self.hints))
 
     def limits_at(self, k: int) -> tuple[Fraction, dict[int, int]]:
         """At budget env ``k``: the bytes the free weights may hold, and each free weight's smallest."""
@@ -431,13 +438,18 @@ class _Search:
             )
         return bound - fixed, smallest
 
-    def run(self) -> dict[int, Placement]:
+    def typed(self, layouts: Mapping[int, Placement]) -> Function:
+        """The function with parameter ``i`` a DTensor laid out ``layouts[i]``."""
+        return _retyped(self.func, {i: DTensorType(self.func.params[i].type.shape, self.func.params[i].type.dtype,
+                                                   self.mesh, p) for i, p in layouts.items()})
+
+    def run(self) -> tuple[dict[int, Placement], Function | None]:
+        """The chosen layout of each free parameter, and the function written with the solver's plan
+        (every value laid out as the solver chose: ``distribute`` keeps it)."""
         if not self.free:
-            return {}
-        replicated = Placement.replicated(self.mesh.ndim)
-        typed = _retyped(self.func, {i: DTensorType(self.func.params[i].type.shape, self.func.params[i].type.dtype,
-                                                    self.mesh, replicated) for i in self.free})
-        graph = build_graph(typed)
+            return {}, None
+        typed = self.typed(dict.fromkeys(self.free, Placement.replicated(self.mesh.ndim)))
+        graph = build_graph(typed, self.mesh_names)
         index = {}
         for i in self.free:
             for s in graph.var_slots[typed.params[i]]:
@@ -446,9 +458,7 @@ class _Search:
         # no preferences: with no seeds they would all say "replicated", and as a tie-break favour
         # gathering over keeping a partial sum (two all-gathers tie in bytes with one all-reduce)
         prefs = None
-        hints = dict(self.ctx.config.get("propagate-sharding.size_hints", {}) or {})
-        hints.update(self.sizes)
-        cost = CostModel(graph, hints)
+        cost = CostModel(graph, self.hints)
         limits = [self.limits_at(k) for k in range(len(self.envs))]
         cands = {i: candidate_layouts(self.func.params[i].type.ndim, self.mesh) for i in self.free}
 
@@ -484,16 +494,18 @@ class _Search:
                     self.scale[k] *= Fraction(limits[k][0], used) * Fraction(999_999, 1_000_000)
                     over = True
             if not over:
-                return laid
+                for sid, i in index.items():
+                    plan.primary.setdefault(sid, laid[i])
+                return laid, write_layouts(graph, plan, cost)
         raise AutoShardError("auto-shard: the solver could not keep the weights within the memory budget exactly; "
                              "raise the budget slightly")
 
 
-def _report(func: Function, fname: str, mesh: DeviceMesh, budget: MemoryBudget, sizes: dict[str, int],
-            laid: dict[int, Placement], explain: bool, ctx: PassContext, mod: IRModule) -> AutoShardReport:
-    env = _report_env(func, mesh, sizes)
-    weights = weight_indices(func)
-    names = param_names(func)
+def _report(search: _Search, fname: str, laid: dict[int, Placement], written: Function | None, explain: bool,
+            mesh_label: str) -> AutoShardReport:
+    func, mesh = search.func, search.mesh
+    env = _report_env(func, mesh, search.sizes)
+    weights, names = search.weights, param_names(func)
     layout = {i: (laid[i] if i in laid else p.type.placement if isinstance(p.type, DTensorType)
                   else Placement.replicated(mesh.ndim))
               for i, p in enumerate(func.params) if isinstance(p.type, (TensorType, DTensorType))}
@@ -507,40 +519,30 @@ def _report(func: Function, fname: str, mesh: DeviceMesh, budget: MemoryBudget, 
     replicated = sum(held(i, Placement.replicated(mesh.ndim)) for i in weights if i in layout)
     devices = _devices(mesh, env)
     least = sum(min(held(i, q) for q in candidate_layouts(func.params[i].type.ndim, mesh)) for i in weights if i in layout)
-    bound = budget.bound(replicated, least, devices)
-    chosen_bytes = weights_bytes(layout)
-    sent = None
-    cache: dict[tuple, Fraction | None] = {}
-
-    def cost(lay) -> Fraction | None:
-        key = tuple(sorted((i, str(p)) for i, p in lay.items() if i in laid))
-        if key not in cache:
-            cache[key] = _sent(mod, fname, func, mesh, {names[i]: lay[i] for i in laid}, env, ctx)
-        return cache[key]
-
-    params = []
-    budgeted = 0
+    bound = search.budget.bound(replicated, least, devices)
+    sent = _sent(written, mesh, env) if written is not None else None
+    explained = 0
     note = ""
+    params = []
     for i in sorted(laid):
         p = func.params[i]
         alts: list[Alternative] = []
         if explain:
-            options = [laid[i]] + [q for q in candidate_layouts(p.type.ndim, mesh) if q != laid[i]]
-            for q in options:
-                lay = dict(layout)
-                lay[i] = q
-                w = weights_bytes(lay)
-                if budgeted < MAX_EXPLAINED:
-                    s, budgeted = cost(lay), budgeted + 1
+            alts.append(Alternative(laid[i], sent, weights_bytes(layout), weights_bytes(layout) <= bound))
+            for q in candidate_layouts(p.type.ndim, mesh):
+                if q == laid[i]:
+                    continue
+                lay = {**layout, i: q}
+                cost = None
+                if explained < MAX_EXPLAINED:
+                    cost, explained = _sent(search.written_with(lay), mesh, env), explained + 1
                 else:
-                    s = None
                     note = (f"(bytes of alternatives after the first {MAX_EXPLAINED} not computed: each is one "
-                            "propagation of the whole function)")
-                alts.append(Alternative(q, s, w, w <= bound))
-            sent = alts[0].sent if sent is None else sent
+                            "solve of the whole function)")
+                alts.append(Alternative(q, cost, weights_bytes(lay), weights_bytes(lay) <= bound))
         shape = "(" + ", ".join(sym.to_str(d) if not isinstance(d, int) else str(d) for d in p.type.shape) + ")"
         params.append(ParamReport(names[i], shape, i in weights, laid[i], held(i, laid[i]), tuple(alts)))
-    return AutoShardReport(fname, f"{_mesh_label(mod, mesh)} {mesh.shape_str()}", env, budget, bound, chosen_bytes,
+    return AutoShardReport(fname, f"{mesh_label} {mesh.shape_str()}", env, search.budget, bound, weights_bytes(layout),
                            replicated, devices, sent, params, note)
 
 
@@ -551,18 +553,14 @@ def _mesh_label(mod: IRModule, mesh: DeviceMesh) -> str:
     return "mesh"
 
 
-def _sent(mod: IRModule, fname: str, func: Function, mesh: DeviceMesh, plan: dict[str, Placement],
-          env: Mapping[str, int], ctx: PassContext) -> Fraction | None:
-    """Bytes each worker sends when the parameters are laid out as ``plan`` and propagation lays out
-    the rest (as ``distribute`` would), counting the gathers of sharded results, at ``env``."""
-    from .propagate_sharding import lay_out
+def _mesh_names_of(mod: IRModule) -> dict[DeviceMesh, str]:
+    return {m: f"mesh[{i}]" for i, m in enumerate(mod.meshes())}
 
-    laid = ShardParams(plan, mesh)(mod)
-    graph = build_graph(laid.functions[fname], {m: f"mesh[{i}]" for i, m in enumerate(laid.meshes())})
-    with warnings.catch_warnings():  # an alternative's ambiguities are not the user's
-        warnings.simplefilter("ignore")
-        new = lay_out(graph, ctx)
-    got = function_bytes(fuse_reshapes(new), env)
+
+def _sent(func: Function, mesh: DeviceMesh, env: Mapping[str, int]) -> Fraction | None:
+    """Bytes each worker sends running the laid-out ``func`` at ``env`` (reshape chains fused as
+    legalize fuses them), counting the gathers of sharded results."""
+    got = function_bytes(fuse_reshapes(func), env)
     if got is None:
         return None
     return (got[0] + got[1]) / _devices(mesh, env)
