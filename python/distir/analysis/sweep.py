@@ -184,6 +184,18 @@ def sweep(
     t1 = time.perf_counter()
     volume, memory = comm_volume(local, func), memory_footprint(local, func)
     ctime = comm_time_formula(volume)
+    _require_bound(volume, memory, symbol)
+    t2 = time.perf_counter()
+    rows = []
+    for n in counts:
+        rows.append(_row(local, n, symbol, volume, memory, ctime, model, build))
+        if on_row is not None:
+            on_row(rows[-1])
+    return SweepResult(symbol, bound, model, volume, memory, ctime, t1 - t0, t2 - t1, rows)
+
+
+def _require_bound(volume: CommVolume, memory: MemoryFootprint, symbol: str) -> None:
+    """The formulas may depend on ``symbol`` only: other sizes must be bound first."""
     unbound = (volume.free_vars() | memory.free_vars()) - {symbol}
     if unbound:
         names = ", ".join(sorted(unbound))
@@ -192,13 +204,6 @@ def sweep(
             f"the formulas also depend on {names}; give {'its value' if len(unbound) == 1 else 'their values'} "
             f"with --bind (e.g. --bind {example}=128)"
         )
-    t2 = time.perf_counter()
-    rows = []
-    for n in counts:
-        rows.append(_row(local, n, symbol, volume, memory, ctime, model, build))
-        if on_row is not None:
-            on_row(rows[-1])
-    return SweepResult(symbol, bound, model, volume, memory, ctime, t1 - t0, t2 - t1, rows)
 
 
 @dataclass
@@ -241,7 +246,7 @@ def auto_sweep(
     ``memory_budget`` or its default), distribute, specialize and read the numbers, as :func:`sweep`
     does for one layout. Each row records the layouts chosen and which changed since the row before.
     A count whose budget cannot be met gets the error in its row; the others go on."""
-    from ..transform.auto_shard import DEFAULT_BUDGET, AutoShard
+    from ..transform.auto_shard import DEFAULT_BUDGET, AutoShard, AutoShardError
     from ..transform.pipelines import distribute_pipeline
     from ..transform.specialize import specialize
 
@@ -258,13 +263,16 @@ def auto_sweep(
     for n in counts:
         p = AutoShard(memory_budget=budget, sizes={**bound, symbol: n}, func=func)
         try:
-            local = distribute_pipeline()(p(mod))
+            laid = p(mod)
+        except AutoShardError as err:  # the budget cannot be met at this count
+            row = SweepRow(n, error=str(err))
+        else:
+            local = distribute_pipeline()(laid)
             if bound:
                 local = specialize(local, bound)
             volume, memory = comm_volume(local, func), memory_footprint(local, func)
+            _require_bound(volume, memory, symbol)
             row = _row(local, n, symbol, volume, memory, comm_time_formula(volume), model, build)
-        except DistirError as err:
-            row = SweepRow(n, error=str(err))
         if p.report is not None:
             row.layouts = {k: str(v) for k, v in p.report.layouts().items()}
             if before is not None:
