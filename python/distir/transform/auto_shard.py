@@ -55,6 +55,7 @@ __all__ = ["AutoShard", "AutoShardError", "AutoShardReport", "MemoryBudget", "st
 
 DEFAULT_BUDGET = "min+10%"
 MAX_EXPLAINED = 96  # alternatives --explain computes (each is one propagation of the whole function)
+WINDOW_OPS = 24  # the solver's windows (smaller than propagation's: the budget makes each program harder)
 _RETRIES = 4  # re-solves when the solver's float tolerance lets a budget be exceeded by a hair
 
 
@@ -418,6 +419,16 @@ class _Search:
         plan, _ = solve_layouts(graph, None, CostModel(graph, self.hints))
         return write_layouts(graph, plan, CostModel(graph, self.hints))
 
+    def fits(self, i: int, q: Placement, limits: list[tuple[Fraction, dict[int, int]]]) -> bool:
+        """Whether parameter ``i`` laid out ``q`` leaves room for every other weight at its smallest, at
+        each budget env (a layout that cannot fit is not offered: fewer choices, a faster search)."""
+        if i not in self.weights:
+            return True
+        for k, (free_bound, smallest) in enumerate(limits):
+            if self.held(i, q, self.envs[k]) - smallest[i] > free_bound - sum(smallest.values()):
+                return False
+        return True
+
     def limits_at(self, k: int) -> tuple[Fraction, dict[int, int]]:
         """At budget env ``k``: the bytes the free weights may hold, and each free weight's smallest."""
         env = self.envs[k]
@@ -460,7 +471,8 @@ class _Search:
         prefs = None
         cost = CostModel(graph, self.hints)
         limits = [self.limits_at(k) for k in range(len(self.envs))]
-        cands = {i: candidate_layouts(self.func.params[i].type.ndim, self.mesh) for i in self.free}
+        cands = {i: [q for q in candidate_layouts(self.func.params[i].type.ndim, self.mesh) if self.fits(i, q, limits)]
+                 for i in self.free}
 
         def rows(decided: list[tuple[Slot, list[Placement]]]):
             out = []
@@ -480,7 +492,7 @@ class _Search:
 
         choice = ParamChoice(lambda s: cands[index[s.id]], rows)
         for _ in range(_RETRIES):
-            plan, _solved = solve_layouts(graph, prefs, cost, choice)
+            plan, _solved = solve_layouts(graph, prefs, cost, choice, WINDOW_OPS)
             laid = {}
             for sid, i in index.items():
                 p = plan.primary.get(sid)

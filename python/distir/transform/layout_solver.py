@@ -754,17 +754,18 @@ class Solved:
 
 
 def solve_layouts(graph: Graph, prefs: Preferences | None, cost: CostModel,
-                  choice: ParamChoice | None = None) -> tuple[LayoutPlan, list[Solved]]:
+                  choice: ParamChoice | None = None, window_ops: int = 0) -> tuple[LayoutPlan, list[Solved]]:
     """The cheapest layout of the function (see the module docstring), and the programs solved (to
     ask what another layout of one value would cost, :func:`alternative_cost`). ``choice``: the
-    layouts free parameters may take and limits on them (:class:`ParamChoice`).
+    layouts free parameters may take and limits on them (:class:`ParamChoice`); ``window_ops``, when
+    given, replaces ``WINDOW_OPS`` (smaller windows: a faster, less global search).
 
     A function of more than ``2 * WINDOW_OPS`` ops is cut into windows where the fewest values
     computed before the cut are read after it (:func:`_windows`), each of at least ``WINDOW_OPS`` ops, and solved window by window: a window takes the values of
     earlier ones as given, in the layouts they were made in. Windows alike (the same ops, types and
     preferences, reading values given in the same layouts: the layers of a stack) are solved once.
     Each window is optimal given the ones before it; the whole is not guaranteed to be."""
-    windows = _windows(graph)
+    windows = _windows(graph, window_ops or WINDOW_OPS)
     if len(windows) == 1:
         model = _Model(graph, prefs, cost, choice=choice)
         model.build()
@@ -870,12 +871,13 @@ def _carry_aliases(graph: Graph, sites: list[Site], root: dict[int, int], read_a
             read_as[y.id] = q
 
 
-def _windows(graph: Graph) -> list[list[Site]]:
+def _windows(graph: Graph, window_ops: int = 0) -> list[list[Site]]:
     """The sites cut where fewest computed values cross (between the layers of a stack: the residual
     stream, and tables such as the rotary embedding's that every layer reads), in windows of
     ``WINDOW_OPS`` ops or more."""
     sites = graph.sites
-    if sum(1 for s in sites if not s.is_hint) <= 2 * WINDOW_OPS:
+    window_ops = window_ops or WINDOW_OPS
+    if sum(1 for s in sites if not s.is_hint) <= 2 * window_ops:
         return [sites]
     end = len(sites)
     last_read: dict[int, int] = {}
@@ -890,18 +892,18 @@ def _windows(graph: Graph) -> list[list[Site]]:
         live = {sid for sid in live if last_read[sid] > i}
         live.update(s.id for s in site.outs if last_read.get(s.id, -1) > i and s.id in graph.mesh_of)
         crossing.append(len(live))
-    narrowest = min(crossing[WINDOW_OPS : end - WINDOW_OPS] or [0])  # the tail narrows as shared values die
+    narrowest = min(crossing[window_ops : end - window_ops] or [0])  # the tail narrows as shared values die
     windows: list[list[Site]] = []
     cur: list[Site] = []
     ops = 0
     for i, site in enumerate(sites):
         cur.append(site)
         ops += not site.is_hint
-        if ops >= WINDOW_OPS and crossing[i] <= narrowest and i < end - 1:
+        if ops >= window_ops and crossing[i] <= narrowest and i < end - 1:
             windows.append(cur)
             cur, ops = [], 0
     if cur:
-        if windows and sum(1 for s in cur if not s.is_hint) < WINDOW_OPS:
+        if windows and sum(1 for s in cur if not s.is_hint) < window_ops:
             windows[-1].extend(cur)  # a short tail joins the window before it
         else:
             windows.append(cur)
