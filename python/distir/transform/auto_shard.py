@@ -239,11 +239,13 @@ class AutoShardReport:
         ]
         if self.sent is not None:
             lines.append(f"  bytes sent per worker: {_human(self.sent)}")
-        head = ("parameter", "shape", "layout", "held/device", "sent/worker", "vs chosen", "weights/device", "note")
+        explained = any(p.alternatives for p in self.params)
+        head = ("parameter", "shape", "layout", "held/device") + (
+            ("sent/worker", "vs chosen", "weights/device") if explained else ()) + ("note",)
         rows = []
         for p in self.params:
-            if not p.alternatives:
-                rows.append((p.name, p.shape, str(p.chosen), _human(p.held), "", "", "", "" if p.weight else "input"))
+            if not explained:
+                rows.append((p.name, p.shape, str(p.chosen), _human(p.held), "" if p.weight else "input"))
                 continue
             base = p.alternatives[0].sent
             for i, a in enumerate(p.alternatives):
@@ -256,17 +258,14 @@ class AutoShardReport:
                              _human(p.held) if i == 0 else "", "-" if a.sent is None else _human(a.sent), diff,
                              _human(a.weights), mark))
         widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-        right = {3, 4, 5, 6}
+        right = {3, 4, 5, 6} if explained else {3}
 
         def line(r) -> str:
             return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
 
-        explained = any(p.alternatives for p in self.params)
-        cols = len(head) if explained else 4
-        widths = widths[:cols]
-        lines.append(line(head[:cols]))
+        lines.append(line(head))
         lines.append("  ".join("-" * w for w in widths))
-        lines.extend(line(r[:cols] + ((r[-1],) if not explained and r[-1] else ())) for r in rows)
+        lines.extend(line(r) for r in rows)
         if self.note:
             lines.append(self.note)
         return "\n".join(lines)
@@ -300,9 +299,16 @@ class AutoShard(ModulePass):
         fname = self._function(mod)
         func = mod.functions[fname]
         mesh = self._mesh(mod)
-        search = _Search(func, mesh, budget, sizes, ctx, _mesh_names_of(mod))
+        names = _mesh_names_of(mod)
+        names.setdefault(mesh, f"mesh[{len(names)}]")
+        search = _Search(func, mesh, budget, sizes, ctx, names)
         laid, written = search.run()
-        out = mod if written is None else mod.replace(functions={**mod.functions, fname: written})
+        out = mod
+        if written is not None:
+            meshes = list(mod.meshes())
+            infos = dict(mod.global_infos)
+            infos["mesh"] = tuple(meshes if mesh in meshes else [*meshes, mesh])
+            out = mod.replace(functions={**mod.functions, fname: written}, global_infos=infos)
         self.report = _report(search, fname, laid, written, self.explain, _mesh_label(mod, mesh))
         return out
 
@@ -323,6 +329,8 @@ class AutoShard(ModulePass):
     def _mesh(self, mod: IRModule) -> DeviceMesh:
         meshes = list(mod.meshes())
         if self.mesh is not None:
+            if not isinstance(self.mesh, DeviceMesh):
+                raise AutoShardError(f"auto-shard: mesh must be a DeviceMesh, got {type(self.mesh).__name__}")
             return self.mesh
         if not meshes:
             raise AutoShardError(
