@@ -106,6 +106,8 @@ def test_report_lists_each_parameter_and_its_alternatives(laid):
     _, plain, auto, report = laid["attention"]
     assert report.layouts() == {p.name: p.type.placement for p in auto["main"].params}
     assert report.layouts()["wo"] == Placement.parse("S[0]") and report.layouts()["wq"] == Placement.parse("S[1]")
+    brief = report.render()  # without explain: each parameter's layout and what it holds
+    assert "sent/worker" not in brief and "x          (s, 128)    R" in brief and "input" in brief
     p = AutoShard(explain=True, sizes={"num_workers": 4})
     p(plain)
     wo = next(r for r in p.report.params if r.name == "wo")
