@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 
 from ..errors import DistirError, PassError
 from ..ir import sym
+from ..ir.builder import mesh as make_mesh
 from ..ir.expr import Call, Function, IRModule, Var
 from ..ir.layout import local_bytes
 from ..ir.mesh import DeviceMesh
@@ -332,11 +333,8 @@ class AutoShard(ModulePass):
             if not isinstance(self.mesh, DeviceMesh):
                 raise AutoShardError(f"auto-shard: mesh must be a DeviceMesh, got {type(self.mesh).__name__}")
             return self.mesh
-        if not meshes:
-            raise AutoShardError(
-                "auto-shard: the module declares no device mesh; declare one, e.g. "
-                "I.module_global_infos({\"mesh\": [R.device_mesh((\"num_workers\",), I.Range(0, \"num_workers\"))]})"
-            )
+        if not meshes:  # as shard-params does: a 1-D mesh of num_workers devices
+            return make_mesh(("num_workers",))
         if len(meshes) > 1:
             raise AutoShardError(f"auto-shard: the module declares {len(meshes)} device meshes; say which with "
                                  "AutoShard(mesh=...)")

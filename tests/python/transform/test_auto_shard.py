@@ -150,18 +150,23 @@ def test_infeasible_budget_names_it_and_the_smallest(laid):
     assert "'60KiB'" in msg and "num_workers=2" in msg and "128 KiB" in msg and "\n" not in msg
 
 
-def test_a_module_without_a_mesh_is_refused():
+def test_a_module_without_a_mesh_gets_one_as_shard_params_gives():
     import distir
 
     mod = distir.parse('''
 @I.ir_module
 class Module:
     @R.function
-    def main(x: R.Tensor((4, 4), dtype="float32")):
+    def main(x: R.Tensor((16, 8), dtype="float32"), w: R.Tensor((8, 32), dtype="float32")):
         with R.dataflow():
-            y = R.nn.relu(x)
-            R.output(y)
-        return y
+            y = R.matmul(x, w)
+            z = R.nn.relu(y)
+            R.output(z)
+        return z
 ''')
-    with pytest.raises(AutoShardError, match="declares no device mesh"):
-        AutoShard()(mod)
+    out = AutoShard()(mod)
+    (mesh,) = out.meshes()
+    assert [str(d) for d in mesh.shape] == ["num_workers"]
+    w = out["main"].params[1].type
+    assert isinstance(w, DTensorType) and not w.placement.is_replicated  # the weight is cut: the budget needs it
+    assert_sharded_equivalent(out, random_inputs(out), num_workers=(1, 2, 3))
