@@ -6,8 +6,9 @@ cut along any mesh axis; uneven cuts are exact) together with the layouts of eve
 one integer program (:mod:`~distir.transform.layout_solver`): the bytes each worker sends,
 summed over sampled sizes, are minimized under a per-device **memory budget** on the
 weights. Minimizing bytes alone would replicate everything (no bytes at all); the budget is
-what makes the weights be cut. It writes the chosen layouts as DTensor parameter types
-(as ``shard-params`` does), and ``distribute`` lays out the rest: ``-p auto-shard,distribute``.
+what makes the weights be cut. It writes the function as the solver laid it out (what
+``propagate-sharding`` writes), and ``distribute`` keeps it: ``-p auto-shard,distribute``.
+A module without a mesh gets the 1-D ``("num_workers",)`` mesh ``shard-params`` gives it.
 
 Weights are the parameters after ``num_input`` when the function has that attribute
 (:mod:`~distir.transform.weights`), else the parameters whose shapes are static. Other
@@ -19,6 +20,7 @@ at the device count given (``sizes={"num_workers": 4}``), or else at each sample
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import math
 import re
@@ -300,6 +302,7 @@ class AutoShard(ModulePass):
         fname = self._function(mod)
         func = mod.functions[fname]
         mesh = self._mesh(mod)
+        _check_sizes(sizes, func, mesh)
         names = _mesh_names_of(mod)
         names.setdefault(mesh, f"mesh[{len(names)}]")
         search = _Search(func, mesh, budget, sizes, ctx, names)
@@ -339,6 +342,21 @@ class AutoShard(ModulePass):
             raise AutoShardError(f"auto-shard: the module declares {len(meshes)} device meshes; say which with "
                                  "AutoShard(mesh=...)")
         return meshes[0]
+
+
+def _check_sizes(sizes: Mapping[str, int], func: Function, mesh: DeviceMesh) -> None:
+    """Every name in ``sizes`` must be a symbolic size of the function or the mesh (a typo is not ignored)."""
+    known = set(_mesh_names(mesh))
+    for t in [p.type for p in func.params] + [b.var.type for b in func.bindings()]:
+        for d in getattr(without_placement(t), "shape", None) or ():
+            if not isinstance(d, int):
+                known |= sym.free_vars(d)
+    unknown = sorted(set(sizes) - known)
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], sorted(known), n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise AutoShardError(f"auto-shard: sizes name '{unknown[0]}', which is not a symbolic size of @{func.name} or "
+                             f"its mesh (its symbolic sizes: {', '.join(sorted(known)) or 'none'}){hint}")
 
 
 def candidate_layouts(ndim: int, mesh: DeviceMesh) -> list[Placement]:

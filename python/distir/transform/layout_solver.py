@@ -19,7 +19,9 @@ The problem (Alpa's formulation, as XLA's auto-sharding uses it), over the graph
   program; a sharded result stays sharded and the runner reassembles it, but that gather is
   counted, so that no layout wins by leaving its gather outside the program). A declared
   DTensor return type, or a result bound with a sharded DTensor type, is needed as it says;
-- hints fix a value's layout as a need (and a parameter's primary).
+- hints fix a value's layout as a need (and a parameter's primary);
+- a search over parameter layouts (auto-shard) gives each free parameter its own candidate layouts
+  and adds linear limits on the chosen ones, a memory budget (:class:`ParamChoice`).
 
 The objective is the bytes every worker sends, summed over sampled sizes (``MESH_SAMPLES`` x
 ``DIM_SAMPLES``, see :meth:`CostModel.sampled_cost`), so that no layout wins at one guessed

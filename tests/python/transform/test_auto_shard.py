@@ -142,6 +142,12 @@ def test_malformed_budgets_are_one_line(text, says):
     assert "\n" not in str(err.value)
 
 
+def test_a_misspelt_size_is_an_error(laid):
+    _, plain, _, _ = laid["attention"]
+    with pytest.raises(AutoShardError, match="sizes name 'num_worker', .* did you mean 'num_workers'"):
+        AutoShard(sizes={"num_worker": 4})(plain)
+
+
 def test_infeasible_budget_names_it_and_the_smallest(laid):
     _, plain, _, _ = laid["attention"]
     with pytest.raises(AutoShardError) as err:
