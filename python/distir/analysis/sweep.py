@@ -23,7 +23,7 @@ from .formula import to_str
 from .memory import MemoryFootprint, memory_footprint, param_balance
 from .timing import CommModel, CommTime, comm_time_formula
 
-__all__ = ["SweepResult", "SweepRow", "parse_counts", "sweep"]
+__all__ = ["AutoSweepResult", "SweepResult", "SweepRow", "auto_sweep", "parse_counts", "sweep"]
 
 
 @dataclass
@@ -43,6 +43,8 @@ class SweepRow:
     specialize_seconds: float = 0.0
     build_seconds: float | None = None
     error: str | None = None
+    layouts: dict[str, str] = field(default_factory=dict)  # auto_sweep: each parameter's layout at this count
+    layout_changes: list[str] = field(default_factory=list)  # auto_sweep: parameters laid out otherwise than the row before
 
 
 @dataclass
@@ -182,6 +184,18 @@ def sweep(
     t1 = time.perf_counter()
     volume, memory = comm_volume(local, func), memory_footprint(local, func)
     ctime = comm_time_formula(volume)
+    _require_bound(volume, memory, symbol)
+    t2 = time.perf_counter()
+    rows = []
+    for n in counts:
+        rows.append(_row(local, n, symbol, volume, memory, ctime, model, build))
+        if on_row is not None:
+            on_row(rows[-1])
+    return SweepResult(symbol, bound, model, volume, memory, ctime, t1 - t0, t2 - t1, rows)
+
+
+def _require_bound(volume: CommVolume, memory: MemoryFootprint, symbol: str) -> None:
+    """The formulas may depend on ``symbol`` only: other sizes must be bound first."""
     unbound = (volume.free_vars() | memory.free_vars()) - {symbol}
     if unbound:
         names = ", ".join(sorted(unbound))
@@ -190,13 +204,84 @@ def sweep(
             f"the formulas also depend on {names}; give {'its value' if len(unbound) == 1 else 'their values'} "
             f"with --bind (e.g. --bind {example}=128)"
         )
-    t2 = time.perf_counter()
-    rows = []
+
+
+@dataclass
+class AutoSweepResult:
+    """:func:`auto_sweep`'s rows: each count auto-sharded, distributed and specialized on its own."""
+
+    symbol: str
+    bound: dict[str, int]
+    model: CommModel
+    budget: str
+    seconds: float
+    rows: list[SweepRow]
+
+    def to_json(self) -> dict[str, Any]:
+        rows = []
+        for r in self.rows:
+            d = asdict(r)
+            for k in ("comm_bytes_per_worker", "param_imbalance"):
+                if d[k] is not None:
+                    d[k] = float(d[k])
+            rows.append(d)
+        return {"symbol": self.symbol, "bound": dict(self.bound), "auto_shard": {"memory_budget": self.budget},
+                "model": {"latency_seconds": self.model.latency, "bandwidth_bytes_per_second": self.model.bandwidth},
+                "seconds": self.seconds, "rows": rows}
+
+
+def auto_sweep(
+    mod: IRModule,
+    counts: Sequence[int],
+    *,
+    symbol: str = "num_workers",
+    bind: Mapping[str, int] | None = None,
+    model: CommModel | None = None,
+    func: str | None = None,
+    memory_budget: str | None = None,
+    build: Callable[[IRModule, Mapping[str, int]], Any] | None = None,
+    on_row: Callable[[SweepRow], None] | None = None,
+) -> AutoSweepResult:
+    """Per count: auto-shard ``mod`` for that count (:class:`~distir.transform.auto_shard.AutoShard`,
+    ``memory_budget`` or its default), distribute, specialize and read the numbers, as :func:`sweep`
+    does for one layout. Each row records the layouts chosen and which changed since the row before.
+    A count whose budget cannot be met gets the error in its row; the others go on."""
+    from ..transform.auto_shard import DEFAULT_BUDGET, AutoShard, AutoShardError
+    from ..transform.pipelines import distribute_pipeline
+    from ..transform.specialize import specialize
+
+    model = model or CommModel()
+    if not counts:
+        raise AnalysisError("sweep: give at least one device count, e.g. [1, 2, 4, 8]")
+    bound = dict(bind or {})
+    if symbol in bound:
+        raise AnalysisError(f"'{symbol}' is the swept size; do not also bind it")
+    budget = memory_budget or DEFAULT_BUDGET
+    t0 = time.perf_counter()
+    rows: list[SweepRow] = []
+    before: dict[str, str] | None = None
     for n in counts:
-        rows.append(_row(local, n, symbol, volume, memory, ctime, model, build))
+        p = AutoShard(memory_budget=budget, sizes={**bound, symbol: n}, func=func)
+        try:
+            laid = p(mod)
+        except AutoShardError as err:  # the budget cannot be met at this count
+            row = SweepRow(n, error=str(err))
+        else:
+            local = distribute_pipeline()(laid)
+            if bound:
+                local = specialize(local, bound)
+            volume, memory = comm_volume(local, func), memory_footprint(local, func)
+            _require_bound(volume, memory, symbol)
+            row = _row(local, n, symbol, volume, memory, comm_time_formula(volume), model, build)
+        if p.report is not None:
+            row.layouts = {k: str(v) for k, v in p.report.layouts().items()}
+            if before is not None:
+                row.layout_changes = [k for k, v in row.layouts.items() if before.get(k) != v]
+            before = row.layouts
+        rows.append(row)
         if on_row is not None:
-            on_row(rows[-1])
-    return SweepResult(symbol, bound, model, volume, memory, ctime, t1 - t0, t2 - t1, rows)
+            on_row(row)
+    return AutoSweepResult(symbol, bound, model, budget, time.perf_counter() - t0, rows)
 
 
 def _row(local: IRModule, n: int, symbol: str, volume: CommVolume, memory: MemoryFootprint, ctime: CommTime,

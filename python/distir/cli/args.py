@@ -190,6 +190,17 @@ def shard_entry(text: str) -> tuple[str, str]:
 # ---------------------------------------------------------------- checks against the module
 
 
+def memory_budget(text: str) -> str:
+    """A memory budget for auto-shard: bytes (``2GB``), a share (``25%``), ``1.1/W`` or ``min+10%`` (argparse type)."""
+    from ..transform.auto_shard import AutoShardError, MemoryBudget
+
+    try:
+        MemoryBudget.parse(text)
+    except AutoShardError as err:
+        raise argparse.ArgumentTypeError(str(err).removeprefix("memory budget ")) from None
+    return text
+
+
 def module_symbols(mod) -> set[str]:
     """Names of the symbolic sizes of a module: its meshes' and its tensors' (params, bindings, results)."""
     from ..ir import sym

@@ -8,6 +8,7 @@ becomes a message on stderr and exit status 1 (argparse exits 2 on usage errors)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -32,6 +33,9 @@ examples:
                                                the per-worker module as TVM Relax (num_workers symbolic)
   distir-opt model.py -p shard-params,distribute --shard '*.q_proj.weight=colwise' --shard '*.o_proj*=S[1]'
                                                lay out parameters by name, then distribute
+  distir-opt model.py -p auto-shard,distribute --memory-budget 1.1/W --explain
+                                               lay out plain parameters by cost under a memory budget,
+                                               print why (stderr), then distribute
 
 IR printed by --print-ir-after-* and the --time-passes table go to stderr; the final
 module goes to stdout (or -o). Errors go to stderr with exit status 1."""
@@ -48,7 +52,7 @@ def parse_binding(text: str) -> dict[str, int]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of distir-opt, shared by ``distir opt``."""
-    from .args import non_negative_int, shard_entry
+    from .args import memory_budget, non_negative_int, shard_entry
 
     parser.add_argument("file", metavar="FILE", help="module to read ('-' for stdin)")
     parser.add_argument(
@@ -67,6 +71,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--shard-plan", metavar="FILE",
         help="for -p shard-params: the plan as a .json object or .toml table of PATTERN: PLACEMENT",
+    )
+    parser.add_argument(
+        "--memory-budget", type=memory_budget, metavar="BUDGET",
+        help="for -p auto-shard: bytes of weights each device may hold: bytes (2GB, 512MiB, 300000), a share of "
+        "the replicated size (25%%), a factor over the device count (1.1/W), or the smallest achievable plus a "
+        "margin (min, min+10%%; the default)",
+    )
+    parser.add_argument(
+        "--explain", action="store_true",
+        help="for -p auto-shard: print (stderr) each parameter's layout and what every alternative would cost "
+        "(one propagation per alternative)",
     )
     parser.add_argument("-o", "--output", metavar="OUT", help="write the result here instead of stdout")
     parser.add_argument(
@@ -99,6 +114,8 @@ class OptOptions:
     opt_level: int = 2
     disabled: list[str] = field(default_factory=list)
     shard_plan: dict[str, str] | None = None  # the plan of the shard-params pass
+    memory_budget: str | None = None  # the auto-shard pass's
+    explain: bool = False  # print the auto-shard pass's report
 
     @staticmethod
     def from_args(args: argparse.Namespace) -> OptOptions:
@@ -106,7 +123,15 @@ class OptOptions:
         bind: dict[str, int] = {}
         for b in args.bind:
             bind.update(b)
+        for flag, given in (("--memory-budget", getattr(args, "memory_budget", None) is not None),
+                            ("--explain", getattr(args, "explain", False))):
+            if given and "auto-shard" not in names:
+                from .args import UsageError
+
+                raise UsageError(f"{flag} is for the auto-shard pass; add it, e.g. -p auto-shard,distribute")
         return OptOptions(
+            memory_budget=getattr(args, "memory_budget", None),
+            explain=getattr(args, "explain", False),
             shard_plan=_shard_plan(args, names),
             passes=names,
             bind=bind,
@@ -179,12 +204,11 @@ def run_opt(mod, opts: OptOptions, log=None):
         PrintIRInstrument,
         Sequential,
         VerifyInstrument,
-        get_pass,
     )
 
     log = log if log is not None else sys.stderr
     verify(mod)
-    passes = [get_pass(name, plan=opts.shard_plan) if name == "shard-params" else get_pass(name) for name in opts.passes]
+    passes = [_named_pass(name, opts) for name in opts.passes]
     _check_disabled(opts.disabled)
     if opts.bind:
         from .args import check_bind_names, module_symbols
@@ -207,14 +231,37 @@ def run_opt(mod, opts: OptOptions, log=None):
             PrintIRInstrument(after_all=opts.print_ir_after_all, after_change=opts.print_ir_after_change, stream=log)
         )
     ctx = PassContext(opt_level=opts.opt_level, disabled_passes=opts.disabled, instruments=instruments)
+    from . import phase
+
+    searching = "auto-shard" in opts.passes
     try:
-        with ctx:
+        with ctx, (phase("auto-shard: choosing layouts" + (" and costing alternatives" if opts.explain else ""))
+                   if searching else contextlib.nullcontext()):
             mod = Sequential(passes, name="distir-opt")(mod)
     finally:
         if timing is not None:
             log.write(timing.render() + "\n")
+    if opts.explain:
+        for p in passes:
+            if getattr(p, "report", None) is not None:
+                log.write(p.report.render() + "\n")
     verify(mod)
     return mod
+
+
+def _named_pass(name: str, opts: OptOptions):
+    """The pass ``name`` with the options the command line gives it (shard-params' plan, auto-shard's
+    budget, the sizes of ``--bind`` as auto-shard's sizes and whether to explain)."""
+    from ..transform import get_pass
+
+    if name == "shard-params":
+        return get_pass(name, plan=opts.shard_plan)
+    if name == "auto-shard":
+        options = {"sizes": dict(opts.bind), "explain": opts.explain}
+        if opts.memory_budget is not None:
+            options["memory_budget"] = opts.memory_budget
+        return get_pass(name, **options)
+    return get_pass(name)
 
 
 def run(args: argparse.Namespace) -> int:

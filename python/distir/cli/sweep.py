@@ -30,13 +30,16 @@ examples:
   distir sweep model.py --num-workers 1-8                  every count from 1 to 8
   distir sweep model.py --num-workers 1-128x2 --bind s=2048 --plot sweep.png
   distir sweep model.py --json > sweep.json
-  distir sweep model.py --latency 2e-6 --bandwidth 100e9"""
+  distir sweep model.py --latency 2e-6 --bandwidth 100e9
+  distir sweep plain.py --auto -n 2,3,4,8                   auto-shard per count, name the layouts that change
+  distir sweep plain.py --auto --memory-budget 1.1/W"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from .args import (
         MAX_SWEEP_WORKERS,
         image_file,
+        memory_budget,
         non_negative_float,
         parse_binding,
         positive_float,
@@ -63,6 +66,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plot", metavar="PNG", type=image_file,
                         help="draw memory and communication against the count into this PNG (matplotlib)")
     parser.add_argument("--build", action="store_true", help="also compile each count with TVM (distir.tvm)")
+    parser.add_argument("--auto", action="store_true",
+                        help="auto-shard the plain parameters for each count (the auto-shard pass), distribute and "
+                             "specialize per count, and name the parameters whose layout changes between counts")
+    parser.add_argument("--memory-budget", type=memory_budget, metavar="BUDGET",
+                        help="with --auto: bytes of weights per device (2GB, 25%%, 1.1/W, min+10%%; default min+10%%)")
 
 
 # ---------------------------------------------------------------- units
@@ -141,16 +149,37 @@ def print_formulas(result, source: str, out: TextIO) -> None:
     )
 
 
+MAX_CHANGES_SHOWN = 4  # parameters named per row in the layout-changes column
+
+
+def _changes(row) -> str:
+    names = [f"{k} {row.layouts[k]}" for k in row.layout_changes]
+    more = len(names) - MAX_CHANGES_SHOWN
+    return ", ".join(names[:MAX_CHANGES_SHOWN]) + (f" (+{more} more)" if more > 0 else "") if names else "none"
+
+
+def print_auto_header(result, source: str, out: TextIO) -> None:
+    """What --auto did, and the layouts of the first count that laid out (the table names the changes)."""
+    bound = ", ".join(f"{k} = {v}" for k, v in result.bound.items())
+    out.write(f"distir sweep {source} --auto: auto-shard, distribute and specialize per count "
+              f"(memory budget {result.budget}) in {human_seconds(result.seconds)}{'; ' + bound if bound else ''}\n")
+    first = next((r for r in result.rows if r.layouts), None)
+    if first is not None:
+        shown = ", ".join(f"{k} {v}" for k, v in first.layouts.items())
+        out.write(f"layouts at {result.symbol} = {first.num_workers}: {shown}\n")
+
+
 def table(result):
-    """The rows as a rich Table."""
+    """The rows as a rich Table (with --auto, a last column naming the layouts that changed)."""
     from rich import box
     from rich.table import Table
 
     t = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     build = any(r.build_seconds is not None for r in result.rows)
+    auto = any(r.layouts for r in result.rows)
     for name in ("workers", "params/worker", "imbalance", "peak activations", "sent/worker", "collectives", "est. comm time",
-                 "specialize") + (("build",) if build else ()):
-        t.add_column(name, justify="left" if name == "collectives" else "right")
+                 "specialize") + (("build",) if build else ()) + (("layout changes",) if auto else ()):
+        t.add_column(name, justify="left" if name in ("collectives", "layout changes") else "right")
     for r in result.rows:
         if r.error is not None:
             cells = [str(r.num_workers), "-", "-", "-", "-", "does not specialize (see below)", "-",
@@ -168,6 +197,9 @@ def table(result):
             ]
         if build:
             cells.append(human_seconds(r.build_seconds))
+        if auto:
+            first = r is next(x for x in result.rows if x.layouts) if r.layouts else False
+            cells.append("(first count)" if first else _changes(r) if r.layouts else "-")
         t.add_row(*cells)
     return t
 
@@ -222,7 +254,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..analysis import CommModel
-    from ..analysis.sweep import sweep
+    from ..analysis.sweep import auto_sweep, sweep
     from ..driver import tvm_builder
     from ..ir.verify import verify
     from . import EXIT_ERROR, EXIT_OK, read_module
@@ -246,6 +278,8 @@ def run(args: argparse.Namespace) -> int:
         raise DistirError(f"the module has no symbolic size '{args.symbol}' to sweep (its symbolic sizes: "
                           f"{', '.join(sorted(symbols)) or 'none'}){static}")
     check_bind_names(bind, symbols, args.symbol)
+    if args.memory_budget is not None and not args.auto:
+        raise UsageError("--memory-budget is for --auto (auto-shard per count); add --auto")
 
     err_console = Console(file=sys.stderr)
     progress = Progress(
@@ -258,12 +292,19 @@ def run(args: argparse.Namespace) -> int:
         def on_row(row) -> None:
             progress.update(task, advance=1, count=f"{args.symbol}={row.num_workers}")
 
-        result = sweep(mod, counts, symbol=args.symbol, bind=bind, model=model, func=args.func, build=build,
-                       on_row=on_row)
+        if args.auto:
+            result = auto_sweep(mod, counts, symbol=args.symbol, bind=bind, model=model, func=args.func,
+                                memory_budget=args.memory_budget, build=build, on_row=on_row)
+        else:
+            result = sweep(mod, counts, symbol=args.symbol, bind=bind, model=model, func=args.func, build=build,
+                           on_row=on_row)
     if args.json:
         sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
     else:
-        print_formulas(result, args.file, sys.stdout)
+        if args.auto:
+            print_auto_header(result, args.file, sys.stdout)
+        else:
+            print_formulas(result, args.file, sys.stdout)
         console = Console(file=sys.stdout, highlight=False, width=None if sys.stdout.isatty() else 200)
         console.print(table(result))
     if args.plot:

@@ -19,7 +19,9 @@ The problem (Alpa's formulation, as XLA's auto-sharding uses it), over the graph
   program; a sharded result stays sharded and the runner reassembles it, but that gather is
   counted, so that no layout wins by leaving its gather outside the program). A declared
   DTensor return type, or a result bound with a sharded DTensor type, is needed as it says;
-- hints fix a value's layout as a need (and a parameter's primary).
+- hints fix a value's layout as a need (and a parameter's primary);
+- a search over parameter layouts (auto-shard) gives each free parameter its own candidate layouts
+  and adds linear limits on the chosen ones, a memory budget (:class:`ParamChoice`).
 
 The objective is the bytes every worker sends, summed over sampled sizes (``MESH_SAMPLES`` x
 ``DIM_SAMPLES``, see :meth:`CostModel.sampled_cost`), so that no layout wins at one guessed
@@ -38,7 +40,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -58,8 +60,8 @@ from ..ir.types import DTensorType, TupleType, dtype_bytes
 from .redistribute_plan import plan_cost, plan_redistribute
 from .sharding_graph import Graph, Preferences, Site, Slot, field_slots
 
-__all__ = ["CostModel", "LayoutPlan", "Solved", "Strategy", "alternative", "site_strategies", "solve_layouts",
-           "visible_layouts"]
+__all__ = ["CostModel", "LayoutPlan", "ParamChoice", "Solved", "Strategy", "alternative", "site_strategies",
+           "solve_layouts", "visible_layouts"]
 
 MESH_SIZE_HINT = 4
 DIM_SIZE_HINT = 64
@@ -359,11 +361,25 @@ class LayoutPlan:
         return self.root.get(s.id, s.id)
 
 
+@dataclass(frozen=True)
+class ParamChoice:
+    """How a search over parameter layouts (auto-shard) extends the program: the layouts each
+    parameter without a given layout may take, and linear limits on the chosen ones (a memory
+    budget). ``candidates(slot)`` lists the layouts; ``limits(decided)``, given the parameters one
+    program decides with their candidates, returns rows ``({(slot id, layout): coefficient}, upper
+    bound)``: the coefficients of the chosen layouts sum to at most the bound."""
+
+    candidates: Callable[[Slot], list[Placement]]
+    limits: Callable[[list[tuple[Slot, list[Placement]]]], list[tuple[dict[tuple[int, Placement], float], float]]]
+
+
 class _Model:
     """Columns and rows of the integer program, built from the graph."""
 
-    def __init__(self, graph: Graph, prefs: Preferences | None, cost: CostModel, window: _Window | None = None):
+    def __init__(self, graph: Graph, prefs: Preferences | None, cost: CostModel, window: _Window | None = None,
+                 choice: ParamChoice | None = None):
         self.g, self.prefs, self.cost = graph, prefs, cost
+        self.choice = choice  # None: free parameters take the layouts the preferences offer
         self.window = window  # None: the whole function
         self.c: list[Fraction] = []  # bytes sent per column, summed over the sampled sizes (the objective)
         self.c_hint: list[Fraction] = []  # bytes sent per column at the size hints (reported)
@@ -590,12 +606,14 @@ class _Model:
                 cands: list[Placement] = []
                 pref = self.prefs.placement(s) if self.prefs is not None else Placement.replicated(mesh.ndim)
                 wanted = [pref] + offered.get(s.id, [])
-                for q in wanted:
+                for q in wanted if self.choice is None else []:
                     if q.has_partial:
                         q = Placement(tuple(Replicate() if isinstance(x, Partial) else x for x in q.specs))
                     q = self.cost.fitted(s, q, mesh)
                     if q not in cands:
                         cands.append(q)
+                if self.choice is not None:
+                    cands = list(self.choice.candidates(s))
                 cols = []
                 for q in cands:
                     tb = W_PREFERENCE * self.pref_mismatch(s, q) + W_MEMORY * float(self.cost.held_share(s, q))
@@ -604,6 +622,11 @@ class _Model:
                 self.row([(c, 1.0) for c, _ in cols], 1, 1)
                 self.param_cols[s.id] = cols
                 self.prim[s.id] = {q: [c] for c, q in cols}
+        if self.choice is not None and self.param_cols:
+            decided = [(self.slot_by_id[sid], [q for _, q in cols]) for sid, cols in self.param_cols.items()]
+            col_of = {(sid, q): c for sid, cols in self.param_cols.items() for c, q in cols}
+            for coefs, bound in self.choice.limits(decided):
+                self.row([(col_of[key], v) for key, v in coefs.items() if key in col_of], -np.inf, bound)
 
     def supplies(self) -> None:
         """Each needed layout comes from the primary, by a redistribute or a recomputation."""
@@ -767,18 +790,21 @@ class Solved:
     decided: set[int]
 
 
-def solve_layouts(graph: Graph, prefs: Preferences | None, cost: CostModel) -> tuple[LayoutPlan, list[Solved]]:
+def solve_layouts(graph: Graph, prefs: Preferences | None, cost: CostModel,
+                  choice: ParamChoice | None = None, window_ops: int = 0) -> tuple[LayoutPlan, list[Solved]]:
     """The cheapest layout of the function (see the module docstring), and the programs solved (to
-    ask what another layout of one value would cost, :func:`alternative_cost`).
+    ask what another layout of one value would cost, :func:`alternative_cost`). ``choice``: the
+    layouts free parameters may take and limits on them (:class:`ParamChoice`); ``window_ops``, when
+    given, replaces ``WINDOW_OPS`` (smaller windows: a faster, less global search).
 
     A function of more than ``2 * WINDOW_OPS`` ops is cut into windows where the fewest values
     computed before the cut are read after it (:func:`_windows`), each of at least ``WINDOW_OPS`` ops, and solved window by window: a window takes the values of
     earlier ones as given, in the layouts they were made in. Windows alike (the same ops, types and
     preferences, reading values given in the same layouts: the layers of a stack) are solved once.
     Each window is optimal given the ones before it; the whole is not guaranteed to be."""
-    windows = _windows(graph)
+    windows = _windows(graph, window_ops or WINDOW_OPS)
     if len(windows) == 1:
-        model = _Model(graph, prefs, cost)
+        model = _Model(graph, prefs, cost, choice=choice)
         model.build()
         x, total = _solve(model, graph)
         plan = plan_of(model, x, total)
@@ -798,7 +824,7 @@ def solve_layouts(graph: Graph, prefs: Preferences | None, cost: CostModel) -> t
         sig, local = _signature(graph, prefs, w)
         index = {sid: i for i, sid in enumerate(local)}
         if sig not in cache:
-            model = _Model(graph, prefs, cost, w)
+            model = _Model(graph, prefs, cost, w, choice)
             model.build()
             x, total = _solve(model, graph)
             part = plan_of(model, x, total)
@@ -882,12 +908,13 @@ def _carry_aliases(graph: Graph, sites: list[Site], root: dict[int, int], read_a
             read_as[y.id] = q
 
 
-def _windows(graph: Graph) -> list[list[Site]]:
+def _windows(graph: Graph, window_ops: int = 0) -> list[list[Site]]:
     """The sites cut where fewest computed values cross (between the layers of a stack: the residual
     stream, and tables such as the rotary embedding's that every layer reads), in windows of
     ``WINDOW_OPS`` ops or more."""
     sites = graph.sites
-    if sum(1 for s in sites if not s.is_hint) <= 2 * WINDOW_OPS:
+    window_ops = window_ops or WINDOW_OPS
+    if sum(1 for s in sites if not s.is_hint) <= 2 * window_ops:
         return [sites]
     end = len(sites)
     last_read: dict[int, int] = {}
@@ -902,18 +929,18 @@ def _windows(graph: Graph) -> list[list[Site]]:
         live = {sid for sid in live if last_read[sid] > i}
         live.update(s.id for s in site.outs if last_read.get(s.id, -1) > i and s.id in graph.mesh_of)
         crossing.append(len(live))
-    narrowest = min(crossing[WINDOW_OPS : end - WINDOW_OPS] or [0])  # the tail narrows as shared values die
+    narrowest = min(crossing[window_ops : end - window_ops] or [0])  # the tail narrows as shared values die
     windows: list[list[Site]] = []
     cur: list[Site] = []
     ops = 0
     for i, site in enumerate(sites):
         cur.append(site)
         ops += not site.is_hint
-        if ops >= WINDOW_OPS and crossing[i] <= narrowest and i < end - 1:
+        if ops >= window_ops and crossing[i] <= narrowest and i < end - 1:
             windows.append(cur)
             cur, ops = [], 0
     if cur:
-        if windows and sum(1 for s in cur if not s.is_hint) < WINDOW_OPS:
+        if windows and sum(1 for s in cur if not s.is_hint) < window_ops:
             windows[-1].extend(cur)  # a short tail joins the window before it
         else:
             windows.append(cur)

@@ -587,6 +587,13 @@ def lay_out(graph: Graph, ctx: PassContext) -> Function:
     return new
 
 
+def write_layouts(graph: Graph, plan: LayoutPlan, cost: CostModel) -> Function:
+    """``graph``'s function written with the solver's ``plan`` as it is, with no comparison with the
+    greedy choice: for a pass that chose the plan itself (auto-shard, which also chose the layouts of
+    the parameters: ``plan.primary`` has each)."""
+    return _Materializer(graph, preferred_placements(graph), cost, plan).run()
+
+
 def _has_block_layouts(graph: Graph) -> bool:
     """Whether any value of the function is given or hinted a block layout."""
     return any(s.fixed is not None and s.fixed.is_block for s in graph.slots) or any(

@@ -1,0 +1,602 @@
+"""AutoShard (``auto-shard``): lay out every parameter of a plain module on its mesh, by cost.
+
+The module declares a mesh and its parameters are plain ``R.Tensor``: nothing says how
+anything is laid out. The pass chooses a layout for every parameter (replicated, or any dim
+cut along any mesh axis; uneven cuts are exact) together with the layouts of every op, as
+one integer program (:mod:`~distir.transform.layout_solver`): the bytes each worker sends,
+summed over sampled sizes, are minimized under a per-device **memory budget** on the
+weights. Minimizing bytes alone would replicate everything (no bytes at all); the budget is
+what makes the weights be cut. It writes the function as the solver laid it out (what
+``propagate-sharding`` writes), and ``distribute`` keeps it: ``-p auto-shard,distribute``.
+A module without a mesh gets the 1-D ``("num_workers",)`` mesh ``shard-params`` gives it.
+
+Weights are the parameters after ``num_input`` when the function has that attribute
+(:mod:`~distir.transform.weights`), else the parameters whose shapes are static. Other
+parameters (inputs with a sequence length) are laid out for communication only; their
+memory is not in the budget. The budget (:class:`MemoryBudget`, default ``min+10%``) holds
+at the device count given (``sizes={"num_workers": 4}``), or else at each sampled count
+(``GUARD_MESH_SAMPLES``: 2, 3, 4 and 8), where the bytes are summed too. See docs/auto_shard.md.
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, ClassVar
+
+from ..errors import DistirError, PassError
+from ..ir import sym
+from ..ir.builder import mesh as make_mesh
+from ..ir.expr import Call, Function, IRModule, Var
+from ..ir.layout import local_bytes
+from ..ir.mesh import DeviceMesh
+from ..ir.placement import Placement, Replicate, Shard
+from ..ir.sharding import without_placement
+from ..ir.types import DTensorType, TensorType
+from .layout_solver import (
+    DIM_SIZE_HINT,
+    GUARD_MESH_SAMPLES,
+    MESH_SIZE_HINT,
+    CostModel,
+    ParamChoice,
+    function_bytes,
+    solve_layouts,
+)
+from .legalize_redistribute import fuse_reshapes
+from .pass_infra import ModulePass, PassContext, register_pass
+from .propagate_sharding import write_layouts
+from .rewrite import map_bindings
+from .sharding_graph import Slot, build_graph
+from .weights import NUM_INPUT, param_names
+
+__all__ = ["AutoShard", "AutoShardError", "AutoShardReport", "MemoryBudget", "strip_layouts"]
+
+DEFAULT_BUDGET = "min+10%"
+MAX_EXPLAINED = 96  # alternatives --explain computes (each is one propagation of the whole function)
+WINDOW_OPS = 24  # the solver's windows (smaller than propagation's: the budget makes each program harder)
+_RETRIES = 4  # re-solves when the solver's float tolerance lets a budget be exceeded by a hair
+
+
+class AutoShardError(PassError):
+    """A budget that does not parse or cannot be met, or a module auto-shard cannot lay out (one line)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# the memory budget
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_NUMBER = r"(\d+(?:\.\d*)?|\.\d+)"
+
+
+@dataclass(frozen=True)
+class MemoryBudget:
+    """Bytes of weights each device may hold, in one of four forms (``text`` as given):
+
+    - ``2GB``, ``1.5GiB``, ``300000``: bytes (decimal or binary units);
+    - ``25%``: a share of the replicated size (every weight whole on every device);
+    - ``1.1/W``: that factor times the replicated size over the device count W;
+    - ``min``, ``min+10%``: the smallest any layout reaches (every weight cut as finely as its
+      dims allow), plus a margin. Always achievable; the default, ``min+10%``.
+    """
+
+    kind: str  # "bytes", "share", "per_device", "min"
+    value: Fraction
+    text: str
+
+    @staticmethod
+    def parse(text: str | int | MemoryBudget) -> MemoryBudget:
+        if isinstance(text, MemoryBudget):
+            return text
+        if isinstance(text, int) and not isinstance(text, bool):
+            text = str(text)
+        if not isinstance(text, str):
+            raise AutoShardError(f"memory budget {text!r}: give a string like '2GB', '25%', '1.1/W' or 'min+10%'")
+        t = text.strip().lower().replace(" ", "")
+        if m := re.fullmatch(r"min(?:\+" + _NUMBER + r"%)?", t):
+            return MemoryBudget("min", Fraction(1) + Fraction(m.group(1) or "0") / 100, text)
+        if m := re.fullmatch(_NUMBER + r"%", t):
+            value = Fraction(m.group(1)) / 100
+            if value <= 0:
+                raise AutoShardError(f"memory budget '{text}': a share must be above 0%")
+            return MemoryBudget("share", value, text)
+        if m := re.fullmatch(_NUMBER + r"/(?:w|num_workers)", t):
+            value = Fraction(m.group(1))
+            if value <= 0:
+                raise AutoShardError(f"memory budget '{text}': the factor must be above 0")
+            return MemoryBudget("per_device", value, text)
+        if m := re.fullmatch(_NUMBER + r"([a-z]*)", t):
+            unit = m.group(2)
+            if unit not in _UNITS:
+                raise AutoShardError(f"memory budget '{text}': unknown unit '{unit}' (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)")
+            value = Fraction(m.group(1)) * _UNITS[unit]
+            if value < 1:
+                raise AutoShardError(f"memory budget '{text}': less than one byte")
+            return MemoryBudget("bytes", value, text)
+        raise AutoShardError(
+            f"memory budget '{text}': not bytes ('2GB', '512MiB', '300000'), a share of the replicated size "
+            "('25%'), a factor over the device count ('1.1/W') or the smallest achievable ('min', 'min+10%')"
+        )
+
+    def bound(self, replicated: int, smallest: int, devices: int) -> Fraction:
+        """The budget in bytes per device, given the weights' replicated size, the smallest any
+        layout reaches, and the number of devices of the mesh."""
+        if self.kind == "bytes":
+            return self.value
+        if self.kind == "share":
+            return self.value * replicated
+        if self.kind == "per_device":
+            return self.value * replicated / devices
+        return self.value * smallest
+
+
+def _human(n: float | Fraction) -> str:
+    x = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(x) < 1024 or unit == "GiB":
+            return f"{int(n):,} B" if unit == "B" else f"{x:.3g} {unit}"
+        x /= 1024
+    return f"{x} B"  # pragma: no cover
+
+
+# ---------------------------------------------------------------------------------------------
+# stripping layouts (to auto-shard a hand-annotated module)
+
+
+def strip_layouts(mod: IRModule) -> IRModule:
+    """``mod`` with every layout the user wrote taken out: DTensor parameters become plain
+    tensors and ``R.dist.annotate_sharding`` hints go (their uses read the annotated value).
+    The meshes stay declared. Explicit redistributes are kept: they move values, not hint."""
+
+    def strip(func: Function) -> Function:
+        plain = _retyped(func, {i: without_placement(p.type) for i, p in enumerate(func.params)})
+
+        def fn(b, env):
+            v = b.value
+            if isinstance(v, Call) and v.op.name == "dist.annotate_sharding":
+                env[b.var] = v.args[0]
+                return []
+            plain = without_placement(b.var.type)
+            if plain != b.var.type:
+                var = Var(b.var.name, plain, b.var.span)
+                env[b.var] = var
+                return [type(b)(var, v, b.span)]
+            return None
+
+        out = map_bindings(plain, fn)
+        ret = without_placement(func.ret_type) if func.ret_type is not None else None
+        return out.replace(ret_type=ret)
+
+    return mod.replace(functions={name: strip(f) for name, f in mod.functions.items()})
+
+
+def _retyped(func: Function, types: Mapping[int, Any]) -> Function:
+    """``func`` with parameter ``i`` typed ``types[i]`` (its uses read the new parameter)."""
+    params = tuple(Var(p.name, types[i], p.span) if i in types and types[i] != p.type else p
+                   for i, p in enumerate(func.params))
+    env = {old: new for old, new in zip(func.params, params) if old is not new}
+    if not env:
+        return func
+    return map_bindings(func, lambda b, e: None, dict(env)).replace(params=params)
+
+
+# ---------------------------------------------------------------------------------------------
+# the report
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """One layout of one parameter and what the whole function costs with it (the others as chosen)."""
+
+    layout: Placement
+    sent: Fraction | None  # bytes each worker sends (within the program and gathering results); None: not computed
+    weights: int  # bytes of weights each device holds
+    within_budget: bool
+
+
+@dataclass(frozen=True)
+class ParamReport:
+    name: str
+    shape: str
+    weight: bool  # in the memory budget
+    chosen: Placement
+    held: int  # bytes of this parameter each device holds (its largest block)
+    alternatives: tuple[Alternative, ...] = ()  # the chosen layout first, with --explain
+
+
+@dataclass
+class AutoShardReport:
+    """What auto-shard chose for one function, at ``env`` (the count given, else 4 workers, and
+    each other symbolic dim at its size hint, 64 by default)."""
+
+    func: str
+    mesh: str
+    env: dict[str, int]
+    budget: MemoryBudget
+    budget_bytes: Fraction  # at env
+    weights_bytes: int  # the chosen layout's weights per device, at env
+    replicated_bytes: int  # every weight whole
+    devices: int
+    sent: Fraction | None  # bytes each worker sends with the chosen layout, at env
+    params: list[ParamReport] = field(default_factory=list)
+    note: str = ""
+
+    def layouts(self) -> dict[str, Placement]:
+        return {p.name: p.chosen for p in self.params}
+
+    def render(self) -> str:
+        """A table: per parameter its layout, what it holds per device, and (explained) each
+        alternative's bytes sent and weights held."""
+        at = ", ".join(f"{k} = {v}" for k, v in self.env.items())
+        lines = [
+            f"auto-shard @{self.func} on {self.mesh}, at {at}",
+            f"  weights per device: {_human(self.weights_bytes)} of {_human(self.replicated_bytes)} replicated "
+            f"({float(self.weights_bytes * self.devices / self.replicated_bytes):.3f} x total/W)"
+            if self.replicated_bytes else "  no weights",
+            f"  budget {self.budget.text}: {_human(self.budget_bytes)} per device",
+        ]
+        if self.sent is not None:
+            lines.append(f"  bytes sent per worker: {_human(self.sent)}")
+        explained = any(p.alternatives for p in self.params)
+        head = ("parameter", "shape", "layout", "held/device") + (
+            ("sent/worker", "vs chosen", "weights/device") if explained else ()) + ("note",)
+        rows = []
+        for p in self.params:
+            if not explained:
+                rows.append((p.name, p.shape, str(p.chosen), _human(p.held), "" if p.weight else "input"))
+                continue
+            base = p.alternatives[0].sent
+            for i, a in enumerate(p.alternatives):
+                diff = "" if i == 0 or a.sent is None or base is None else (
+                    "same" if a.sent == base else f"{'+' if a.sent > base else '-'}{_human(abs(a.sent - base))}")
+                mark = ("chosen" if i == 0 else "over budget" if not a.within_budget else "")
+                if not p.weight:
+                    mark = (mark + ", input").strip(", ")
+                rows.append((p.name if i == 0 else "", p.shape if i == 0 else "", str(a.layout),
+                             _human(p.held) if i == 0 else "", "-" if a.sent is None else _human(a.sent), diff,
+                             _human(a.weights), mark))
+        widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+        right = {3, 4, 5, 6} if explained else {3}
+
+        def line(r) -> str:
+            return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+
+        lines.append(line(head))
+        lines.append("  ".join("-" * w for w in widths))
+        lines.extend(line(r) for r in rows)
+        if self.note:
+            lines.append(self.note)
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# the pass
+
+
+@register_pass
+@dataclass
+class AutoShard(ModulePass):
+    """Lay out every parameter by cost: least communication under a per-device memory budget."""
+
+    name: ClassVar[str] = "auto-shard"
+    opt_level: ClassVar[int] = 0
+
+    memory_budget: str | int | MemoryBudget = DEFAULT_BUDGET
+    sizes: Mapping[str, int] | None = None  # symbols fixed: a device count ({"num_workers": 8}), a sequence length
+    func: str | None = None
+    mesh: DeviceMesh | None = None
+    explain: bool = False
+    report: AutoShardReport | None = field(default=None, init=False, compare=False, repr=False)
+
+    def transform_module(self, mod: IRModule, ctx: PassContext) -> IRModule:
+        budget = MemoryBudget.parse(self.memory_budget)
+        sizes = dict(self.sizes or {})
+        for k, v in sizes.items():
+            if not isinstance(k, str) or not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise AutoShardError(f"auto-shard: sizes must map symbol names to positive integers, got {k!r}: {v!r}")
+        fname = self._function(mod)
+        func = mod.functions[fname]
+        mesh = self._mesh(mod)
+        _check_sizes(sizes, func, mesh)
+        names = _mesh_names_of(mod)
+        names.setdefault(mesh, f"mesh[{len(names)}]")
+        search = _Search(func, mesh, budget, sizes, ctx, names)
+        laid, written = search.run()
+        out = mod
+        if written is not None:
+            meshes = list(mod.meshes())
+            infos = dict(mod.global_infos)
+            infos["mesh"] = tuple(meshes if mesh in meshes else [*meshes, mesh])
+            out = mod.replace(functions={**mod.functions, fname: written}, global_infos=infos)
+        self.report = _report(search, fname, laid, written, self.explain, _mesh_label(mod, mesh))
+        return out
+
+    def _function(self, mod: IRModule) -> str:
+        if self.func is not None:
+            if self.func not in mod.functions:
+                raise AutoShardError(f"auto-shard: no function @{self.func} (functions: "
+                                     f"{', '.join('@' + f for f in mod.functions)})")
+            return self.func
+        plain = [n for n, f in mod.functions.items() if any(isinstance(p.type, TensorType) for p in f.params)]
+        if "main" in plain or len(plain) == 1:
+            return "main" if "main" in plain else plain[0]
+        if not plain:
+            raise AutoShardError("auto-shard: no function has a plain R.Tensor parameter to lay out")
+        raise AutoShardError(f"auto-shard: several functions have plain parameters ({', '.join('@' + f for f in plain)}); "
+                             "say which with AutoShard(func=...)")
+
+    def _mesh(self, mod: IRModule) -> DeviceMesh:
+        meshes = list(mod.meshes())
+        if self.mesh is not None:
+            if not isinstance(self.mesh, DeviceMesh):
+                raise AutoShardError(f"auto-shard: mesh must be a DeviceMesh, got {type(self.mesh).__name__}")
+            return self.mesh
+        if not meshes:  # as shard-params does: a 1-D mesh of num_workers devices
+            return make_mesh(("num_workers",))
+        if len(meshes) > 1:
+            raise AutoShardError(f"auto-shard: the module declares {len(meshes)} device meshes; say which with "
+                                 "AutoShard(mesh=...)")
+        return meshes[0]
+
+
+def _check_sizes(sizes: Mapping[str, int], func: Function, mesh: DeviceMesh) -> None:
+    """Every name in ``sizes`` must be a symbolic size of the function or the mesh (a typo is not ignored)."""
+    known = set(_mesh_names(mesh))
+    for t in [p.type for p in func.params] + [b.var.type for b in func.bindings()]:
+        for d in getattr(without_placement(t), "shape", None) or ():
+            if not isinstance(d, int):
+                known |= sym.free_vars(d)
+    unknown = sorted(set(sizes) - known)
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], sorted(known), n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise AutoShardError(f"auto-shard: sizes name '{unknown[0]}', which is not a symbolic size of @{func.name} or "
+                             f"its mesh (its symbolic sizes: {', '.join(sorted(known)) or 'none'}){hint}")
+
+
+def candidate_layouts(ndim: int, mesh: DeviceMesh) -> list[Placement]:
+    """Replicated, and every way of cutting dims along mesh axes (each axis: R or S[d])."""
+    options = [Replicate()] + [Shard(d) for d in range(ndim)]
+    out = []
+    for combo in itertools.product(options, repeat=mesh.ndim):
+        p = Placement(tuple(combo))
+        try:
+            p.validate(mesh.ndim, ndim)
+        except DistirError:
+            continue
+        if p not in out:
+            out.append(p)
+    return out
+
+
+def weight_indices(func: Function) -> set[int]:
+    """The parameters the memory budget covers: after ``num_input``, else those of static shape."""
+    n = func.attrs.get(NUM_INPUT)
+    if isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= len(func.params):
+        return set(range(n, len(func.params)))
+    return {i for i, p in enumerate(func.params)
+            if isinstance(p.type, (TensorType, DTensorType)) and not any(sym.is_symbolic(d) for d in p.type.shape)}
+
+
+def _mesh_names(mesh: DeviceMesh) -> list[str]:
+    return sorted(set().union(set(), *(sym.free_vars(d) for d in mesh.shape if not isinstance(d, int))))
+
+
+def _budget_envs(func: Function, mesh: DeviceMesh, sizes: Mapping[str, int]) -> list[dict[str, int]]:
+    """The sizes the budget must hold at: the mesh's symbols at the given values or at each of
+    ``GUARD_MESH_SAMPLES``; other symbols at their size hints (``DIM_SIZE_HINT`` by default)."""
+    names = _mesh_names(mesh)
+    others: set[str] = set()
+    for p in func.params:
+        if isinstance(p.type, (TensorType, DTensorType)):
+            others |= set().union(set(), *(sym.free_vars(d) for d in p.type.shape if not isinstance(d, int)))
+    base = {n: sizes.get(n, DIM_SIZE_HINT) for n in sorted(others - set(names))}
+    free = [n for n in names if n not in sizes]
+    envs = []
+    for m in (GUARD_MESH_SAMPLES if free else (None,)):
+        env = dict(base)
+        env.update({n: sizes.get(n, m) for n in names})
+        envs.append(env)
+    return envs
+
+
+def _report_env(func: Function, mesh: DeviceMesh, sizes: Mapping[str, int]) -> dict[str, int]:
+    env = _budget_envs(func, mesh, sizes)[0]
+    env.update({n: sizes.get(n, MESH_SIZE_HINT) for n in _mesh_names(mesh)})
+    return env
+
+
+def _bytes_at(t: TensorType, mesh: DeviceMesh, p: Placement, env: Mapping[str, int]) -> int:
+    """Bytes a device holds of a tensor laid out ``p`` (its largest block, padding included)."""
+    return int(sym.evaluate(local_bytes(DTensorType(t.shape, t.dtype, mesh, p)), env))
+
+
+def _devices(mesh: DeviceMesh, env: Mapping[str, int]) -> int:
+    return math.prod(d if isinstance(d, int) else int(sym.evaluate(d, env)) for d in mesh.shape)
+
+
+class _Search:
+    """One function's parameter layouts: the integer program with the budget's rows."""
+
+    def __init__(self, func: Function, mesh: DeviceMesh, budget: MemoryBudget, sizes: dict[str, int], ctx: PassContext,
+                 mesh_names: dict[DeviceMesh, str]):
+        self.func, self.mesh, self.budget, self.sizes, self.mesh_names = func, mesh, budget, sizes, mesh_names
+        self.hints = dict(ctx.config.get("propagate-sharding.size_hints", {}) or {})
+        self.hints.update(sizes)
+        self.weights = weight_indices(func)
+        self.free = [i for i, p in enumerate(func.params) if isinstance(p.type, TensorType)]
+        self.envs = _budget_envs(func, mesh, sizes)
+        self.scale = [Fraction(1)] * len(self.envs)  # tightened when the solver's tolerance overshoots
+
+    def held(self, i: int, p: Placement, env) -> int:
+        return _bytes_at(without_placement(self.func.params[i].type), self.mesh, p, env)
+
+    def written_with(self, layouts: Mapping[int, Placement]) -> Function:
+        """The function laid out by the solver with every parameter given as ``layouts`` says
+        (the cost model of the search, no budget: the layouts are given)."""
+        graph = build_graph(self.typed({i: p for i, p in layouts.items() if i in self.free}), self.mesh_names)
+        plan, _ = solve_layouts(graph, None, CostModel(graph, self.hints))
+        return write_layouts(graph, plan, CostModel(graph, self.hints))
+
+    def fits(self, i: int, q: Placement, limits: list[tuple[Fraction, dict[int, int]]]) -> bool:
+        """Whether parameter ``i`` laid out ``q`` leaves room for every other weight at its smallest, at
+        each budget env (a layout that cannot fit is not offered: fewer choices, a faster search)."""
+        if i not in self.weights:
+            return True
+        for k, (free_bound, smallest) in enumerate(limits):
+            if self.held(i, q, self.envs[k]) - smallest[i] > free_bound - sum(smallest.values()):
+                return False
+        return True
+
+    def limits_at(self, k: int) -> tuple[Fraction, dict[int, int]]:
+        """At budget env ``k``: the bytes the free weights may hold, and each free weight's smallest."""
+        env = self.envs[k]
+        fixed = sum(self.held(i, self.func.params[i].type.placement, env)
+                    for i in self.weights if isinstance(self.func.params[i].type, DTensorType))
+        smallest = {i: min(self.held(i, p, env) for p in candidate_layouts(self.func.params[i].type.ndim, self.mesh))
+                    for i in self.weights if i in self.free}
+        replicated = sum(_bytes_at(without_placement(self.func.params[i].type), self.mesh,
+                                   Placement.replicated(self.mesh.ndim), env) for i in self.weights)
+        least = fixed + sum(smallest.values())
+        bound = self.budget.bound(replicated, least, _devices(self.mesh, env))
+        if bound < least:
+            at = ", ".join(f"{n}={v}" for n, v in env.items() if n in _mesh_names(self.mesh)) or "its static size"
+            raise AutoShardError(
+                f"auto-shard: memory budget '{self.budget.text}' ({_human(bound)} of weights per device) is below the "
+                f"smallest any layout reaches at {at}: {_human(least)} (every weight cut as finely as its dims allow); "
+                "raise the budget"
+            )
+        return bound - fixed, smallest
+
+    def typed(self, layouts: Mapping[int, Placement]) -> Function:
+        """The function with parameter ``i`` a DTensor laid out ``layouts[i]``."""
+        return _retyped(self.func, {i: DTensorType(self.func.params[i].type.shape, self.func.params[i].type.dtype,
+                                                   self.mesh, p) for i, p in layouts.items()})
+
+    def run(self) -> tuple[dict[int, Placement], Function | None]:
+        """The chosen layout of each free parameter, and the function written with the solver's plan
+        (every value laid out as the solver chose: ``distribute`` keeps it)."""
+        if not self.free:
+            return {}, None
+        typed = self.typed(dict.fromkeys(self.free, Placement.replicated(self.mesh.ndim)))
+        graph = build_graph(typed, self.mesh_names)
+        index = {}
+        for i in self.free:
+            for s in graph.var_slots[typed.params[i]]:
+                s.fixed = None  # on the mesh, layout to be chosen
+                index[s.id] = i
+        # no preferences: with no seeds they would all say "replicated", and as a tie-break favour
+        # gathering over keeping a partial sum (two all-gathers tie in bytes with one all-reduce)
+        prefs = None
+        cost = CostModel(graph, self.hints)
+        limits = [self.limits_at(k) for k in range(len(self.envs))]
+        cands = {i: [q for q in candidate_layouts(self.func.params[i].type.ndim, self.mesh) if self.fits(i, q, limits)]
+                 for i in self.free}
+
+        def rows(decided: list[tuple[Slot, list[Placement]]]):
+            out = []
+            for k, env in enumerate(self.envs):
+                free_bound, smallest = limits[k]
+                mine = [(s, qs) for s, qs in decided if index.get(s.id) in smallest]
+                if not mine:
+                    continue
+                total_least = sum(smallest.values())
+                share = Fraction(sum(smallest[index[s.id]] for s, _ in mine), total_least) if total_least else Fraction(1)
+                bound = free_bound * share * self.scale[k]
+                if bound <= 0:
+                    bound = Fraction(1)
+                coefs = {(s.id, q): float(Fraction(self.held(index[s.id], q, env)) / bound) for s, qs in mine for q in qs}
+                out.append((coefs, 1.0))
+            return out
+
+        choice = ParamChoice(lambda s: cands[index[s.id]], rows)
+        for _ in range(_RETRIES):
+            plan, _solved = solve_layouts(graph, prefs, cost, choice, WINDOW_OPS)
+            laid = {}
+            for sid, i in index.items():
+                p = plan.primary.get(sid)
+                if p is None:  # unused: the least memory
+                    p = min(cands[i], key=lambda q: (self.held(i, q, self.envs[0]), str(q)))
+                laid[i] = p
+            over = False
+            for k, env in enumerate(self.envs):
+                used = sum(self.held(i, laid[i], env) for i in self.weights if i in laid)
+                if used > limits[k][0]:  # the solver's float tolerance let it through: tighten and solve again
+                    self.scale[k] *= Fraction(limits[k][0], used) * Fraction(999_999, 1_000_000)
+                    over = True
+            if not over:
+                for sid, i in index.items():
+                    plan.primary.setdefault(sid, laid[i])
+                return laid, write_layouts(graph, plan, cost)
+        raise AutoShardError("auto-shard: the solver could not keep the weights within the memory budget exactly; "
+                             "raise the budget slightly")
+
+
+def _report(search: _Search, fname: str, laid: dict[int, Placement], written: Function | None, explain: bool,
+            mesh_label: str) -> AutoShardReport:
+    func, mesh = search.func, search.mesh
+    env = _report_env(func, mesh, search.sizes)
+    weights, names = search.weights, param_names(func)
+    layout = {i: (laid[i] if i in laid else p.type.placement if isinstance(p.type, DTensorType)
+                  else Placement.replicated(mesh.ndim))
+              for i, p in enumerate(func.params) if isinstance(p.type, (TensorType, DTensorType))}
+
+    def held(i, p) -> int:
+        return _bytes_at(without_placement(func.params[i].type), mesh, p, env)
+
+    def weights_bytes(lay) -> int:
+        return sum(held(i, lay[i]) for i in weights if i in lay)
+
+    replicated = sum(held(i, Placement.replicated(mesh.ndim)) for i in weights if i in layout)
+    devices = _devices(mesh, env)
+    least = sum(min(held(i, q) for q in candidate_layouts(func.params[i].type.ndim, mesh)) for i in weights if i in layout)
+    bound = search.budget.bound(replicated, least, devices)
+    sent = _sent(written, mesh, env) if written is not None else None
+    explained = 0
+    note = ""
+    params = []
+    for i in sorted(laid):
+        p = func.params[i]
+        alts: list[Alternative] = []
+        if explain:
+            alts.append(Alternative(laid[i], sent, weights_bytes(layout), weights_bytes(layout) <= bound))
+            for q in candidate_layouts(p.type.ndim, mesh):
+                if q == laid[i]:
+                    continue
+                lay = {**layout, i: q}
+                cost = None
+                if explained < MAX_EXPLAINED:
+                    cost, explained = _sent(search.written_with(lay), mesh, env), explained + 1
+                else:
+                    note = (f"(bytes of alternatives after the first {MAX_EXPLAINED} not computed: each is one "
+                            "solve of the whole function)")
+                alts.append(Alternative(q, cost, weights_bytes(lay), weights_bytes(lay) <= bound))
+        shape = "(" + ", ".join(sym.to_str(d) if not isinstance(d, int) else str(d) for d in p.type.shape) + ")"
+        params.append(ParamReport(names[i], shape, i in weights, laid[i], held(i, laid[i]), tuple(alts)))
+    return AutoShardReport(fname, f"{mesh_label} {mesh.shape_str()}", env, search.budget, bound, weights_bytes(layout),
+                           replicated, devices, sent, params, note)
+
+
+def _mesh_label(mod: IRModule, mesh: DeviceMesh) -> str:
+    for i, m in enumerate(mod.meshes()):
+        if m == mesh:
+            return f"mesh[{i}]"
+    return "mesh"
+
+
+def _mesh_names_of(mod: IRModule) -> dict[DeviceMesh, str]:
+    return {m: f"mesh[{i}]" for i, m in enumerate(mod.meshes())}
+
+
+def _sent(func: Function, mesh: DeviceMesh, env: Mapping[str, int]) -> Fraction | None:
+    """Bytes each worker sends running the laid-out ``func`` at ``env`` (reshape chains fused as
+    legalize fuses them), counting the gathers of sharded results."""
+    got = function_bytes(fuse_reshapes(func), env)
+    if got is None:
+        return None
+    return (got[0] + got[1]) / _devices(mesh, env)

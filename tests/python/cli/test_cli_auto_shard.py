@@ -1,0 +1,85 @@
+"""distir-opt -p auto-shard with --memory-budget and --explain, and distir sweep --auto: usage mistakes
+exit 2, budgets that cannot be met exit 1, one line each."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import distir
+from distir import examples
+from distir.cli import main as distir_main
+from distir.cli import opt
+from distir.ir.types import DTensorType
+from distir.transform.auto_shard import strip_layouts
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory):
+    p = tmp_path_factory.mktemp("auto") / "attention_plain.py"
+    p.write_text(strip_layouts(examples.load("attention")).script())
+    return str(p)
+
+
+def run(main, argv, capsys) -> tuple[int, str, str]:
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_auto_shard_then_distribute(plain, capsys):
+    code, out, err = run(opt.main, [plain, "-p", "auto-shard", "--bind", "num_workers=4"], capsys)
+    assert code == 0, err
+    params = {p.name: str(p.type.placement) for p in distir.parse(out)["main"].params if isinstance(p.type, DTensorType)}
+    assert params == {"x": "R", "wq": "S[1]", "wk": "S[1]", "wv": "S[1]", "wo": "S[0]"}
+    code, out, err = run(opt.main, [plain, "-p", "auto-shard,distribute", "--bind", "num_workers=4"], capsys)
+    assert code == 0, err
+    assert "R.ccl.all_reduce" in out and err == ""
+
+
+def test_explain_prints_the_table_on_stderr(plain, capsys):
+    code, out, err = run(opt.main, [plain, "-p", "auto-shard", "--explain", "--memory-budget", "1.1/W"], capsys)
+    assert code == 0, err
+    assert "parameter" in err and "sent/worker" in err and "over budget" in err and "budget 1.1/W" in err
+    assert "@I.ir_module" in out and "parameter" not in out
+
+
+@pytest.mark.parametrize("argv, code, says", [
+    (["--memory-budget", "2parsecs"], 2, "argument --memory-budget: '2parsecs': unknown unit 'parsecs'"),
+    (["--memory-budget", "lots"], 2, "argument --memory-budget: 'lots': not bytes"),
+    (["--memory-budget", "10KB"], 1, ("memory budget '10KB' (9.77 KiB of weights per device) is below the smallest any "
+                                      "layout reaches at num_workers=2: 128 KiB")),
+])
+def test_budget_errors_are_one_line(plain, capsys, argv, code, says):
+    got, _, err = run(opt.main, [plain, "-p", "auto-shard", *argv], capsys)
+    assert got == code and says in err
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("distir-opt: error:")
+
+
+@pytest.mark.parametrize("flag", [["--explain"], ["--memory-budget", "50%"]])
+def test_auto_shard_options_need_the_pass(plain, capsys, flag):
+    code, _, err = run(opt.main, [plain, "-p", "distribute", *flag], capsys)
+    assert code == 2 and f"{flag[0]} is for the auto-shard pass" in err
+
+
+def test_passes_lists_auto_shard(capsys):
+    code, out, _ = run(distir_main.main, ["passes"], capsys)
+    assert code == 0 and "auto-shard" in out and "AutoShard" in out
+
+
+def test_sweep_auto_names_the_layouts_that_change(plain, capsys):
+    code, out, err = run(distir_main.main, ["sweep", plain, "--auto", "-n", "2,4", "--bind", "s=64",
+                                            "--memory-budget", "200KB"], capsys)
+    assert code == 0, err
+    assert "layout changes" in out and "layouts at num_workers = 2: x R, wq S[1]" in out
+    code, out, err = run(distir_main.main, ["sweep", plain, "--auto", "-n", "1,2", "--bind", "s=64",
+                                            "--memory-budget", "200KB", "--json"], capsys)
+    assert code == 1 and "num_workers=1: auto-shard: memory budget '200KB'" in err
+    rows = json.loads(out)["rows"]
+    assert rows[0]["error"] and rows[1]["layouts"]["wq"] == "S[1]"
+    code, _, err = run(distir_main.main, ["sweep", plain, "--memory-budget", "50%"], capsys)
+    assert code == 2 and "--memory-budget is for --auto" in err

@@ -1,0 +1,178 @@
+"""auto-shard: the bundled Llama layer and attention block, with every annotation stripped, are laid
+out by cost under the default memory budget: no more bytes than the hand-written Megatron layout,
+weights within 10% of total/W, numbers equal to one device."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+from distir import examples
+from distir.analysis import comm_volume
+from distir.driver import random_inputs
+from distir.ir import sym
+from distir.ir.expr import Call
+from distir.ir.layout import local_bytes
+from distir.ir.placement import Placement
+from distir.ir.types import DTensorType, TensorType
+from distir.testing import assert_sharded_equivalent
+from distir.transform import AutoShard, get_pass, list_passes
+from distir.transform.auto_shard import AutoShardError, MemoryBudget, strip_layouts
+from distir.transform.pipelines import distribute_pipeline
+
+MODELS = ("llama", "attention")
+WEIGHTS = {"llama": ("attn_norm", "wq", "wk", "wv", "wo", "mlp_norm", "w_gate", "w_up", "w_down"),
+           "attention": ("wq", "wk", "wv", "wo")}
+
+
+@pytest.fixture(scope="module")
+def laid():
+    """Per model: the annotated module, its stripped copy, and the auto-sharded one."""
+    out = {}
+    for name in MODELS:
+        annotated = examples.load(name)
+        plain = strip_layouts(annotated)
+        p = AutoShard()
+        out[name] = (annotated, plain, p(plain), p.report)
+    return out
+
+
+def bytes_per_worker(mod, w: int) -> Fraction:
+    return comm_volume(distribute_pipeline()(mod)).evaluate({"num_workers": w, "s": 64}).bytes_per_worker
+
+
+def weight_bytes(mod, names, w: int) -> int:
+    params = {p.name: p for p in mod["main"].params}
+    return sum(int(sym.evaluate(local_bytes(params[n].type), {"num_workers": w})) for n in names)
+
+
+def total_weight_bytes(mod, names) -> int:
+    params = {p.name: p for p in mod["main"].params}
+    return sum(4 * int(sym.evaluate(sym.product(params[n].type.shape), {})) for n in names)
+
+
+def test_registered_and_listed():
+    assert list_passes()["auto-shard"] is AutoShard
+    assert isinstance(get_pass("auto-shard", memory_budget="50%"), AutoShard)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_strip_layouts_leaves_plain_parameters_and_no_hints(name):
+    plain = strip_layouts(examples.load(name))["main"]
+    assert all(isinstance(p.type, TensorType) for p in plain.params)
+    assert not any(isinstance(b.value, Call) and b.value.op.name == "dist.annotate_sharding" for b in plain.bindings())
+    hinted = strip_layouts(examples.load("mlp"))["main"]
+    assert not any(isinstance(b.value, Call) and b.value.op.name.startswith("dist.") for b in hinted.bindings())
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_no_more_bytes_than_megatron_and_weights_within_ten_percent(laid, name):
+    annotated, _, auto, _ = laid[name]
+    total = total_weight_bytes(auto, WEIGHTS[name])
+    for w in (2, 4, 8):
+        assert bytes_per_worker(auto, w) <= bytes_per_worker(annotated, w), w
+        assert weight_bytes(auto, WEIGHTS[name], w) <= Fraction(11, 10) * total / w, w
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_at_a_given_count_too(laid, name):
+    annotated, plain, _, _ = laid[name]
+    total = total_weight_bytes(plain, WEIGHTS[name])
+    for w in (2, 8):
+        auto = AutoShard(sizes={"num_workers": w})(plain)
+        assert bytes_per_worker(auto, w) <= bytes_per_worker(annotated, w)
+        assert weight_bytes(auto, WEIGHTS[name], w) <= Fraction(11, 10) * total / w
+
+
+@pytest.mark.parametrize("name, counts", [("llama", (2, 3, 4)), ("attention", (2, 4, 6))])
+def test_numbers_equal_one_device(laid, name, counts):
+    _, _, auto, _ = laid[name]
+    assert_sharded_equivalent(auto, random_inputs(auto, dims={"s": 12}), num_workers=counts)
+
+
+def test_the_budget_decides_how_much_is_cut(laid):
+    _, plain, _, _ = laid["attention"]
+    whole = AutoShard(memory_budget="100%")(plain)  # room for every weight whole: nothing needs to move
+    assert all(p.type.placement.is_replicated for p in whole["main"].params if isinstance(p.type, DTensorType))
+    assert bytes_per_worker(whole, 4) == 0
+    half = AutoShard(memory_budget="50%", sizes={"num_workers": 4})(plain)  # two of the four weights cut
+    placements = [p.type.placement for p in half["main"].params if isinstance(p.type, DTensorType)]
+    assert sum(not p.is_replicated for p in placements) >= 2
+    assert weight_bytes(half, WEIGHTS["attention"], 4) <= total_weight_bytes(plain, WEIGHTS["attention"]) // 2
+
+
+def test_report_lists_each_parameter_and_its_alternatives(laid):
+    _, plain, auto, report = laid["attention"]
+    assert report.layouts() == {p.name: p.type.placement for p in auto["main"].params}
+    assert report.layouts()["wo"] == Placement.parse("S[0]") and report.layouts()["wq"] == Placement.parse("S[1]")
+    brief = report.render()  # without explain: each parameter's layout and what it holds
+    assert "sent/worker" not in brief and "x          (s, 128)    R" in brief and "input" in brief
+    p = AutoShard(explain=True, sizes={"num_workers": 4})
+    p(plain)
+    wo = next(r for r in p.report.params if r.name == "wo")
+    chosen, *others = wo.alternatives
+    assert chosen.layout == Placement.parse("S[0]") and chosen.within_budget
+    assert chosen.sent == p.report.sent == Fraction(49152)  # one all-reduce of (64, 128) float32 at 4 workers
+    replicated = next(a for a in others if a.layout.is_replicated)
+    assert not replicated.within_budget and replicated.weights > chosen.weights
+    assert all(a.sent >= chosen.sent for a in others if a.within_budget)
+    text = p.report.render()
+    for word in ("parameter", "layout", "sent/worker", "weights/device", "over budget", "wo", "S[0]"):
+        assert word in text
+
+
+@pytest.mark.parametrize("text, kind, value", [
+    ("2GB", "bytes", 2 * 10**9), ("1.5 KiB", "bytes", 1536), ("300000", "bytes", 300000),
+    ("25%", "share", Fraction(1, 4)), ("1.1/W", "per_device", Fraction(11, 10)), ("min", "min", 1),
+    ("min+10%", "min", Fraction(11, 10)),
+])
+def test_budget_forms(text, kind, value):
+    b = MemoryBudget.parse(text)
+    assert (b.kind, b.value) == (kind, value)
+
+
+@pytest.mark.parametrize("text, says", [
+    ("2 parsecs", "unknown unit 'parsecs'"), ("lots", "not bytes"), ("0%", "above 0%"), ("0.5", "less than one byte"),
+    ("0/W", "above 0"),
+])
+def test_malformed_budgets_are_one_line(text, says):
+    with pytest.raises(AutoShardError, match=says) as err:
+        MemoryBudget.parse(text)
+    assert "\n" not in str(err.value)
+
+
+def test_a_misspelt_size_is_an_error(laid):
+    _, plain, _, _ = laid["attention"]
+    with pytest.raises(AutoShardError, match="sizes name 'num_worker', .* did you mean 'num_workers'"):
+        AutoShard(sizes={"num_worker": 4})(plain)
+
+
+def test_infeasible_budget_names_it_and_the_smallest(laid):
+    _, plain, _, _ = laid["attention"]
+    with pytest.raises(AutoShardError) as err:
+        AutoShard(memory_budget="60KiB")(plain)
+    msg = str(err.value)
+    assert "'60KiB'" in msg and "num_workers=2" in msg and "128 KiB" in msg and "\n" not in msg
+
+
+def test_a_module_without_a_mesh_gets_one_as_shard_params_gives():
+    import distir
+
+    mod = distir.parse('''
+@I.ir_module
+class Module:
+    @R.function
+    def main(x: R.Tensor((16, 8), dtype="float32"), w: R.Tensor((8, 32), dtype="float32")):
+        with R.dataflow():
+            y = R.matmul(x, w)
+            z = R.nn.relu(y)
+            R.output(z)
+        return z
+''')
+    out = AutoShard()(mod)
+    (mesh,) = out.meshes()
+    assert [str(d) for d in mesh.shape] == ["num_workers"]
+    w = out["main"].params[1].type
+    assert isinstance(w, DTensorType) and not w.placement.is_replicated  # the weight is cut: the budget needs it
+    assert_sharded_equivalent(out, random_inputs(out), num_workers=(1, 2, 3))

@@ -1,0 +1,50 @@
+"""auto-shard on the Llama written with relax.frontend.nn: weights are the parameters after num_input,
+the module gets shard-params' mesh, and the layout sends no more than the shipped tensor-parallel plan."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from distir.analysis import comm_volume
+from distir.driver import Driver
+from distir.transform import AutoShard, ShardParams
+from distir.transform.pipelines import distribute_pipeline
+from distir.tvm import from_nn
+from distir.tvm import nn_llama as L
+
+
+@pytest.fixture(scope="module")
+def llama():
+    config = L.LlamaConfig()
+    model = L.Llama(config)
+    mod = from_nn(model, L.spec(config))
+    p = AutoShard()
+    return config, model, mod, p(mod), p.report
+
+
+def sent(mod, w: int):
+    return comm_volume(distribute_pipeline()(mod), "forward").evaluate({"num_workers": w, "s": 64}).bytes_per_worker
+
+
+def test_weights_are_the_parameters_after_num_input(llama):
+    *_, report = llama
+    inputs = [p.name for p in report.params if not p.weight]
+    assert inputs == ["ids", "cos", "sin"]
+    assert report.weights_bytes * report.devices <= 1.1 * report.replicated_bytes
+
+
+@pytest.mark.parametrize("workers", [2, 4])
+def test_no_more_bytes_than_the_tensor_parallel_plan(llama, workers):
+    _, _, mod, auto, _ = llama
+    assert sent(auto, workers) <= sent(ShardParams(L.TP_PLAN)(mod), workers)
+
+
+def test_numbers_equal_one_device(llama):
+    config, model, _, auto, _ = llama
+    driver = Driver(auto, func="forward")
+    ids = (np.arange(10) * 7 % config.vocab_size).astype("int32")
+    cos, sin = L.rope_tables(10, config.head_dim)
+    for w in (2, 3):
+        r = driver.run([ids, cos, sin], w, weights=L.random_weights(model))
+        assert r.ok, r.comparison.mismatch
