@@ -214,7 +214,7 @@ _REPLAN_PLACEMENTS = ("src_placement", "mid_placement", "reshaped_placement", "d
 def _replan_spec(attrs, x: TensorType) -> str:
     mesh, shape, new = attrs["device_mesh"], attrs["shape"], attrs.get("new_shape")
     placements = "|".join(str(attrs.get(k)) for k in _REPLAN_PLACEMENTS)
-    return f"{mesh.ndim}|{len(shape)}|{-1 if new is None else len(new)}|{placements}|{x.dtype}"
+    return f"{mesh.ndim}|{len(shape)}|{-1 if new is None else len(new)}|{placements}|{x.dtype}|{attrs.get('axis_costs')}"
 
 
 @lru_cache(maxsize=4096)
@@ -223,7 +223,7 @@ def _replan_costs_at(spec: str, sizes: tuple[int, ...], shapes: tuple[int, ...],
     dtype) at concrete mesh ``sizes`` and tensor ``shapes`` (the shape, then the new shape if any)."""
     from ..ir.placement import Placement
 
-    _, rank, new_rank, *placements, dtype = spec.split("|")
+    _, rank, new_rank, *placements, dtype, costs = spec.split("|")
     mesh = DeviceMesh(sizes, Range(0, sym.product(sizes)))
     shape = list(shapes[: int(rank)])
     attrs = {"shape": shape, "device_mesh": mesh}
@@ -232,6 +232,8 @@ def _replan_costs_at(spec: str, sizes: tuple[int, ...], shapes: tuple[int, ...],
     for k, p in zip(_REPLAN_PLACEMENTS, placements):
         if p != "None":
             attrs[k] = Placement.parse(p)
+    if costs != "None":
+        attrs["axis_costs"] = costs
     x = Var("x", TensorType(local_shape(shape, mesh, attrs["src_placement"]), dtype))
     call = Call(get_step("replan").local_op, (x,), attrs)
     out = Var(binding, call.type)
