@@ -44,6 +44,7 @@ from functools import lru_cache
 
 from ..errors import DistirError
 from ..ir import sym
+from ..ir.exchange import crossed_axes
 from ..ir.expr import Binding, Call, IRModule, Var
 from ..ir.layout import local_shape
 from ..ir.mesh import DeviceMesh, Range
@@ -74,6 +75,9 @@ class CollectiveCost:
     sent_per_member: Rational  # bytes each worker of a group sends (and receives)
     steps: Dim  # latency steps of the ring algorithm
     identity_when_free: bool = False  # it is an identity (dropped by specialize) when it moves nothing
+    # the mesh axes it sends along, with their sizes, for the time model (distir.ir.axis_cost): its own axis; for
+    # a block exchange the axes it crosses (an axis that comes out of size 1 carries nothing); none between meshes
+    axes: tuple[tuple[int, Dim], ...] = ()
     # a step planned at the bound sizes (replan): values -> the costs of the steps specialize writes there
     at: Callable[[Mapping[str, int]], tuple[CollectiveCost, ...]] | None = field(default=None, compare=False, repr=False)
 
@@ -102,7 +106,7 @@ def collective_cost(kind: str, n: Dim, groups: Dim, input_bytes: Dim, *, output_
     if not total.is_integral:
         raise AnalysisError(f"binding '{binding}': R.{op} sends a fraction of a byte in all ({total})")
     return CollectiveCost(binding, op, kind, mesh_axis, n, groups, L, total.terms[0][0] if total.terms else 0,
-                          member, step.rounds(n), step.local_identity is not None)
+                          member, step.rounds(n), step.local_identity is not None, ((mesh_axis, n),))
 
 
 @dataclass(frozen=True)
@@ -188,8 +192,15 @@ def _point_to_point_cost(step, binding: str, op: str, attrs, x: TensorType) -> C
             f"binding '{binding}': R.{op} moves data between meshes that may share devices; its bytes are "
             "known only at concrete sizes: specialize the module first"
         ) from None
+    if step.reaches is not None:  # a block exchange: one round per peer across the axes it crosses (as the planner)
+        mesh = attrs["device_mesh"]
+        crossed = crossed_axes(attrs["src_placement"], attrs["dst_placement"], mesh.shape, attrs.get("new_shape") is None)
+        axes = tuple((a, mesh.shape[a]) for a in crossed)
+        rounds = sym.sub(sym.product(n for _, n in axes), 1)
+    else:
+        axes, rounds = (), step.rounds(receivers)
     return CollectiveCost(binding, op, step.name, -1, receivers, 1, received, total, Rational.of(total, receivers),
-                          step.rounds(receivers))
+                          rounds, axes=axes)
 
 
 def _piece_bytes(x: TensorType, out, n: Dim) -> Dim:

@@ -32,6 +32,8 @@ examples:
                                                the per-worker module as TVM Relax (num_workers symbolic)
   distir-opt model.py -p shard-params,distribute --shard '*.q_proj.weight=colwise' --shard '*.o_proj*=S[1]'
                                                lay out parameters by name, then distribute
+  distir-opt model.py -p distribute --axis-cost 0=10us:25GB/s --axis-cost 1=1us:300GB/s
+                                               plan for the least time: a slow axis 0, a fast axis 1
 
 IR printed by --print-ir-after-* and the --time-passes table go to stderr; the final
 module goes to stdout (or -o). Errors go to stderr with exit status 1."""
@@ -48,7 +50,7 @@ def parse_binding(text: str) -> dict[str, int]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of distir-opt, shared by ``distir opt``."""
-    from .args import non_negative_int, shard_entry
+    from .args import axis_cost, non_negative_int, shard_entry
 
     parser.add_argument("file", metavar="FILE", help="module to read ('-' for stdin)")
     parser.add_argument(
@@ -67,6 +69,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--shard-plan", metavar="FILE",
         help="for -p shard-params: the plan as a .json object or .toml table of PATTERN: PLACEMENT",
+    )
+    parser.add_argument(
+        "--axis-cost", action="append", default=[], type=axis_cost, metavar="AXIS=LATENCY:BANDWIDTH",
+        help="the time cost of a mesh axis, e.g. 0=10us:25GB/s (units s, ms, us, ns; B/s, KB/s, MB/s, GB/s, "
+        "TB/s); with it, redistributes are planned for the least estimated time instead of the fewest bytes "
+        "(repeatable; an axis not given costs 5us:25GB/s)",
     )
     parser.add_argument("-o", "--output", metavar="OUT", help="write the result here instead of stdout")
     parser.add_argument(
@@ -99,9 +107,12 @@ class OptOptions:
     opt_level: int = 2
     disabled: list[str] = field(default_factory=list)
     shard_plan: dict[str, str] | None = None  # the plan of the shard-params pass
+    axis_costs: object = None  # AxisCosts of --axis-cost (plans minimize time), or None (bytes)
 
     @staticmethod
     def from_args(args: argparse.Namespace) -> OptOptions:
+        from .args import merge_axis_costs
+
         names = [n.strip() for group in args.passes for n in group.split(",") if n.strip()]
         bind: dict[str, int] = {}
         for b in args.bind:
@@ -116,6 +127,7 @@ class OptOptions:
             verify_each=args.verify_each,
             opt_level=args.opt_level,
             disabled=list(args.disable_pass),
+            axis_costs=merge_axis_costs(getattr(args, "axis_cost", []) or []),
         )
 
 
@@ -186,6 +198,13 @@ def run_opt(mod, opts: OptOptions, log=None):
     verify(mod)
     passes = [get_pass(name, plan=opts.shard_plan) if name == "shard-params" else get_pass(name) for name in opts.passes]
     _check_disabled(opts.disabled)
+    config = {}
+    if opts.axis_costs is not None:
+        from ..transform.legalize_redistribute import AXIS_COSTS_KEY
+        from .args import check_axis_costs
+
+        check_axis_costs(opts.axis_costs, mod)
+        config[AXIS_COSTS_KEY] = opts.axis_costs
     if opts.bind:
         from .args import check_bind_names, module_symbols
 
@@ -206,7 +225,7 @@ def run_opt(mod, opts: OptOptions, log=None):
         instruments.append(
             PrintIRInstrument(after_all=opts.print_ir_after_all, after_change=opts.print_ir_after_change, stream=log)
         )
-    ctx = PassContext(opt_level=opts.opt_level, disabled_passes=opts.disabled, instruments=instruments)
+    ctx = PassContext(opt_level=opts.opt_level, disabled_passes=opts.disabled, instruments=instruments, config=config)
     try:
         with ctx:
             mod = Sequential(passes, name="distir-opt")(mod)

@@ -27,7 +27,7 @@ from typing import Any
 
 from ..errors import DistirError
 
-__all__ = ["DEFAULT_AXIS_COST", "AxisCost", "AxisCosts", "AxisCostError", "slowest"]
+__all__ = ["DEFAULT_AXIS_COST", "AxisCost", "AxisCostError", "AxisCosts", "slowest"]
 
 LATENCY_UNITS = {"s": Fraction(1), "ms": Fraction(1, 10**3), "us": Fraction(1, 10**6), "ns": Fraction(1, 10**9)}
 BANDWIDTH_UNITS = {"B/s": Fraction(1), "KB/s": Fraction(10**3), "MB/s": Fraction(10**6), "GB/s": Fraction(10**9),

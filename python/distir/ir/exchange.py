@@ -74,16 +74,21 @@ def crossed_axes(src: Placement, dst: Placement, sizes: Sequence[int], same_shap
     cut the source, so only axes cutting the source carry traffic; of those, an axis on which both
     layouts cut the same dim below the same outer cuts leaves each receiver's block inside its own
     block along that axis, and carries none. A reshape (``same_shape`` False) or a block layout
-    crosses every axis that cuts the source (every axis, for a block layout)."""
+    crosses every axis that cuts the source (every axis, for a block layout). A symbolic size counts
+    as more than 1."""
+
+    def cuts(n) -> bool:
+        return not isinstance(n, int) or n > 1
+
     if src.is_block or dst.is_block:
-        return tuple(a for a, n in enumerate(sizes) if n > 1)
+        return tuple(a for a, n in enumerate(sizes) if cuts(n))
 
     def outer(p: Placement, a: int) -> tuple[int, ...]:
-        return tuple(b for b in p.mesh_axes_of(p.specs[a].dim) if b < a and sizes[b] > 1)
+        return tuple(b for b in p.mesh_axes_of(p.specs[a].dim) if b < a and cuts(sizes[b]))
 
     out = []
     for a, spec in enumerate(src.specs):
-        if sizes[a] <= 1 or not isinstance(spec, Shard):
+        if not cuts(sizes[a]) or not isinstance(spec, Shard):
             continue
         if same_shape and dst.specs[a] == spec and outer(src, a) == outer(dst, a):
             continue
