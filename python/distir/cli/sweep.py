@@ -30,12 +30,14 @@ examples:
   distir sweep model.py --num-workers 1-8                  every count from 1 to 8
   distir sweep model.py --num-workers 1-128x2 --bind s=2048 --plot sweep.png
   distir sweep model.py --json > sweep.json
-  distir sweep model.py --latency 2e-6 --bandwidth 100e9"""
+  distir sweep model.py --latency 2e-6 --bandwidth 100e9
+  distir sweep model.py --axis-cost 0=10us:25GB/s --axis-cost 1=1us:300GB/s   plan and time per mesh axis"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from .args import (
         MAX_SWEEP_WORKERS,
+        axis_cost,
         image_file,
         non_negative_float,
         parse_binding,
@@ -59,6 +61,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="alpha: seconds per ring step (default 5e-6)")
     parser.add_argument("--bandwidth", type=positive_float, default=25e9, metavar="BYTES_PER_S",
                         help="beta: link bandwidth in bytes per second (default 25e9)")
+    parser.add_argument(
+        "--axis-cost", action="append", default=[], type=axis_cost, metavar="AXIS=LATENCY:BANDWIDTH",
+        help="the time cost of one mesh axis, e.g. 0=10us:25GB/s (repeatable; other axes take --latency and "
+        "--bandwidth): the time is estimated per axis and redistributes are planned for the least time",
+    )
     parser.add_argument("--json", action="store_true", help="print the formulas and rows as JSON instead of a table")
     parser.add_argument("--plot", metavar="PNG", type=image_file,
                         help="draw memory and communication against the count into this PNG (matplotlib)")
@@ -137,7 +144,8 @@ def print_formulas(result, source: str, out: TextIO) -> None:
     out.writelines(f"  {k.ljust(width)}  {v}\n" for k, v in rows)
     out.write(
         f"  (bytes each worker sends, which it also receives; time by ring algorithms with latency "
-        f"{human_seconds(result.model.latency)} per step, bandwidth {human_rate(result.model.bandwidth)})\n"
+        f"{human_seconds(result.model.latency)} per step, bandwidth {human_rate(result.model.bandwidth)}"
+        + (f"; mesh axes {result.model.axes}, planned by time" if result.model.axes is not None else "") + ")\n"
     )
 
 
@@ -226,7 +234,7 @@ def run(args: argparse.Namespace) -> int:
     from ..driver import tvm_builder
     from ..ir.verify import verify
     from . import EXIT_ERROR, EXIT_OK, read_module
-    from .args import UsageError, check_bind_names, mesh_symbols, module_symbols
+    from .args import UsageError, check_axis_costs, check_bind_names, merge_axis_costs, mesh_symbols, module_symbols
 
     counts = args.num_workers
     bind: dict[str, int] = {}
@@ -235,10 +243,11 @@ def run(args: argparse.Namespace) -> int:
     if args.symbol in bind:
         raise UsageError(f"--bind {args.symbol}={bind[args.symbol]}: {args.symbol} is the swept size; give its "
                          f"values with -n/--num-workers")
-    model = CommModel(latency=args.latency, bandwidth=args.bandwidth)
+    model = CommModel(latency=args.latency, bandwidth=args.bandwidth, axes=merge_axis_costs(args.axis_cost))
     build = tvm_builder() if args.build else None
     mod = read_module(args.file)
     verify(mod)
+    check_axis_costs(model.axes, mod)
     symbols = module_symbols(mod)
     if args.symbol not in symbols:
         static = "" if mesh_symbols(mod) or not mod.meshes() else (
