@@ -123,8 +123,13 @@ def test_an_all_reduce_on_the_slow_axis_is_cut_by_the_fast_one_first():
     src, t = P("P, R"), _timing(SLOW_FAST)
     assert plan_cost(by_time, src, (2, 4), BIG) == plan_cost(by_bytes, src, (2, 4), BIG)
     assert plan_cost(by_time, src, (2, 4), BIG, t) < plan_cost(by_bytes, src, (2, 4), BIG, t) / 2
-    # the fast axis alone: nothing to route around
-    assert [s.kind for s in _plan("R, P", "R, R", SLOW_FAST)] == ["all_reduce"]
+    # more bytes on the fast axis beat fewer that cross the slow one: "R, P" -> "R, R" by bytes cuts over
+    # the slow axis (local_shard, all_reduce, all_gather); by time one all-reduce on the fast axis
+    fast = _plan("R, P", "R, R", SLOW_FAST)
+    assert [(s.kind, s.mesh_axis) for s in fast] == [("all_reduce", 1)]
+    by_bytes = _plan("R, P", "R, R", None)
+    assert plan_cost(fast, P("R, P"), (2, 4), BIG) > plan_cost(by_bytes, P("R, P"), (2, 4), BIG)
+    assert _bytes_by_axis(by_bytes, P("R, P"), (2, 4), BIG)[0] > 0
 
 
 def test_small_tensors_take_fewer_collectives_under_a_high_latency():
