@@ -20,7 +20,9 @@ their bytes are computed from the routes, at concrete sizes only).
 
 An ``exchange`` (a block exchange) moves what each worker's target block lacks: a sum over
 the devices of block overlaps, reported as ``exchange_bytes_<id>(sizes...)``, a function of the
-sizes that evaluates exactly (:func:`distir.ir.sym.opaque`).
+sizes that evaluates exactly (:func:`distir.ir.sym.opaque`); its rounds, one per peer across the
+mesh axes it crosses (:func:`distir.ir.exchange.crossed_axes`, which depends on which axes have
+size 1), as ``exchange_rounds_<id>(mesh sizes)``.
 
 A ``replan`` (a redistribute planned when the mesh's sizes are bound) moves what the plan
 ``specialize`` writes for those sizes moves: ``replan_bytes_<id>(sizes...)`` (and its rounds
@@ -36,6 +38,7 @@ formulas; on a specialized module, numbers.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -75,9 +78,11 @@ class CollectiveCost:
     sent_per_member: Rational  # bytes each worker of a group sends (and receives)
     steps: Dim  # latency steps of the ring algorithm
     identity_when_free: bool = False  # it is an identity (dropped by specialize) when it moves nothing
-    # the mesh axes it sends along, with their sizes, for the time model (distir.ir.axis_cost): its own axis; for
-    # a block exchange the axes it crosses (an axis that comes out of size 1 carries nothing); none between meshes
+    # the mesh axes it sends along, with their sizes, for the time model (distir.ir.axis_cost): its own axis (one
+    # that comes out of size 1 carries nothing); none between meshes; for a block exchange, ``crossed``
     axes: tuple[tuple[int, Dim], ...] = ()
+    # a block exchange: values -> the mesh axes it crosses at those sizes (distir.ir.exchange.crossed_axes)
+    crossed: Callable[[Mapping[str, int]], tuple[int, ...]] | None = field(default=None, compare=False, repr=False)
     # a step planned at the bound sizes (replan): values -> the costs of the steps specialize writes there
     at: Callable[[Mapping[str, int]], tuple[CollectiveCost, ...]] | None = field(default=None, compare=False, repr=False)
 
@@ -192,15 +197,26 @@ def _point_to_point_cost(step, binding: str, op: str, attrs, x: TensorType) -> C
             f"binding '{binding}': R.{op} moves data between meshes that may share devices; its bytes are "
             "known only at concrete sizes: specialize the module first"
         ) from None
+    crossed = None
     if step.reaches is not None:  # a block exchange: one round per peer across the axes it crosses (as the planner)
         mesh = attrs["device_mesh"]
-        crossed = crossed_axes(attrs["src_placement"], attrs["dst_placement"], mesh.shape, attrs.get("new_shape") is None)
-        axes = tuple((a, mesh.shape[a]) for a in crossed)
-        rounds = sym.sub(sym.product(n for _, n in axes), 1)
+        src_p, dst_p, same = attrs["src_placement"], attrs["dst_placement"], attrs.get("new_shape") is None
+
+        def crossed_at(*sizes) -> tuple[int, ...]:
+            return crossed_axes(src_p, dst_p, sizes, same)
+
+        def rounds_at(*sizes) -> int:
+            return math.prod(sizes[a] for a in crossed_at(*sizes)) - 1
+
+        def crossed(values: Mapping[str, int]) -> tuple[int, ...]:
+            return crossed_at(*(sym.evaluate(d, values) for d in mesh.shape))
+
+        tag = hashlib.sha1(f"{mesh.ndim}|{src_p}|{dst_p}|{same}".encode()).hexdigest()[:8]
+        rounds = sym.opaque("exchange_rounds_" + tag, rounds_at, list(mesh.shape))
     else:
-        axes, rounds = (), step.rounds(receivers)
+        rounds = step.rounds(receivers)
     return CollectiveCost(binding, op, step.name, -1, receivers, 1, received, total, Rational.of(total, receivers),
-                          rounds, axes=axes)
+                          rounds, crossed=crossed)
 
 
 def _piece_bytes(x: TensorType, out, n: Dim) -> Dim:

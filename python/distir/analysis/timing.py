@@ -71,7 +71,10 @@ def _collective_seconds(model: CommModel, c: CollectiveCost, values: dict) -> Fr
         return sum((_collective_seconds(model, step, values) for step in c.at(values)), Fraction(0))
     if c.identity_when_free and _eval(c.total_bytes, values) == 0:
         return Fraction(0)
-    axes = [a for a, n in c.axes if _eval(n, values) > 1] or [a for a, _ in c.axes[:1]]
+    if c.crossed is not None:
+        axes = list(c.crossed(values))
+    else:
+        axes = [a for a, n in c.axes if _eval(n, values) > 1] or [a for a, _ in c.axes[:1]]
     return model.link(axes).seconds(_eval(c.steps, values), Fraction(c.sent_per_member.evaluate(values)))
 
 
