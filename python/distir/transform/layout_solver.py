@@ -47,8 +47,7 @@ from scipy.sparse import coo_matrix
 
 from ..errors import DiagnosticError, DistirError, TypeInferenceError
 from ..ir import sym
-from ..ir.axis_cost import AxisCostError, AxisCosts, slowest
-from ..ir.exchange import crossed_axes
+from ..ir.axis_cost import AxisCostError, AxisCosts
 from ..ir.expr import Tuple, TupleGetItem, Var
 from ..ir.layout import concrete_placement
 from ..ir.mesh import DeviceMesh
@@ -56,7 +55,7 @@ from ..ir.placement import Partial, Placement, Replicate, Shard
 from ..ir.sharding import forward
 from ..ir.steps import get_step
 from ..ir.types import DTensorType, TupleType, dtype_bytes
-from .redistribute_plan import Timing, plan_cost, plan_redistribute, timing_for
+from .redistribute_plan import Timing, exchange_link, plan_cost, plan_redistribute, timing_for
 from .sharding_graph import Graph, Preferences, Site, Slot, field_slots
 
 __all__ = ["CostModel", "LayoutPlan", "Solved", "Strategy", "site_strategies", "solve_layouts"]
@@ -1097,9 +1096,8 @@ def function_bytes(func, env: Mapping[str, int], axis_costs: AxisCosts | None = 
                     sent += received
                 else:  # the slowest axis it crosses, a round per peer (as the planner)
                     same = len(x.shape) == len(y.shape) and all(sym.equal(a, b) for a, b in zip(x.shape, y.shape))
-                    axes = crossed_axes(x.placement, y.placement, sizes, same)
-                    link = slowest(axis_costs.for_mesh(len(sizes))[a] for a in axes)
-                    sent += link.seconds(math.prod(sizes[a] for a in axes) - 1, Fraction(received, math.prod(sizes)))
+                    link, rounds = exchange_link(x.placement, y.placement, sizes, axis_costs.for_mesh(len(sizes)), same)
+                    sent += link.seconds(rounds, Fraction(received, math.prod(sizes)))
 
         def results(t):
             if isinstance(t, TupleType):

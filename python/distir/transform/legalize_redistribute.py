@@ -34,8 +34,7 @@ from typing import ClassVar
 
 from ..errors import DiagnosticError, DistirError
 from ..ir import sym
-from ..ir.axis_cost import AxisCosts, slowest
-from ..ir.exchange import crossed_axes
+from ..ir.axis_cost import AxisCosts
 from ..ir.expr import Binding, Block, Call, Expr, Function, IRModule, ShapeExpr, Var, leaf_vars
 from ..ir.op import get_op
 from ..ir.placement import Placement
@@ -46,6 +45,7 @@ from .pass_infra import FunctionPass, PassContext, register_pass
 from .redistribute_plan import (
     Timing,
     Transfer,
+    exchange_link,
     needs_replan,
     plan_cost,
     plan_cross_mesh,
@@ -259,9 +259,8 @@ def _exchange_cost(x: DTensorType, y: DTensorType, dst: Placement, sizes, costs:
     received = sum(get_step("exchange").volume(x.shape, x.placement, y.shape, dst, sizes)) * dtype_bytes(x.dtype)
     if costs is None:
         return Fraction(received)
-    axes = crossed_axes(x.placement, dst, sizes, same_shape=False)
-    link = slowest(costs.for_mesh(len(sizes))[a] for a in axes)
-    return link.seconds(math.prod(sizes[a] for a in axes) - 1, Fraction(received, math.prod(sizes)))
+    link, rounds = exchange_link(x.placement, dst, sizes, costs.for_mesh(len(sizes)), same_shape=False)
+    return link.seconds(rounds, Fraction(received, math.prod(sizes)))
 
 
 def _exchange_pays_at(mesh, x: DTensorType, mid: Placement | None, y: DTensorType, dst: Placement, sizes,

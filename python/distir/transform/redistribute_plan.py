@@ -211,13 +211,20 @@ def step_cost(step: Step, state: Placement, sizes: tuple[int, ...], extents: tup
     return Fraction(num) / den
 
 
+def exchange_link(src: Placement, dst: Placement, sizes: tuple[int, ...], costs: tuple[AxisCost, ...],
+                  same_shape: bool = True) -> tuple[AxisCost, int]:
+    """The link a block exchange from ``src`` to ``dst`` pays and its rounds: the slowest of the axes
+    it crosses (:func:`~distir.ir.exchange.crossed_axes`), one round per other device of a group
+    across them."""
+    axes = crossed_axes(src, dst, sizes, same_shape)
+    return slowest(costs[a] for a in axes), _product(sizes[a] for a in axes) - 1
+
+
 def step_link(step: Step, state: Placement, sizes: tuple[int, ...], costs: tuple[AxisCost, ...]) -> tuple[AxisCost, int]:
     """The axis cost a step pays and its rounds: its mesh axis and the kind's rounds there; for a
-    block exchange the slowest of the axes it crosses (:func:`~distir.ir.exchange.crossed_axes`) and
-    one round per other device of a group across them."""
+    block exchange, :func:`exchange_link`."""
     if step.whole_layout:
-        axes = crossed_axes(state, step.apply(state, sizes), sizes)
-        return slowest(costs[a] for a in axes), _product(sizes[a] for a in axes) - 1
+        return exchange_link(state, step.apply(state, sizes), sizes, costs)
     return costs[step.mesh_axis], int(step.step_kind.rounds(sizes[step.mesh_axis]))
 
 
@@ -751,6 +758,7 @@ __all__ = [
     "cross_optimal_cost",
     "cross_plan_cost",
     "exact_extents",
+    "exchange_link",
     "is_cross_optimal_everywhere",
     "needs_replan",
     "optimal_cost",
