@@ -20,7 +20,9 @@ their bytes are computed from the routes, at concrete sizes only).
 
 An ``exchange`` (a block exchange) moves what each worker's target block lacks: a sum over
 the devices of block overlaps, reported as ``exchange_bytes_<id>(sizes...)``, a function of the
-sizes that evaluates exactly (:func:`distir.ir.sym.opaque`).
+sizes that evaluates exactly (:func:`distir.ir.sym.opaque`); its rounds, one per peer across the
+mesh axes it crosses (:func:`distir.ir.exchange.crossed_axes`, which depends on which axes have
+size 1), as ``exchange_rounds_<id>(mesh sizes)``.
 
 A ``replan`` (a redistribute planned when the mesh's sizes are bound) moves what the plan
 ``specialize`` writes for those sizes moves: ``replan_bytes_<id>(sizes...)`` (and its rounds
@@ -36,6 +38,7 @@ formulas; on a specialized module, numbers.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -44,6 +47,7 @@ from functools import lru_cache
 
 from ..errors import DistirError
 from ..ir import sym
+from ..ir.exchange import crossed_axes
 from ..ir.expr import Binding, Call, IRModule, Var
 from ..ir.layout import local_shape
 from ..ir.mesh import DeviceMesh, Range
@@ -74,6 +78,11 @@ class CollectiveCost:
     sent_per_member: Rational  # bytes each worker of a group sends (and receives)
     steps: Dim  # latency steps of the ring algorithm
     identity_when_free: bool = False  # it is an identity (dropped by specialize) when it moves nothing
+    # the mesh axes it sends along, with their sizes, for the time model (distir.ir.axis_cost): its own axis (one
+    # that comes out of size 1 carries nothing); none between meshes; for a block exchange, ``crossed``
+    axes: tuple[tuple[int, Dim], ...] = ()
+    # a block exchange: values -> the mesh axes it crosses at those sizes (distir.ir.exchange.crossed_axes)
+    crossed: Callable[[Mapping[str, int]], tuple[int, ...]] | None = field(default=None, compare=False, repr=False)
     # a step planned at the bound sizes (replan): values -> the costs of the steps specialize writes there
     at: Callable[[Mapping[str, int]], tuple[CollectiveCost, ...]] | None = field(default=None, compare=False, repr=False)
 
@@ -102,7 +111,7 @@ def collective_cost(kind: str, n: Dim, groups: Dim, input_bytes: Dim, *, output_
     if not total.is_integral:
         raise AnalysisError(f"binding '{binding}': R.{op} sends a fraction of a byte in all ({total})")
     return CollectiveCost(binding, op, kind, mesh_axis, n, groups, L, total.terms[0][0] if total.terms else 0,
-                          member, step.rounds(n), step.local_identity is not None)
+                          member, step.rounds(n), step.local_identity is not None, ((mesh_axis, n),))
 
 
 @dataclass(frozen=True)
@@ -188,8 +197,26 @@ def _point_to_point_cost(step, binding: str, op: str, attrs, x: TensorType) -> C
             f"binding '{binding}': R.{op} moves data between meshes that may share devices; its bytes are "
             "known only at concrete sizes: specialize the module first"
         ) from None
+    crossed = None
+    if step.reaches is not None:  # a block exchange: one round per peer across the axes it crosses (as the planner)
+        mesh = attrs["device_mesh"]
+        src_p, dst_p, same = attrs["src_placement"], attrs["dst_placement"], attrs.get("new_shape") is None
+
+        def crossed_at(*sizes) -> tuple[int, ...]:
+            return crossed_axes(src_p, dst_p, sizes, same)
+
+        def rounds_at(*sizes) -> int:
+            return math.prod(sizes[a] for a in crossed_at(*sizes)) - 1
+
+        def crossed(values: Mapping[str, int]) -> tuple[int, ...]:
+            return crossed_at(*(sym.evaluate(d, values) for d in mesh.shape))
+
+        tag = hashlib.sha1(f"{mesh.ndim}|{src_p}|{dst_p}|{same}".encode()).hexdigest()[:8]
+        rounds = sym.opaque("exchange_rounds_" + tag, rounds_at, list(mesh.shape))
+    else:
+        rounds = step.rounds(receivers)
     return CollectiveCost(binding, op, step.name, -1, receivers, 1, received, total, Rational.of(total, receivers),
-                          step.rounds(receivers))
+                          rounds, crossed=crossed)
 
 
 def _piece_bytes(x: TensorType, out, n: Dim) -> Dim:
@@ -214,7 +241,7 @@ _REPLAN_PLACEMENTS = ("src_placement", "mid_placement", "reshaped_placement", "d
 def _replan_spec(attrs, x: TensorType) -> str:
     mesh, shape, new = attrs["device_mesh"], attrs["shape"], attrs.get("new_shape")
     placements = "|".join(str(attrs.get(k)) for k in _REPLAN_PLACEMENTS)
-    return f"{mesh.ndim}|{len(shape)}|{-1 if new is None else len(new)}|{placements}|{x.dtype}"
+    return f"{mesh.ndim}|{len(shape)}|{-1 if new is None else len(new)}|{placements}|{x.dtype}|{attrs.get('axis_costs')}"
 
 
 @lru_cache(maxsize=4096)
@@ -223,7 +250,7 @@ def _replan_costs_at(spec: str, sizes: tuple[int, ...], shapes: tuple[int, ...],
     dtype) at concrete mesh ``sizes`` and tensor ``shapes`` (the shape, then the new shape if any)."""
     from ..ir.placement import Placement
 
-    _, rank, new_rank, *placements, dtype = spec.split("|")
+    _, rank, new_rank, *placements, dtype, costs = spec.split("|")
     mesh = DeviceMesh(sizes, Range(0, sym.product(sizes)))
     shape = list(shapes[: int(rank)])
     attrs = {"shape": shape, "device_mesh": mesh}
@@ -232,6 +259,8 @@ def _replan_costs_at(spec: str, sizes: tuple[int, ...], shapes: tuple[int, ...],
     for k, p in zip(_REPLAN_PLACEMENTS, placements):
         if p != "None":
             attrs[k] = Placement.parse(p)
+    if costs != "None":
+        attrs["axis_costs"] = costs
     x = Var("x", TensorType(local_shape(shape, mesh, attrs["src_placement"]), dtype))
     call = Call(get_step("replan").local_op, (x,), attrs)
     out = Var(binding, call.type)

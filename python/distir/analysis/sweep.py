@@ -84,7 +84,8 @@ class SweepResult:
         return {
             "symbol": self.symbol,
             "bound": dict(self.bound),
-            "model": {"latency_seconds": self.model.latency, "bandwidth_bytes_per_second": self.model.bandwidth},
+            "model": {"latency_seconds": self.model.latency, "bandwidth_bytes_per_second": self.model.bandwidth,
+                      "axis_costs": None if self.model.axes is None else str(self.model.axes)},
             "pipeline_seconds": self.pipeline_seconds,
             "analysis_seconds": self.analysis_seconds,
             "formulas": self.formulas(),
@@ -166,7 +167,8 @@ def sweep(
     ``bind`` fixes other symbolic sizes first (a sequence length). ``build``, when given,
     is called as ``build(local, {symbol: count})`` on the symbolic local-view module once
     the count specialized, and timed (:func:`distir.driver.tvm_builder` builds with TVM).
-    ``on_row`` is called after each count (for a progress bar).
+    ``on_row`` is called after each count (for a progress bar). When ``model`` gives per-axis costs
+    (``model.axes``), the pipeline plans redistributes by time with them (docs/redistribute.md).
     """
     from ..transform.pipelines import distribute_pipeline
     from ..transform.specialize import specialize
@@ -178,7 +180,16 @@ def sweep(
     if symbol in bound:
         raise AnalysisError(f"'{symbol}' is the swept size; do not also bind it")
     t0 = time.perf_counter()
-    local = (pipeline or distribute_pipeline())(mod)
+    if model.axes is not None:
+        from ..transform.legalize_redistribute import AXIS_COSTS_KEY
+        from ..transform.pass_infra import PassContext
+
+        outer = PassContext.current()
+        with PassContext(outer.opt_level, outer.required_passes, outer.disabled_passes, (),
+                         {**outer.config, AXIS_COSTS_KEY: model.axes}):
+            local = (pipeline or distribute_pipeline())(mod)
+    else:
+        local = (pipeline or distribute_pipeline())(mod)
     if bound:
         local = specialize(local, bound)
     t1 = time.perf_counter()

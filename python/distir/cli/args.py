@@ -22,9 +22,12 @@ __all__ = [
     "MAX_SWEEP_WORKERS",
     "MAX_WORKERS",
     "UsageError",
+    "axis_cost",
+    "check_axis_costs",
     "check_bind_names",
     "check_mesh_symbol",
     "image_file",
+    "merge_axis_costs",
     "mesh_symbols",
     "module_symbols",
     "non_negative_float",
@@ -169,6 +172,45 @@ def parse_binding(text: str) -> dict[str, int]:
         except argparse.ArgumentTypeError as err:
             raise argparse.ArgumentTypeError(f"{name}: {err}") from None
     return out
+
+
+def axis_cost(text: str):
+    """``"0=5us:25GB/s"`` (or several, comma-separated) -> AxisCosts (argparse type of ``--axis-cost``;
+    the syntax is in :mod:`distir.ir.axis_cost`)."""
+    from ..ir.axis_cost import AxisCostError, AxisCosts
+
+    try:
+        return AxisCosts.parse(text)
+    except AxisCostError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def merge_axis_costs(given: Iterable) -> object:
+    """The ``--axis-cost`` values as one AxisCosts (None when none was given); an axis given twice
+    is a usage error."""
+    from ..ir.axis_cost import AxisCosts
+
+    merged: dict = {}
+    for costs in given:
+        for axis, cost in costs.by_axis:
+            if axis in merged:
+                raise UsageError(f"--axis-cost {axis}={cost}: mesh axis {axis} is given twice (also as {merged[axis]})")
+            merged[axis] = cost
+    return AxisCosts(tuple(merged.items())) if merged else None
+
+
+def check_axis_costs(costs, mod) -> None:
+    """Every ``--axis-cost`` axis must be an axis of every mesh of the module."""
+    if costs is None:
+        return
+    meshes = mod.meshes()
+    if not meshes:
+        raise UsageError("--axis-cost: the module has no device mesh, so there is no mesh axis to cost")
+    for axis, cost in costs.by_axis:
+        for i, mesh in enumerate(meshes):
+            if axis >= mesh.ndim:
+                raise UsageError(f"--axis-cost {axis}={cost}: mesh[{i}] {mesh.shape_str()} has {mesh.ndim} "
+                                 f"axes (0 to {mesh.ndim - 1})")
 
 
 def shard_entry(text: str) -> tuple[str, str]:

@@ -36,6 +36,8 @@ examples:
   distir-opt model.py -p auto-shard,distribute --memory-budget 1.1/W --explain
                                                lay out plain parameters by cost under a memory budget,
                                                print why (stderr), then distribute
+  distir-opt model.py -p distribute --axis-cost 0=10us:25GB/s --axis-cost 1=1us:300GB/s
+                                               plan for the least time: a slow axis 0, a fast axis 1
 
 IR printed by --print-ir-after-* and the --time-passes table go to stderr; the final
 module goes to stdout (or -o). Errors go to stderr with exit status 1."""
@@ -52,7 +54,7 @@ def parse_binding(text: str) -> dict[str, int]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of distir-opt, shared by ``distir opt``."""
-    from .args import memory_budget, non_negative_int, shard_entry
+    from .args import axis_cost, memory_budget, non_negative_int, shard_entry
 
     parser.add_argument("file", metavar="FILE", help="module to read ('-' for stdin)")
     parser.add_argument(
@@ -82,6 +84,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--explain", action="store_true",
         help="for -p auto-shard: print (stderr) each parameter's layout and what every alternative would cost "
         "(one propagation per alternative)",
+    )
+    parser.add_argument(
+        "--axis-cost", action="append", default=[], type=axis_cost, metavar="AXIS=LATENCY:BANDWIDTH",
+        help="the time cost of a mesh axis, e.g. 0=10us:25GB/s (units s, ms, us, ns; B/s, KB/s, MB/s, GB/s, "
+        "TB/s); with it, redistributes are planned for the least estimated time instead of the fewest bytes "
+        "(repeatable; an axis not given costs 5us:25GB/s)",
     )
     parser.add_argument("-o", "--output", metavar="OUT", help="write the result here instead of stdout")
     parser.add_argument(
@@ -116,9 +124,12 @@ class OptOptions:
     shard_plan: dict[str, str] | None = None  # the plan of the shard-params pass
     memory_budget: str | None = None  # the auto-shard pass's
     explain: bool = False  # print the auto-shard pass's report
+    axis_costs: object = None  # AxisCosts of --axis-cost (plans minimize time), or None (bytes)
 
     @staticmethod
     def from_args(args: argparse.Namespace) -> OptOptions:
+        from .args import merge_axis_costs
+
         names = [n.strip() for group in args.passes for n in group.split(",") if n.strip()]
         bind: dict[str, int] = {}
         for b in args.bind:
@@ -141,6 +152,7 @@ class OptOptions:
             verify_each=args.verify_each,
             opt_level=args.opt_level,
             disabled=list(args.disable_pass),
+            axis_costs=merge_axis_costs(getattr(args, "axis_cost", []) or []),
         )
 
 
@@ -210,6 +222,13 @@ def run_opt(mod, opts: OptOptions, log=None):
     verify(mod)
     passes = [_named_pass(name, opts) for name in opts.passes]
     _check_disabled(opts.disabled)
+    config = {}
+    if opts.axis_costs is not None:
+        from ..transform.legalize_redistribute import AXIS_COSTS_KEY
+        from .args import check_axis_costs
+
+        check_axis_costs(opts.axis_costs, mod)
+        config[AXIS_COSTS_KEY] = opts.axis_costs
     if opts.bind:
         from .args import check_bind_names, module_symbols
 
@@ -230,7 +249,7 @@ def run_opt(mod, opts: OptOptions, log=None):
         instruments.append(
             PrintIRInstrument(after_all=opts.print_ir_after_all, after_change=opts.print_ir_after_change, stream=log)
         )
-    ctx = PassContext(opt_level=opts.opt_level, disabled_passes=opts.disabled, instruments=instruments)
+    ctx = PassContext(opt_level=opts.opt_level, disabled_passes=opts.disabled, instruments=instruments, config=config)
     from . import phase
 
     searching = "auto-shard" in opts.passes

@@ -32,12 +32,14 @@ examples:
   distir sweep model.py --json > sweep.json
   distir sweep model.py --latency 2e-6 --bandwidth 100e9
   distir sweep plain.py --auto -n 2,3,4,8                   auto-shard per count, name the layouts that change
-  distir sweep plain.py --auto --memory-budget 1.1/W"""
+  distir sweep plain.py --auto --memory-budget 1.1/W
+  distir sweep model.py --axis-cost 0=10us:25GB/s --axis-cost 1=1us:300GB/s   plan and time per mesh axis"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from .args import (
         MAX_SWEEP_WORKERS,
+        axis_cost,
         image_file,
         memory_budget,
         non_negative_float,
@@ -62,6 +64,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="alpha: seconds per ring step (default 5e-6)")
     parser.add_argument("--bandwidth", type=positive_float, default=25e9, metavar="BYTES_PER_S",
                         help="beta: link bandwidth in bytes per second (default 25e9)")
+    parser.add_argument(
+        "--axis-cost", action="append", default=[], type=axis_cost, metavar="AXIS=LATENCY:BANDWIDTH",
+        help="the time cost of one mesh axis, e.g. 0=10us:25GB/s (repeatable; other axes take --latency and "
+        "--bandwidth): the time is estimated per axis and redistributes are planned for the least time",
+    )
     parser.add_argument("--json", action="store_true", help="print the formulas and rows as JSON instead of a table")
     parser.add_argument("--plot", metavar="PNG", type=image_file,
                         help="draw memory and communication against the count into this PNG (matplotlib)")
@@ -145,7 +152,8 @@ def print_formulas(result, source: str, out: TextIO) -> None:
     out.writelines(f"  {k.ljust(width)}  {v}\n" for k, v in rows)
     out.write(
         f"  (bytes each worker sends, which it also receives; time by ring algorithms with latency "
-        f"{human_seconds(result.model.latency)} per step, bandwidth {human_rate(result.model.bandwidth)})\n"
+        f"{human_seconds(result.model.latency)} per step, bandwidth {human_rate(result.model.bandwidth)}"
+        + (f"; mesh axes {result.model.axes}, planned by time" if result.model.axes is not None else "") + ")\n"
     )
 
 
@@ -258,7 +266,7 @@ def run(args: argparse.Namespace) -> int:
     from ..driver import tvm_builder
     from ..ir.verify import verify
     from . import EXIT_ERROR, EXIT_OK, read_module
-    from .args import UsageError, check_bind_names, mesh_symbols, module_symbols
+    from .args import UsageError, check_axis_costs, check_bind_names, merge_axis_costs, mesh_symbols, module_symbols
 
     counts = args.num_workers
     bind: dict[str, int] = {}
@@ -267,10 +275,11 @@ def run(args: argparse.Namespace) -> int:
     if args.symbol in bind:
         raise UsageError(f"--bind {args.symbol}={bind[args.symbol]}: {args.symbol} is the swept size; give its "
                          f"values with -n/--num-workers")
-    model = CommModel(latency=args.latency, bandwidth=args.bandwidth)
+    model = CommModel(latency=args.latency, bandwidth=args.bandwidth, axes=merge_axis_costs(args.axis_cost))
     build = tvm_builder() if args.build else None
     mod = read_module(args.file)
     verify(mod)
+    check_axis_costs(model.axes, mod)
     symbols = module_symbols(mod)
     if args.symbol not in symbols:
         static = "" if mesh_symbols(mod) or not mod.meshes() else (

@@ -1,6 +1,7 @@
 """The distir IR: types, meshes, placements, expressions, modules, the op registry."""
 
 from . import sym
+from .axis_cost import AxisCost, AxisCosts
 from .expr import (
     Binding,
     Block,
@@ -24,6 +25,8 @@ from .types import DTensorType, PrimType, ShapeType, TensorType, TupleType, Type
 from .verify import collect_problems, verify  # eager: a lazy wrapper named like the submodule gets shadowed by it
 
 __all__ = [
+    "AxisCost",
+    "AxisCosts",
     "Binding",
     "Block",
     "Call",

@@ -32,9 +32,9 @@ import numpy as np
 
 from . import sym
 from .layout import block_of, block_storage_shape, chunk_box, chunk_homes, device_chunks, level_extents, mesh_coords
-from .placement import Placement, PlacementError
+from .placement import Placement, PlacementError, Shard
 
-__all__ = ["check_exchange", "gather_plan", "received", "reshape_groups"]
+__all__ = ["check_exchange", "crossed_axes", "gather_plan", "received", "reshape_groups"]
 
 
 def reshape_groups(src: tuple, dst: tuple):
@@ -66,6 +66,34 @@ def reshape_groups(src: tuple, dst: tuple):
     if i < len(s) or k < len(t):
         groups.append((tuple(s[i:]), tuple(t[k:])))
     return groups
+
+
+def crossed_axes(src: Placement, dst: Placement, sizes: Sequence[int], same_shape: bool = True) -> tuple[int, ...]:
+    """The mesh axes (of size > 1) an exchange from ``src`` to ``dst`` may send along, for its time
+    cost: an element comes from a holder that agrees with the receiver on every axis that does not
+    cut the source, so only axes cutting the source carry traffic; of those, an axis on which both
+    layouts cut the same dim below the same outer cuts leaves each receiver's block inside its own
+    block along that axis, and carries none. A reshape (``same_shape`` False) or a block layout
+    crosses every axis that cuts the source (every axis, for a block layout). A symbolic size counts
+    as more than 1."""
+
+    def cuts(n) -> bool:
+        return not isinstance(n, int) or n > 1
+
+    if src.is_block or dst.is_block:
+        return tuple(a for a, n in enumerate(sizes) if cuts(n))
+
+    def outer(p: Placement, a: int) -> tuple[int, ...]:
+        return tuple(b for b in p.mesh_axes_of(p.specs[a].dim) if b < a and cuts(sizes[b]))
+
+    out = []
+    for a, spec in enumerate(src.specs):
+        if not cuts(sizes[a]) or not isinstance(spec, Shard):
+            continue
+        if same_shape and dst.specs[a] == spec and outer(src, a) == outer(dst, a):
+            continue
+        out.append(a)
+    return tuple(out)
 
 
 def check_exchange(src: Placement, dst: Placement, src_shape: Sequence, dst_shape: Sequence) -> None:

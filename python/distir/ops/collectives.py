@@ -727,6 +727,19 @@ def _same_shape(a, b) -> bool:
 # replan: a redistribute planned when the mesh's sizes are bound (specialize writes its steps)
 
 
+def _check_axis_costs(attrs, mesh_ndim: int, op: str) -> None:
+    """The ``axis_costs`` a replan was planned with (docs/redistribute.md) must read back and fit the mesh."""
+    from ..ir.axis_cost import AxisCostError, AxisCosts
+
+    text = attrs.get("axis_costs")
+    if text is None:
+        return
+    try:
+        AxisCosts.parse(text).for_mesh(mesh_ndim)
+    except AxisCostError as err:
+        raise TypeInferenceError(f"R.{op}: axis_costs: {err}") from None
+
+
 def _replan_global_infer(types, attrs):
     x = types[0]
     if not isinstance(x, DTensorType):
@@ -745,6 +758,7 @@ def _replan_global_infer(types, attrs):
         raise TypeInferenceError("R.dist.replan: a reshape names both `shape` and `reshaped` (and `mid` only with them)")
     if not sym.equal(sym.product(shape), sym.product(x.shape)):
         raise TypeInferenceError(f"R.dist.replan: cannot read {shape_str(x.shape)} as {shape_str(shape)}")
+    _check_axis_costs(attrs, x.mesh.ndim, "dist.replan")
     return DTensorType(shape, x.dtype, x.mesh, placement)
 
 
@@ -770,6 +784,7 @@ def _replan_infer(types, attrs):
         )
     if not sym.equal(sym.product(shape), sym.product(new_shape)):
         raise TypeInferenceError(f"R.ccl.replan: cannot read {shape_str(shape)} as {shape_str(new_shape)}")
+    _check_axis_costs(attrs, mesh.ndim, "ccl.replan")
     want = local_shape(shape, mesh, src_p)
     if x.ndim != len(want) or not all(sym.equal(a, b) for a, b in zip(x.shape, want)):
         raise TypeInferenceError(
@@ -794,6 +809,8 @@ def _replan_lower(call: Call, x) -> Call:
         attrs["new_shape"] = call.type.shape
         attrs["mid_placement"] = call.attrs.get("mid")
         attrs["reshaped_placement"] = call.attrs["reshaped"]
+    if call.attrs.get("axis_costs") is not None:
+        attrs["axis_costs"] = call.attrs["axis_costs"]
     return Call(get_op("ccl.replan"), (x,), attrs, call.span)
 
 
@@ -919,7 +936,8 @@ register_step(StepKind(
     "where no plan is cheapest at every count): legalize writes it on a mesh of symbolic sizes, and specialize "
     "replaces it by the plan for the count it binds (exact bytes at the concrete sizes, block exchanges included). "
     "With `shape`, it stands for the chain [redistribute to `mid`], reshape to `shape` laid out `reshaped`, "
-    "redistribute to `placement`, which specialize writes as such or as one block exchange",
+    "redistribute to `placement`, which specialize writes as such or as one block exchange. `axis_costs` (text "
+    "`AXIS=LATENCY:BANDWIDTH,...`): the mesh axes' costs it was planned with, so specialize minimizes time too",
     apply=None, sent=None, lower=_replan_lower, simulate=_replan_simulate,
     global_params=(
         Param("x", "tensor"),
@@ -927,6 +945,7 @@ register_step(StepKind(
         Param("shape", "dims", None),
         Param("mid", "placement", None),
         Param("reshaped", "placement", None),
+        Param("axis_costs", "str", None),
     ),
     global_infer=_replan_global_infer,
     local_params=(
@@ -937,11 +956,12 @@ register_step(StepKind(
         Param("mid_placement", "placement", None),
         Param("reshaped_placement", "placement", None),
         Param("dst_placement", "placement"),
+        Param("axis_costs", "str", None),
     ),
     local_infer=_replan_infer,
     local_doc="Each worker of `device_mesh` holds its block of a `shape` tensor laid out `src_placement` and gets its "
     "block laid out `dst_placement` (of the same elements read as `new_shape`, when given: the chain [redistribute to "
     "`mid_placement`], reshape laid out `reshaped_placement`, redistribute), by the steps the planner finds cheapest "
-    "when the mesh's sizes are bound: specialize writes them; with symbolic sizes the analysis reports its bytes as "
+    "when the mesh's sizes are bound (by time with `axis_costs`): specialize writes them; with symbolic sizes the analysis reports its bytes as "
     "`replan_bytes_<id>(sizes...)`, exact at every size, and a symbolic TVM export runs the plan made for every count.",
 ))  # fmt: skip

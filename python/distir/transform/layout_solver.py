@@ -50,6 +50,7 @@ from scipy.sparse import coo_matrix
 
 from ..errors import DiagnosticError, DistirError, TypeInferenceError
 from ..ir import sym
+from ..ir.axis_cost import AxisCostError, AxisCosts
 from ..ir.expr import Tuple, TupleGetItem, Var
 from ..ir.layout import concrete_placement
 from ..ir.mesh import DeviceMesh
@@ -57,7 +58,7 @@ from ..ir.placement import Partial, Placement, Replicate, Shard
 from ..ir.sharding import forward
 from ..ir.steps import get_step
 from ..ir.types import DTensorType, TupleType, dtype_bytes
-from .redistribute_plan import plan_cost, plan_redistribute
+from .redistribute_plan import Timing, exchange_link, plan_cost, plan_redistribute, timing_for
 from .sharding_graph import Graph, Preferences, Site, Slot, field_slots
 
 __all__ = ["CostModel", "LayoutPlan", "ParamChoice", "Solved", "Strategy", "alternative", "site_strategies",
@@ -93,12 +94,18 @@ class CostModel:
     """Sizes and bytes at the size hints: a symbolic mesh size counts as 4 and any other symbolic
     dim as 64 unless ``size_hints`` says otherwise (:meth:`redistribute_cost`); and the same summed
     over the samples ``MESH_SAMPLES`` x ``DIM_SAMPLES`` of the sizes ``size_hints`` leaves open
-    (:meth:`sampled_cost`, the solver's objective)."""
+    (:meth:`sampled_cost`, the solver's objective).
+
+    With ``axis_costs`` (docs/redistribute.md, time costs) a redistribute costs the estimated time of
+    the plan legalize makes by time, counted as the bytes the mesh's fastest axis moves in that time
+    (so a byte over the fastest axis still weighs about one, and the tie-breaks stay below it)."""
 
     def __init__(self, graph: Graph, size_hints: Mapping[str, int] | None = None, dim_size: int = DIM_SIZE_HINT,
-                 fit_count: int | None = None):
+                 fit_count: int | None = None, axis_costs: AxisCosts | None = None):
         """``dim_size``: a symbolic dim other than a mesh size, at the size hints. ``fit_count``: the
         count a symbolic mesh size is taken at by :meth:`fits` (None: the hinted mesh size)."""
+        self.axis_costs = axis_costs
+        self._timed: dict[tuple, Fraction | None] = {}
         self.g = graph
         self.env_sizes = dict(size_hints or {})
         self.dim_size, self.fit_count = dim_size, fit_count
@@ -158,6 +165,18 @@ class CostModel:
         key = (s.id, src, dst)
         if key in self._sampled:
             return self._sampled[key]
+        if self.axis_costs is not None:
+            total = Fraction(0)
+            mesh = self.mesh(s)
+            for m in MESH_SAMPLES:
+                for v, w in DIM_SAMPLES:
+                    c = self.timed_cost(mesh, s.tensor.ndim, src, dst, tuple(self._eval(d, m) for d in mesh.shape),
+                                        self.nbytes_at(s, m, v))
+                    if c is None:
+                        return INF
+                    total += w * c
+            self._sampled[key] = total
+            return total
         shares = self._shares(self.mesh(s), s.tensor.ndim, src, dst)
         if shares is None:
             return INF
@@ -181,8 +200,26 @@ class CostModel:
                     plan_cost(plan, src, tuple(self._eval(d, m) for d in mesh.shape)) for m in MESH_SAMPLES)
         return self._share_cache[key]
 
+    def timed_cost(self, mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement, sizes: tuple[int, ...],
+                   nbytes: int) -> Fraction | None:
+        """The time of the plan legalize makes by time for ``nbytes`` from ``src`` to ``dst``, at mesh
+        ``sizes``, as bytes of the mesh's fastest axis (class docstring); None: no plan."""
+        key = (id(mesh), ndim, src, dst, sizes, nbytes)
+        if key not in self._timed:
+            costs = self.axis_costs.for_mesh(mesh.ndim, "legalize-redistribute.axis_costs")
+            timing = Timing(costs, nbytes)
+            try:
+                plan = plan_redistribute(mesh, ndim, src, dst, None, timing)
+                self._timed[key] = plan_cost(plan, src, sizes, None, timing) * max(c.bandwidth for c in costs)
+            except AxisCostError:
+                raise
+            except DistirError:
+                self._timed[key] = None
+        return self._timed[key]
+
     def redistribute_cost(self, s: Slot, src: Placement | None, dst: Placement) -> Fraction:
-        """Bytes each worker sends to turn ``s`` from ``src`` into ``dst`` (the planner's model)."""
+        """Bytes each worker sends to turn ``s`` from ``src`` into ``dst`` (the planner's model; with
+        axis costs, the plan's time as bytes, see the class docstring)."""
         if src is None:
             return Fraction(0) if dst.is_replicated else INF  # a plain value is the same everywhere
         if src == dst:
@@ -190,6 +227,9 @@ class CostModel:
         if src.is_block or dst.is_block:
             return self.block_cost(s, src, dst)
         mesh = self.mesh(s)
+        if self.axis_costs is not None:
+            c = self.timed_cost(mesh, s.tensor.ndim, src, dst, self.mesh_sizes(mesh), self.nbytes(s))
+            return INF if c is None else c
         key = (id(mesh), s.tensor.ndim, src, dst)
         if key not in self._hint_share:
             try:
@@ -210,15 +250,22 @@ class CostModel:
         env.update({n: self.env_sizes.get(n, MESH_SIZE_HINT) for d in mesh.shape for n in sym.free_vars(d)})
         try:
             extents = tuple(sym.evaluate(d, env) for d in s.tensor.shape)
-            plan = plan_redistribute(mesh, s.tensor.ndim, src, dst, s.tensor.shape)
+            timing = None
+            if self.axis_costs is not None:
+                timing = Timing(self.axis_costs.for_mesh(mesh.ndim, "legalize-redistribute.axis_costs"), self.nbytes(s))
+            plan = plan_redistribute(mesh, s.tensor.ndim, src, dst, s.tensor.shape, timing)
             cost, state = Fraction(0), concrete_placement(src, env)
             for step in plan:
                 if step.whole_layout:
                     step = type(step)(step.kind, step.mesh_axis, placement=concrete_placement(step.placement, env))
-                cost += plan_cost((step,), state, self.mesh_sizes(mesh), extents)
+                cost += plan_cost((step,), state, self.mesh_sizes(mesh), extents, timing)
                 state = step.apply(state, self.mesh_sizes(mesh))
+        except AxisCostError:
+            raise
         except DistirError:
             return INF
+        if timing is not None:
+            return cost * max(c.bandwidth for c in timing.costs)
         return cost * self.nbytes(s)
 
     def held_share(self, s: Slot, p: Placement) -> Fraction:
@@ -1084,12 +1131,13 @@ def _type_vars(t) -> set[str]:
     return out
 
 
-def function_bytes(func, env: Mapping[str, int]) -> tuple[Fraction, Fraction] | None:
+def function_bytes(func, env: Mapping[str, int], axis_costs: AxisCosts | None = None) -> tuple[Fraction, Fraction] | None:
     """Bytes all workers send running ``func`` (a propagated global-view function, whose reshape
     chains legalize may fuse first, see
     :func:`~distir.transform.legalize_redistribute.fuse_reshapes`) at the sizes ``env``: the
     redistributes as legalize plans them (padded blocks counted), and apart the gathers of its
-    sharded results (the runner's). None where ``env`` does not evaluate a size."""
+    sharded results (the runner's). None where ``env`` does not evaluate a size. With
+    ``axis_costs``, the estimated seconds of those steps instead (plans made by time)."""
     redistribute, exchange = "dist.redistribute", get_step("exchange")
 
     def ev(d) -> int:
@@ -1098,8 +1146,13 @@ def function_bytes(func, env: Mapping[str, int]) -> tuple[Fraction, Fraction] | 
     def cost(t: DTensorType, src: Placement, dst: Placement, sizes) -> Fraction:
         if src == dst:
             return Fraction(0)
-        plan = plan_redistribute(t.mesh, t.ndim, src, dst, t.shape)
         shape = tuple(ev(d) for d in t.shape)
+        if axis_costs is not None:  # the plan legalize makes by time, timed at these sizes
+            plan = plan_redistribute(t.mesh, t.ndim, src, dst, t.shape,
+                                     timing_for(axis_costs, t.mesh, t.shape, dtype_bytes(t.dtype)))
+            timing = Timing(axis_costs.for_mesh(t.mesh.ndim), math.prod(shape) * dtype_bytes(t.dtype))
+            return plan_cost(plan, src, sizes, shape, timing)
+        plan = plan_redistribute(t.mesh, t.ndim, src, dst, t.shape)
         return plan_cost(plan, src, sizes, shape) * math.prod(shape) * dtype_bytes(t.dtype) * math.prod(sizes)
 
     sent = gathers = Fraction(0)
@@ -1116,7 +1169,13 @@ def function_bytes(func, env: Mapping[str, int]) -> tuple[Fraction, Fraction] | 
                 sizes = tuple(ev(d) for d in x.mesh.shape)
                 volume = exchange.volume(tuple(ev(d) for d in x.shape), x.placement, tuple(ev(d) for d in y.shape),
                                          y.placement, sizes)
-                sent += sum(volume) * dtype_bytes(x.dtype)
+                received = sum(volume) * dtype_bytes(x.dtype)
+                if axis_costs is None:
+                    sent += received
+                else:  # the slowest axis it crosses, a round per peer (as the planner)
+                    same = len(x.shape) == len(y.shape) and all(sym.equal(a, b) for a, b in zip(x.shape, y.shape))
+                    link, rounds = exchange_link(x.placement, y.placement, sizes, axis_costs.for_mesh(len(sizes)), same)
+                    sent += link.seconds(rounds, Fraction(received, math.prod(sizes)))
 
         def results(t):
             if isinstance(t, TupleType):
@@ -1127,6 +1186,8 @@ def function_bytes(func, env: Mapping[str, int]) -> tuple[Fraction, Fraction] | 
             whole = Placement.replicated(t.mesh.ndim)
             gathers += cost(t, Placement(tuple(Replicate() if isinstance(x, Partial) else x for x in t.placement.specs)),
                             whole, tuple(ev(d) for d in t.mesh.shape))
+    except AxisCostError:
+        raise
     except (DistirError, sym.SymbolicError, ZeroDivisionError):
         return None
     return sent, gathers

@@ -18,6 +18,11 @@ included) moves fewer bytes than that plan, the redistribute becomes one
 ``R.dist.replan(x, placement=...)`` (lowered to ``R.ccl.replan``); ``specialize`` replaces it
 by the plan for the count it binds (:func:`expand_replans`). Elsewhere the plan is written out
 as before, and it is the exact optimum at every count of :data:`~distir.transform.redistribute_plan.REPLAN_SIZES`.
+
+**Time costs.** With ``PassContext(config={"legalize-redistribute.axis_costs": ...})`` (an
+:class:`~distir.ir.axis_cost.AxisCosts`, its text or a mapping from mesh axis to cost) plans
+minimize estimated time instead of bytes (:class:`~distir.transform.redistribute_plan.Timing`),
+and a replan records the costs in its ``axis_costs`` attribute so that specialize plans by time too.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from typing import ClassVar
 
 from ..errors import DiagnosticError, DistirError
 from ..ir import sym
+from ..ir.axis_cost import AxisCosts
 from ..ir.expr import Binding, Block, Call, Expr, Function, IRModule, ShapeExpr, Var, leaf_vars
 from ..ir.op import get_op
 from ..ir.placement import Placement
@@ -37,17 +43,34 @@ from ..ir.types import DTensorType, dtype_bytes
 from ..ops.manipulate import reshape_moves_data
 from .pass_infra import FunctionPass, PassContext, register_pass
 from .redistribute_plan import (
+    Timing,
     Transfer,
+    exchange_link,
     needs_replan,
     plan_cost,
     plan_cross_mesh,
     plan_redistribute,
     replan_points,
     sample_points,
+    timing_for,
 )
 from .rewrite import Env, map_bindings, substitute_expr
 
-__all__ = ["LegalizeRedistribute", "expand_replans", "legalize_function", "replan_bindings"]
+__all__ = ["AXIS_COSTS_KEY", "LegalizeRedistribute", "axis_costs_of", "expand_replans", "legalize_function",
+           "replan_bindings"]
+
+#: the PassContext config key of the mesh axes' time costs (read by propagation too)
+AXIS_COSTS_KEY = "legalize-redistribute.axis_costs"
+
+
+def axis_costs_of(ctx: PassContext) -> AxisCosts | None:
+    """The axis costs the context's config gives (None: plans minimize bytes)."""
+    return AxisCosts.of(ctx.config.get(AXIS_COSTS_KEY), AXIS_COSTS_KEY)
+
+
+def _timing(costs: AxisCosts | None, t: DTensorType, where: str) -> Timing | None:
+    """The time objective of redistributing ``t`` (None without costs)."""
+    return timing_for(costs, t.mesh, t.shape, dtype_bytes(t.dtype), where)
 
 
 def _step_call(step, x: Var, target_mesh, span) -> Call:
@@ -100,7 +123,7 @@ _EXPANSIONS: dict = {}
 
 
 _REPLAN_ATTRS = ("shape", "new_shape", "device_mesh", "src_placement", "mid_placement", "reshaped_placement",
-                 "dst_placement")
+                 "dst_placement", "axis_costs")
 
 
 def _expansion(attrs, dtype: str) -> Function:
@@ -109,10 +132,12 @@ def _expansion(attrs, dtype: str) -> Function:
     from .lower_to_local import LowerGlobalViewToLocalView
 
     key = (attrs["device_mesh"], _dims_key(attrs["shape"]), _dims_key(attrs.get("new_shape")), attrs["src_placement"],
-           attrs.get("mid_placement"), attrs.get("reshaped_placement"), attrs["dst_placement"], dtype, steps_version())
+           attrs.get("mid_placement"), attrs.get("reshaped_placement"), attrs["dst_placement"], attrs.get("axis_costs"),
+           dtype, steps_version())
     hit = _EXPANSIONS.get(key)
     if hit is None:
-        legal = legalize_function(_chain(attrs, dtype), replan=False)
+        costs = AxisCosts.parse(attrs["axis_costs"]) if attrs.get("axis_costs") is not None else None
+        legal = legalize_function(_chain(attrs, dtype), replan=False, costs=costs)
         hit = LowerGlobalViewToLocalView().transform_function(legal, IRModule({}), PassContext.current())
         if len(_EXPANSIONS) > 4096:
             _EXPANSIONS.clear()
@@ -214,44 +239,61 @@ def _concrete(shape) -> bool:
     return all(isinstance(d, int) for d in shape)
 
 
-def _chain_bytes(mesh, t: DTensorType, src: Placement, dst: Placement, sizes) -> Fraction:
+def _chain_bytes(mesh, t: DTensorType, src: Placement, dst: Placement, sizes, costs: AxisCosts | None = None) -> Fraction:
     """Bytes all workers send to redistribute ``t`` (concrete shape) from ``src`` to ``dst`` with the
-    plan legalize writes, at concrete mesh ``sizes`` (padded blocks counted)."""
+    plan legalize writes, at concrete mesh ``sizes`` (padded blocks counted); with ``costs``, the
+    plan's seconds."""
     if src == dst:
         return Fraction(0)
-    plan = plan_redistribute(mesh, t.ndim, src, dst, t.shape)
+    timing = _timing(costs, t, "")
+    plan = plan_redistribute(mesh, t.ndim, src, dst, t.shape, timing)
+    if timing is not None:
+        return plan_cost(plan, src, sizes, tuple(t.shape), timing)
     volume = math.prod(t.shape) * dtype_bytes(t.dtype)
     return plan_cost(plan, src, sizes, tuple(t.shape)) * volume * math.prod(sizes)
 
 
+def _exchange_cost(x: DTensorType, y: DTensorType, dst: Placement, sizes, costs: AxisCosts | None) -> Fraction:
+    """Bytes all workers receive in one block exchange from ``x`` to ``y``'s shape laid out ``dst``;
+    with ``costs``, its seconds (the slowest axis it crosses, a round per peer)."""
+    received = sum(get_step("exchange").volume(x.shape, x.placement, y.shape, dst, sizes)) * dtype_bytes(x.dtype)
+    if costs is None:
+        return Fraction(received)
+    link, rounds = exchange_link(x.placement, dst, sizes, costs.for_mesh(len(sizes)), same_shape=False)
+    return link.seconds(rounds, Fraction(received, math.prod(sizes)))
+
+
 def _exchange_pays_at(mesh, x: DTensorType, mid: Placement | None, y: DTensorType, dst: Placement, sizes,
-                      concrete: bool) -> bool:
-    """Whether at mesh ``sizes`` one block exchange moves less than the chain (see :func:`_exchange_pays`)."""
-    size = dtype_bytes(x.dtype)
-    exchange = sum(get_step("exchange").volume(x.shape, x.placement, y.shape, dst, sizes)) * size
+                      concrete: bool, costs: AxisCosts | None = None) -> bool:
+    """Whether at mesh ``sizes`` one block exchange moves less than the chain (with ``costs``: takes
+    less time; see :func:`_exchange_pays`)."""
+    exchange = _exchange_cost(x, y, dst, sizes, costs)
     a_placement = mid if mid is not None else x.placement
-    chain = _chain_bytes(mesh, x, x.placement, a_placement, sizes)
-    chain += _chain_bytes(mesh, y, y.placement, dst, sizes)
+    chain = _chain_bytes(mesh, x, x.placement, a_placement, sizes, costs)
+    chain += _chain_bytes(mesh, y, y.placement, dst, sizes, costs)
     return exchange < chain or (concrete and reshape_moves_data(x.shape, a_placement, y.shape, sizes))
 
 
-def _exchange_pays(mesh, x: DTensorType, mid: Placement | None, y: DTensorType, dst: Placement) -> bool:
+def _exchange_pays(mesh, x: DTensorType, mid: Placement | None, y: DTensorType, dst: Placement,
+                   costs: AxisCosts | None = None) -> bool:
     """Whether one block exchange from ``x`` to ``y``'s shape laid out ``dst`` moves less than the
     redistribute to ``mid`` (if any), the reshape, and the redistribute to ``dst``. On a concrete
     mesh: less at its size (a reshape that re-blocks there counts as moving more). With symbolic
     mesh sizes: less at every sampled size, so a symbolic program gets an exchange only where it
     is a gain at every count."""
     concrete = all(isinstance(d, int) for d in mesh.shape)
-    return all(_exchange_pays_at(mesh, x, mid, y, dst, sizes, concrete) for sizes in sample_points(tuple(mesh.shape)))
+    return all(_exchange_pays_at(mesh, x, mid, y, dst, sizes, concrete, costs)
+               for sizes in sample_points(tuple(mesh.shape)))
 
 
-def _exchange_pays_somewhere(mesh, x: DTensorType, mid: Placement | None, y: DTensorType, dst: Placement) -> bool:
+def _exchange_pays_somewhere(mesh, x: DTensorType, mid: Placement | None, y: DTensorType, dst: Placement,
+                             costs: AxisCosts | None = None) -> bool:
     """Whether at some count of ``REPLAN_SIZES`` the exchange is what a mesh of those constant sizes
     would write (then specialize plans the chain for its count)."""
-    return any(_exchange_pays_at(mesh, x, mid, y, dst, sizes, True) for sizes in replan_points(tuple(mesh.shape)))
+    return any(_exchange_pays_at(mesh, x, mid, y, dst, sizes, True, costs) for sizes in replan_points(tuple(mesh.shape)))
 
 
-def fuse_reshapes(func: Function, replan: bool = True) -> Function:
+def fuse_reshapes(func: Function, replan: bool = True, costs: AxisCosts | None = None) -> Function:
     """``[a = redistribute(x)]; b = reshape(a); [c = redistribute(b)]`` on one mesh, the
     intermediates used nowhere else, becomes ``R.dist.exchange(x, placement=..., shape=...)``
     where that moves less (:func:`_exchange_pays`): a reshape of sharded dims planned as one
@@ -297,10 +339,14 @@ def fuse_reshapes(func: Function, replan: bool = True) -> Function:
             continue
         symbolic = not all(isinstance(d, int) for d in mesh.shape)
         out = post if post is not None else b
-        if (pre is not None or post is not None or not symbolic) and _exchange_pays(mesh, xt, mid, y, dst):
+        if costs is not None:
+            _timing(costs, xt, f"R.reshape of '{b.var.name}'")  # an axis cost beyond the mesh: one clear error
+        if (pre is not None or post is not None or not symbolic) and _exchange_pays(mesh, xt, mid, y, dst, costs):
             call = Call(kind.global_op, (x,), {"placement": dst, "shape": list(y.shape)}, b.span)
-        elif replan and symbolic and _exchange_pays_somewhere(mesh, xt, mid, y, dst):
+        elif replan and symbolic and _exchange_pays_somewhere(mesh, xt, mid, y, dst, costs):
             attrs = {"placement": dst, "shape": list(y.shape), "mid": mid, "reshaped": y.placement}
+            if costs is not None:
+                attrs["axis_costs"] = str(costs)
             call = Call(get_step("replan").global_op, (x,), attrs, b.span)
         else:
             continue  # (a lone reshape on a symbolic mesh keeps its blocks at every count, docs/uneven.md)
@@ -333,14 +379,14 @@ class LegalizeRedistribute(FunctionPass):
     name: ClassVar[str] = "legalize-redistribute"
 
     def transform_function(self, func: Function, mod: IRModule, ctx: PassContext) -> Function:
-        return legalize_function(func)
+        return legalize_function(func, costs=axis_costs_of(ctx))
 
 
-def legalize_function(func: Function, replan: bool = True) -> Function:
+def legalize_function(func: Function, replan: bool = True, costs: AxisCosts | None = None) -> Function:
     """Legalize each redistribute of ``func``; with ``replan``, those whose plan depends on the count
-    (module docstring) become ``R.dist.replan``."""
+    (module docstring) become ``R.dist.replan``; with ``costs``, plans minimize time."""
     redistribute = get_op("dist.redistribute")
-    func = fuse_reshapes(func, replan)
+    func = fuse_reshapes(func, replan, costs)
 
     def rewrite(b: Binding, env: Env):
         value = b.value
@@ -355,11 +401,14 @@ def legalize_function(func: Function, replan: bool = True) -> Function:
         mesh, dst = value.attrs["device_mesh"], value.attrs["placement"]
         try:
             blocks = src.placement.is_block or dst.is_block  # exchanged element by element at every count already
-            if replan and mesh == src.mesh and not blocks and needs_replan(mesh, src.ndim, src.placement, dst, src.shape):
-                call = Call(get_step("replan").global_op, (x,), {"placement": dst}, b.span)
+            timing = _timing(costs, src, AXIS_COSTS_KEY) if mesh == src.mesh else None  # between meshes: bytes (docs)
+            if replan and mesh == src.mesh and not blocks and needs_replan(mesh, src.ndim, src.placement, dst, src.shape,
+                                                                           timing):
+                attrs = {"placement": dst} if costs is None else {"placement": dst, "axis_costs": str(costs)}
+                call = Call(get_step("replan").global_op, (x,), attrs, b.span)
                 return [Binding(b.var, call, b.span)]
             if mesh == src.mesh:
-                plan = plan_redistribute(mesh, src.ndim, src.placement, dst, src.shape)
+                plan = plan_redistribute(mesh, src.ndim, src.placement, dst, src.shape, timing)
             else:
                 plan = plan_cross_mesh(src.mesh, src.placement, mesh, dst, src.ndim)
         except DistirError as err:

@@ -65,7 +65,7 @@ from .layout_solver import (
     solve_layouts,
     visible_layouts,
 )
-from .legalize_redistribute import fuse_reshapes
+from .legalize_redistribute import axis_costs_of, fuse_reshapes
 from .pass_infra import FunctionPass, PassContext, register_pass
 from .sharding_graph import Graph, Preferences, Site, Slot, build_graph, field_slots, preferred_placements
 
@@ -565,10 +565,11 @@ def lay_out(graph: Graph, ctx: PassContext) -> Function:
         search = "milp" if all(m.ndim <= MILP_MAX_MESH_AXES for m in graph.mesh_of.values()) else "greedy"
     if search == "milp" and _has_block_layouts(graph):
         search = "greedy"  # the solver does not cost block layouts (docs/blocks.md); greedy does
-    cost = CostModel(graph, hints)
+    axis_costs = axis_costs_of(ctx)  # plans by time: propagation prices redistributes as legalize will plan them
+    cost = CostModel(graph, hints, axis_costs=axis_costs)
     # the greedy choice as it always was: bytes with other symbolic dims at 512, and a symbolic mesh
     # size taken as 8 when deciding whether a cut would leave workers empty
-    greedy_cost = CostModel(graph, hints, dim_size=GREEDY_DIM_SIZE, fit_count=GREEDY_FIT_COUNT)
+    greedy_cost = CostModel(graph, hints, dim_size=GREEDY_DIM_SIZE, fit_count=GREEDY_FIT_COUNT, axis_costs=axis_costs)
     if search == "greedy":
         new = _Materializer(graph, prefs, greedy_cost).run()
         _warn_ambiguities(graph, prefs)
@@ -580,7 +581,7 @@ def lay_out(graph: Graph, ctx: PassContext) -> Function:
             greedy = _Materializer(graph, prefs, greedy_cost).run()
         except DiagnosticError:
             greedy = None  # the greedy choice cannot lay it out; the solver could
-        if greedy is not None and not structural_equal(new, greedy) and not _no_worse(new, greedy, graph, hints):
+        if greedy is not None and not structural_equal(new, greedy) and not _no_worse(new, greedy, graph, hints, axis_costs):
             _warn_ambiguities(graph, prefs)
             return greedy
     _warn_ties(graph, prefs, plan, solved)
@@ -602,18 +603,19 @@ def _has_block_layouts(graph: Graph) -> bool:
         for site in graph.sites if isinstance(site.binding.value, Call))
 
 
-def _no_worse(new: Function, old: Function, graph: Graph, hints) -> bool:
-    """Whether ``new`` sends no more bytes than ``old`` at every sampled size and device count
-    (:func:`~distir.transform.layout_solver.sample_envs`), both within the program and counting the
-    gathers of sharded results, with the reshape chains legalize fuses fused."""
+def _no_worse(new: Function, old: Function, graph: Graph, hints, axis_costs=None) -> bool:
+    """Whether ``new`` sends no more bytes (with ``axis_costs``: takes no more time) than ``old`` at
+    every sampled size and device count (:func:`~distir.transform.layout_solver.sample_envs`), both
+    within the program and counting the gathers of sharded results, with the reshape chains legalize
+    fuses fused."""
     mesh_names = set()
     for m in graph.mesh_of.values():
         for d in m.shape:
             if not isinstance(d, int):
                 mesh_names |= sym.free_vars(d)
-    new, old = fuse_reshapes(new), fuse_reshapes(old)
+    new, old = fuse_reshapes(new, costs=axis_costs), fuse_reshapes(old, costs=axis_costs)
     for env in sample_envs(graph.func, mesh_names, hints):
-        a, b = function_bytes(new, env), function_bytes(old, env)
+        a, b = function_bytes(new, env, axis_costs), function_bytes(old, env, axis_costs)
         if a is None or b is None:
             continue
         if a[0] > b[0] or a[0] + a[1] > b[0] + b[1]:

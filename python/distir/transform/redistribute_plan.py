@@ -15,6 +15,12 @@ Between two meshes (:func:`plan_cross_mesh`) the path runs over (mesh, placement
 on the source mesh, one :class:`Transfer` (see :mod:`distir.ir.transfer`), steps on the
 target mesh, weighted by the bytes all workers send together (a step on a mesh of D
 devices costs D times its per-worker cost), sampled over the symbols of both meshes.
+
+**Time objective.** Given the cost of each mesh axis (:class:`~distir.ir.axis_cost.AxisCost`:
+latency per round, bandwidth) and the tensor's bytes, a :class:`Timing`, plans on one mesh
+minimize the estimated time instead: the sum over steps of ``rounds * latency + bytes /
+bandwidth`` of the step's axis (a block exchange: the slowest axis it crosses, with one round per
+peer). Without it, bytes per worker (the default).
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ from typing import ClassVar
 
 from ..errors import DistirError
 from ..ir import sym
+from ..ir.axis_cost import AxisCost, AxisCosts, slowest
+from ..ir.exchange import crossed_axes
 from ..ir.layout import level_extents
 from ..ir.mesh import DeviceMesh, Range
 from ..ir.placement import Partial, Placement, PlacementError, Replicate, Shard
@@ -42,6 +50,36 @@ SAMPLE_SIZES = (2, 3, 4, 8)
 #: exact optimum there (:func:`needs_replan`)
 REPLAN_SIZES = (1, 2, 3, 4, 5, 6, 7, 8)
 LARGE_SAMPLE_SIZES = (16, 32, 64, 128)
+#: for the time objective, a symbolic dim of the tensor counts as this (a mesh size as ``MESH_TIME_HINT``)
+DIM_TIME_HINT = 512
+MESH_TIME_HINT = 4
+
+
+@dataclass(frozen=True)
+class Timing:
+    """The time objective of a plan (module docstring): the cost of each mesh axis and the bytes of
+    the whole tensor. Plan costs are then seconds instead of bytes per worker per byte."""
+
+    costs: tuple[AxisCost, ...]
+    nbytes: int
+
+
+def timing_for(costs: AxisCosts | None, mesh: DeviceMesh, shape, itemsize: int, where: str = "") -> Timing | None:
+    """The :class:`Timing` of a tensor of ``shape`` (``itemsize`` bytes per element) on ``mesh``, or
+    None without ``costs``. A symbolic dim counts as :data:`DIM_TIME_HINT`, a mesh size as
+    :data:`MESH_TIME_HINT`; an axis cost beyond the mesh's axes is an error."""
+    if costs is None:
+        return None
+    per_axis = costs.for_mesh(mesh.ndim, where)
+    mesh_names = set().union(*(sym.free_vars(d) for d in mesh.shape))
+    nbytes = itemsize
+    for d in shape:
+        if isinstance(d, int):
+            nbytes *= d
+            continue
+        env = {n: MESH_TIME_HINT if n in mesh_names else DIM_TIME_HINT for n in sym.free_vars(d)}
+        nbytes *= max(int(sym.evaluate(d, env)), 0)
+    return Timing(per_axis, nbytes)
 
 
 @dataclass(frozen=True)
@@ -173,13 +211,43 @@ def step_cost(step: Step, state: Placement, sizes: tuple[int, ...], extents: tup
     return Fraction(num) / den
 
 
+def exchange_link(src: Placement, dst: Placement, sizes: tuple[int, ...], costs: tuple[AxisCost, ...],
+                  same_shape: bool = True) -> tuple[AxisCost, int]:
+    """The link a block exchange from ``src`` to ``dst`` pays and its rounds: the slowest of the axes
+    it crosses (:func:`~distir.ir.exchange.crossed_axes`), one round per other device of a group
+    across them."""
+    axes = crossed_axes(src, dst, sizes, same_shape)
+    return slowest(costs[a] for a in axes), _product(sizes[a] for a in axes) - 1
+
+
+def step_link(step: Step, state: Placement, sizes: tuple[int, ...], costs: tuple[AxisCost, ...]) -> tuple[AxisCost, int]:
+    """The axis cost a step pays and its rounds: its mesh axis and the kind's rounds there; for a
+    block exchange, :func:`exchange_link`."""
+    if step.whole_layout:
+        return exchange_link(state, step.apply(state, sizes), sizes, costs)
+    return costs[step.mesh_axis], int(step.step_kind.rounds(sizes[step.mesh_axis]))
+
+
+def step_time(step: Step, state: Placement, sizes: tuple[int, ...], timing: Timing,
+              extents: tuple[int, ...] | None = None) -> Fraction:
+    """Seconds the step takes: ``rounds * latency + bytes / bandwidth`` of its axis (:func:`step_link`)."""
+    link, rounds = step_link(step, state, sizes, timing.costs)
+    return link.seconds(rounds, step_cost(step, state, sizes, extents) * timing.nbytes)
+
+
+def _edge(step: Step, state: Placement, sizes, extents, timing: Timing | None) -> Fraction:
+    return step_cost(step, state, sizes, extents) if timing is None else step_time(step, state, sizes, timing, extents)
+
+
 def plan_cost(
-    plan: tuple[Step, ...], src: Placement, sizes: tuple[int, ...], extents: tuple[int, ...] | None = None
+    plan: tuple[Step, ...], src: Placement, sizes: tuple[int, ...], extents: tuple[int, ...] | None = None,
+    timing: Timing | None = None,
 ) -> Fraction:
-    """Bytes per worker of ``plan``, per byte of the tensor (see :func:`step_cost` for ``extents``)."""
+    """Bytes per worker of ``plan``, per byte of the tensor (see :func:`step_cost` for ``extents``);
+    with ``timing``, its seconds instead."""
     total, state = Fraction(0), src
     for step in plan:
-        total += step_cost(step, state, sizes, extents)
+        total += _edge(step, state, sizes, extents, timing)
         state = step.apply(state, sizes)
     return total
 
@@ -211,11 +279,12 @@ def _shortest(src, dst, moves):
 
 
 def _dijkstra(
-    src: Placement, dst: Placement, ndim: int, sizes: tuple[int, ...], extents: tuple[int, ...] | None = None
+    src: Placement, dst: Placement, ndim: int, sizes: tuple[int, ...], extents: tuple[int, ...] | None = None,
+    timing: Timing | None = None,
 ) -> tuple[Step, ...]:
     def moves(state):
         for step, nxt in _moves(state, ndim, dst, sizes):
-            yield step, nxt, step_cost(step, state, sizes, extents)
+            yield step, nxt, _edge(step, state, sizes, extents, timing)
 
     plan = _shortest(src, dst, moves)
     if plan is None:
@@ -249,21 +318,22 @@ def sample_points(mesh_shape: tuple[Dim, ...]) -> list[tuple[int, ...]]:
 
 @lru_cache(maxsize=4096)
 def _plan_cached(
-    mesh_shape, ndim: int, src: Placement, dst: Placement, version: int, extents: tuple[int, ...] | None = None
+    mesh_shape, ndim: int, src: Placement, dst: Placement, version: int, extents: tuple[int, ...] | None = None,
+    timing: Timing | None = None,
 ) -> tuple[Step, ...]:
     """``version``: of the step registry (a plan names step kinds, so new kinds mean new plans)."""
     points = _sample_points(mesh_shape)
     candidates: list[tuple[Step, ...]] = []
     for p in points:
-        plan = _dijkstra(src, dst, ndim, p, extents)
+        plan = _dijkstra(src, dst, ndim, p, extents, timing)
         if plan not in candidates:
             candidates.append(plan)
     if len(candidates) == 1:
         return candidates[0]
-    optimum = {p: plan_cost(_dijkstra(src, dst, ndim, p, extents), src, p, extents) for p in points}
+    optimum = {p: plan_cost(_dijkstra(src, dst, ndim, p, extents, timing), src, p, extents, timing) for p in points}
 
     def excess(plan):
-        return sum((plan_cost(plan, src, p, extents) - optimum[p]) for p in points)
+        return sum((plan_cost(plan, src, p, extents, timing) - optimum[p]) for p in points)
 
     return min(
         candidates,
@@ -280,7 +350,7 @@ def exact_extents(mesh: DeviceMesh, shape) -> tuple[int, ...] | None:
 
 
 def plan_redistribute(
-    mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement, shape=None
+    mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement, shape=None, timing: Timing | None = None
 ) -> tuple[Step, ...]:
     """The cheapest steps from ``src`` to ``dst`` on ``mesh`` for a tensor of rank ``ndim``.
 
@@ -288,17 +358,19 @@ def plan_redistribute(
     symbolic sizes (or no ``shape``), costs take blocks to divide evenly, so the plan depends on
     the placements and the mesh, not on the tensor's sizes. When the mesh and the tensor's
     ``shape`` are concrete, costs are the exact bytes at those sizes: collectives move padded
-    blocks, a block exchange only real elements."""
+    blocks, a block exchange only real elements. With ``timing``, the plan of least estimated
+    time (module docstring)."""
     src.validate(mesh.ndim, ndim, "source placement")  # e.g. "P[max], P" mixes reductions: no plan is right
     dst.validate(mesh.ndim, ndim, "target placement")
     if src == dst:
         return ()
     if src.is_block or dst.is_block:
-        return _plan_block(mesh, ndim, src, dst, shape)
-    return _plan_cached(_ShapeBox(mesh.shape), ndim, src, dst, steps_version(), exact_extents(mesh, shape))
+        return _plan_block(mesh, ndim, src, dst, shape, timing)
+    return _plan_cached(_ShapeBox(mesh.shape), ndim, src, dst, steps_version(), exact_extents(mesh, shape), timing)
 
 
-def _plan_block(mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement, shape) -> tuple[Step, ...]:
+def _plan_block(mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement, shape,
+                timing: Timing | None = None) -> tuple[Step, ...]:
     """Plans to or from a block layout (docs/blocks.md). Only a block exchange reaches or leaves
     one, and an exchange moves exactly what each device lacks, so from a layout without partials
     it is one exchange. A partial source is reduced first: over every way of dropping its partial
@@ -308,7 +380,7 @@ def _plan_block(mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement, sha
     exchange = get_step("exchange").name
     if not dst.is_block:
         mid = Placement(tuple(Replicate() if isinstance(s, Partial) else s for s in dst.specs))
-        return (Step(exchange, -1, placement=mid),) + plan_redistribute(mesh, ndim, mid, dst, shape)
+        return (Step(exchange, -1, placement=mid),) + plan_redistribute(mesh, ndim, mid, dst, shape, timing)
     if not src.has_partial:
         return (Step(exchange, -1, placement=dst),)
     if shape is None:
@@ -321,14 +393,14 @@ def _plan_block(mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement, sha
         for axis, spec in zip(paxes, combo):
             specs[axis] = spec
         mid = Placement(tuple(specs))
-        candidates.append(plan_redistribute(mesh, ndim, src, mid, shape) + (Step(exchange, -1, placement=dst),))
+        candidates.append(plan_redistribute(mesh, ndim, src, mid, shape, timing) + (Step(exchange, -1, placement=dst),))
     points = _block_points(mesh, shape, dst)
 
     def total(plan):
         cost = Fraction(0)
         for sizes, extents, target in points:
             concrete = plan[:-1] + (Step(exchange, -1, placement=target),)
-            cost += plan_cost(concrete, src, sizes, extents)
+            cost += plan_cost(concrete, src, sizes, extents, timing)
         return cost
 
     return min(candidates, key=lambda plan: (total(plan), len(plan), candidates.index(plan)))
@@ -392,25 +464,27 @@ def replan_points(mesh_shape: tuple[Dim, ...]) -> list[tuple[int, ...]]:
 
 
 @lru_cache(maxsize=4096)
-def _needs_replan(mesh_shape, ndim: int, src: Placement, dst: Placement, shape: tuple[int, ...], version: int) -> bool:
-    plan = _plan_cached(mesh_shape, ndim, src, dst, version)
+def _needs_replan(mesh_shape, ndim: int, src: Placement, dst: Placement, shape: tuple[int, ...], version: int,
+                  timing: Timing | None = None) -> bool:
+    plan = _plan_cached(mesh_shape, ndim, src, dst, version, None, timing)
     return any(
-        optimal_cost(sizes, ndim, src, dst, shape) < plan_cost(plan, src, sizes, shape)
+        optimal_cost(sizes, ndim, src, dst, shape, timing) < plan_cost(plan, src, sizes, shape, timing)
         for sizes in replan_points(tuple(mesh_shape))
     )
 
 
-def needs_replan(mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement, shape) -> bool:
+def needs_replan(mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement, shape, timing: Timing | None = None) -> bool:
     """Whether a redistribute on ``mesh`` (symbolic sizes) of a tensor of concrete ``shape`` has a
     count of :data:`REPLAN_SIZES` (per symbol) at which the exact optimum moves fewer bytes than the
-    plan made for every count; legalize then leaves it to specialize to plan (``R.dist.replan``)."""
+    plan made for every count (with ``timing``: takes less time); legalize then leaves it to
+    specialize to plan (``R.dist.replan``)."""
     if src == dst or all(isinstance(d, int) for d in mesh.shape):
         return False
     if shape is None or not all(isinstance(d, int) for d in shape):
         return False
     src.validate(mesh.ndim, ndim, "source placement")
     dst.validate(mesh.ndim, ndim, "target placement")
-    return _needs_replan(_ShapeBox(mesh.shape), ndim, src, dst, tuple(shape), steps_version())
+    return _needs_replan(_ShapeBox(mesh.shape), ndim, src, dst, tuple(shape), steps_version(), timing)
 
 
 def is_optimal_everywhere(mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement) -> bool:
@@ -424,10 +498,12 @@ def is_optimal_everywhere(mesh: DeviceMesh, ndim: int, src: Placement, dst: Plac
 
 
 def optimal_cost(
-    mesh_sizes: tuple[int, ...], ndim: int, src: Placement, dst: Placement, extents: tuple[int, ...] | None = None
+    mesh_sizes: tuple[int, ...], ndim: int, src: Placement, dst: Placement, extents: tuple[int, ...] | None = None,
+    timing: Timing | None = None,
 ) -> Fraction:
-    """The cost model's optimum at concrete mesh sizes (per worker, per byte of the tensor)."""
-    return plan_cost(_dijkstra(src, dst, ndim, mesh_sizes, extents), src, mesh_sizes, extents)
+    """The cost model's optimum at concrete mesh sizes (per worker, per byte of the tensor; with
+    ``timing``, seconds)."""
+    return plan_cost(_dijkstra(src, dst, ndim, mesh_sizes, extents, timing), src, mesh_sizes, extents, timing)
 
 
 def plan_cost_formula(plan: tuple[Step, ...], src: Placement, mesh: DeviceMesh, nbytes: Dim) -> Dim:
@@ -677,10 +753,12 @@ __all__ = [
     "MeshPoint",
     "Replicate",
     "Step",
+    "Timing",
     "Transfer",
     "cross_optimal_cost",
     "cross_plan_cost",
     "exact_extents",
+    "exchange_link",
     "is_cross_optimal_everywhere",
     "needs_replan",
     "optimal_cost",
@@ -691,5 +769,8 @@ __all__ = [
     "replan_points",
     "sample_points",
     "step_cost",
+    "step_link",
+    "step_time",
+    "timing_for",
     "transfer_cost",
 ]

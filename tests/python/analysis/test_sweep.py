@@ -154,7 +154,7 @@ def test_cli_json_has_formulas_and_rows(mlp_file, capsys):
     data = json.loads(out)
     assert [r["num_workers"] for r in data["rows"]] == [1, 2, 4, 8]
     assert data["formulas"]["param_bytes"] == "T.ceildiv(384, num_workers) * 2048 + 131072"
-    assert data["model"] == {"latency_seconds": 1e-5, "bandwidth_bytes_per_second": 1e9}
+    assert data["model"] == {"latency_seconds": 1e-5, "bandwidth_bytes_per_second": 1e9, "axis_costs": None}
     for r in data["rows"]:
         w = r["num_workers"]
         assert r["param_bytes"] == hand_params(w)

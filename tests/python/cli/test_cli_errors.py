@@ -483,3 +483,46 @@ def test_input_errors_exit_1_with_one_line(argv, fragment, inputs_dir, capsys, m
 
 def test_the_tables_cover_at_least_sixty_cases():
     assert len(USAGE_ERRORS) + len(INPUT_ERRORS) >= 60
+
+
+# ---------------------------------------------------------------- --axis-cost
+
+TWO_AXES = """\
+@I.ir_module
+class Module:
+    I.module_global_infos({"mesh": [R.device_mesh((2, 4), I.Range(0, 8))]})
+
+    @R.function
+    def main(x: R.DTensor((1024, 1024), "float32", "mesh[0]", "P, R")) -> R.DTensor((1024, 1024), "float32", "mesh[0]", "R, R"):
+        with R.dataflow():
+            y: R.DTensor((1024, 1024), "float32", "mesh[0]", "R, R") = R.dist.redistribute(x, device_mesh="mesh[0]", placement="R, R")
+            R.output(y)
+        return y
+"""
+
+
+def test_opt_axis_cost_plans_by_time(tmp_path, capsys):
+    """With a slow axis 0 the all-reduce runs on a quarter of the tensor, cut and gathered over the fast axis."""
+    path = tmp_path / "two_axes.py"
+    path.write_text(TWO_AXES)
+    code, out, _ = run_cli(["opt", str(path), "-p", "legalize-redistribute"], capsys)
+    assert code == 0 and out.count("R.dist.") == 1 and "R.dist.all_reduce(x, mesh_axis=0)" in out
+    for flags in (["--axis-cost", "0=10us:10GB/s", "--axis-cost", "1=1us:100GB/s"], ["--axis-cost", "0=10us:10GB/s,1=1us:100GB/s"]):
+        code, out, _ = run_cli(["opt", str(path), "-p", "legalize-redistribute", *flags], capsys)
+        assert code == 0, out
+        assert "R.dist.local_shard(x, mesh_axis=1, dim=0)" in out and "R.dist.all_gather(y_1, mesh_axis=1)" in out
+
+
+@pytest.mark.parametrize("flags, fragment", [
+    (["--axis-cost", "0=10:10GB/s"], "argument --axis-cost: '0=10:10GB/s': the latency '10' has no unit"),
+    (["--axis-cost", "0=10us"], "argument --axis-cost: '0=10us': expected LATENCY:BANDWIDTH"),
+    (["--axis-cost", "a=1us:1GB/s"], "argument --axis-cost: 'a=1us:1GB/s': the mesh axis 'a' is not an integer"),
+    (["--axis-cost", "0=1us:1GB/s", "--axis-cost", "0=2us:1GB/s"], "--axis-cost 0=2us:1GB/s: mesh axis 0 is given twice"),
+    (["--axis-cost", "2=1us:1GB/s"], "--axis-cost 2=1us:1GB/s: mesh[0] (2, 4) has 2 axes (0 to 1)"),
+])
+def test_opt_axis_cost_errors_are_one_line(tmp_path, capsys, flags, fragment):
+    path = tmp_path / "two_axes.py"
+    path.write_text(TWO_AXES)
+    code, _, err = run_cli(["opt", str(path), "-p", "legalize-redistribute", *flags], capsys)
+    assert code == 2
+    assert_one_error_line(err, "distir opt", fragment)

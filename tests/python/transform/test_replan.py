@@ -158,7 +158,7 @@ def test_a_reshape_that_re_blocks_at_some_counts_is_planned_at_specialization():
     the exchange at 4 and 5 (where it re-blocks) and the reshape alone where the count divides."""
     mod = distir.parse(MERGE)
     legalized = get_pass("legalize-redistribute")(get_pass("propagate-sharding")(mod))
-    assert 'R.dist.replan(x, placement="S[1]", shape=[8, 96], mid=None, reshaped="S[1]")' in legalized.script()
+    assert 'R.dist.replan(x, placement="S[1]", shape=[8, 96], mid=None, reshaped="S[1]", axis_costs=None)' in legalized.script()
     local = distribute_pipeline()(mod)
     x = np.random.default_rng(3).standard_normal((8, 6, 16)).astype("float32")
     expected = run(mod, x)
