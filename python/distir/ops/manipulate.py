@@ -7,11 +7,11 @@ import math
 
 import numpy as np
 
-from ..errors import TypeInferenceError
+from ..errors import DiagnosticError, DistirError, TypeInferenceError
 from ..ir import sym
 from ..ir.exchange import reshape_groups
-from ..ir.expr import Call, ShapeExpr
-from ..ir.layout import level_extents
+from ..ir.expr import Call, ShapeExpr, Var
+from ..ir.layout import expand_strided, level_extents, local_type
 from ..ir.op import RelaxForm, ShardingDoc, get_op
 from ..ir.types import DTensorType, ShapeType, TupleType, np_dtype
 from ._common import (
@@ -138,6 +138,8 @@ def _reshape_localize(call, args, local_out, lower=None):
     x, y = call.args[0].type, call.type
     if not isinstance(x, DTensorType) or not isinstance(y, DTensorType):
         return Call(call.op, (args[0], ShapeExpr(local_out.shape)), call.attrs, call.span)
+    if x.placement.is_strided or y.placement.is_strided:
+        return _strided_reshape_localize(call, args, local_out, lower)
     data = args[0]
     shape = list(local_out.shape)
     after = []  # (output dim, attrs of its regroup or None, minor mesh axes to cut again)
@@ -171,6 +173,36 @@ def _reshape_localize(call, args, local_out, lower=None):
                                                        "mesh_axis": axis}))  # fmt: skip
     for op, attrs in steps:
         out = Call(op, (lower.bind(f"{_hint(data)}_reshaped", out),), attrs, call.span)
+    return out
+
+
+def _strided_reshape_localize(call, args, local_out, lower):
+    """A reshape from or to a strided layout is the reshape between the expanded forms
+    (:func:`distir.ir.layout.expand_strided`), whose storage is the strided one element for
+    element: the local storage is viewed in the expanded form, reshaped as a plain layout is,
+    and viewed back."""
+    x, y = call.args[0].type, call.type
+    xw_shape, xw = expand_strided(x.shape, x.placement)
+    yw_shape, yw = expand_strided(y.shape, y.placement)
+    wide_in = DTensorType(xw_shape, x.dtype, x.mesh, xw)
+    wide_out = DTensorType(yw_shape, y.dtype, y.mesh, yw)
+    data = args[0]
+    if x.placement.is_strided:
+        view = Call(call.op, (data, ShapeExpr(local_type(wide_in).shape)), {}, call.span)
+        data = lower.bind(f"{_hint(data)}_parts", view)
+    inner = Call(call.op, (Var(_hint(args[0]), wide_in, call.span), ShapeExpr(yw_shape)), call.attrs, call.span)
+    try:
+        typed = inner.type
+    except DistirError as err:
+        typed = err
+    if typed != wide_out:
+        raise DiagnosticError(
+            f"R.reshape from \"{x.placement}\" to \"{y.placement}\": the expanded forms ({_s(xw_shape)} \"{xw}\" to "
+            f"{_s(yw_shape)} \"{yw}\") do not reshape into each other; redistribute first", call.span
+        )
+    out = _reshape_localize(inner, (data,), local_type(wide_out), lower)
+    if y.placement.is_strided:
+        out = Call(call.op, (lower.bind(f"{_hint(data)}_reshaped", out), ShapeExpr(local_out.shape)), {}, call.span)
     return out
 
 

@@ -25,8 +25,8 @@ from ..errors import DiagnosticError, DistirError, Span, TypeInferenceError
 from ..ir.expr import Binding, Call, Constant, Expr, Function, Tuple, TupleGetItem, Var
 from ..ir.mesh import DeviceMesh
 from ..ir.op import OpDef
-from ..ir.placement import Partial, Placement, Replicate, Shard, Spec
-from ..ir.sharding import ShardingRule, forward, without_placement
+from ..ir.placement import Partial, Placement, Replicate, Shard, Spec, StridedShard, shard_spec
+from ..ir.sharding import ShardingRule, factor_at, forward, spec_at, with_sizes, without_placement
 from ..ir.types import DTensorType, TensorType, TupleType, Type
 
 __all__ = [
@@ -72,6 +72,18 @@ class Site:
     mesh: DeviceMesh | None = None  # the mesh its distributed slots live on
     lead_in: list[tuple[str | None, ...]] = field(default_factory=list)  # leading factor of each input dim
     lead_out: list[tuple[str | None, ...]] = field(default_factory=list)
+    # (factor, inner split) the op may cut beyond its leading factors: strided shards (docs/strided.md)
+    strided_cuts: list[tuple[str, int]] = field(default_factory=list)
+
+    def cuts(self) -> list[tuple[str, int]]:
+        """(factor, inner split) of every way to shard one factor: each leading factor of an input
+        dim (split 1), then the strided cuts :func:`find_strided_cuts` found."""
+        out = [(f, 1) for lead in self.lead_in for f in lead if f is not None]
+        return list(dict.fromkeys(out + self.strided_cuts))
+
+    def input_spec(self, k: int, factor: str, q: int = 1) -> Spec:
+        """Input ``k``'s spec when ``factor`` (inner split ``q``) is sharded: S[d], S[d/k], or R."""
+        return _cut_spec(self.rule, self.rule.inputs[k], factor, q)
 
     @property
     def name(self) -> str:
@@ -225,7 +237,8 @@ class _Builder:
         elif op.sharding is not None and outs:
             tensors = [s.tensor for s in ins]
             try:
-                site.rule = op.sharding(tensors, dict(op.full_attrs(value.attrs)), [s.tensor for s in outs])
+                outs_t = [s.tensor for s in outs]
+                site.rule = with_sizes(op.sharding(tensors, dict(op.full_attrs(value.attrs)), outs_t), tensors, outs_t)
             except (DistirError, IndexError) as err:
                 self.fail(b, f"the sharding rule of R.{op.name} does not apply here: {err}")
             site.lead_in = [_lead(d) for d in site.rule.inputs]
@@ -318,7 +331,58 @@ def build_graph(func: Function, mesh_names: dict | None = None) -> Graph:
     """Slots and sites of ``func``; DiagnosticError for what propagation cannot handle.
 
     ``mesh_names`` (mesh -> "mesh[i]") makes errors name meshes as the text does."""
-    return _Builder(func, mesh_names).build()
+    graph = _Builder(func, mesh_names).build()
+    find_strided_cuts(graph)
+    return graph
+
+
+def _cut_spec(rule: ShardingRule, dims, factor: str, q: int) -> Spec:
+    for d, fs in enumerate(dims):
+        if factor in fs:
+            split = spec_at(rule, fs, factor, q)
+            return Replicate() if not isinstance(split, int) else shard_spec(d, split)
+    return Replicate()
+
+
+def find_strided_cuts(graph: Graph) -> None:
+    """Fill each site's ``strided_cuts``: the strided shards (docs/strided.md) a reshape asks of a
+    dim (a factor that is not the first of its dim: the head part of a fused ``(s, 3 * d)``
+    reshaped to ``(s, 3, heads, head_dim)``), or a fixed layout holds, carried to every op that
+    shares the dim, so a weight can be laid out the way the reshape downstream needs it."""
+    wants: dict[int, set[tuple[int, int]]] = {}  # slot id -> (dim, split) strided shards worth trying
+    for s in graph.slots:
+        if s.fixed is not None and not s.fixed.is_block:
+            wants.setdefault(s.id, set()).update((sp.dim, sp.split) for _, sp in s.fixed.strided)
+    sites = [site for site in graph.sites if site.rule is not None]
+
+    def sides(site):
+        return [*zip(site.ins, site.rule.inputs), *zip(site.outs, site.rule.outputs)]
+
+    for site in sites:  # factors a reshape leaves in a minor place
+        for slot, dims in sides(site):
+            for d, fs in enumerate(dims):
+                for f in fs[1:]:
+                    split = spec_at(site.rule, fs, f, 1)
+                    if isinstance(split, int) and split > 1:
+                        wants.setdefault(slot.id, set()).add((d, split))
+    changed = True
+    while changed:
+        changed = False
+        for site in sites:
+            for slot, dims in sides(site):
+                for d, split in sorted(wants.get(slot.id, ())):
+                    if d >= len(dims) or not dims[d]:
+                        continue
+                    cut = factor_at(site.rule, dims[d], split)
+                    if cut is None or cut[0] in site.rule.blocked:
+                        continue
+                    if cut not in site.strided_cuts:
+                        site.strided_cuts.append(cut)
+                    for other, odims in sides(site):
+                        spec = _cut_spec(site.rule, odims, *cut)
+                        if isinstance(spec, StridedShard) and (spec.dim, spec.split) not in wants.get(other.id, set()):
+                            wants.setdefault(other.id, set()).add((spec.dim, spec.split))
+                            changed = True
 
 
 # ---------------------------------------------------------------------------------------------
