@@ -287,6 +287,11 @@ class Placement:
                     f"{s.split} parts, but {s.split} does not divide it"
                     + ("" if isinstance(shape[s.dim], int) else " for every value of the symbolic size")
                 )
+            if shape is not None and s.dim < len(shape) and sym.equal(shape[s.dim], s.split):
+                raise PlacementError(
+                    f"{what} \"{self}\": mesh axis {i} views dim {s.dim} (size {sym.to_str(shape[s.dim])}) as "
+                    f"{s.split} parts of one element each, which no worker but the first holds; write S[{s.dim}] or R"
+                )
         ops = {s.op for s in self.specs if isinstance(s, Partial)}
         if len(ops) > 1:
             raise PlacementError(

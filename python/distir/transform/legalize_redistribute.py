@@ -32,7 +32,7 @@ from ..ir import sym
 from ..ir.expr import Binding, Block, Call, Expr, Function, IRModule, ShapeExpr, Var, leaf_vars
 from ..ir.layout import expand_placement, expand_strided
 from ..ir.op import get_op
-from ..ir.placement import Placement
+from ..ir.placement import Placement, Replicate, Shard
 from ..ir.steps import get_step, steps_version
 from ..ir.types import DTensorType, dtype_bytes
 from ..ops.manipulate import reshape_moves_data
@@ -392,9 +392,25 @@ def split_strided(func: Function) -> Function:
                 x = bind(Call(redistribute, (x,), {"device_mesh": mesh, "placement": goal}, b.span), f"{b.var.name}_moved")
             return bind(Call(reshape, (x, ShapeExpr(tuple(src.shape))), {}, b.span), None if last else f"{b.var.name}_plain")
 
+        # a reshape carries no shard of a dim of size 1: such shards are replicated around it
+        ones = {d for d, n in enumerate(src.shape) if isinstance(n, int) and n == 1}
+
+        def whole(p: Placement) -> Placement:
+            return Placement(tuple(Replicate() if isinstance(s, Shard) and s.dim in ones else s for s in p.specs))
+
+        def move(x: Var, target: Placement, last: bool) -> Var:
+            if x.type.placement == target:
+                return x
+            call = Call(redistribute, (x,), {"device_mesh": mesh, "placement": target}, b.span)
+            return bind(call, None if last else f"{b.var.name}_whole")
+
+        if not src.placement.is_strided and whole(src.placement) != src.placement:
+            cur = move(cur, whole(src.placement), False)
         if src.placement.is_strided:
             plain = without_strided(dst)
-            cur = via(cur, src.placement, plain, not dst.is_strided)
+            cur = via(cur, src.placement, whole(plain), not dst.is_strided and whole(plain) == plain)
+            if not dst.is_strided:
+                cur = move(cur, plain, True)
         if dst.is_strided:
             cur = via(cur, dst, dst, True)
         if out[-1].var.type != b.var.type:
