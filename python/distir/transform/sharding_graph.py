@@ -347,42 +347,57 @@ def _cut_spec(rule: ShardingRule, dims, factor: str, q: int) -> Spec:
 def find_strided_cuts(graph: Graph) -> None:
     """Fill each site's ``strided_cuts``: the strided shards (docs/strided.md) a reshape asks of a
     dim (a factor that is not the first of its dim: the head part of a fused ``(s, 3 * d)``
-    reshaped to ``(s, 3, heads, head_dim)``), or a fixed layout holds, carried to every op that
-    shares the dim, so a weight can be laid out the way the reshape downstream needs it."""
-    wants: dict[int, set[tuple[int, int]]] = {}  # slot id -> (dim, split) strided shards worth trying
-    for s in graph.slots:
-        if s.fixed is not None and not s.fixed.is_block:
-            wants.setdefault(s.id, set()).update((sp.dim, sp.split) for _, sp in s.fixed.strided)
+    reshaped to ``(s, 3, heads, head_dim)``), carried to every op that shares the dim. A cut is
+    offered only where its strided layout is *grounded*: held by a fixed layout, or reachable
+    from a parameter whose layout is free (a weight laid out the way the reshape downstream
+    needs it). A value whose layout is given otherwise is not redistributed into a strided one
+    on the way (that would only move data a block exchange moves more directly)."""
     sites = [site for site in graph.sites if site.rule is not None]
 
     def sides(site):
         return [*zip(site.ins, site.rule.inputs), *zip(site.outs, site.rule.outputs)]
 
+    def spread(start: dict[int, set[tuple[int, int]]], offer: bool) -> dict[int, set[tuple[int, int]]]:
+        found = {k: set(v) for k, v in start.items()}
+        changed = True
+        while changed:
+            changed = False
+            for site in sites:
+                for slot, dims in sides(site):
+                    for d, split in sorted(found.get(slot.id, ())):
+                        if d >= len(dims) or not dims[d]:
+                            continue
+                        cut = factor_at(site.rule, dims[d], split)
+                        if cut is None or cut[0] in site.rule.blocked:
+                            continue
+                        if offer and cut not in site.strided_cuts:
+                            site.strided_cuts.append(cut)
+                        for other, odims in sides(site):
+                            spec = _cut_spec(site.rule, odims, *cut)
+                            if isinstance(spec, StridedShard) and (spec.dim, spec.split) not in found.get(other.id, set()):
+                                found.setdefault(other.id, set()).add((spec.dim, spec.split))
+                                changed = True
+        return found
+
+    fixed: dict[int, set[tuple[int, int]]] = {}
+    for s in graph.slots:
+        if s.fixed is not None and not s.fixed.is_block and s.fixed.is_strided:
+            fixed[s.id] = {(sp.dim, sp.split) for _, sp in s.fixed.strided}
+    asked: dict[int, set[tuple[int, int]]] = {}
     for site in sites:  # factors a reshape leaves in a minor place
         for slot, dims in sides(site):
             for d, fs in enumerate(dims):
                 for f in fs[1:]:
                     split = spec_at(site.rule, fs, f, 1)
                     if isinstance(split, int) and split > 1:
-                        wants.setdefault(slot.id, set()).add((d, split))
-    changed = True
-    while changed:
-        changed = False
-        for site in sites:
-            for slot, dims in sides(site):
-                for d, split in sorted(wants.get(slot.id, ())):
-                    if d >= len(dims) or not dims[d]:
-                        continue
-                    cut = factor_at(site.rule, dims[d], split)
-                    if cut is None or cut[0] in site.rule.blocked:
-                        continue
-                    if cut not in site.strided_cuts:
-                        site.strided_cuts.append(cut)
-                    for other, odims in sides(site):
-                        spec = _cut_spec(site.rule, odims, *cut)
-                        if isinstance(spec, StridedShard) and (spec.dim, spec.split) not in wants.get(other.id, set()):
-                            wants.setdefault(other.id, set()).add((spec.dim, spec.split))
-                            changed = True
+                        asked.setdefault(slot.id, set()).add((d, split))
+    wants = spread(asked, offer=False)
+    free = {s.id for s in graph.slots
+            if s.fixed is None and s.producer is None and s.constant is None and s.distributable}
+    grounded = dict(fixed)
+    for sid in free & wants.keys():
+        grounded.setdefault(sid, set()).update(wants[sid])
+    spread(grounded, offer=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -447,21 +462,26 @@ class _Propagator:
             self.conflicts.append(Conflict(s, a, cur, spec, site))
         return False
 
-    def shard_factor(self, site: Site, a: int, sources) -> str | None:
-        """The one factor the given (slot, lead) pairs shard on axis ``a``, or None if none or several.
+    def shard_factor(self, site: Site, a: int, sources) -> tuple[str, int] | None:
+        """The one (factor, inner split) the given (slot, factors per dim) pairs shard on axis ``a``
+        (a plain shard: its dim's leading factor, split 1; a strided one, docs/strided.md: the factor
+        its parts line up with), or None if none or several.
 
         Several is a disagreement: each slot that propagation (not a seed) sharded is recorded,
         since a hint on it would settle which layout the op runs in."""
-        found: dict[str, Slot] = {}
-        for s, lead in sources:
+        found: dict[tuple[str, int], Slot] = {}
+        for s, dims in sources:
             spec = self.specs[s.id][a]
-            if isinstance(spec, Shard) and self.strength[s.id][a] >= FIRM and spec.dim < len(lead):
-                f = lead[spec.dim]
-                if f is not None and f not in site.rule.blocked:
-                    found.setdefault(f, s)
+            if not isinstance(spec, (Shard, StridedShard)) or self.strength[s.id][a] < FIRM or spec.dim >= len(dims):
+                continue
+            if not dims[spec.dim]:
+                continue
+            cut = (dims[spec.dim][0], 1) if isinstance(spec, Shard) else factor_at(site.rule, dims[spec.dim], spec.split)
+            if cut is not None and cut[0] not in site.rule.blocked:
+                found.setdefault(cut, s)
         if len(found) > 1:
             owners = list(found.values())
-            factor_of = {id(s): f for f, s in found.items()}
+            factor_of = {id(s): f if q == 1 else f"{f}/{q}" for (f, q), s in found.items()}
             for s in owners:
                 if self.strength[s.id][a] != SEED:
                     other = next((o for o in owners if o is not s), None)  # None: the op reads it twice
@@ -473,21 +493,22 @@ class _Propagator:
     def forward_site(self, site: Site, a: int) -> bool:
         changed = False
         rule = site.rule
-        f = self.shard_factor(site, a, zip(site.ins, site.lead_in))
-        if f is not None:
+        cut = self.shard_factor(site, a, zip(site.ins, rule.inputs))
+        if cut is not None:
+            f = cut[0]
             for k, s in enumerate(site.ins):
-                d = site.input_dim(k, f)
-                if d is not None and s.distributable:
-                    changed |= self.propose(s, a, Shard(d), site)
+                spec = _cut_spec(rule, rule.inputs[k], *cut)
+                if not isinstance(spec, Replicate) and s.distributable:
+                    changed |= self.propose(s, a, spec, site)
             for o, s in enumerate(site.outs):
-                d = site.output_dim(o, f)
-                if d is not None:
-                    changed |= self.propose(s, a, Shard(d), site)
-                elif f in rule.reductions:
+                spec = _cut_spec(rule, rule.outputs[o], *cut)
+                if not isinstance(spec, Replicate):
+                    changed |= self.propose(s, a, spec, site)
+                elif f in rule.reductions and not any(f in fs for fs in rule.outputs[o]):
                     changed |= self.propose(s, a, Partial(rule.reductions[f]), site)
             return changed
         specs = [self.specs[s.id][a] for s in site.ins]
-        if any(sp is None for sp in specs) or any(isinstance(sp, Shard) for sp in specs):
+        if any(sp is None for sp in specs) or any(isinstance(sp, (Shard, StridedShard)) for sp in specs):
             return False
         try:
             outs = forward(rule, [Placement((sp,)) for sp in specs], 1, site.op.name)
@@ -498,14 +519,14 @@ class _Propagator:
         return changed
 
     def backward_site(self, site: Site, a: int) -> bool:
-        f = self.shard_factor(site, a, zip(site.outs, site.lead_out))
-        if f is None:
+        cut = self.shard_factor(site, a, zip(site.outs, site.rule.outputs))
+        if cut is None:
             return False
         changed = False
         for k, s in enumerate(site.ins):
-            d = site.input_dim(k, f)
-            if d is not None and s.distributable:
-                changed |= self.propose(s, a, Shard(d), site)
+            spec = _cut_spec(site.rule, site.rule.inputs[k], *cut)
+            if not isinstance(spec, Replicate) and s.distributable:
+                changed |= self.propose(s, a, spec, site)
         return changed
 
     def hint_site(self, site: Site, a: int) -> bool:

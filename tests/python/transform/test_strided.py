@@ -50,6 +50,12 @@ DECLARED = QKV.replace("WEIGHT", 'R.DTensor((32, 96), "float32", "mesh[0]", "S[1
 HINTED = QKV.replace("WEIGHT", 'R.Tensor((32, 96), "float32")').replace(
     "WS", 'ws: R.Tensor((32, 96), "float32") = R.dist.annotate_sharding(w, device_mesh="mesh[0]", placement="S[1/3]")')
 
+FREE = (QKV.replace("WEIGHT", 'R.Tensor((32, 96), "float32")').replace("            WS\n", "")
+        .replace("R.matmul(x, ws,", "R.matmul(x, w,")
+        .replace('t: R.Tensor((3, 4, 6, 8), "float32") = R.permute_dims(h,',
+                 'hs: R.Tensor((6, 3, 4, 8), "float32") = R.dist.annotate_sharding(h, device_mesh="mesh[0]", '
+                 'placement="S[2]")\n            t: R.Tensor((3, 4, 6, 8), "float32") = R.permute_dims(hs,'))
+
 
 # ------------------------------------------------------------------ text form
 
@@ -136,6 +142,21 @@ def test_fused_qkv_is_head_sharded_without_a_gather(text):
         assert {rec.kind for rec in r.stats.records} <= {"regroup"}
 
 
+def test_a_free_weight_is_laid_out_per_head_inside_each_third():
+    """Only the heads are hinted: propagation lays the plain weight out S[1/3] (docs/strided.md)."""
+    from distir.transform import PropagateSharding
+
+    mod = distir.parse(FREE)
+    laid = PropagateSharding()(mod).functions["main"]
+    assert str(laid.params[1].type.placement) == "S[1/3]"
+    d = Driver(mod)
+    inputs = random_inputs(mod, seed=4)
+    for w in (2, 4, 3):
+        r = d.run(inputs, {"num_workers": w})
+        assert r.ok, r.comparison.mismatch
+        assert {rec.kind for rec in r.stats.records} <= {"regroup"}
+
+
 # ------------------------------------------------------------------ redistribute
 
 
@@ -204,3 +225,37 @@ def test_ops_that_reduce_a_strided_dim_redistribute_first():
     d = Driver(mod)
     r = d.run(random_inputs(mod, seed=1), {"num_workers": 3})
     assert r.ok, r.comparison.mismatch
+
+
+# ------------------------------------------------------------------ TVM / Disco
+
+
+@pytest.mark.parametrize("workers", [2, 3, 4])
+def test_fused_qkv_on_disco_equals_one_device(workers):
+    pytest.importorskip("tvm")
+    mod = distir.parse(DECLARED)
+    d = Driver(mod)
+    inputs = random_inputs(mod, seed=3)
+    on_disco = d.run(inputs, {"num_workers": workers}, backend="tvm")
+    assert on_disco.ok, on_disco.comparison.mismatch
+    sim = d.run(inputs, {"num_workers": workers})
+    assert on_disco.disco["bytes_sent"] == sim.stats.total_bytes
+
+
+@pytest.mark.parametrize("src, dst", [("S[1/3]", "R"), ("P", "S[1/3]"), ("S[1]", "S[1/3]")])
+def test_redistributes_on_disco(src, dst):
+    pytest.importorskip("tvm")
+    mod = redistribute_module((W,), (4, 24), src, dst)
+    d = Driver(mod)
+    for w in (3, 4):
+        r = d.run(random_inputs(mod, seed=1), {"num_workers": w}, backend="tvm")
+        assert r.ok, r.comparison.mismatch
+
+
+def test_show_refuses_a_strided_layout():
+    from distir.analysis.errors import AnalysisError
+    from distir.analysis.layout_view import layout_grid
+
+    w = distir.parse(DECLARED).functions["main"].params[1]
+    with pytest.raises(AnalysisError, match="strided shard, which is not drawn"):
+        layout_grid("w", w.type, {"num_workers": 4})
