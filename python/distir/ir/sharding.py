@@ -299,6 +299,12 @@ def infer_dtensor_output(op, arg_types: list[Type], attrs) -> Type:
     outs = [plain_out] if isinstance(plain_out, TensorType) else list(plain_out.fields) if isinstance(plain_out, TupleType) else None
     if outs is None or not all(isinstance(o, TensorType) for o in outs):
         raise TypeInferenceError(f"R.{op.name} does not produce tensors, so it cannot take DTensor inputs")
+    strided = next((t.placement for t in dts if t.placement.is_strided), None)
+    if strided is not None and op.localize is not None and not op.localize_strided:
+        raise TypeInferenceError(
+            f"R.{op.name} takes an input laid out \"{strided}\", a strided shard, but its per-worker form needs "
+            f"where each worker's block starts, which a strided dim does not have; redistribute it first"
+        )
     if any(t.placement.is_block for t in dts):
         new = block_forward(op, flat, outs, attrs, mesh)
         dout = [DTensorType(o.shape, o.dtype, mesh, p) for o, p in zip(outs, new)]

@@ -218,6 +218,7 @@ register_op(
         numpy=lambda xs, attrs, ctx: np.reshape(xs[0], tuple(xs[1])),
         sharding=lambda types, attrs, outs: _with_shape_input(_reshape_rule(types[:1], attrs, outs)),
         localize=_reshape_localize,
+        localize_strided=True,
         doc="Reshape in C order. A sharded dim passes through when it stays the leading part of its output dim.",
         relax=RelaxForm.same_name("reshape"),
         category="shape",

@@ -82,8 +82,10 @@ class Site:
         return list(dict.fromkeys(out + self.strided_cuts))
 
     def input_spec(self, k: int, factor: str, q: int = 1) -> Spec:
-        """Input ``k``'s spec when ``factor`` (inner split ``q``) is sharded: S[d], S[d/k], or R."""
-        return _cut_spec(self.rule, self.rule.inputs[k], factor, q)
+        """Input ``k``'s spec when ``factor`` (inner split ``q``) is sharded: S[d], S[d/k], or R (also
+        where the op's local form cannot take a strided shard, so the rule refuses the cut)."""
+        spec = _cut_spec(self.rule, self.rule.inputs[k], factor, q)
+        return Replicate() if isinstance(spec, StridedShard) and not takes_strided(self.op) else spec
 
     @property
     def name(self) -> str:
@@ -344,6 +346,12 @@ def _cut_spec(rule: ShardingRule, dims, factor: str, q: int) -> Spec:
     return Replicate()
 
 
+def takes_strided(op: OpDef) -> bool:
+    """Whether ``op`` runs on strided shards: the same op on each worker's storage, or a local
+    form that handles them (``OpDef.localize_strided``)."""
+    return op.localize is None or op.localize_strided
+
+
 def find_strided_cuts(graph: Graph) -> None:
     """Fill each site's ``strided_cuts``: the strided shards (docs/strided.md) a reshape asks of a
     dim (a factor that is not the first of its dim: the head part of a fused ``(s, 3 * d)``
@@ -352,7 +360,7 @@ def find_strided_cuts(graph: Graph) -> None:
     from a parameter whose layout is free (a weight laid out the way the reshape downstream
     needs it). A value whose layout is given otherwise is not redistributed into a strided one
     on the way (that would only move data a block exchange moves more directly)."""
-    sites = [site for site in graph.sites if site.rule is not None]
+    sites = [site for site in graph.sites if site.rule is not None and takes_strided(site.op)]
 
     def sides(site):
         return [*zip(site.ins, site.rule.inputs), *zip(site.outs, site.rule.outputs)]

@@ -10,10 +10,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import distir
-from distir.analysis import memory_footprint
+from distir.analysis import comm_volume, memory_footprint
 from distir.driver import Driver, random_inputs
 from distir.errors import DistirError
-from distir.ir import DeviceMesh, Placement, Range, sym
+from distir.ir import Call, DeviceMesh, Placement, Range, get_op, sym
 from distir.ir.layout import cut_block, local_shape
 from distir.ir.placement import PlacementError, StridedShard
 from distir.transform.pipelines import distribute_pipeline
@@ -136,10 +136,11 @@ def test_fused_qkv_is_head_sharded_without_a_gather(text):
         r = d.run(inputs, {"num_workers": w})
         assert r.ok, r.comparison.mismatch
         assert r.stats.records == []  # no communication at all
-    for w in (3, 5, 8):  # 4 heads do not divide: re-blocked in whole heads, never gathered
+    for w, sent in ((3, 4752), (5, 10080), (8, 16128)):  # 4 heads do not divide: whole heads re-blocked
         r = d.run(inputs, {"num_workers": w})
         assert r.ok, r.comparison.mismatch
         assert {rec.kind for rec in r.stats.records} <= {"regroup"}
+        assert r.stats.total_bytes == sent == comm_volume(local).evaluate({"num_workers": w}).total_bytes
 
 
 def test_a_free_weight_is_laid_out_per_head_inside_each_third():
@@ -175,7 +176,7 @@ def _check(shape, src, dst, counts):
     ("S[0]", "S[1/3]"), ("P", "S[1/3]"), ("S[1/3]", "S[1/2]"), ("S[1/3]", "P"),
 ])
 def test_redistribute_to_and_from_strided(src, dst):
-    _check((5, 12), src, dst, (1, 2, 3, 4, 5, 7))
+    _check((5, 12), src, dst, (1, 2, 3, 4, 5, 6, 7, 8))
 
 
 def test_strided_to_replicated_is_one_gather_of_the_parts():
@@ -208,10 +209,12 @@ def test_every_redistribute_keeps_the_value(case):
     shape, src, dst, counts = case
     mod = redistribute_module((W,), shape, src, dst)
     d = Driver(mod)
+    local = distribute_pipeline()(mod)
     inputs = random_inputs(mod, seed=5)
     for w in counts:
         r = d.run(inputs, {"num_workers": w})
         assert r.ok, f"{shape} {src} -> {dst} at {w}: {r.comparison.mismatch}"
+        assert comm_volume(local).evaluate({"num_workers": w}).total_bytes == r.stats.total_bytes
 
 
 def test_ops_that_reduce_a_strided_dim_redistribute_first():
@@ -259,3 +262,34 @@ def test_show_refuses_a_strided_layout():
     w = distir.parse(DECLARED).functions["main"].params[1]
     with pytest.raises(AnalysisError, match="strided shard, which is not drawn"):
         layout_grid("w", w.type, {"num_workers": 4})
+
+
+# ------------------------------------------------------------------ what is refused
+
+
+def test_steps_and_position_dependent_ops_refuse_a_strided_layout():
+    head = """
+@I.ir_module
+class Module:
+    I.module_global_infos({"mesh": [R.device_mesh((2, 2), I.Range(0, 4))]})
+
+    @R.function
+    def main(x: R.DTensor((12, 12), "float32", "mesh[0]", "S[1/3], R")):
+        with R.dataflow():
+            y = BODY
+            R.output(y)
+        return y
+"""
+    with pytest.raises(DistirError, match=r'needs S\[d\] on that axis, found S\[1/3\]'):
+        distir.parse(head.replace("BODY", "R.dist.all_gather(x, mesh_axis=0)"))
+    with pytest.raises(DistirError, match="a strided dim is cut by one mesh axis only"):
+        distir.parse(head.replace("BODY", "R.dist.local_shard(x, mesh_axis=1, dim=1)"))
+    x = distir.parse(head.replace("BODY", "x")).functions["main"].params[0]
+    with pytest.raises(DistirError, match="strided shard, but its per-worker form needs"):
+        _ = Call(get_op("triu"), (x,), {"k": 1}).type
+    with pytest.raises(DistirError, match="a strided shard S\\[1/3\\] of a dim R.sum reduces over"):
+        _ = Call(get_op("sum"), (x,), {"axis": [1]}).type
+    # unannotated, propagation redistributes first: the numbers are right
+    mod = distir.parse(head.replace("y = BODY", "y: R.Tensor((12, 12), \"float32\") = R.triu(x, k=1)"))
+    r = Driver(mod).run(random_inputs(mod, seed=1), {})
+    assert r.ok, r.comparison.mismatch
