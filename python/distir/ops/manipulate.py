@@ -219,12 +219,15 @@ register_op(
         sharding=lambda types, attrs, outs: _with_shape_input(_reshape_rule(types[:1], attrs, outs)),
         localize=_reshape_localize,
         localize_strided=True,
-        doc="Reshape in C order. A sharded dim passes through when it stays the leading part of its output dim.",
+        doc="Reshape in C order. A sharded dim passes through; where it becomes a minor part of an output dim it "
+        "is a strided shard S[d/k] there (and back).",
         relax=RelaxForm.same_name("reshape"),
         category="shape",
         sharding_doc=ShardingDoc(
-            passes="a dim that stays the leading (major) part of an output dim, through splits and merges",
-            blocked="dims in many-to-many groups; a sharded dim that would become a minor part",
+            passes="a dim that stays the leading (major) part of an output dim, through splits and merges; a dim "
+            "that becomes a minor part, as a strided shard S[d/k] (docs/strided.md), and a strided dim whose parts "
+            "line up with the split",
+            blocked="dims in many-to-many groups; a minor part after parts of unknown size",
             partials=_LAYOUT,
         ),
     )
