@@ -399,24 +399,45 @@ def split_strided(func: Function) -> Function:
             return Placement(tuple(Replicate() if isinstance(s, Shard) and s.dim in ones else s for s in p.specs))
 
         def move(x: Var, target: Placement, last: bool) -> Var:
-            if x.type.placement == target:
+            """Shards of size-1 dims replicated or restored: a plain redistribute, or, next to strided
+            shards that stay, the plain plan's steps, none of which touches a strided axis or dim."""
+            have = x.type.placement
+            if have == target:
                 return x
-            call = Call(redistribute, (x,), {"device_mesh": mesh, "placement": target}, b.span)
-            return bind(call, None if last else f"{b.var.name}_whole")
+            name = None if last else f"{b.var.name}_whole"
+            if not have.is_strided:
+                return bind(Call(redistribute, (x,), {"device_mesh": mesh, "placement": target}, b.span), name)
+            axes = {a for a, _ in have.strided}
+            dims = {sp.dim for _, sp in have.strided}
+            try:
+                plan = plan_redistribute(mesh, src.ndim, without_strided(have), without_strided(target))
+            except DistirError as err:
+                raise DiagnosticError(f"R.dist.redistribute of '{b.var.name}' from \"{src.placement}\" to \"{dst}\": {err}",
+                                      b.span) from None
+            if any(step.mesh_axis in axes or step.mesh_axis < 0 or step.dim in dims for step in plan):
+                raise DiagnosticError(
+                    f"R.dist.redistribute of '{b.var.name}' from \"{have}\" to \"{target}\": the steps would touch a "
+                    f"strided shard; redistribute through a plain layout", b.span)
+            for k, step in enumerate(plan):
+                x = bind(_step_call(step, x, mesh, b.span), name if k == len(plan) - 1 else f"{b.var.name}_whole")
+            return x
 
-        if not src.placement.is_strided and whole(src.placement) != src.placement:
+        if whole(src.placement) != src.placement:
             cur = move(cur, whole(src.placement), False)
         if src.placement.is_strided:
             plain = without_strided(dst)
-            cur = via(cur, src.placement, whole(plain), not dst.is_strided and whole(plain) == plain)
+            cur = via(cur, cur.type.placement, whole(plain), not dst.is_strided and whole(plain) == plain)
             if not dst.is_strided:
                 cur = move(cur, plain, True)
         if dst.is_strided:
-            cur = via(cur, dst, dst, True)
-        if out[-1].var.type != b.var.type:
+            cur = via(cur, dst, whole(dst), whole(dst) == dst)
+            cur = move(cur, dst, True)
+        if cur.type != b.var.type:
             raise DiagnosticError(
                 f"R.dist.redistribute of '{b.var.name}' from \"{src.placement}\" to \"{dst}\": the route through the "
-                f"expanded form ends at \"{out[-1].var.type.placement}\"", b.span)
+                f"expanded form ends at \"{cur.type.placement}\"", b.span)
+        if cur is not b.var:
+            env[b.var] = cur
         return out
 
     return map_bindings(func, rewrite)

@@ -294,3 +294,27 @@ class Module:
     mod = distir.parse(head.replace("y = BODY", "y: R.Tensor((12, 12), \"float32\") = R.triu(x, k=1)"))
     r = Driver(mod).run(random_inputs(mod, seed=1), {})
     assert r.ok, r.comparison.mismatch
+
+
+@st.composite
+def two_d_cases(draw):
+    mesh_shape = draw(st.sampled_from([(2, 2), (2, 3), (3, 2), (1, 3)]))
+    k = draw(st.integers(2, 3))
+    shape = (draw(st.integers(1, 5)), k * draw(st.integers(2, 5)))
+    strided = f"S[1/{k}]"
+    strided_layouts = [f"{strided}, R", f"R, {strided}", f"{strided}, S[0]", f"S[0], {strided}", f"P, {strided}"]
+    plain = ["R, R", "S[0], S[1]", "S[1], R", "R, S[1]", "P, S[0]", "S[1], S[0]"]
+    a, b = draw(st.sampled_from(strided_layouts)), draw(st.sampled_from(plain + strided_layouts))
+    src, dst = (a, b) if draw(st.booleans()) else (b, a)
+    return mesh_shape, shape, src, dst
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(two_d_cases())
+def test_every_redistribute_on_a_two_d_mesh_keeps_the_value(case):
+    mesh_shape, shape, src, dst = case
+    mod = redistribute_module(mesh_shape, shape, src, dst)
+    local = distribute_pipeline()(mod)
+    r = Driver(mod).run(random_inputs(mod, seed=6), {})
+    assert r.ok, f"{mesh_shape} {shape} {src} -> {dst}: {r.comparison.mismatch}"
+    assert comm_volume(local).evaluate({}).total_bytes == r.stats.total_bytes
