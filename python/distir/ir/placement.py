@@ -92,10 +92,12 @@ class Placement:
 
     _specs: tuple[Spec, ...]
     block: tuple | None
+    _strided: tuple  # (mesh axis, spec) of each strided shard, found once
 
     def __init__(self, specs: tuple[Spec, ...] = (), block: tuple | None = None):
         object.__setattr__(self, "_specs", tuple(specs) if block is None else ())
         object.__setattr__(self, "block", None if block is None else tuple(sym.normalize(d) for d in block))
+        object.__setattr__(self, "_strided", tuple((i, s) for i, s in enumerate(self._specs) if isinstance(s, StridedShard)))
 
     def _key(self) -> tuple:
         return self._specs, None if self.block is None else tuple(sym.key(d) for d in self.block)
@@ -226,9 +228,7 @@ class Placement:
     @property
     def strided(self) -> tuple[tuple[int, StridedShard], ...]:
         """(mesh axis, spec) of every strided shard (none for a block layout)."""
-        if self.block is not None:
-            return ()
-        return tuple((i, s) for i, s in enumerate(self._specs) if isinstance(s, StridedShard))
+        return self._strided
 
     @property
     def is_strided(self) -> bool:

@@ -319,7 +319,9 @@ def infer_dtensor_output(op, arg_types: list[Type], attrs) -> Type:
             raise TypeInferenceError(f"R.{op.name} has no sharding rule, so its inputs must be replicated")
     else:
         plain = [without_placement(t) for t in flat]
-        rule = with_sizes(op.sharding(plain, attrs, outs), plain, outs)
+        rule = op.sharding(plain, attrs, outs)
+        if strided is not None or any(len(fs) > 1 for dims in (*rule.inputs, *rule.outputs) for fs in dims):
+            rule = with_sizes(rule, plain, outs)  # sizes matter only where a shard is strided or may become one
         new = forward(rule, placements, mesh.ndim, op.name)
     dout = [DTensorType(o.shape, o.dtype, mesh, p) for o, p in zip(outs, new)]
     if isinstance(plain_out, TensorType):
