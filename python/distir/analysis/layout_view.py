@@ -346,6 +346,11 @@ def layout_grid(name: str, t, values: Mapping[str, int], *, mesh_name: str = "",
     except sym.SymbolicError as err:
         raise AnalysisError(f"'{name}': the mesh {t.mesh.shape_str()} is symbolic ({err}); give --num-workers") from None
     placement = t.placement
+    if placement.is_strided:
+        raise AnalysisError(
+            f"'{name}' is laid out \"{placement}\", a strided shard, which is not drawn (docs/strided.md); "
+            f"draw a tensor in R, S[d], P or a block layout"
+        )
     if placement.is_block:
         return _block_grid(name, t, sizes, values, mesh_name or f"mesh {t.mesh.shape_str()}")
     sharded = [d for d in range(t.ndim) if placement.mesh_axes_of(d)]

@@ -19,7 +19,7 @@ from .expr import (
 )
 from .mesh import DeviceMesh, MeshError, Range
 from .op import OpDef, Param, RelaxAttr, RelaxForm, ShardingDoc, all_ops, get_op, register_op
-from .placement import Partial, Placement, PlacementError, Replicate, Shard
+from .placement import Partial, Placement, PlacementError, Replicate, Shard, StridedShard
 from .sharding import ShardingRule
 from .types import DTensorType, PrimType, ShapeType, TensorType, TupleType, Type
 from .verify import collect_problems, verify  # eager: a lazy wrapper named like the submodule gets shadowed by it
@@ -53,6 +53,7 @@ __all__ = [
     "Shard",
     "ShardingDoc",
     "ShardingRule",
+    "StridedShard",
     "StringImm",
     "TensorType",
     "Tuple",

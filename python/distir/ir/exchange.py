@@ -99,6 +99,11 @@ def crossed_axes(src: Placement, dst: Placement, sizes: Sequence[int], same_shap
 def check_exchange(src: Placement, dst: Placement, src_shape: Sequence, dst_shape: Sequence) -> None:
     """Raise PlacementError when an exchange cannot carry ``src`` to ``dst`` (partials, or element counts that differ)."""
     for what, p in (("source", src), ("target", dst)):
+        if p.is_strided:
+            raise PlacementError(
+                f"an exchange moves R, S[d] and block layouts; the {what} layout \"{p}\" is strided: exchange its "
+                f"expanded form (docs/strided.md)"
+            )
         if p.has_partial:
             axis = p.partial_axes()[0]
             raise PlacementError(

@@ -13,6 +13,11 @@ its block padded to the full ``c`` (the *local extent*); the elements past its *
 length* are padding, which collectives drop and reductions mask. When ``k`` divides
 ``n`` this is exactly the even split: ``c = n / k``, no padding.
 
+Strided shards ``S[d/k]`` (docs/strided.md): dim ``d`` of size ``n`` viewed as ``(k, n / k)``,
+the inner part cut by the block rule. A worker's storage of a strided tensor is, element for
+element, its storage of the *expanded* tensor (dim ``d`` split in two, the inner part a plain
+``S``): :func:`expand_strided` gives that form, and everything here is computed on it.
+
 Block layouts ``B[b0, b1, ...]`` (docs/blocks.md): a tensor of shape ``n`` is cut into a
 *chunk grid* of ``g_i = ceil(n_i / b_i)`` chunks per dim, ``C = prod g_i`` chunks, numbered
 row-major. Chunk ``j`` lives on mesh position ``j % D`` (``D`` the mesh's device count, its
@@ -30,7 +35,7 @@ import numpy as np
 
 from . import sym
 from .mesh import DeviceMesh, Range
-from .placement import Placement, PlacementError, Shard
+from .placement import Placement, PlacementError, Shard, StridedShard
 from .sym import Dim
 from .types import DTensorType, TensorType, dtype_bytes
 
@@ -133,6 +138,54 @@ def place_chunks(out: np.ndarray, storage: np.ndarray, block: Sequence[int], dev
         out[tuple(slice(lo, hi) for lo, hi in box)] = storage[(k, *(slice(0, hi - lo) for lo, hi in box))]
 
 
+# ------------------------------------------------------------------ strided shards (S[d/k])
+
+
+def expand_strided(shape: Sequence[Dim], placement: Placement) -> tuple[tuple[Dim, ...], Placement]:
+    """The shape and plain placement a strided layout is a view of: every strided dim ``d``
+    (``S[d/k]``) split into ``(k, n / k)``, its mesh axis a plain shard of the inner part.
+    Layouts without strided shards come back unchanged."""
+    if not placement.is_strided:
+        return tuple(shape), placement
+    split = {s.dim: s.split for _, s in placement.strided}
+    new_shape: list[Dim] = []
+    for d, n in enumerate(shape):
+        new_shape.extend((split[d], sym.floordiv(n, split[d])) if d in split else (n,))
+    return tuple(new_shape), expand_placement(placement, placement, len(shape))
+
+
+def expand_placement(placement: Placement, by: Placement, ndim: int) -> Placement:
+    """``placement`` written for the expanded form of ``by``'s strided dims (:func:`expand_strided`):
+    its strided shards of those dims cut their inner part, its plain shards of them the outer part."""
+    split = {s.dim for _, s in by.strided}
+    outer, e = {}, 0
+    for d in range(ndim):
+        outer[d] = e
+        e += 2 if d in split else 1
+    specs = []
+    for s in placement.specs:
+        if isinstance(s, StridedShard):
+            if s.dim not in split:
+                raise PlacementError(f"\"{placement}\": {s} is not one of the strided dims of \"{by}\"")
+            specs.append(Shard(outer[s.dim] + 1))
+        elif isinstance(s, Shard):
+            specs.append(Shard(outer[s.dim]))
+        else:
+            specs.append(s)
+    return Placement(tuple(specs))
+
+
+def merge_strided(wide: Sequence[Dim], placement: Placement) -> tuple[Dim, ...]:
+    """A shape of the expanded form (:func:`expand_strided`) with each strided dim's two parts
+    merged back: the per-worker storage of the strided layout."""
+    out = list(wide)
+    dims = sorted(s.dim for _, s in placement.strided)
+    for j in reversed(range(len(dims))):
+        e = dims[j] + j  # its outer part in the expanded shape (each strided dim below adds one)
+        out[e : e + 2] = [sym.mul(out[e], out[e + 1])]
+    return tuple(out)
+
+
 def shard_count(mesh: DeviceMesh, placement: Placement, dim: int) -> Dim:
     """How many pieces tensor dim ``dim`` is cut into."""
     return sym.product(mesh.shape[i] for i in placement.mesh_axes_of(dim))
@@ -140,9 +193,12 @@ def shard_count(mesh: DeviceMesh, placement: Placement, dim: int) -> Dim:
 
 def local_shape(shape: Sequence[Dim], mesh: DeviceMesh, placement: Placement) -> tuple[Dim, ...]:
     """Per-worker shape: each sharded dim's block (padded; see the module docstring); for a
-    block layout the storage ``[ceil(C / D), *block]``."""
+    block layout the storage ``[ceil(C / D), *block]``; for a strided dim ``k`` blocks, one per part."""
     if placement.is_block:
         return block_storage_shape(shape, placement.block, mesh.size)
+    if placement.is_strided:
+        wide, plain = expand_strided(shape, placement)
+        return merge_strided(local_shape(wide, mesh, plain), placement)
     out = []
     for i, d in enumerate(shape):
         axes = placement.mesh_axes_of(i)
@@ -192,6 +248,10 @@ def cut_block(full: np.ndarray, placement: Placement, coords: Sequence[int], siz
     if placement.is_block:
         position = int(np.ravel_multi_index(tuple(coords), tuple(sizes))) if sizes else 0
         return cut_chunks(full, placement.block, int(np.prod(sizes, dtype=object)), position)
+    if placement.is_strided:
+        wide, plain = expand_strided(full.shape, placement)
+        piece = cut_block(full.reshape(tuple(int(d) for d in wide)), plain, coords, sizes)
+        return piece.reshape(merge_strided(piece.shape, placement))
     glob, loc, ext = block_slices(full.shape, placement, coords, sizes)
     if tuple(full[glob].shape) == ext:
         return np.array(full[glob], order="C")  # a copy; keeps 0-d arrays 0-d

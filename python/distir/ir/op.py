@@ -139,6 +139,9 @@ class OpDef:
     # the global call gives the hook its inputs' placements (e.g. to offset by the worker's
     # block), and ``lowering.bind(hint, call)`` writes a binding before it when one op is not enough
     localize: Callable | None = None
+    # whether ``localize`` handles strided shards (docs/strided.md); an op with a local form of its
+    # own that does not (it offsets by where a worker's block starts) refuses them in its type rule
+    localize_strided: bool = False
     dist_aware: bool = False  # infer() handles DTensor inputs itself
     doc: str = ""  # one line, for docs/ops.md
     relax: RelaxForm | None = None  # its TVM Relax form (None: none, or a collective's step says it)

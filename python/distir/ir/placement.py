@@ -1,7 +1,9 @@
 """Placements: how a tensor lies over each axis of a device mesh.
 
 One spec per mesh axis: ``R`` (replicate), ``S[d]`` (shard tensor dim d over this
-mesh axis), ``P[op]`` (every worker holds a partial value; the true value is the
+mesh axis), ``S[d/k]`` (a *strided* shard, DTensor's ``_StridedShard``: dim d viewed as
+``(k, n/k)`` and its inner part cut over this mesh axis, so each worker holds its block of
+every one of the k parts, concatenated; docs/strided.md), ``P[op]`` (every worker holds a partial value; the true value is the
 reduction ``op`` of them; bare ``P`` means ``P[sum]``). Text form is TVM's:
 ``"S[1], R"`` means mesh axis 0 shards tensor dim 1 and mesh axis 1 replicates.
 
@@ -58,11 +60,30 @@ class Partial:
         return "P" if self.op == "sum" else f"P[{self.op}]"
 
 
-Spec = Replicate | Shard | Partial
+@dataclass(frozen=True)
+class StridedShard:
+    """Dim ``dim`` viewed as ``(split, n / split)``, the inner part cut over the mesh axis.
+
+    Its own class (not a :class:`Shard`) so code written for plain shards never takes it for
+    one; :func:`distir.ir.layout.expand_strided` turns it into a plain shard of the viewed shape."""
+
+    dim: int
+    split: int
+
+    def __str__(self) -> str:
+        return f"S[{self.dim}/{self.split}]"
+
+
+def shard_spec(dim: int, split: int = 1) -> Shard | StridedShard:
+    """The spec that cuts dim ``dim`` viewed as ``(split, n / split)`` on its inner part (plain S when split is 1)."""
+    return Shard(dim) if split == 1 else StridedShard(dim, split)
+
+
+Spec = Replicate | Shard | StridedShard | Partial
 R = Replicate()
 
 _BLOCK_RE = re.compile(r"^\s*B\s*\[(.*)\]\s*$", re.DOTALL)
-_SPEC_RE = re.compile(r"^\s*(?:(R)|S\[\s*(-?\d+)\s*\]|P(?:\[\s*([a-z]+)\s*\])?)\s*$")
+_SPEC_RE = re.compile(r"^\s*(?:(R)|S\[\s*(-?\d+)\s*(?:/\s*(-?\d+)\s*)?\]|P(?:\[\s*([a-z]+)\s*\])?)\s*$")
 
 
 @dataclass(frozen=True, init=False, eq=False)
@@ -71,10 +92,12 @@ class Placement:
 
     _specs: tuple[Spec, ...]
     block: tuple | None
+    _strided: tuple  # (mesh axis, spec) of each strided shard, found once
 
     def __init__(self, specs: tuple[Spec, ...] = (), block: tuple | None = None):
         object.__setattr__(self, "_specs", tuple(specs) if block is None else ())
         object.__setattr__(self, "block", None if block is None else tuple(sym.normalize(d) for d in block))
+        object.__setattr__(self, "_strided", tuple((i, s) for i, s in enumerate(self._specs) if isinstance(s, StridedShard)))
 
     def _key(self) -> tuple:
         return self._specs, None if self.block is None else tuple(sym.key(d) for d in self.block)
@@ -124,7 +147,7 @@ class Placement:
                         f"placement \"{text}\": a block layout B[...] stands alone, it cannot be one entry of several"
                     )
                 raise PlacementError(
-                    f"placement \"{text}\": entry {i} ('{part.strip()}') is not R, S[dim], P or P[sum|max|min|avg] "
+                    f"placement \"{text}\": entry {i} ('{part.strip()}') is not R, S[dim], S[dim/parts], P or P[sum|max|min|avg] "
                     f"(or, alone, a block layout B[shard sizes])"
                 )
             if m.group(1):
@@ -133,9 +156,18 @@ class Placement:
                 dim = int(m.group(2))
                 if dim < 0:
                     raise PlacementError(f"placement \"{text}\": entry {i} shards a negative dim {dim}")
-                specs.append(Shard(dim))
+                if m.group(3) is None:
+                    specs.append(Shard(dim))
+                    continue
+                split = int(m.group(3))
+                if split < 2:
+                    raise PlacementError(
+                        f"placement \"{text}\": entry {i} views dim {dim} as {split} parts; a strided shard S[dim/parts] "
+                        f"needs at least 2 parts (one part is the plain S[{dim}])"
+                    )
+                specs.append(StridedShard(dim, split))
             else:
-                op = m.group(3) or "sum"
+                op = m.group(4) or "sum"
                 if op not in REDUCE_OPS:
                     raise PlacementError(
                         f"placement \"{text}\": entry {i} has unknown reduction '{op}' (expected one of {', '.join(REDUCE_OPS)})"
@@ -189,8 +221,18 @@ class Placement:
         return Placement(tuple(specs))
 
     def mesh_axes_of(self, dim: int) -> tuple[int, ...]:
-        """Mesh axes that shard tensor dim ``dim``, major first."""
+        """Mesh axes that shard tensor dim ``dim``, major first (plain shards only: a strided dim
+        has no contiguous block, see :attr:`strided`)."""
         return tuple(i for i, s in enumerate(self.specs) if isinstance(s, Shard) and s.dim == dim)
+
+    @property
+    def strided(self) -> tuple[tuple[int, StridedShard], ...]:
+        """(mesh axis, spec) of every strided shard (none for a block layout)."""
+        return self._strided
+
+    @property
+    def is_strided(self) -> bool:
+        return bool(self.strided)
 
     def partial_axes(self) -> tuple[int, ...]:
         """Mesh axes holding partial values (none for a block layout: its chunks are whole values)."""
@@ -206,8 +248,9 @@ class Placement:
     def has_partial(self) -> bool:
         return self.block is None and any(isinstance(s, Partial) for s in self.specs)
 
-    def validate(self, mesh_ndim: int, tensor_ndim: int | None, what: str = "placement") -> None:
-        """Raise PlacementError saying which entry is wrong and why."""
+    def validate(self, mesh_ndim: int, tensor_ndim: int | None, what: str = "placement", shape=None) -> None:
+        """Raise PlacementError saying which entry is wrong and why (with ``shape``, also where
+        a strided shard's part count does not divide its dim)."""
         if self.block is not None:
             if tensor_ndim is not None and len(self.block) != tensor_ndim:
                 raise PlacementError(
@@ -226,10 +269,28 @@ class Placement:
         if tensor_ndim is None:
             return
         for i, s in enumerate(self.specs):
-            if isinstance(s, Shard) and s.dim >= tensor_ndim:
+            if isinstance(s, (Shard, StridedShard)) and s.dim >= tensor_ndim:
                 raise PlacementError(
                     f"{what} \"{self}\": mesh axis {i} shards dim {s.dim}, but the tensor has rank {tensor_ndim} "
                     f"(dims 0..{tensor_ndim - 1})"
+                )
+        for i, s in self.strided:
+            others = [j for j, t in enumerate(self.specs) if j != i and isinstance(t, (Shard, StridedShard)) and t.dim == s.dim]
+            if others:
+                raise PlacementError(
+                    f"{what} \"{self}\": mesh axis {i} is a strided shard of dim {s.dim}, which mesh axis {others[0]} "
+                    f"cuts too; a strided dim is cut by one mesh axis only"
+                )
+            if shape is not None and s.dim < len(shape) and not sym.prove_divisible(shape[s.dim], s.split):
+                raise PlacementError(
+                    f"{what} \"{self}\": mesh axis {i} views dim {s.dim} (size {sym.to_str(shape[s.dim])}) as "
+                    f"{s.split} parts, but {s.split} does not divide it"
+                    + ("" if isinstance(shape[s.dim], int) else " for every value of the symbolic size")
+                )
+            if shape is not None and s.dim < len(shape) and sym.equal(shape[s.dim], s.split):
+                raise PlacementError(
+                    f"{what} \"{self}\": mesh axis {i} views dim {s.dim} (size {sym.to_str(shape[s.dim])}) as "
+                    f"{s.split} parts of one element each, which no worker but the first holds; write S[{s.dim}] or R"
                 )
         ops = {s.op for s in self.specs if isinstance(s, Partial)}
         if len(ops) > 1:

@@ -10,6 +10,11 @@ only a dim's leading factor can be sharded, since only that keeps shards contigu
 Partial inputs pass through an op only where the op is linear for that reduction:
 ``partial={"sum": "one"}`` (linear in each input: matmul, multiply), ``"all"`` (all
 inputs partial alike: add), keyed by reduction op.
+
+A strided shard ``S[d/k]`` (docs/strided.md) shards the factor that starts ``k`` elements into
+its dim's factors (or, in a dim of one factor, that factor's inner part after ``k`` outer
+parts); where that factor lands it is a plain ``S`` when it leads its dim and a strided one
+otherwise. This needs the factors' sizes, which :func:`with_sizes` puts on the rule.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from typing import Any
 from ..errors import TypeInferenceError
 from . import sym
 from .mesh import DeviceMesh
-from .placement import Partial, Placement, R, Replicate, Shard
+from .placement import Partial, Placement, R, Replicate, Shard, StridedShard, shard_spec
 from .types import DTensorType, TensorType, TupleType, Type
 
 Factors = tuple[tuple[str, ...], ...]  # per dim, the factors it holds (major first)
@@ -38,6 +43,65 @@ class ShardingRule:
     # the value the padding of input k must hold when one of its dims is cut unevenly (indices
     # must be valid, divisors nonzero); dims the op reduces over are masked with the reduction's identity
     pad_values: Mapping[int, Any] = field(default_factory=dict)
+    # the size of each factor that is a whole dim somewhere (:func:`with_sizes`), for strided shards
+    sizes: Mapping[str, Any] = field(default_factory=dict)
+
+
+def with_sizes(rule: ShardingRule, ins: Sequence[Type], outs: Sequence[Type]) -> ShardingRule:
+    """``rule`` with the size of every factor that is alone in a dim of the given tensors."""
+    sizes: dict[str, Any] = {}
+    for factors, t in [*zip(rule.inputs, ins), *zip(rule.outputs, outs)]:
+        shape = getattr(t, "shape", None)
+        if shape is None or len(shape) != len(factors):
+            continue
+        for fs, n in zip(factors, shape):
+            if len(fs) == 1:
+                sizes.setdefault(fs[0], n)
+    return ShardingRule(rule.inputs, rule.outputs, rule.reductions, rule.blocked, rule.partial, rule.partial_inputs,
+                        rule.pad_values, sizes)
+
+
+def factor_at(rule: ShardingRule, fs: Sequence[str], split: int) -> tuple[str, int] | None:
+    """(factor, inner split) a shard of a dim holding factors ``fs`` viewed as ``split`` parts cuts:
+    the factor starting ``split`` elements in, or a factor's inner part. None where the parts do
+    not line up with the factors (or a size is unknown)."""
+    before: Any = 1
+    for f in fs:
+        if sym.equal(before, split):
+            return f, 1
+        size = rule.sizes.get(f)
+        if size is None or not isinstance(before, int) or split % before:
+            return None
+        q = split // before
+        if sym.prove_divisible(size, q) and not sym.equal(size, q):
+            return f, q
+        before = sym.mul(before, size)
+        if not isinstance(before, int):
+            return None
+    return None
+
+
+def spec_at(rule: ShardingRule, fs: Sequence[str], f: str, q: int) -> Any:
+    """The part count of the shard of factor ``f`` (inner split ``q``) in a dim holding ``fs``:
+    ``q`` times the sizes of the factors before it (1: a plain shard; None: a size is unknown)."""
+    before: Any = 1
+    for g in fs:
+        if g == f:
+            return sym.mul(before, q) if isinstance(before, int) else None
+        size = rule.sizes.get(g)
+        if size is None:
+            return None
+        before = sym.mul(before, size)
+    return None
+
+
+def _spec_parts(spec) -> tuple[int, int] | None:
+    """(dim, split) of a plain or strided shard."""
+    if isinstance(spec, Shard):
+        return spec.dim, 1
+    if isinstance(spec, StridedShard):
+        return spec.dim, spec.split
+    return None
 
 
 def dims_rule(ndim_in: Sequence[int], ndim_out: int, name: str = "d") -> ShardingRule:
@@ -55,7 +119,7 @@ def forward(rule: ShardingRule, placements: Sequence[Placement], mesh_ndim: int,
     outs = [[R] * mesh_ndim for _ in rule.outputs]
     for axis in range(mesh_ndim):
         specs = [p.specs[axis] for p in placements]
-        shards = [(k, s.dim) for k, s in enumerate(specs) if isinstance(s, Shard)]
+        shards = [(k, *_spec_parts(s)) for k, s in enumerate(specs) if _spec_parts(s) is not None]
         partials = [(k, s.op) for k, s in enumerate(specs) if isinstance(s, Partial)]
         where = f"R.{op_name} on mesh axis {axis}"
         if shards and partials:
@@ -80,56 +144,83 @@ def forward(rule: ShardingRule, placements: Sequence[Placement], mesh_ndim: int,
     return result
 
 
-def _sharded_factor(rule: ShardingRule, shards, where: str, op_name: str) -> str:
-    """The one factor the sharded input dims on a mesh axis agree on (the leading factor of each dim)."""
+def _cut_factor(rule: ShardingRule, k: int, d: int, split: int, where: str) -> tuple[str, int]:
+    """(factor, inner split) input ``k``'s shard of dim ``d`` viewed as ``split`` parts cuts."""
+    dims = rule.inputs[k]
+    if d >= len(dims):
+        raise TypeInferenceError(f"{where}: input {k} is sharded on dim {d}, beyond its rank {len(dims)}")
+    if not dims[d]:
+        raise TypeInferenceError(f"{where}: input {k} dim {d} is broadcast (size 1) and cannot be sharded")
+    if split == 1:
+        return dims[d][0], 1
+    found = factor_at(rule, dims[d], split)
+    if found is None:
+        raise TypeInferenceError(
+            f"{where}: input {k} is a strided shard S[{d}/{split}] whose {split} parts do not line up with what the op "
+            f"does to dim {d}; redistribute it first"
+        )
+    return found
+
+
+def _sharded_factor(rule: ShardingRule, shards, where: str, op_name: str) -> tuple[str, int]:
+    """The one (factor, inner split) the sharded input dims on a mesh axis agree on (for a plain
+    shard: the leading factor of its dim, split 1)."""
     leading = set()
-    for k, d in shards:
-        dims = rule.inputs[k]
-        if d >= len(dims):
-            raise TypeInferenceError(f"{where}: input {k} is sharded on dim {d}, beyond its rank {len(dims)}")
-        if not dims[d]:
-            raise TypeInferenceError(f"{where}: input {k} dim {d} is broadcast (size 1) and cannot be sharded")
-        leading.add(dims[d][0])
+    for k, d, split in shards:
+        leading.add(_cut_factor(rule, k, d, split, where))
     if len(leading) > 1:
         raise TypeInferenceError(
             f"{where}: inputs are sharded on dims that do not correspond ("
-            + ", ".join(f"input {k} dim {d}" for k, d in shards)
+            + ", ".join(f"input {k} dim {d}" + (f"/{split}" if split > 1 else "") for k, d, split in shards)
             + "); redistribute one of them"
         )
-    f = leading.pop()
+    f, q = leading.pop()
     if f in rule.blocked:
-        k, d = shards[0]
+        k, d, _ = shards[0]
         raise TypeInferenceError(
             f"{where}: input {k} is sharded on dim {d}, which R.{op_name} needs whole; replicate that dim first"
         )
-    return f
+    if q > 1 and f in rule.reductions:
+        k, d, split = shards[0]
+        raise TypeInferenceError(
+            f"{where}: input {k} is a strided shard S[{d}/{split}] of a dim R.{op_name} reduces over; only a plain "
+            f"shard of a reduced dim leaves partial values (redistribute it first)"
+        )
+    return f, q
 
 
 def _forward_shard(rule: ShardingRule, specs, shards, where: str, op_name: str) -> list:
     """Each output's spec on a mesh axis where inputs are sharded: S[d] where the factor lands, P if reduced."""
-    f = _sharded_factor(rule, shards, where, op_name)
-    k0, d0 = shards[0]
+    f, q = _sharded_factor(rule, shards, where, op_name)
+    k0, d0, _ = shards[0]
     for k, dims in enumerate(rule.inputs):
         holds = any(f in fs for fs in dims)
-        if holds and not isinstance(specs[k], Shard):
+        parts = _spec_parts(specs[k])
+        if holds and parts is None:
             raise TypeInferenceError(
                 f"{where}: input {k0} is sharded on dim {d0} but input {k} is {specs[k]} on the matching dim; "
                 "shard both alike"
             )
-        if holds and dims[specs[k].dim][0] != f:
+        if holds and _cut_factor(rule, k, *parts, where) != (f, q):
             raise TypeInferenceError(f"{where}: input {k} is sharded on a dim that does not match input {k0}")
+        if holds and isinstance(specs[k], StridedShard) and k in rule.pad_values:
+            raise TypeInferenceError(
+                f"{where}: input {k} is a strided shard {specs[k]}, but R.{op_name} needs the padding of its blocks "
+                "filled; redistribute it first"
+            )
         if not holds and not isinstance(specs[k], Replicate):
             raise TypeInferenceError(f"{where}: input {k} must be replicated (it has no dim matching the sharded one)")
     out = []
     for o, dims in enumerate(rule.outputs):
         found = [d for d, fs in enumerate(dims) if f in fs]
         if found:
-            if dims[found[0]][0] != f:
+            split = spec_at(rule, dims[found[0]], f, q)
+            if not isinstance(split, int):
                 raise TypeInferenceError(
-                    f"{where}: the sharded dim becomes a minor part of output dim {found[0]}, so shards would not be "
-                    "contiguous; reshard before this op"
+                    f"{where}: the sharded dim becomes a minor part of output dim {found[0]} after parts of unknown "
+                    "size, so no layout says where its shards lie; reshard before this op"
                 )
-            out.append(Shard(found[0]))
+            out.append(shard_spec(found[0], split))
         elif f in rule.reductions:
             out.append(Partial(rule.reductions[f]))
         else:
@@ -208,6 +299,12 @@ def infer_dtensor_output(op, arg_types: list[Type], attrs) -> Type:
     outs = [plain_out] if isinstance(plain_out, TensorType) else list(plain_out.fields) if isinstance(plain_out, TupleType) else None
     if outs is None or not all(isinstance(o, TensorType) for o in outs):
         raise TypeInferenceError(f"R.{op.name} does not produce tensors, so it cannot take DTensor inputs")
+    strided = next((t.placement for t in dts if t.placement.is_strided), None)
+    if strided is not None and op.localize is not None and not op.localize_strided:
+        raise TypeInferenceError(
+            f"R.{op.name} takes an input laid out \"{strided}\", a strided shard, but its per-worker form needs "
+            f"where each worker's block starts, which a strided dim does not have; redistribute it first"
+        )
     if any(t.placement.is_block for t in dts):
         new = block_forward(op, flat, outs, attrs, mesh)
         dout = [DTensorType(o.shape, o.dtype, mesh, p) for o, p in zip(outs, new)]
@@ -221,7 +318,10 @@ def infer_dtensor_output(op, arg_types: list[Type], attrs) -> Type:
         else:
             raise TypeInferenceError(f"R.{op.name} has no sharding rule, so its inputs must be replicated")
     else:
-        rule = op.sharding([without_placement(t) for t in flat], attrs, outs)
+        plain = [without_placement(t) for t in flat]
+        rule = op.sharding(plain, attrs, outs)
+        if strided is not None or any(len(fs) > 1 for dims in (*rule.inputs, *rule.outputs) for fs in dims):
+            rule = with_sizes(rule, plain, outs)  # sizes matter only where a shard is strided or may become one
         new = forward(rule, placements, mesh.ndim, op.name)
     dout = [DTensorType(o.shape, o.dtype, mesh, p) for o, p in zip(outs, new)]
     if isinstance(plain_out, TensorType):

@@ -179,6 +179,8 @@ def _global_infer(kind: StepKind):
             raise TypeInferenceError(f"R.dist.{kind.name}: dim {dim} is out of range for a tensor of rank {x.ndim}")
         try:
             new = kind.apply(x.placement, axis, dim, attrs.get("op_type"), x.mesh.shape)
+            if x.placement.is_strided:  # e.g. a shard of a strided dim on a second mesh axis
+                new.validate(x.mesh.ndim, x.ndim, shape=x.shape)
         except PlacementError as err:
             raise TypeInferenceError(f"R.dist.{kind.name}: {err}") from None
         return x.with_placement(new)

@@ -247,7 +247,7 @@ class _FunctionVerifier:
                 self.report(what, f"placement {t.placement!r} is not a Placement", span)
             elif isinstance(t.mesh, DeviceMesh):
                 try:
-                    t.placement.validate(t.mesh.ndim, t.ndim)
+                    t.placement.validate(t.mesh.ndim, t.ndim, shape=t.shape)
                 except PlacementError as err:
                     self.report(what, str(err), span)
         elif isinstance(t, TupleType):

@@ -7,11 +7,11 @@ import math
 
 import numpy as np
 
-from ..errors import TypeInferenceError
+from ..errors import DiagnosticError, DistirError, TypeInferenceError
 from ..ir import sym
 from ..ir.exchange import reshape_groups
-from ..ir.expr import Call, ShapeExpr
-from ..ir.layout import level_extents
+from ..ir.expr import Call, ShapeExpr, Var
+from ..ir.layout import expand_strided, level_extents, local_type
 from ..ir.op import RelaxForm, ShardingDoc, get_op
 from ..ir.types import DTensorType, ShapeType, TupleType, np_dtype
 from ._common import (
@@ -138,6 +138,8 @@ def _reshape_localize(call, args, local_out, lower=None):
     x, y = call.args[0].type, call.type
     if not isinstance(x, DTensorType) or not isinstance(y, DTensorType):
         return Call(call.op, (args[0], ShapeExpr(local_out.shape)), call.attrs, call.span)
+    if x.placement.is_strided or y.placement.is_strided:
+        return _strided_reshape_localize(call, args, local_out, lower)
     data = args[0]
     shape = list(local_out.shape)
     after = []  # (output dim, attrs of its regroup or None, minor mesh axes to cut again)
@@ -174,6 +176,36 @@ def _reshape_localize(call, args, local_out, lower=None):
     return out
 
 
+def _strided_reshape_localize(call, args, local_out, lower):
+    """A reshape from or to a strided layout is the reshape between the expanded forms
+    (:func:`distir.ir.layout.expand_strided`), whose storage is the strided one element for
+    element: the local storage is viewed in the expanded form, reshaped as a plain layout is,
+    and viewed back."""
+    x, y = call.args[0].type, call.type
+    xw_shape, xw = expand_strided(x.shape, x.placement)
+    yw_shape, yw = expand_strided(y.shape, y.placement)
+    wide_in = DTensorType(xw_shape, x.dtype, x.mesh, xw)
+    wide_out = DTensorType(yw_shape, y.dtype, y.mesh, yw)
+    data = args[0]
+    if x.placement.is_strided:
+        view = Call(call.op, (data, ShapeExpr(local_type(wide_in).shape)), {}, call.span)
+        data = lower.bind(f"{_hint(data)}_parts", view)
+    inner = Call(call.op, (Var(_hint(args[0]), wide_in, call.span), ShapeExpr(yw_shape)), call.attrs, call.span)
+    try:
+        typed = inner.type
+    except DistirError as err:
+        typed = err
+    if typed != wide_out:
+        raise DiagnosticError(
+            f"R.reshape from \"{x.placement}\" to \"{y.placement}\": the expanded forms ({_s(xw_shape)} \"{xw}\" to "
+            f"{_s(yw_shape)} \"{yw}\") do not reshape into each other; redistribute first", call.span
+        )
+    out = _reshape_localize(inner, (data,), local_type(wide_out), lower)
+    if y.placement.is_strided:
+        out = Call(call.op, (lower.bind(f"{_hint(data)}_reshaped", out), ShapeExpr(local_out.shape)), {}, call.span)
+    return out
+
+
 def _hint(e) -> str:
     return getattr(e, "name", "x")
 
@@ -186,12 +218,16 @@ register_op(
         numpy=lambda xs, attrs, ctx: np.reshape(xs[0], tuple(xs[1])),
         sharding=lambda types, attrs, outs: _with_shape_input(_reshape_rule(types[:1], attrs, outs)),
         localize=_reshape_localize,
-        doc="Reshape in C order. A sharded dim passes through when it stays the leading part of its output dim.",
+        localize_strided=True,
+        doc="Reshape in C order. A sharded dim passes through; where it becomes a minor part of an output dim it "
+        "is a strided shard S[d/k] there (and back).",
         relax=RelaxForm.same_name("reshape"),
         category="shape",
         sharding_doc=ShardingDoc(
-            passes="a dim that stays the leading (major) part of an output dim, through splits and merges",
-            blocked="dims in many-to-many groups; a sharded dim that would become a minor part",
+            passes="a dim that stays the leading (major) part of an output dim, through splits and merges; a dim "
+            "that becomes a minor part, as a strided shard S[d/k] (docs/strided.md), and a strided dim whose parts "
+            "line up with the split",
+            blocked="dims in many-to-many groups; a minor part after parts of unknown size",
             partials=_LAYOUT,
         ),
     )

@@ -63,7 +63,9 @@ from ..ir.layout import (
     concrete_mesh_shape,
     concrete_placement,
     cut_block,
+    expand_strided,
     is_worker_var,
+    local_shape,
     mesh_coords,
     place_chunks,
     worker_values,
@@ -163,7 +165,8 @@ def _layout(placement: Placement, ndim: int, sizes: tuple[int, ...], devices: tu
     if placement.is_block:
         return tuple((dev, (("B", pos),), (), mesh_coords(pos, sizes)) for pos, dev in enumerate(devices))
     paxes = placement.partial_axes()
-    axes_of = [placement.mesh_axes_of(d) for d in range(ndim)]
+    # a strided dim's mesh axis cuts it too (each worker its block of every part)
+    axes_of = [placement.mesh_axes_of(d) + tuple(a for a, s in placement.strided if s.dim == d) for d in range(ndim)]
     out = []
     for pos, dev in enumerate(devices):
         coords = mesh_coords(pos, sizes)
@@ -271,6 +274,12 @@ def assemble_output(t: Type, per_worker: dict[int, Any], values, what: str, rtol
     shape = tuple(sym.evaluate(d, values) for d in t.shape)
     if t.placement.is_block:
         return _assemble_chunks(t, shape, per_worker, values, what)
+    if t.placement.is_strided:  # assembled in the expanded form, whose storage it is element for element
+        wide_shape, wide = expand_strided(shape, t.placement)
+        wt = DTensorType(wide_shape, t.dtype, t.mesh, wide)
+        wide_local = tuple(sym.evaluate(d, values) for d in local_shape(wide_shape, t.mesh, wide))
+        pieces = {w: None if v is None else np.asarray(v).reshape(wide_local) for w, v in per_worker.items()}
+        return assemble_output(wt, pieces, values, what, rtol, atol).reshape(shape)
     paxes = t.placement.partial_axes()
     blocks: dict[tuple, dict[tuple, np.ndarray]] = {}
     where: dict[tuple, tuple] = {}

@@ -574,7 +574,7 @@ class _Parser:
             shape = self.tensor_shape(a["shape"])
             dtype = self.form(dtype_from_ast, a["dtype"])
             mesh = self.form(self.meshes.resolve, a["device_mesh"])
-            placement = self.placement(a["placement"], mesh, len(shape))
+            placement = self.placement(a["placement"], mesh, len(shape), shape)
             return DTensorType(shape, dtype, mesh, placement)
         if name == "R.Tuple":
             if node.keywords:
@@ -607,11 +607,11 @@ class _Parser:
                 self.fail(e, f"a tensor dimension cannot be negative, got {d}")
         return shape
 
-    def placement(self, node: ast.AST, mesh: DeviceMesh, ndim: int | None) -> Placement:
+    def placement(self, node: ast.AST, mesh: DeviceMesh, ndim: int | None, shape=None) -> Placement:
         text = self.form(str_from_ast, node, 'a placement string such as "S[0], R"')
         try:
             p = Placement.parse(text)
-            p.validate(mesh.ndim, ndim)
+            p.validate(mesh.ndim, ndim, shape=shape)
         except PlacementError as err:
             self.fail(node, str(err))
         return p

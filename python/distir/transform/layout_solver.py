@@ -58,7 +58,7 @@ from ..ir.placement import Partial, Placement, Replicate, Shard
 from ..ir.sharding import forward
 from ..ir.steps import get_step
 from ..ir.types import DTensorType, TupleType, dtype_bytes
-from .redistribute_plan import Timing, exchange_link, plan_cost, plan_redistribute, timing_for
+from .redistribute_plan import Timing, exchange_link, plan_cost, plan_redistribute, strided_share, timing_for
 from .sharding_graph import Graph, Preferences, Site, Slot, field_slots
 
 __all__ = ["CostModel", "LayoutPlan", "ParamChoice", "Solved", "Strategy", "alternative", "site_strategies",
@@ -190,6 +190,12 @@ class CostModel:
     def _shares(self, mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement) -> tuple[Fraction, ...] | None:
         """The planner's bytes per worker per byte of the tensor at each of ``MESH_SAMPLES`` (None: no plan)."""
         key = (id(mesh), ndim, src, dst)
+        if key not in self._share_cache and (src.is_strided or dst.is_strided):
+            try:
+                self._share_cache[key] = tuple(
+                    strided_share(mesh, ndim, src, dst, tuple(self._eval(d, m) for d in mesh.shape)) for m in MESH_SAMPLES)
+            except DistirError:
+                self._share_cache[key] = None
         if key not in self._share_cache:
             try:
                 plan = plan_redistribute(mesh, ndim, src, dst)
@@ -231,6 +237,11 @@ class CostModel:
             c = self.timed_cost(mesh, s.tensor.ndim, src, dst, self.mesh_sizes(mesh), self.nbytes(s))
             return INF if c is None else c
         key = (id(mesh), s.tensor.ndim, src, dst)
+        if key not in self._hint_share and (src.is_strided or dst.is_strided):
+            try:
+                self._hint_share[key] = strided_share(mesh, s.tensor.ndim, src, dst, self.mesh_sizes(mesh))
+            except DistirError:
+                self._hint_share[key] = None
         if key not in self._hint_share:
             try:
                 plan = plan_redistribute(mesh, s.tensor.ndim, src, dst)
@@ -354,13 +365,12 @@ def site_strategies(site: Site, cost: CostModel, partial_ops: list[set[str]], ke
     n, ndim = len(site.ins), site.mesh.ndim
     replicated = Replicate()
     options: list[tuple] = [(replicated,) * n]
-    for lead in site.lead_in:
-        for f in lead:
-            if f is None or f in rule.blocked:
-                continue
-            opt = tuple(Shard(d) if (d := site.input_dim(k, f)) is not None else replicated for k in range(n))
-            if opt not in options:
-                options.append(opt)
+    for f, q in site.cuts():
+        if f in rule.blocked:
+            continue
+        opt = tuple(site.input_spec(k, f, q) for k in range(n))
+        if opt not in options:
+            options.append(opt)
     for op, mode in rule.partial.items():
         can = [k for k in range(n) if op in partial_ops[k]]
         if mode == "all":

@@ -36,8 +36,9 @@ from ..errors import DiagnosticError, DistirError
 from ..ir import sym
 from ..ir.axis_cost import AxisCosts
 from ..ir.expr import Binding, Block, Call, Expr, Function, IRModule, ShapeExpr, Var, leaf_vars
+from ..ir.layout import expand_placement, expand_strided
 from ..ir.op import get_op
-from ..ir.placement import Placement
+from ..ir.placement import Placement, Replicate, Shard
 from ..ir.steps import get_step, steps_version
 from ..ir.types import DTensorType, dtype_bytes
 from ..ops.manipulate import reshape_moves_data
@@ -53,6 +54,7 @@ from .redistribute_plan import (
     replan_points,
     sample_points,
     timing_for,
+    without_strided,
 )
 from .rewrite import Env, map_bindings, substitute_expr
 
@@ -337,6 +339,8 @@ def fuse_reshapes(func: Function, replan: bool = True, costs: AxisCosts | None =
             continue
         if xt.placement.is_block or dst.is_block or (mid is not None and mid.is_block):  # an exchange with B keeps the shape
             continue
+        if any(p.is_strided for p in (xt.placement, dst, y.placement, *([mid] if mid is not None else []))):
+            continue  # strided layouts move through their expanded form (split_strided)
         symbolic = not all(isinstance(d, int) for d in mesh.shape)
         out = post if post is not None else b
         if costs is not None:
@@ -382,11 +386,114 @@ class LegalizeRedistribute(FunctionPass):
         return legalize_function(func, costs=axis_costs_of(ctx))
 
 
+def split_strided(func: Function) -> Function:
+    """Each redistribute from or to a strided layout (docs/strided.md) becomes reshapes into and
+    out of its expanded form around redistributes between plain layouts: from ``S[d/k]``, the
+    value is viewed as the expanded tensor (no data moves), redistributed there to the target
+    with its strided shards replicated, and viewed back; to ``S[d/k]``, the same the other way.
+    A plain layout reaches the expanded form by a reshape that splits dim ``d`` (its shard, if
+    any, cuts the outer part). Between meshes a strided layout is refused."""
+    redistribute, reshape = get_op("dist.redistribute"), get_op("reshape")
+    names = {p.name for p in func.params} | {b.var.name for b in func.bindings()}
+
+    def fresh(hint: str) -> str:
+        name, k = hint, 1
+        while name in names:
+            name, k = f"{hint}_{k}", k + 1
+        names.add(name)
+        return name
+
+    def rewrite(b: Binding, env: Env):
+        value = b.value
+        if not (isinstance(value, Call) and value.op is redistribute and isinstance(value.args[0].type, DTensorType)):
+            return None
+        src, dst, mesh = value.args[0].type, value.attrs["placement"], value.attrs["device_mesh"]
+        if not (src.placement.is_strided or dst.is_strided):
+            return None
+        if src.placement == dst and mesh == src.mesh:
+            env[b.var] = value.args[0]
+            return []
+        if mesh != src.mesh:
+            raise DiagnosticError(
+                f"R.dist.redistribute of '{b.var.name}': a strided layout (\"{src.placement}\" to \"{dst}\") moves "
+                f"between meshes only after it is redistributed to a plain one on its own mesh", b.span)
+        out: list[Binding] = []
+        cur = value.args[0]
+
+        def bind(call: Call, name: str | None = None) -> Var:
+            try:
+                t = call.type
+            except DistirError as err:
+                raise DiagnosticError(f"R.dist.redistribute of '{b.var.name}' from \"{src.placement}\" to \"{dst}\": {err}",
+                                      b.span) from None
+            var = b.var if name is None else Var(fresh(name), t, b.span)
+            out.append(Binding(var, call, b.span))
+            return var
+
+        def via(x: Var, by: Placement, target: Placement, last: bool) -> Var:
+            wide_shape, _ = expand_strided(src.shape, by)
+            x = bind(Call(reshape, (x, ShapeExpr(tuple(wide_shape))), {}, b.span), f"{b.var.name}_parts")
+            goal = expand_placement(target, by, src.ndim)
+            if x.type.placement != goal:
+                x = bind(Call(redistribute, (x,), {"device_mesh": mesh, "placement": goal}, b.span), f"{b.var.name}_moved")
+            return bind(Call(reshape, (x, ShapeExpr(tuple(src.shape))), {}, b.span), None if last else f"{b.var.name}_plain")
+
+        # a reshape carries no shard of a dim of size 1: such shards are replicated around it
+        ones = {d for d, n in enumerate(src.shape) if isinstance(n, int) and n == 1}
+
+        def whole(p: Placement) -> Placement:
+            return Placement(tuple(Replicate() if isinstance(s, Shard) and s.dim in ones else s for s in p.specs))
+
+        def move(x: Var, target: Placement, last: bool) -> Var:
+            """Shards of size-1 dims replicated or restored: a plain redistribute, or, next to strided
+            shards that stay, the plain plan's steps, none of which touches a strided axis or dim."""
+            have = x.type.placement
+            if have == target:
+                return x
+            name = None if last else f"{b.var.name}_whole"
+            if not have.is_strided:
+                return bind(Call(redistribute, (x,), {"device_mesh": mesh, "placement": target}, b.span), name)
+            axes = {a for a, _ in have.strided}
+            dims = {sp.dim for _, sp in have.strided}
+            try:
+                plan = plan_redistribute(mesh, src.ndim, without_strided(have), without_strided(target))
+            except DistirError as err:
+                raise DiagnosticError(f"R.dist.redistribute of '{b.var.name}' from \"{src.placement}\" to \"{dst}\": {err}",
+                                      b.span) from None
+            if any(step.mesh_axis in axes or step.mesh_axis < 0 or step.dim in dims for step in plan):
+                raise DiagnosticError(
+                    f"R.dist.redistribute of '{b.var.name}' from \"{have}\" to \"{target}\": the steps would touch a "
+                    f"strided shard; redistribute through a plain layout", b.span)
+            for k, step in enumerate(plan):
+                x = bind(_step_call(step, x, mesh, b.span), name if k == len(plan) - 1 else f"{b.var.name}_whole")
+            return x
+
+        if whole(src.placement) != src.placement:
+            cur = move(cur, whole(src.placement), False)
+        if src.placement.is_strided:
+            plain = without_strided(dst)
+            cur = via(cur, cur.type.placement, whole(plain), not dst.is_strided and whole(plain) == plain)
+            if not dst.is_strided:
+                cur = move(cur, plain, True)
+        if dst.is_strided:
+            cur = via(cur, dst, whole(dst), whole(dst) == dst)
+            cur = move(cur, dst, True)
+        if cur.type != b.var.type:
+            raise DiagnosticError(
+                f"R.dist.redistribute of '{b.var.name}' from \"{src.placement}\" to \"{dst}\": the route through the "
+                f"expanded form ends at \"{cur.type.placement}\"", b.span)
+        if cur is not b.var:
+            env[b.var] = cur
+        return out
+
+    return map_bindings(func, rewrite)
+
+
 def legalize_function(func: Function, replan: bool = True, costs: AxisCosts | None = None) -> Function:
     """Legalize each redistribute of ``func``; with ``replan``, those whose plan depends on the count
     (module docstring) become ``R.dist.replan``; with ``costs``, plans minimize time."""
     redistribute = get_op("dist.redistribute")
-    func = fuse_reshapes(func, replan, costs)
+    func = fuse_reshapes(split_strided(func), replan, costs)
 
     def rewrite(b: Binding, env: Env):
         value = b.value

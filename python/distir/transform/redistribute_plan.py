@@ -38,9 +38,9 @@ from ..errors import DistirError
 from ..ir import sym
 from ..ir.axis_cost import AxisCost, AxisCosts, slowest
 from ..ir.exchange import crossed_axes
-from ..ir.layout import level_extents
+from ..ir.layout import expand_placement, level_extents
 from ..ir.mesh import DeviceMesh, Range
-from ..ir.placement import Partial, Placement, PlacementError, Replicate, Shard
+from ..ir.placement import Partial, Placement, PlacementError, Replicate, Shard, StridedShard
 from ..ir.steps import StepKind, all_steps, get_step, steps_version
 from ..ir.sym import Dim
 from ..ir.transfer import route_bytes, transfer_routes
@@ -349,6 +349,26 @@ def exact_extents(mesh: DeviceMesh, shape) -> tuple[int, ...] | None:
     return tuple(shape)
 
 
+def without_strided(p: Placement) -> Placement:
+    """``p`` with its strided shards replicated."""
+    return Placement(tuple(Replicate() if isinstance(s, StridedShard) else s for s in p.specs))
+
+
+def strided_share(mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement, sizes: tuple[int, ...]) -> Fraction:
+    """Bytes per worker, per byte of the tensor, of a redistribute from or to a strided layout:
+    the plans between expanded forms that legalize-redistribute writes (``split_strided``)."""
+    total = Fraction(0)
+    if src.is_strided:
+        plain = without_strided(dst)
+        wide, goal = expand_placement(src, src, ndim), expand_placement(plain, src, ndim)
+        total += plan_cost(plan_redistribute(mesh, ndim + len(src.strided), wide, goal), wide, sizes)
+        src = plain
+    if dst.is_strided:
+        wide, goal = expand_placement(src, dst, ndim), expand_placement(dst, dst, ndim)
+        total += plan_cost(plan_redistribute(mesh, ndim + len(dst.strided), wide, goal), wide, sizes)
+    return total
+
+
 def plan_redistribute(
     mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement, shape=None, timing: Timing | None = None
 ) -> tuple[Step, ...]:
@@ -364,6 +384,12 @@ def plan_redistribute(
     dst.validate(mesh.ndim, ndim, "target placement")
     if src == dst:
         return ()
+    for p in (src, dst):
+        if p.is_strided:
+            raise PlacementError(
+                f"\"{p}\" is a strided layout: it is redistributed through its expanded form (legalize-redistribute, "
+                f"docs/strided.md), not by steps on its own shape"
+            )
     if src.is_block or dst.is_block:
         return _plan_block(mesh, ndim, src, dst, shape, timing)
     return _plan_cached(_ShapeBox(mesh.shape), ndim, src, dst, steps_version(), exact_extents(mesh, shape), timing)

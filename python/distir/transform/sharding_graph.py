@@ -25,8 +25,8 @@ from ..errors import DiagnosticError, DistirError, Span, TypeInferenceError
 from ..ir.expr import Binding, Call, Constant, Expr, Function, Tuple, TupleGetItem, Var
 from ..ir.mesh import DeviceMesh
 from ..ir.op import OpDef
-from ..ir.placement import Partial, Placement, Replicate, Shard, Spec
-from ..ir.sharding import ShardingRule, forward, without_placement
+from ..ir.placement import Partial, Placement, Replicate, Shard, Spec, StridedShard, shard_spec
+from ..ir.sharding import ShardingRule, factor_at, forward, spec_at, with_sizes, without_placement
 from ..ir.types import DTensorType, TensorType, TupleType, Type
 
 __all__ = [
@@ -72,6 +72,20 @@ class Site:
     mesh: DeviceMesh | None = None  # the mesh its distributed slots live on
     lead_in: list[tuple[str | None, ...]] = field(default_factory=list)  # leading factor of each input dim
     lead_out: list[tuple[str | None, ...]] = field(default_factory=list)
+    # (factor, inner split) the op may cut beyond its leading factors: strided shards (docs/strided.md)
+    strided_cuts: list[tuple[str, int]] = field(default_factory=list)
+
+    def cuts(self) -> list[tuple[str, int]]:
+        """(factor, inner split) of every way to shard one factor: each leading factor of an input
+        dim (split 1), then the strided cuts :func:`find_strided_cuts` found."""
+        out = [(f, 1) for lead in self.lead_in for f in lead if f is not None]
+        return list(dict.fromkeys(out + self.strided_cuts))
+
+    def input_spec(self, k: int, factor: str, q: int = 1) -> Spec:
+        """Input ``k``'s spec when ``factor`` (inner split ``q``) is sharded: S[d], S[d/k], or R (also
+        where the op's local form cannot take a strided shard, so the rule refuses the cut)."""
+        spec = _cut_spec(self.rule, self.rule.inputs[k], factor, q)
+        return Replicate() if isinstance(spec, StridedShard) and not takes_strided(self.op) else spec
 
     @property
     def name(self) -> str:
@@ -225,7 +239,8 @@ class _Builder:
         elif op.sharding is not None and outs:
             tensors = [s.tensor for s in ins]
             try:
-                site.rule = op.sharding(tensors, dict(op.full_attrs(value.attrs)), [s.tensor for s in outs])
+                outs_t = [s.tensor for s in outs]
+                site.rule = with_sizes(op.sharding(tensors, dict(op.full_attrs(value.attrs)), outs_t), tensors, outs_t)
             except (DistirError, IndexError) as err:
                 self.fail(b, f"the sharding rule of R.{op.name} does not apply here: {err}")
             site.lead_in = [_lead(d) for d in site.rule.inputs]
@@ -318,7 +333,79 @@ def build_graph(func: Function, mesh_names: dict | None = None) -> Graph:
     """Slots and sites of ``func``; DiagnosticError for what propagation cannot handle.
 
     ``mesh_names`` (mesh -> "mesh[i]") makes errors name meshes as the text does."""
-    return _Builder(func, mesh_names).build()
+    graph = _Builder(func, mesh_names).build()
+    find_strided_cuts(graph)
+    return graph
+
+
+def _cut_spec(rule: ShardingRule, dims, factor: str, q: int) -> Spec:
+    for d, fs in enumerate(dims):
+        if factor in fs:
+            split = spec_at(rule, fs, factor, q)
+            return Replicate() if not isinstance(split, int) else shard_spec(d, split)
+    return Replicate()
+
+
+def takes_strided(op: OpDef) -> bool:
+    """Whether ``op`` runs on strided shards: the same op on each worker's storage, or a local
+    form that handles them (``OpDef.localize_strided``)."""
+    return op.localize is None or op.localize_strided
+
+
+def find_strided_cuts(graph: Graph) -> None:
+    """Fill each site's ``strided_cuts``: the strided shards (docs/strided.md) a reshape asks of a
+    dim (a factor that is not the first of its dim: the head part of a fused ``(s, 3 * d)``
+    reshaped to ``(s, 3, heads, head_dim)``), carried to every op that shares the dim. A cut is
+    offered only where its strided layout is *grounded*: held by a fixed layout, or reachable
+    from a parameter whose layout is free (a weight laid out the way the reshape downstream
+    needs it). A value whose layout is given otherwise is not redistributed into a strided one
+    on the way (that would only move data a block exchange moves more directly)."""
+    sites = [site for site in graph.sites if site.rule is not None and takes_strided(site.op)]
+
+    def sides(site):
+        return [*zip(site.ins, site.rule.inputs), *zip(site.outs, site.rule.outputs)]
+
+    def spread(start: dict[int, set[tuple[int, int]]], offer: bool) -> dict[int, set[tuple[int, int]]]:
+        found = {k: set(v) for k, v in start.items()}
+        changed = True
+        while changed:
+            changed = False
+            for site in sites:
+                for slot, dims in sides(site):
+                    for d, split in sorted(found.get(slot.id, ())):
+                        if d >= len(dims) or not dims[d]:
+                            continue
+                        cut = factor_at(site.rule, dims[d], split)
+                        if cut is None or cut[0] in site.rule.blocked:
+                            continue
+                        if offer and cut not in site.strided_cuts:
+                            site.strided_cuts.append(cut)
+                        for other, odims in sides(site):
+                            spec = _cut_spec(site.rule, odims, *cut)
+                            if isinstance(spec, StridedShard) and (spec.dim, spec.split) not in found.get(other.id, set()):
+                                found.setdefault(other.id, set()).add((spec.dim, spec.split))
+                                changed = True
+        return found
+
+    fixed: dict[int, set[tuple[int, int]]] = {}
+    for s in graph.slots:
+        if s.fixed is not None and not s.fixed.is_block and s.fixed.is_strided:
+            fixed[s.id] = {(sp.dim, sp.split) for _, sp in s.fixed.strided}
+    asked: dict[int, set[tuple[int, int]]] = {}
+    for site in sites:  # factors a reshape leaves in a minor place
+        for slot, dims in sides(site):
+            for d, fs in enumerate(dims):
+                for f in fs[1:]:
+                    split = spec_at(site.rule, fs, f, 1)
+                    if isinstance(split, int) and split > 1:
+                        asked.setdefault(slot.id, set()).add((d, split))
+    wants = spread(asked, offer=False)
+    free = {s.id for s in graph.slots
+            if s.fixed is None and s.producer is None and s.constant is None and s.distributable}
+    grounded = dict(fixed)
+    for sid in free & wants.keys():
+        grounded.setdefault(sid, set()).update(wants[sid])
+    spread(grounded, offer=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -383,21 +470,26 @@ class _Propagator:
             self.conflicts.append(Conflict(s, a, cur, spec, site))
         return False
 
-    def shard_factor(self, site: Site, a: int, sources) -> str | None:
-        """The one factor the given (slot, lead) pairs shard on axis ``a``, or None if none or several.
+    def shard_factor(self, site: Site, a: int, sources) -> tuple[str, int] | None:
+        """The one (factor, inner split) the given (slot, factors per dim) pairs shard on axis ``a``
+        (a plain shard: its dim's leading factor, split 1; a strided one, docs/strided.md: the factor
+        its parts line up with), or None if none or several.
 
         Several is a disagreement: each slot that propagation (not a seed) sharded is recorded,
         since a hint on it would settle which layout the op runs in."""
-        found: dict[str, Slot] = {}
-        for s, lead in sources:
+        found: dict[tuple[str, int], Slot] = {}
+        for s, dims in sources:
             spec = self.specs[s.id][a]
-            if isinstance(spec, Shard) and self.strength[s.id][a] >= FIRM and spec.dim < len(lead):
-                f = lead[spec.dim]
-                if f is not None and f not in site.rule.blocked:
-                    found.setdefault(f, s)
+            if not isinstance(spec, (Shard, StridedShard)) or self.strength[s.id][a] < FIRM or spec.dim >= len(dims):
+                continue
+            if not dims[spec.dim]:
+                continue
+            cut = (dims[spec.dim][0], 1) if isinstance(spec, Shard) else factor_at(site.rule, dims[spec.dim], spec.split)
+            if cut is not None and cut[0] not in site.rule.blocked:
+                found.setdefault(cut, s)
         if len(found) > 1:
             owners = list(found.values())
-            factor_of = {id(s): f for f, s in found.items()}
+            factor_of = {id(s): f if q == 1 else f"{f}/{q}" for (f, q), s in found.items()}
             for s in owners:
                 if self.strength[s.id][a] != SEED:
                     other = next((o for o in owners if o is not s), None)  # None: the op reads it twice
@@ -409,21 +501,22 @@ class _Propagator:
     def forward_site(self, site: Site, a: int) -> bool:
         changed = False
         rule = site.rule
-        f = self.shard_factor(site, a, zip(site.ins, site.lead_in))
-        if f is not None:
+        cut = self.shard_factor(site, a, zip(site.ins, rule.inputs))
+        if cut is not None:
+            f = cut[0]
             for k, s in enumerate(site.ins):
-                d = site.input_dim(k, f)
-                if d is not None and s.distributable:
-                    changed |= self.propose(s, a, Shard(d), site)
+                spec = _cut_spec(rule, rule.inputs[k], *cut)
+                if not isinstance(spec, Replicate) and s.distributable:
+                    changed |= self.propose(s, a, spec, site)
             for o, s in enumerate(site.outs):
-                d = site.output_dim(o, f)
-                if d is not None:
-                    changed |= self.propose(s, a, Shard(d), site)
-                elif f in rule.reductions:
+                spec = _cut_spec(rule, rule.outputs[o], *cut)
+                if not isinstance(spec, Replicate):
+                    changed |= self.propose(s, a, spec, site)
+                elif f in rule.reductions and not any(f in fs for fs in rule.outputs[o]):
                     changed |= self.propose(s, a, Partial(rule.reductions[f]), site)
             return changed
         specs = [self.specs[s.id][a] for s in site.ins]
-        if any(sp is None for sp in specs) or any(isinstance(sp, Shard) for sp in specs):
+        if any(sp is None for sp in specs) or any(isinstance(sp, (Shard, StridedShard)) for sp in specs):
             return False
         try:
             outs = forward(rule, [Placement((sp,)) for sp in specs], 1, site.op.name)
@@ -434,14 +527,14 @@ class _Propagator:
         return changed
 
     def backward_site(self, site: Site, a: int) -> bool:
-        f = self.shard_factor(site, a, zip(site.outs, site.lead_out))
-        if f is None:
+        cut = self.shard_factor(site, a, zip(site.outs, site.rule.outputs))
+        if cut is None:
             return False
         changed = False
         for k, s in enumerate(site.ins):
-            d = site.input_dim(k, f)
-            if d is not None and s.distributable:
-                changed |= self.propose(s, a, Shard(d), site)
+            spec = _cut_spec(site.rule, site.rule.inputs[k], *cut)
+            if not isinstance(spec, Replicate) and s.distributable:
+                changed |= self.propose(s, a, spec, site)
         return changed
 
     def hint_site(self, site: Site, a: int) -> bool:

@@ -75,8 +75,9 @@ def test_reshape_sharding_seed_example():
     assert reshape(D((8, 8), "S[0]", "bfloat16", MESH4), 64).type.placement == P("S[0]")
     assert reshape(D((64,), "S[0]", "bfloat16", MESH4), 8, 8).type.placement == P("S[0]")
     assert reshape(D((8, 8), "R", "bfloat16", MESH4), 64).type.placement == P("R")
-    with pytest.raises(TypeInferenceError, match="minor part of output dim 0"):
-        _ = reshape(D((8, 8), "S[1]", "bfloat16", MESH4), 64).type
+    # a shard of the minor dim lands in every one of the 8 rows: a strided shard (docs/strided.md)
+    assert reshape(D((8, 8), "S[1]", "bfloat16", MESH4), 64).type.placement == P("S[0/8]")
+    assert reshape(D((64,), "S[0/8]", "bfloat16", MESH4), 8, 8).type.placement == P("S[1]")
 
 
 def test_reshape_sharding_heads():

@@ -64,7 +64,7 @@ CASES = {
     "duplicated keyword": (body("y = R.sum(x, [1], axis=[1])", "return y"), "R.sum got parameter 'axis' twice", 7, 27),
     "bad placement": (
         body('y = R.dist.redistribute(d, device_mesh="mesh[0]", placement="Q")', "return y"),
-        "entry 0 ('Q') is not R, S[dim], P or P[sum|max|min|avg]",
+        "entry 0 ('Q') is not R, S[dim], S[dim/parts], P or P[sum|max|min|avg]",
         7,
         69,
     ),

@@ -27,7 +27,7 @@ CASES = {
     "bytes for text": (lambda: distir.parse(b"x"), "takes IR text (a str), got bytes"),
     "a size below 1": (lambda: specialize(LOCAL, {"num_workers": 0}), "num_workers=0; sizes must be at least 1"),
     "a size as text": (lambda: specialize(LOCAL, {"num_workers": "4"}), "num_workers must be an integer"),
-    "a half placement": (lambda: Placement.parse("S["), "is not R, S[dim], P or P[sum|max|min|avg]"),
+    "a half placement": (lambda: Placement.parse("S["), "is not R, S[dim], S[dim/parts], P or P[sum|max|min|avg]"),
     "an unknown reduction": (lambda: Placement.parse("P[foo]"), "unknown reduction 'foo'"),
     "an empty mesh": (lambda: DeviceMesh((0,), Range(0, 0)), "mesh axis 0 has size 0"),
     "counts that are not numbers": (lambda: parse_counts("a"), "device counts: 'a' is not a positive integer"),
