@@ -42,9 +42,11 @@ from .layout_solver import (
     DIM_SIZE_HINT,
     GUARD_MESH_SAMPLES,
     MESH_SIZE_HINT,
+    ActivationLimit,
     CostModel,
     ParamChoice,
     function_bytes,
+    function_peak,
     solve_layouts,
 )
 from .legalize_redistribute import fuse_reshapes
@@ -54,9 +56,11 @@ from .rewrite import map_bindings
 from .sharding_graph import Slot, build_graph
 from .weights import NUM_INPUT, param_names
 
-__all__ = ["AutoShard", "AutoShardError", "AutoShardReport", "MemoryBudget", "strip_layouts"]
+__all__ = ["AutoShard", "AutoShardError", "AutoShardReport", "MemoryBudget", "parse_activation_budget", "strip_layouts"]
 
 DEFAULT_BUDGET = "min+10%"
+DEFAULT_ACTIVATION_BUDGET = "min+10%"
+NO_LIMIT = "none"  # an activation budget that bounds nothing: communication and the weights' budget alone
 MAX_EXPLAINED = 96  # alternatives --explain computes (each is one propagation of the whole function)
 WINDOW_OPS = 24  # the solver's windows (smaller than propagation's: the budget makes each program harder)
 _RETRIES = 4  # re-solves when the solver's float tolerance lets a budget be exceeded by a hair
@@ -76,13 +80,15 @@ _NUMBER = r"(\d+(?:\.\d*)?|\.\d+)"
 
 @dataclass(frozen=True)
 class MemoryBudget:
-    """Bytes of weights each device may hold, in one of four forms (``text`` as given):
+    """Bytes each device may hold (of weights, or of peak live activations), in one of four forms
+    (``text`` as given):
 
     - ``2GB``, ``1.5GiB``, ``300000``: bytes (decimal or binary units);
-    - ``25%``: a share of the replicated size (every weight whole on every device);
+    - ``25%``: a share of the replicated size (every weight, or every value, whole on every device);
     - ``1.1/W``: that factor times the replicated size over the device count W;
-    - ``min``, ``min+10%``: the smallest any layout reaches (every weight cut as finely as its
-      dims allow), plus a margin. Always achievable; the default, ``min+10%``.
+    - ``min``, ``min+10%``: the smallest any layout reaches (weights: every one cut as finely as
+      its dims allow; activations: the least peak the solver finds), plus a margin. Always
+      achievable; the default, ``min+10%``.
     """
 
     kind: str  # "bytes", "share", "per_device", "min"
@@ -196,7 +202,8 @@ class Alternative:
     layout: Placement
     sent: Fraction | None  # bytes each worker sends (within the program and gathering results); None: not computed
     weights: int  # bytes of weights each device holds
-    within_budget: bool
+    within_budget: bool  # the weights' budget, and the activation budget where the layout was laid out
+    activations: int | None = None  # peak live activation bytes per worker (layout_solver.function_peak)
 
 
 @dataclass(frozen=True)
@@ -225,6 +232,8 @@ class AutoShardReport:
     sent: Fraction | None  # bytes each worker sends with the chosen layout, at env
     params: list[ParamReport] = field(default_factory=list)
     note: str = ""
+    activation_budget: MemoryBudget | None = None  # None: activations not bounded
+    activations: int | None = None  # the chosen layout's peak live activation bytes per worker, at env
 
     def layouts(self) -> dict[str, Placement]:
         return {p.name: p.chosen for p in self.params}
@@ -240,11 +249,14 @@ class AutoShardReport:
             if self.replicated_bytes else "  no weights",
             f"  budget {self.budget.text}: {_human(self.budget_bytes)} per device",
         ]
+        if self.activations is not None:
+            limit = f"budget {self.activation_budget.text}" if self.activation_budget is not None else "not bounded"
+            lines.append(f"  peak activations per device: {_human(self.activations)} ({limit})")
         if self.sent is not None:
             lines.append(f"  bytes sent per worker: {_human(self.sent)}")
         explained = any(p.alternatives for p in self.params)
         head = ("parameter", "shape", "layout", "held/device") + (
-            ("sent/worker", "vs chosen", "weights/device") if explained else ()) + ("note",)
+            ("sent/worker", "vs chosen", "weights/device", "activations/device") if explained else ()) + ("note",)
         rows = []
         for p in self.params:
             if not explained:
@@ -259,9 +271,9 @@ class AutoShardReport:
                     mark = (mark + ", input").strip(", ")
                 rows.append((p.name if i == 0 else "", p.shape if i == 0 else "", str(a.layout),
                              _human(p.held) if i == 0 else "", "-" if a.sent is None else _human(a.sent), diff,
-                             _human(a.weights), mark))
+                             _human(a.weights), "-" if a.activations is None else _human(a.activations), mark))
         widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-        right = {3, 4, 5, 6} if explained else {3}
+        right = {3, 4, 5, 6, 7} if explained else {3}
 
         def line(r) -> str:
             return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
@@ -287,6 +299,8 @@ class AutoShard(ModulePass):
     opt_level: ClassVar[int] = 0
 
     memory_budget: str | int | MemoryBudget = DEFAULT_BUDGET
+    # peak live activations per device ("none": not bounded, the weights' budget alone)
+    activation_budget: str | int | MemoryBudget | None = DEFAULT_ACTIVATION_BUDGET
     sizes: Mapping[str, int] | None = None  # symbols fixed: a device count ({"num_workers": 8}), a sequence length
     func: str | None = None
     mesh: DeviceMesh | None = None
@@ -295,6 +309,7 @@ class AutoShard(ModulePass):
 
     def transform_module(self, mod: IRModule, ctx: PassContext) -> IRModule:
         budget = MemoryBudget.parse(self.memory_budget)
+        activations = parse_activation_budget(self.activation_budget)
         sizes = dict(self.sizes or {})
         for k, v in sizes.items():
             if not isinstance(k, str) or not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -305,7 +320,7 @@ class AutoShard(ModulePass):
         _check_sizes(sizes, func, mesh)
         names = _mesh_names_of(mod)
         names.setdefault(mesh, f"mesh[{len(names)}]")
-        search = _Search(func, mesh, budget, sizes, ctx, names)
+        search = _Search(func, mesh, budget, sizes, ctx, names, activations)
         laid, written = search.run()
         out = mod
         if written is not None:
@@ -342,6 +357,13 @@ class AutoShard(ModulePass):
             raise AutoShardError(f"auto-shard: the module declares {len(meshes)} device meshes; say which with "
                                  "AutoShard(mesh=...)")
         return meshes[0]
+
+
+def parse_activation_budget(text: str | int | MemoryBudget | None) -> MemoryBudget | None:
+    """The activation budget (a :class:`MemoryBudget`), or None for ``none``: not bounded."""
+    if text is None or (isinstance(text, str) and text.strip().lower() == NO_LIMIT):
+        return None
+    return MemoryBudget.parse(text)
 
 
 def _check_sizes(sizes: Mapping[str, int], func: Function, mesh: DeviceMesh) -> None:
@@ -424,8 +446,9 @@ class _Search:
     """One function's parameter layouts: the integer program with the budget's rows."""
 
     def __init__(self, func: Function, mesh: DeviceMesh, budget: MemoryBudget, sizes: dict[str, int], ctx: PassContext,
-                 mesh_names: dict[DeviceMesh, str]):
+                 mesh_names: dict[DeviceMesh, str], activations: MemoryBudget | None = None):
         self.func, self.mesh, self.budget, self.sizes, self.mesh_names = func, mesh, budget, sizes, mesh_names
+        self.activations = activations
         self.hints = dict(ctx.config.get("propagate-sharding.size_hints", {}) or {})
         self.hints.update(sizes)
         self.weights = weight_indices(func)
@@ -436,11 +459,16 @@ class _Search:
     def held(self, i: int, p: Placement, env) -> int:
         return _bytes_at(without_placement(self.func.params[i].type), self.mesh, p, env)
 
-    def written_with(self, layouts: Mapping[int, Placement]) -> Function:
-        """The function laid out by the solver with every parameter given as ``layouts`` says
-        (the cost model of the search, no budget: the layouts are given)."""
+    def written_with(self, layouts: Mapping[int, Placement]) -> Function | None:
+        """The function laid out by the solver with every parameter given as ``layouts`` says (the
+        cost model of the search and its activation budget; the layouts, so their weights, are given).
+        None: no layout of the values meets the activation budget."""
         graph = build_graph(self.typed({i: p for i, p in layouts.items() if i in self.free}), self.mesh_names)
-        plan, _ = solve_layouts(graph, None, CostModel(graph, self.hints))
+        choice = ParamChoice(lambda s: [], lambda decided: [], self.activation_limit())
+        try:
+            plan, _ = solve_layouts(graph, None, CostModel(graph, self.hints), choice, WINDOW_OPS)
+        except AutoShardError:
+            return None
         return write_layouts(graph, plan, CostModel(graph, self.hints))
 
     def fits(self, i: int, q: Placement, limits: list[tuple[Fraction, dict[int, int]]]) -> bool:
@@ -472,6 +500,32 @@ class _Search:
                 "raise the budget"
             )
         return bound - fixed, smallest
+
+    def activation_limit(self) -> ActivationLimit | None:
+        """The activation budget as the solver's limit on the peak, at each budget env."""
+        if self.activations is None:
+            return None
+        whole = Placement.replicated(self.mesh.ndim)
+
+        def held(s: Slot, p: Placement | None, k: int) -> int:
+            env = dict(self.envs[k])
+            for d in s.tensor.shape:
+                for n in sym.free_vars(d) if not isinstance(d, int) else ():
+                    env.setdefault(n, self.sizes.get(n, DIM_SIZE_HINT))
+            return _bytes_at(s.tensor, self.mesh, p or whole, env)
+
+        def bound(k: int, least: Fraction, replicated: Fraction) -> Fraction:
+            env = self.envs[k]
+            b = self.activations.bound(replicated, least, _devices(self.mesh, env))
+            if b < least:
+                at = ", ".join(f"{n}={v}" for n, v in env.items()) or "its static sizes"
+                raise AutoShardError(
+                    f"auto-shard: activation budget '{self.activations.text}' ({_human(b)} per device) is below the "
+                    f"least peak of live activations the solver finds at {at}: {_human(least)}; raise the budget"
+                )
+            return b
+
+        return ActivationLimit(len(self.envs), held, bound)
 
     def typed(self, layouts: Mapping[int, Placement]) -> Function:
         """The function with parameter ``i`` a DTensor laid out ``layouts[i]``."""
@@ -514,7 +568,7 @@ class _Search:
                 out.append((coefs, 1.0))
             return out
 
-        choice = ParamChoice(lambda s: cands[index[s.id]], rows)
+        choice = ParamChoice(lambda s: cands[index[s.id]], rows, self.activation_limit())
         for _ in range(_RETRIES):
             plan, _solved = solve_layouts(graph, prefs, cost, choice, WINDOW_OPS)
             laid = {}
@@ -557,6 +611,7 @@ def _report(search: _Search, fname: str, laid: dict[int, Placement], written: Fu
     least = sum(min(held(i, q) for q in candidate_layouts(func.params[i].type.ndim, mesh)) for i in weights if i in layout)
     bound = search.budget.bound(replicated, least, devices)
     sent = _sent(written, mesh, env) if written is not None else None
+    peak = function_peak(written, env) if written is not None else None
     explained = 0
     note = ""
     params = []
@@ -564,22 +619,26 @@ def _report(search: _Search, fname: str, laid: dict[int, Placement], written: Fu
         p = func.params[i]
         alts: list[Alternative] = []
         if explain:
-            alts.append(Alternative(laid[i], sent, weights_bytes(layout), weights_bytes(layout) <= bound))
+            alts.append(Alternative(laid[i], sent, weights_bytes(layout), weights_bytes(layout) <= bound, peak))
             for q in candidate_layouts(p.type.ndim, mesh):
                 if q == laid[i]:
                     continue
                 lay = {**layout, i: q}
-                cost = None
+                cost = held_peak = None
+                fits = True
                 if explained < MAX_EXPLAINED:
-                    cost, explained = _sent(search.written_with(lay), mesh, env), explained + 1
+                    other, explained = search.written_with(lay), explained + 1
+                    fits = other is not None
+                    if other is not None:
+                        cost, held_peak = _sent(other, mesh, env), function_peak(other, env)
                 else:
                     note = (f"(bytes of alternatives after the first {MAX_EXPLAINED} not computed: each is one "
                             "solve of the whole function)")
-                alts.append(Alternative(q, cost, weights_bytes(lay), weights_bytes(lay) <= bound))
+                alts.append(Alternative(q, cost, weights_bytes(lay), fits and weights_bytes(lay) <= bound, held_peak))
         shape = "(" + ", ".join(sym.to_str(d) if not isinstance(d, int) else str(d) for d in p.type.shape) + ")"
         params.append(ParamReport(names[i], shape, i in weights, laid[i], held(i, laid[i]), tuple(alts)))
     return AutoShardReport(fname, f"{mesh_label} {mesh.shape_str()}", env, search.budget, bound, weights_bytes(layout),
-                           replicated, devices, sent, params, note)
+                           replicated, devices, sent, params, note, search.activations, peak)
 
 
 def _mesh_label(mod: IRModule, mesh: DeviceMesh) -> str:
