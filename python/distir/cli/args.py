@@ -249,7 +249,7 @@ def activation_budget(text: str) -> str:
 
     try:
         parse_activation_budget(text)
-    except AutoShardError as err:
+    except AutoShardError as err:  # the message names the budget as a memory budget's does
         raise argparse.ArgumentTypeError(str(err).removeprefix("memory budget ")) from None
     return text
 

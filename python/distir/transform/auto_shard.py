@@ -5,15 +5,19 @@ anything is laid out. The pass chooses a layout for every parameter (replicated,
 cut along any mesh axis; uneven cuts are exact) together with the layouts of every op, as
 one integer program (:mod:`~distir.transform.layout_solver`): the bytes each worker sends,
 summed over sampled sizes, are minimized under a per-device **memory budget** on the
-weights. Minimizing bytes alone would replicate everything (no bytes at all); the budget is
-what makes the weights be cut. It writes the function as the solver laid it out (what
+weights and an **activation budget** on the peak live activations per worker. Minimizing
+bytes alone would replicate everything (no bytes at all); the budgets are what make the
+weights be cut and the work divided (with a long sequence, gathering every weight and running
+every op replicated sends the fewest bytes but holds every activation whole). It writes the function as the solver laid it out (what
 ``propagate-sharding`` writes), and ``distribute`` keeps it: ``-p auto-shard,distribute``.
 A module without a mesh gets the 1-D ``("num_workers",)`` mesh ``shard-params`` gives it.
 
 Weights are the parameters after ``num_input`` when the function has that attribute
 (:mod:`~distir.transform.weights`), else the parameters whose shapes are static. Other
 parameters (inputs with a sequence length) are laid out for communication only; their
-memory is not in the budget. The budget (:class:`MemoryBudget`, default ``min+10%``) holds
+memory is not in the budget. The activation budget bounds the solver's linear estimate of the
+peak (:class:`~distir.transform.layout_solver.ActivationLimit`); its ``min`` is the least peak
+the solver finds. Both budgets (:class:`MemoryBudget`, default ``min+10%``) hold
 at the device count given (``sizes={"num_workers": 4}``), or else at each sampled count
 (``GUARD_MESH_SAMPLES``: 2, 3, 4 and 8), where the bytes are summed too. See docs/auto_shard.md.
 """
@@ -59,7 +63,7 @@ from .weights import NUM_INPUT, param_names
 __all__ = ["AutoShard", "AutoShardError", "AutoShardReport", "MemoryBudget", "parse_activation_budget", "strip_layouts"]
 
 DEFAULT_BUDGET = "min+10%"
-DEFAULT_ACTIVATION_BUDGET = "min+10%"
+DEFAULT_ACTIVATION_BUDGET = "min+25%"  # the peak is an over-estimate (copies over their value's whole read range)
 NO_LIMIT = "none"  # an activation budget that bounds nothing: communication and the weights' budget alone
 MAX_EXPLAINED = 96  # alternatives --explain computes (each is one propagation of the whole function)
 WINDOW_OPS = 24  # the solver's windows (smaller than propagation's: the budget makes each program harder)
@@ -293,7 +297,7 @@ class AutoShardReport:
 @register_pass
 @dataclass
 class AutoShard(ModulePass):
-    """Lay out every parameter by cost: least communication under a per-device memory budget."""
+    """Lay out every parameter by cost: least communication under per-device budgets on weights and activations."""
 
     name: ClassVar[str] = "auto-shard"
     opt_level: ClassVar[int] = 0

@@ -1371,17 +1371,22 @@ def function_peak(func, env: Mapping[str, int]) -> int | None:
             return [v for a in e.args for v in refs(a)]
         return []
 
+    def held(t) -> int:
+        if isinstance(t, TupleType):
+            return sum(held(f) for f in t.fields)
+        if isinstance(t, DTensorType):
+            return int(sym.evaluate(local_bytes(t), env))
+        if hasattr(t, "shape") and hasattr(t, "dtype"):
+            return math.prod(int(sym.evaluate(d, env)) for d in t.shape) * dtype_bytes(t.dtype)
+        return 0
+
     try:
         for i, b in enumerate(bindings):
             for v in refs(b.value):
                 if v in size:
                     last[v] = i
             if isinstance(b.value, Call):
-                t = b.var.type
-                if isinstance(t, DTensorType):
-                    size[b.var] = int(sym.evaluate(local_bytes(t), env))
-                elif hasattr(t, "shape") and hasattr(t, "dtype"):
-                    size[b.var] = math.prod(int(sym.evaluate(d, env)) for d in t.shape) * dtype_bytes(t.dtype)
+                size[b.var] = held(b.var.type)
                 last[b.var] = i
             else:
                 alias[b.var] = refs(b.value)

@@ -75,7 +75,7 @@ def test_activation_budget_none_leaves_activations_to_communication(plain, capsy
                                   "--memory-budget", "100%"], capsys)
     assert code == 0 and "(not bounded)" in err and "bytes sent per worker: 0 B" in err
     code, _, err = run(opt.main, [plain, "-p", "auto-shard", "--explain", "--memory-budget", "100%"], capsys)
-    assert code == 0 and "(budget min+10%)" in err and "activations/device" in err
+    assert code == 0 and "(budget min+25%)" in err and "activations/device" in err
 
 
 @pytest.mark.parametrize("flag", [["--explain"], ["--memory-budget", "50%"], ["--activation-budget", "none"]])
@@ -99,7 +99,7 @@ def test_sweep_auto_names_the_layouts_that_change(plain, capsys):
     assert code == 1 and "num_workers=1: auto-shard: memory budget '200KB'" in err
     rows = json.loads(out)["rows"]
     assert rows[0]["error"] and rows[1]["layouts"]["wq"] == "S[1]"
-    assert json.loads(out)["auto_shard"] == {"memory_budget": "200KB", "activation_budget": "min+10%"}
+    assert json.loads(out)["auto_shard"] == {"memory_budget": "200KB", "activation_budget": "min+25%"}
     code, _, err = run(distir_main.main, ["sweep", plain, "--memory-budget", "50%"], capsys)
     assert code == 2 and "--memory-budget is for --auto" in err
     code, _, err = run(distir_main.main, ["sweep", plain, "--activation-budget", "none"], capsys)
