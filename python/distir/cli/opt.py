@@ -83,7 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--activation-budget", type=activation_budget, metavar="BUDGET",
         help="for -p auto-shard: bytes of peak live activations each device may hold, in the forms of "
-        "--memory-budget (default min+10%%: within 10%% of the least peak the solver finds), or none",
+        "--memory-budget (default min+25%%: within 25%% of the least peak the solver finds), or none",
     )
     parser.add_argument(
         "--explain", action="store_true",

@@ -81,7 +81,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --auto: bytes of weights per device (2GB, 25%%, 1.1/W, min+10%%; default min+10%%)")
     parser.add_argument("--activation-budget", type=activation_budget, metavar="BUDGET",
                         help="with --auto: bytes of peak live activations per device (the same forms, or none; "
-                             "default min+10%%)")
+                             "default min+25%%)")
 
 
 # ---------------------------------------------------------------- units

@@ -17,7 +17,8 @@ Weights are the parameters after ``num_input`` when the function has that attrib
 parameters (inputs with a sequence length) are laid out for communication only; their
 memory is not in the budget. The activation budget bounds the solver's linear estimate of the
 peak (:class:`~distir.transform.layout_solver.ActivationLimit`); its ``min`` is the least peak
-the solver finds. Both budgets (:class:`MemoryBudget`, default ``min+10%``) hold
+the solver finds. Both budgets (:class:`MemoryBudget`; defaults ``min+10%`` for the weights,
+``min+25%`` for the activations) hold
 at the device count given (``sizes={"num_workers": 4}``), or else at each sampled count
 (``GUARD_MESH_SAMPLES``: 2, 3, 4 and 8), where the bytes are summed too. See docs/auto_shard.md.
 """
@@ -92,7 +93,7 @@ class MemoryBudget:
     - ``1.1/W``: that factor times the replicated size over the device count W;
     - ``min``, ``min+10%``: the smallest any layout reaches (weights: every one cut as finely as
       its dims allow; activations: the least peak the solver finds), plus a margin. Always
-      achievable; the default, ``min+10%``.
+      achievable; the defaults, ``min+10%`` (weights) and ``min+25%`` (activations).
     """
 
     kind: str  # "bytes", "share", "per_device", "min"
