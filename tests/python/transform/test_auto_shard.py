@@ -108,7 +108,8 @@ def test_a_long_sequence_divides_activations_as_megatron_does(laid):
     sent, peak = numbers(auto)
     megatron_sent, megatron_peak = numbers(annotated)
     assert sent <= megatron_sent and peak <= Fraction(11, 10) * megatron_peak
-    assert p.report.activations <= Fraction(11, 10) * megatron_peak
+    # the report's peak (the laid-out global view's values) is the analysis' peak after distribute here
+    assert p.report.activations == peak
     unbounded_sent, unbounded_peak = numbers(AutoShard(sizes=env, activation_budget="none")(plain))
     assert unbounded_peak > 4 * megatron_peak and unbounded_sent < sent  # the trade the budget makes
     assert_sharded_equivalent(auto, random_inputs(auto, dims={"s": 12}), num_workers=(2, 8))
