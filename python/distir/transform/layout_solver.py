@@ -792,6 +792,8 @@ class _Model:
         params = {s.id for p in g.func.params for s in g.var_slots.get(p, [])}
         where = {id(site): i for i, site in enumerate(g.sites)}
         points = sorted({where[id(site)] for site in (w.sites if w is not None else g.sites)})
+        if not points:
+            return  # nothing computed: no activations
         lo, hi = points[0], points[-1]
         given_primary = w.primary if w is not None else {}
         # (first point, last point, column or None for a given layout, slot, layout)
@@ -807,12 +809,12 @@ class _Model:
             if rid not in params and not self.distributed(s):
                 spans.append((a, b, None, s, None))  # computed from constants: whole everywhere
                 continue
-            copies_from = first.get(rid, a) if rid in params else a
+            since = first.get(rid, a) if rid in params else a  # a parameter's copies: from its first reader
             for p, cols in self.prim.get(rid, {}).items():
                 if rid in params and (cols is not None or given_primary.get(rid, s.fixed) == p):
                     continue  # a parameter's own layout is an input, not an activation
                 for c in cols or [None]:
-                    spans.append((copies_from if rid in params else a, b, c, s, p))
+                    spans.append((since, b, c, s, p))
         for z, rid, _src, q in self.z_cols:
             s = self.slot_by_id[rid]
             spans.append((first.get(rid, born.get(rid, -1)), last.get(rid, end), z, s, q))
@@ -833,7 +835,7 @@ class _Model:
             for t in points:
                 terms: dict[int, Fraction] = {}
                 const = Fraction(0)
-                counted: set[int] = set()
+                values: set[int] = set()  # the values live at t (for the peak with every value whole)
                 for a, b, c, s, p in spans:
                     if not a <= t <= b:
                         continue
@@ -842,8 +844,8 @@ class _Model:
                     else:
                         terms[c] = terms.get(c, Fraction(0)) + nbytes(s, p, k)
                     if s.id not in params:
-                        counted.add(s.id)
-                whole = max(whole, sum((Fraction(nbytes(self.slot_by_id[i], None, k)) for i in counted), Fraction(0)))
+                        values.add(s.id)
+                whole = max(whole, sum((Fraction(nbytes(self.slot_by_id[i], None, k)) for i in values), Fraction(0)))
                 key = (tuple(sorted(terms.items())), const)
                 rows.setdefault(key, (terms, const))
             scale = whole or Fraction(1)
