@@ -454,6 +454,7 @@ class _Search:
                  mesh_names: dict[DeviceMesh, str], activations: MemoryBudget | None = None):
         self.func, self.mesh, self.budget, self.sizes, self.mesh_names = func, mesh, budget, sizes, mesh_names
         self.activations = activations
+        self._held: dict[tuple, int] = {}  # bytes a device holds, per (parameter or type, layout, sizes)
         self.hints = dict(ctx.config.get("propagate-sharding.size_hints", {}) or {})
         self.hints.update(sizes)
         self.weights = weight_indices(func)
@@ -462,7 +463,10 @@ class _Search:
         self.scale = [Fraction(1)] * len(self.envs)  # tightened when the solver's tolerance overshoots
 
     def held(self, i: int, p: Placement, env) -> int:
-        return _bytes_at(without_placement(self.func.params[i].type), self.mesh, p, env)
+        key = (i, p, tuple(env.items()))
+        if key not in self._held:
+            self._held[key] = _bytes_at(without_placement(self.func.params[i].type), self.mesh, p, env)
+        return self._held[key]
 
     def written_with(self, layouts: Mapping[int, Placement]) -> Function | None:
         """The function laid out by the solver with every parameter given as ``layouts`` says (the
@@ -513,11 +517,14 @@ class _Search:
         whole = Placement.replicated(self.mesh.ndim)
 
         def held(s: Slot, p: Placement | None, k: int) -> int:
-            env = dict(self.envs[k])
-            for d in s.tensor.shape:
-                for n in sym.free_vars(d) if not isinstance(d, int) else ():
-                    env.setdefault(n, self.sizes.get(n, DIM_SIZE_HINT))
-            return _bytes_at(s.tensor, self.mesh, p or whole, env)
+            key = (s.tensor, p or whole, k)
+            if key not in self._held:  # the layers of a stack share their types
+                env = dict(self.envs[k])
+                for d in s.tensor.shape:
+                    for n in sym.free_vars(d) if not isinstance(d, int) else ():
+                        env.setdefault(n, self.sizes.get(n, DIM_SIZE_HINT))
+                self._held[key] = _bytes_at(s.tensor, self.mesh, p or whole, env)
+            return self._held[key]
 
         def bound(k: int, least: Fraction, replicated: Fraction) -> Fraction:
             env = self.envs[k]
