@@ -227,6 +227,7 @@ class AutoSweepResult:
     budget: str
     seconds: float
     rows: list[SweepRow]
+    activation_budget: str
 
     def to_json(self) -> dict[str, Any]:
         rows = []
@@ -236,7 +237,8 @@ class AutoSweepResult:
                 if d[k] is not None:
                     d[k] = float(d[k])
             rows.append(d)
-        return {"symbol": self.symbol, "bound": dict(self.bound), "auto_shard": {"memory_budget": self.budget},
+        return {"symbol": self.symbol, "bound": dict(self.bound), "auto_shard": {"memory_budget": self.budget,
+                                                                  "activation_budget": self.activation_budget},
                 "model": {"latency_seconds": self.model.latency, "bandwidth_bytes_per_second": self.model.bandwidth},
                 "seconds": self.seconds, "rows": rows}
 
@@ -250,14 +252,15 @@ def auto_sweep(
     model: CommModel | None = None,
     func: str | None = None,
     memory_budget: str | None = None,
+    activation_budget: str | None = None,
     build: Callable[[IRModule, Mapping[str, int]], Any] | None = None,
     on_row: Callable[[SweepRow], None] | None = None,
 ) -> AutoSweepResult:
     """Per count: auto-shard ``mod`` for that count (:class:`~distir.transform.auto_shard.AutoShard`,
-    ``memory_budget`` or its default), distribute, specialize and read the numbers, as :func:`sweep`
+    ``memory_budget`` and ``activation_budget`` or their defaults), distribute, specialize and read the numbers, as :func:`sweep`
     does for one layout. Each row records the layouts chosen and which changed since the row before.
     A count whose budget cannot be met gets the error in its row; the others go on."""
-    from ..transform.auto_shard import DEFAULT_BUDGET, AutoShard, AutoShardError
+    from ..transform.auto_shard import DEFAULT_ACTIVATION_BUDGET, DEFAULT_BUDGET, AutoShard, AutoShardError
     from ..transform.pipelines import distribute_pipeline
     from ..transform.specialize import specialize
 
@@ -268,11 +271,12 @@ def auto_sweep(
     if symbol in bound:
         raise AnalysisError(f"'{symbol}' is the swept size; do not also bind it")
     budget = memory_budget or DEFAULT_BUDGET
+    act_budget = activation_budget or DEFAULT_ACTIVATION_BUDGET
     t0 = time.perf_counter()
     rows: list[SweepRow] = []
     before: dict[str, str] | None = None
     for n in counts:
-        p = AutoShard(memory_budget=budget, sizes={**bound, symbol: n}, func=func)
+        p = AutoShard(memory_budget=budget, activation_budget=act_budget, sizes={**bound, symbol: n}, func=func)
         try:
             laid = p(mod)
         except AutoShardError as err:  # the budget cannot be met at this count
@@ -292,7 +296,7 @@ def auto_sweep(
         rows.append(row)
         if on_row is not None:
             on_row(row)
-    return AutoSweepResult(symbol, bound, model, budget, time.perf_counter() - t0, rows)
+    return AutoSweepResult(symbol, bound, model, budget, time.perf_counter() - t0, rows, act_budget)
 
 
 def _row(local: IRModule, n: int, symbol: str, volume: CommVolume, memory: MemoryFootprint, ctime: CommTime,

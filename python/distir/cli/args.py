@@ -243,6 +243,17 @@ def memory_budget(text: str) -> str:
     return text
 
 
+def activation_budget(text: str) -> str:
+    """An activation budget for auto-shard: a memory budget's forms, or ``none`` (argparse type)."""
+    from ..transform.auto_shard import AutoShardError, parse_activation_budget
+
+    try:
+        parse_activation_budget(text)
+    except AutoShardError as err:  # the message names the budget as a memory budget's does
+        raise argparse.ArgumentTypeError(str(err).removeprefix("memory budget ")) from None
+    return text
+
+
 def module_symbols(mod) -> set[str]:
     """Names of the symbolic sizes of a module: its meshes' and its tensors' (params, bindings, results)."""
     from ..ir import sym

@@ -54,7 +54,7 @@ def parse_binding(text: str) -> dict[str, int]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of distir-opt, shared by ``distir opt``."""
-    from .args import axis_cost, memory_budget, non_negative_int, shard_entry
+    from .args import activation_budget, axis_cost, memory_budget, non_negative_int, shard_entry
 
     parser.add_argument("file", metavar="FILE", help="module to read ('-' for stdin)")
     parser.add_argument(
@@ -79,6 +79,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="for -p auto-shard: bytes of weights each device may hold: bytes (2GB, 512MiB, 300000), a share of "
         "the replicated size (25%%), a factor over the device count (1.1/W), or the smallest achievable plus a "
         "margin (min, min+10%%; the default)",
+    )
+    parser.add_argument(
+        "--activation-budget", type=activation_budget, metavar="BUDGET",
+        help="for -p auto-shard: bytes of peak live activations each device may hold, in the forms of "
+        "--memory-budget (default min+25%%: within 25%% of the least peak the solver finds), or none",
     )
     parser.add_argument(
         "--explain", action="store_true",
@@ -123,6 +128,7 @@ class OptOptions:
     disabled: list[str] = field(default_factory=list)
     shard_plan: dict[str, str] | None = None  # the plan of the shard-params pass
     memory_budget: str | None = None  # the auto-shard pass's
+    activation_budget: str | None = None  # the auto-shard pass's
     explain: bool = False  # print the auto-shard pass's report
     axis_costs: object = None  # AxisCosts of --axis-cost (plans minimize time), or None (bytes)
 
@@ -135,6 +141,7 @@ class OptOptions:
         for b in args.bind:
             bind.update(b)
         for flag, given in (("--memory-budget", getattr(args, "memory_budget", None) is not None),
+                            ("--activation-budget", getattr(args, "activation_budget", None) is not None),
                             ("--explain", getattr(args, "explain", False))):
             if given and "auto-shard" not in names:
                 from .args import UsageError
@@ -142,6 +149,7 @@ class OptOptions:
                 raise UsageError(f"{flag} is for the auto-shard pass; add it, e.g. -p auto-shard,distribute")
         return OptOptions(
             memory_budget=getattr(args, "memory_budget", None),
+            activation_budget=getattr(args, "activation_budget", None),
             explain=getattr(args, "explain", False),
             shard_plan=_shard_plan(args, names),
             passes=names,
@@ -279,6 +287,8 @@ def _named_pass(name: str, opts: OptOptions):
         options = {"sizes": dict(opts.bind), "explain": opts.explain}
         if opts.memory_budget is not None:
             options["memory_budget"] = opts.memory_budget
+        if opts.activation_budget is not None:
+            options["activation_budget"] = opts.activation_budget
         return get_pass(name, **options)
     return get_pass(name)
 

@@ -32,13 +32,14 @@ examples:
   distir sweep model.py --json > sweep.json
   distir sweep model.py --latency 2e-6 --bandwidth 100e9
   distir sweep plain.py --auto -n 2,3,4,8                   auto-shard per count, name the layouts that change
-  distir sweep plain.py --auto --memory-budget 1.1/W
+  distir sweep plain.py --auto --memory-budget 1.1/W --activation-budget none
   distir sweep model.py --axis-cost 0=10us:25GB/s --axis-cost 1=1us:300GB/s   plan and time per mesh axis"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from .args import (
         MAX_SWEEP_WORKERS,
+        activation_budget,
         axis_cost,
         image_file,
         memory_budget,
@@ -78,6 +79,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "specialize per count, and name the parameters whose layout changes between counts")
     parser.add_argument("--memory-budget", type=memory_budget, metavar="BUDGET",
                         help="with --auto: bytes of weights per device (2GB, 25%%, 1.1/W, min+10%%; default min+10%%)")
+    parser.add_argument("--activation-budget", type=activation_budget, metavar="BUDGET",
+                        help="with --auto: bytes of peak live activations per device (the same forms, or none; "
+                             "default min+25%%)")
 
 
 # ---------------------------------------------------------------- units
@@ -170,7 +174,7 @@ def print_auto_header(result, source: str, out: TextIO) -> None:
     """What --auto did, and the layouts of the first count that laid out (the table names the changes)."""
     bound = ", ".join(f"{k} = {v}" for k, v in result.bound.items())
     out.write(f"distir sweep {source} --auto: auto-shard, distribute and specialize per count "
-              f"(memory budget {result.budget}) in {human_seconds(result.seconds)}{'; ' + bound if bound else ''}\n")
+              f"(memory budget {result.budget}, activation budget {result.activation_budget}) in {human_seconds(result.seconds)}{'; ' + bound if bound else ''}\n")
     first = next((r for r in result.rows if r.layouts), None)
     if first is not None:
         shown = ", ".join(f"{k} {v}" for k, v in first.layouts.items())
@@ -287,8 +291,9 @@ def run(args: argparse.Namespace) -> int:
         raise DistirError(f"the module has no symbolic size '{args.symbol}' to sweep (its symbolic sizes: "
                           f"{', '.join(sorted(symbols)) or 'none'}){static}")
     check_bind_names(bind, symbols, args.symbol)
-    if args.memory_budget is not None and not args.auto:
-        raise UsageError("--memory-budget is for --auto (auto-shard per count); add --auto")
+    for flag, given in (("--memory-budget", args.memory_budget), ("--activation-budget", args.activation_budget)):
+        if given is not None and not args.auto:
+            raise UsageError(f"{flag} is for --auto (auto-shard per count); add --auto")
 
     err_console = Console(file=sys.stderr)
     progress = Progress(
@@ -303,7 +308,8 @@ def run(args: argparse.Namespace) -> int:
 
         if args.auto:
             result = auto_sweep(mod, counts, symbol=args.symbol, bind=bind, model=model, func=args.func,
-                                memory_budget=args.memory_budget, build=build, on_row=on_row)
+                                memory_budget=args.memory_budget, activation_budget=args.activation_budget,
+                                build=build, on_row=on_row)
         else:
             result = sweep(mod, counts, symbol=args.symbol, bind=bind, model=model, func=args.func, build=build,
                            on_row=on_row)

@@ -5,15 +5,20 @@ anything is laid out. The pass chooses a layout for every parameter (replicated,
 cut along any mesh axis; uneven cuts are exact) together with the layouts of every op, as
 one integer program (:mod:`~distir.transform.layout_solver`): the bytes each worker sends,
 summed over sampled sizes, are minimized under a per-device **memory budget** on the
-weights. Minimizing bytes alone would replicate everything (no bytes at all); the budget is
-what makes the weights be cut. It writes the function as the solver laid it out (what
+weights and an **activation budget** on the peak live activations per worker. Minimizing
+bytes alone would replicate everything (no bytes at all); the budgets are what make the
+weights be cut and the work divided (with a long sequence, gathering every weight and running
+every op replicated sends the fewest bytes but holds every activation whole). It writes the function as the solver laid it out (what
 ``propagate-sharding`` writes), and ``distribute`` keeps it: ``-p auto-shard,distribute``.
 A module without a mesh gets the 1-D ``("num_workers",)`` mesh ``shard-params`` gives it.
 
 Weights are the parameters after ``num_input`` when the function has that attribute
 (:mod:`~distir.transform.weights`), else the parameters whose shapes are static. Other
 parameters (inputs with a sequence length) are laid out for communication only; their
-memory is not in the budget. The budget (:class:`MemoryBudget`, default ``min+10%``) holds
+memory is not in the budget. The activation budget bounds the solver's linear estimate of the
+peak (:class:`~distir.transform.layout_solver.ActivationLimit`); its ``min`` is the least peak
+the solver finds. Both budgets (:class:`MemoryBudget`; defaults ``min+10%`` for the weights,
+``min+25%`` for the activations) hold
 at the device count given (``sizes={"num_workers": 4}``), or else at each sampled count
 (``GUARD_MESH_SAMPLES``: 2, 3, 4 and 8), where the bytes are summed too. See docs/auto_shard.md.
 """
@@ -42,9 +47,11 @@ from .layout_solver import (
     DIM_SIZE_HINT,
     GUARD_MESH_SAMPLES,
     MESH_SIZE_HINT,
+    ActivationLimit,
     CostModel,
     ParamChoice,
     function_bytes,
+    function_peak,
     solve_layouts,
 )
 from .legalize_redistribute import fuse_reshapes
@@ -54,9 +61,11 @@ from .rewrite import map_bindings
 from .sharding_graph import Slot, build_graph
 from .weights import NUM_INPUT, param_names
 
-__all__ = ["AutoShard", "AutoShardError", "AutoShardReport", "MemoryBudget", "strip_layouts"]
+__all__ = ["AutoShard", "AutoShardError", "AutoShardReport", "MemoryBudget", "parse_activation_budget", "strip_layouts"]
 
 DEFAULT_BUDGET = "min+10%"
+DEFAULT_ACTIVATION_BUDGET = "min+25%"  # the peak is an over-estimate (copies over their value's whole read range)
+NO_LIMIT = "none"  # an activation budget that bounds nothing: communication and the weights' budget alone
 MAX_EXPLAINED = 96  # alternatives --explain computes (each is one propagation of the whole function)
 WINDOW_OPS = 24  # the solver's windows (smaller than propagation's: the budget makes each program harder)
 _RETRIES = 4  # re-solves when the solver's float tolerance lets a budget be exceeded by a hair
@@ -76,13 +85,15 @@ _NUMBER = r"(\d+(?:\.\d*)?|\.\d+)"
 
 @dataclass(frozen=True)
 class MemoryBudget:
-    """Bytes of weights each device may hold, in one of four forms (``text`` as given):
+    """Bytes each device may hold (of weights, or of peak live activations), in one of four forms
+    (``text`` as given):
 
     - ``2GB``, ``1.5GiB``, ``300000``: bytes (decimal or binary units);
-    - ``25%``: a share of the replicated size (every weight whole on every device);
+    - ``25%``: a share of the replicated size (every weight, or every value, whole on every device);
     - ``1.1/W``: that factor times the replicated size over the device count W;
-    - ``min``, ``min+10%``: the smallest any layout reaches (every weight cut as finely as its
-      dims allow), plus a margin. Always achievable; the default, ``min+10%``.
+    - ``min``, ``min+10%``: the smallest any layout reaches (weights: every one cut as finely as
+      its dims allow; activations: the least peak the solver finds), plus a margin. Always
+      achievable; the defaults, ``min+10%`` (weights) and ``min+25%`` (activations).
     """
 
     kind: str  # "bytes", "share", "per_device", "min"
@@ -196,7 +207,8 @@ class Alternative:
     layout: Placement
     sent: Fraction | None  # bytes each worker sends (within the program and gathering results); None: not computed
     weights: int  # bytes of weights each device holds
-    within_budget: bool
+    within_budget: bool  # the weights' budget, and the activation budget where the layout was laid out
+    activations: int | None = None  # peak live activation bytes per worker (layout_solver.function_peak)
 
 
 @dataclass(frozen=True)
@@ -225,6 +237,8 @@ class AutoShardReport:
     sent: Fraction | None  # bytes each worker sends with the chosen layout, at env
     params: list[ParamReport] = field(default_factory=list)
     note: str = ""
+    activation_budget: MemoryBudget | None = None  # None: activations not bounded
+    activations: int | None = None  # the chosen layout's peak live activation bytes per worker, at env
 
     def layouts(self) -> dict[str, Placement]:
         return {p.name: p.chosen for p in self.params}
@@ -240,11 +254,14 @@ class AutoShardReport:
             if self.replicated_bytes else "  no weights",
             f"  budget {self.budget.text}: {_human(self.budget_bytes)} per device",
         ]
+        if self.activations is not None:
+            limit = f"budget {self.activation_budget.text}" if self.activation_budget is not None else "not bounded"
+            lines.append(f"  peak activations per device: {_human(self.activations)} ({limit})")
         if self.sent is not None:
             lines.append(f"  bytes sent per worker: {_human(self.sent)}")
         explained = any(p.alternatives for p in self.params)
         head = ("parameter", "shape", "layout", "held/device") + (
-            ("sent/worker", "vs chosen", "weights/device") if explained else ()) + ("note",)
+            ("sent/worker", "vs chosen", "weights/device", "activations/device") if explained else ()) + ("note",)
         rows = []
         for p in self.params:
             if not explained:
@@ -259,9 +276,9 @@ class AutoShardReport:
                     mark = (mark + ", input").strip(", ")
                 rows.append((p.name if i == 0 else "", p.shape if i == 0 else "", str(a.layout),
                              _human(p.held) if i == 0 else "", "-" if a.sent is None else _human(a.sent), diff,
-                             _human(a.weights), mark))
+                             _human(a.weights), "-" if a.activations is None else _human(a.activations), mark))
         widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-        right = {3, 4, 5, 6} if explained else {3}
+        right = {3, 4, 5, 6, 7} if explained else {3}
 
         def line(r) -> str:
             return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
@@ -281,12 +298,14 @@ class AutoShardReport:
 @register_pass
 @dataclass
 class AutoShard(ModulePass):
-    """Lay out every parameter by cost: least communication under a per-device memory budget."""
+    """Lay out every parameter by cost: least communication under per-device budgets on weights and activations."""
 
     name: ClassVar[str] = "auto-shard"
     opt_level: ClassVar[int] = 0
 
     memory_budget: str | int | MemoryBudget = DEFAULT_BUDGET
+    # peak live activations per device ("none": not bounded, the weights' budget alone)
+    activation_budget: str | int | MemoryBudget | None = DEFAULT_ACTIVATION_BUDGET
     sizes: Mapping[str, int] | None = None  # symbols fixed: a device count ({"num_workers": 8}), a sequence length
     func: str | None = None
     mesh: DeviceMesh | None = None
@@ -295,6 +314,7 @@ class AutoShard(ModulePass):
 
     def transform_module(self, mod: IRModule, ctx: PassContext) -> IRModule:
         budget = MemoryBudget.parse(self.memory_budget)
+        activations = parse_activation_budget(self.activation_budget)
         sizes = dict(self.sizes or {})
         for k, v in sizes.items():
             if not isinstance(k, str) or not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -305,7 +325,7 @@ class AutoShard(ModulePass):
         _check_sizes(sizes, func, mesh)
         names = _mesh_names_of(mod)
         names.setdefault(mesh, f"mesh[{len(names)}]")
-        search = _Search(func, mesh, budget, sizes, ctx, names)
+        search = _Search(func, mesh, budget, sizes, ctx, names, activations)
         laid, written = search.run()
         out = mod
         if written is not None:
@@ -342,6 +362,13 @@ class AutoShard(ModulePass):
             raise AutoShardError(f"auto-shard: the module declares {len(meshes)} device meshes; say which with "
                                  "AutoShard(mesh=...)")
         return meshes[0]
+
+
+def parse_activation_budget(text: str | int | MemoryBudget | None) -> MemoryBudget | None:
+    """The activation budget (a :class:`MemoryBudget`), or None for ``none``: not bounded."""
+    if text is None or (isinstance(text, str) and text.strip().lower() == NO_LIMIT):
+        return None
+    return MemoryBudget.parse(text)
 
 
 def _check_sizes(sizes: Mapping[str, int], func: Function, mesh: DeviceMesh) -> None:
@@ -424,8 +451,10 @@ class _Search:
     """One function's parameter layouts: the integer program with the budget's rows."""
 
     def __init__(self, func: Function, mesh: DeviceMesh, budget: MemoryBudget, sizes: dict[str, int], ctx: PassContext,
-                 mesh_names: dict[DeviceMesh, str]):
+                 mesh_names: dict[DeviceMesh, str], activations: MemoryBudget | None = None):
         self.func, self.mesh, self.budget, self.sizes, self.mesh_names = func, mesh, budget, sizes, mesh_names
+        self.activations = activations
+        self._held: dict[tuple, int] = {}  # bytes a device holds, per (parameter or type, layout, sizes)
         self.hints = dict(ctx.config.get("propagate-sharding.size_hints", {}) or {})
         self.hints.update(sizes)
         self.weights = weight_indices(func)
@@ -434,13 +463,21 @@ class _Search:
         self.scale = [Fraction(1)] * len(self.envs)  # tightened when the solver's tolerance overshoots
 
     def held(self, i: int, p: Placement, env) -> int:
-        return _bytes_at(without_placement(self.func.params[i].type), self.mesh, p, env)
+        key = (i, p, tuple(env.items()))
+        if key not in self._held:
+            self._held[key] = _bytes_at(without_placement(self.func.params[i].type), self.mesh, p, env)
+        return self._held[key]
 
-    def written_with(self, layouts: Mapping[int, Placement]) -> Function:
-        """The function laid out by the solver with every parameter given as ``layouts`` says
-        (the cost model of the search, no budget: the layouts are given)."""
+    def written_with(self, layouts: Mapping[int, Placement]) -> Function | None:
+        """The function laid out by the solver with every parameter given as ``layouts`` says (the
+        cost model of the search and its activation budget; the layouts, so their weights, are given).
+        None: no layout of the values meets the activation budget."""
         graph = build_graph(self.typed({i: p for i, p in layouts.items() if i in self.free}), self.mesh_names)
-        plan, _ = solve_layouts(graph, None, CostModel(graph, self.hints))
+        choice = ParamChoice(lambda s: [], lambda decided: [], self.activation_limit())
+        try:
+            plan, _ = solve_layouts(graph, None, CostModel(graph, self.hints), choice, WINDOW_OPS)
+        except AutoShardError:
+            return None
         return write_layouts(graph, plan, CostModel(graph, self.hints))
 
     def fits(self, i: int, q: Placement, limits: list[tuple[Fraction, dict[int, int]]]) -> bool:
@@ -472,6 +509,35 @@ class _Search:
                 "raise the budget"
             )
         return bound - fixed, smallest
+
+    def activation_limit(self) -> ActivationLimit | None:
+        """The activation budget as the solver's limit on the peak, at each budget env."""
+        if self.activations is None:
+            return None
+        whole = Placement.replicated(self.mesh.ndim)
+
+        def held(s: Slot, p: Placement | None, k: int) -> int:
+            key = (s.tensor, p or whole, k)
+            if key not in self._held:  # the layers of a stack share their types
+                env = dict(self.envs[k])
+                for d in s.tensor.shape:
+                    for n in sym.free_vars(d) if not isinstance(d, int) else ():
+                        env.setdefault(n, self.sizes.get(n, DIM_SIZE_HINT))
+                self._held[key] = _bytes_at(s.tensor, self.mesh, p or whole, env)
+            return self._held[key]
+
+        def bound(k: int, least: Fraction, replicated: Fraction) -> Fraction:
+            env = self.envs[k]
+            b = self.activations.bound(replicated, least, _devices(self.mesh, env))
+            if b < least:
+                at = ", ".join(f"{n}={v}" for n, v in env.items()) or "its static sizes"
+                raise AutoShardError(
+                    f"auto-shard: activation budget '{self.activations.text}' ({_human(b)} per device) is below the "
+                    f"least peak of live activations the solver finds at {at}: {_human(least)}; raise the budget"
+                )
+            return b
+
+        return ActivationLimit(len(self.envs), held, bound)
 
     def typed(self, layouts: Mapping[int, Placement]) -> Function:
         """The function with parameter ``i`` a DTensor laid out ``layouts[i]``."""
@@ -514,7 +580,7 @@ class _Search:
                 out.append((coefs, 1.0))
             return out
 
-        choice = ParamChoice(lambda s: cands[index[s.id]], rows)
+        choice = ParamChoice(lambda s: cands[index[s.id]], rows, self.activation_limit())
         for _ in range(_RETRIES):
             plan, _solved = solve_layouts(graph, prefs, cost, choice, WINDOW_OPS)
             laid = {}
@@ -557,6 +623,7 @@ def _report(search: _Search, fname: str, laid: dict[int, Placement], written: Fu
     least = sum(min(held(i, q) for q in candidate_layouts(func.params[i].type.ndim, mesh)) for i in weights if i in layout)
     bound = search.budget.bound(replicated, least, devices)
     sent = _sent(written, mesh, env) if written is not None else None
+    peak = function_peak(written, env) if written is not None else None
     explained = 0
     note = ""
     params = []
@@ -564,22 +631,26 @@ def _report(search: _Search, fname: str, laid: dict[int, Placement], written: Fu
         p = func.params[i]
         alts: list[Alternative] = []
         if explain:
-            alts.append(Alternative(laid[i], sent, weights_bytes(layout), weights_bytes(layout) <= bound))
+            alts.append(Alternative(laid[i], sent, weights_bytes(layout), weights_bytes(layout) <= bound, peak))
             for q in candidate_layouts(p.type.ndim, mesh):
                 if q == laid[i]:
                     continue
                 lay = {**layout, i: q}
-                cost = None
+                cost = held_peak = None
+                fits = True
                 if explained < MAX_EXPLAINED:
-                    cost, explained = _sent(search.written_with(lay), mesh, env), explained + 1
+                    other, explained = search.written_with(lay), explained + 1
+                    fits = other is not None
+                    if other is not None:
+                        cost, held_peak = _sent(other, mesh, env), function_peak(other, env)
                 else:
                     note = (f"(bytes of alternatives after the first {MAX_EXPLAINED} not computed: each is one "
                             "solve of the whole function)")
-                alts.append(Alternative(q, cost, weights_bytes(lay), weights_bytes(lay) <= bound))
+                alts.append(Alternative(q, cost, weights_bytes(lay), fits and weights_bytes(lay) <= bound, held_peak))
         shape = "(" + ", ".join(sym.to_str(d) if not isinstance(d, int) else str(d) for d in p.type.shape) + ")"
         params.append(ParamReport(names[i], shape, i in weights, laid[i], held(i, laid[i]), tuple(alts)))
     return AutoShardReport(fname, f"{mesh_label} {mesh.shape_str()}", env, search.budget, bound, weights_bytes(layout),
-                           replicated, devices, sent, params, note)
+                           replicated, devices, sent, params, note, search.activations, peak)
 
 
 def _mesh_label(mod: IRModule, mesh: DeviceMesh) -> str:

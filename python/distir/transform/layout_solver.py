@@ -21,7 +21,8 @@ The problem (Alpa's formulation, as XLA's auto-sharding uses it), over the graph
   DTensor return type, or a result bound with a sharded DTensor type, is needed as it says;
 - hints fix a value's layout as a need (and a parameter's primary);
 - a search over parameter layouts (auto-shard) gives each free parameter its own candidate layouts
-  and adds linear limits on the chosen ones, a memory budget (:class:`ParamChoice`).
+  and adds linear limits on the chosen ones, a memory budget (:class:`ParamChoice`), and may bound
+  the peak live activation bytes per worker (:class:`ActivationLimit`, rows per program point).
 
 The objective is the bytes every worker sends, summed over sampled sizes (``MESH_SAMPLES`` x
 ``DIM_SAMPLES``, see :meth:`CostModel.sampled_cost`), so that no layout wins at one guessed
@@ -51,8 +52,8 @@ from scipy.sparse import coo_matrix
 from ..errors import DiagnosticError, DistirError, TypeInferenceError
 from ..ir import sym
 from ..ir.axis_cost import AxisCostError, AxisCosts
-from ..ir.expr import Tuple, TupleGetItem, Var
-from ..ir.layout import concrete_placement
+from ..ir.expr import Call, Tuple, TupleGetItem, Var
+from ..ir.layout import concrete_placement, local_bytes
 from ..ir.mesh import DeviceMesh
 from ..ir.placement import Partial, Placement, Replicate, Shard
 from ..ir.sharding import forward
@@ -61,7 +62,8 @@ from ..ir.types import DTensorType, TupleType, dtype_bytes
 from .redistribute_plan import Timing, exchange_link, plan_cost, plan_redistribute, strided_share, timing_for
 from .sharding_graph import Graph, Preferences, Site, Slot, field_slots
 
-__all__ = ["CostModel", "LayoutPlan", "ParamChoice", "Solved", "Strategy", "alternative", "site_strategies",
+__all__ = ["ActivationLimit", "CostModel", "LayoutPlan", "ParamChoice", "Solved", "Strategy", "alternative",
+           "function_peak", "site_strategies",
            "solve_layouts", "visible_layouts"]
 
 MESH_SIZE_HINT = 4
@@ -413,9 +415,28 @@ class LayoutPlan:
     held: Fraction  # bytes each worker holds, summed over every value and version
     objective: Fraction  # what the solver minimized: bytes sent summed over the sampled sizes
     candidates: dict[int, list[Placement]] = field(default_factory=dict)  # free parameter -> layouts tried
+    peak: tuple[Fraction, ...] = ()  # the ActivationLimit's estimate of the peak per sample (the largest window's)
 
     def root_of(self, s: Slot) -> int:
         return self.root.get(s.id, s.id)
+
+
+@dataclass(frozen=True)
+class ActivationLimit:
+    """A limit on the peak live activation bytes per worker (auto-shard), at ``samples`` sizes.
+
+    The peak is bounded linearly: at each program point, the bytes of every value live there (from
+    its binding through its last reader), each layout it exists in counted over that whole range (a
+    redistributed or recomputed copy from the value's first reader on). Parameters' own layouts are
+    inputs, not activations; their copies (a gathered weight) are. ``held(slot, layout, k)``: bytes a
+    worker holds of a value laid out so at sample ``k`` (``layout`` None: a plain value, whole on
+    every worker). ``bound(k, least, replicated)``: the limit at sample ``k``, given the least peak
+    of the program (a first program minimizes the peaks, summed over the samples) and the peak with
+    every value whole."""
+
+    samples: int
+    held: Callable[[Slot, Placement | None, int], int]
+    bound: Callable[[int, Fraction, Fraction], Fraction]
 
 
 @dataclass(frozen=True)
@@ -428,6 +449,7 @@ class ParamChoice:
 
     candidates: Callable[[Slot], list[Placement]]
     limits: Callable[[list[tuple[Slot, list[Placement]]]], list[tuple[dict[tuple[int, Placement], float], float]]]
+    activations: ActivationLimit | None = None
 
 
 class _Model:
@@ -443,6 +465,14 @@ class _Model:
         self.mem: list[Fraction] = []  # bytes held per worker per column
         self.tb: list[float] = []  # tie-break per column
         self.lb: list[float] = []
+        self.ub: list[float] = []
+        # the peak live activations per worker, one continuous column per sample of the ActivationLimit,
+        # in units of the peak with every value whole (scale), at least each of its rows
+        # (sample, {column: bytes}, bytes of values whose layout is given)
+        self.peak_cols: list[int] = []
+        self.peak_rows: list[tuple[int, dict[int, Fraction], Fraction]] = []
+        self.peak_scale: list[Fraction] = []  # per sample: the peak with every value whole (no copies)
+        self.peak_bound: list[Fraction] | None = None  # the limit per sample, once the least peak is known
         self.rows: list[tuple[list[tuple[int, float]], float, float]] = []
         self.root: dict[int, int] = dict(window.root) if window else {}
         self.slot_by_id = {s.id: s for s in graph.slots}
@@ -463,12 +493,13 @@ class _Model:
 
     # -- columns and rows --------------------------------------------------------------------
     def col(self, cost: Fraction = Fraction(0), tb: float = 0.0, lb: float = 0.0,
-            mem: Fraction = Fraction(0), at_hint: Fraction = Fraction(0)) -> int:
+            mem: Fraction = Fraction(0), at_hint: Fraction = Fraction(0), ub: float = 1.0) -> int:
         self.c.append(cost)
         self.c_hint.append(at_hint)
         self.mem.append(mem)
         self.tb.append(tb)
         self.lb.append(lb)
+        self.ub.append(ub)
         return len(self.c) - 1
 
     def row(self, terms, lo: float, hi: float) -> None:
@@ -530,6 +561,8 @@ class _Model:
             self.results()
         self.params()
         self.supplies()
+        if self.choice is not None and self.choice.activations is not None:
+            self.activation_rows(self.choice.activations)
 
     def hint(self, site: Site) -> None:
         x, y = site.ins[0] if site.ins else None, site.outs[0]
@@ -739,6 +772,90 @@ class _Model:
                 self.row(terms, -np.inf, 0)
         self.pending = None
 
+    def activation_rows(self, limit: ActivationLimit) -> None:
+        """Rows: at each program point of the model, the bytes of the values live there are at most
+        the peak column of each sample (:class:`ActivationLimit` says what is counted)."""
+        g, w = self.g, self.window
+        end = len(g.sites)
+        born: dict[int, int] = {}
+        first: dict[int, int] = {}
+        last: dict[int, int] = {}
+        for i, site in enumerate(g.sites):
+            for s in site.ins:
+                r = self.rid(s)
+                first.setdefault(r, i)
+                last[r] = i
+            for s in site.outs:
+                born.setdefault(self.rid(s), i)
+        for s in _result_slots(g):
+            last[self.rid(s)] = end
+        params = {s.id for p in g.func.params for s in g.var_slots.get(p, [])}
+        where = {id(site): i for i, site in enumerate(g.sites)}
+        points = sorted({where[id(site)] for site in (w.sites if w is not None else g.sites)})
+        if not points:
+            return  # nothing computed: no activations
+        lo, hi = points[0], points[-1]
+        given_primary = w.primary if w is not None else {}
+        # (first point, last point, column or None for a given layout, slot, layout)
+        spans: list[tuple[int, int, int | None, Slot, Placement | None]] = []
+        for rid in sorted(set(born) | params):
+            s = self.slot_by_id[rid]
+            if s.constant is not None:
+                continue
+            a = born.get(rid, -1)
+            b = max(last.get(rid, a), a)
+            if b < lo or a > hi:
+                continue
+            if rid not in params and not self.distributed(s):
+                spans.append((a, b, None, s, None))  # computed from constants: whole everywhere
+                continue
+            since = first.get(rid, a) if rid in params else a  # a parameter's copies: from its first reader
+            for p, cols in self.prim.get(rid, {}).items():
+                if rid in params and (cols is not None or given_primary.get(rid, s.fixed) == p):
+                    continue  # a parameter's own layout is an input, not an activation
+                for c in cols or [None]:
+                    spans.append((since, b, c, s, p))
+        for z, rid, _src, q in self.z_cols:
+            s = self.slot_by_id[rid]
+            spans.append((first.get(rid, born.get(rid, -1)), last.get(rid, end), z, s, q))
+        for r, rid, q, _st in self.r_cols:
+            s = self.slot_by_id[rid]
+            spans.append((first.get(rid, born.get(rid, -1)), last.get(rid, end), r, s, q))
+        held: dict[tuple[int, int, Placement | None], int] = {}
+
+        def nbytes(s: Slot, p: Placement | None, k: int) -> int:
+            key = (k, s.id, p)
+            if key not in held:
+                held[key] = limit.held(s, p, k)
+            return held[key]
+
+        for k in range(limit.samples):
+            whole = Fraction(0)
+            rows: dict[tuple, tuple[dict[int, Fraction], Fraction]] = {}
+            for t in points:
+                terms: dict[int, Fraction] = {}
+                const = Fraction(0)
+                values: set[int] = set()  # the values live at t (for the peak with every value whole)
+                for a, b, c, s, p in spans:
+                    if not a <= t <= b:
+                        continue
+                    if c is None:
+                        const += nbytes(s, p, k)
+                    else:
+                        terms[c] = terms.get(c, Fraction(0)) + nbytes(s, p, k)
+                    if s.id not in params:
+                        values.add(s.id)
+                whole = max(whole, sum((Fraction(nbytes(self.slot_by_id[i], None, k)) for i in values), Fraction(0)))
+                key = (tuple(sorted(terms.items())), const)
+                rows.setdefault(key, (terms, const))
+            scale = whole or Fraction(1)
+            m = self.col(ub=np.inf)
+            self.peak_cols.append(m)
+            self.peak_scale.append(scale)
+            for terms, const in rows.values():
+                self.peak_rows.append((k, terms, const))
+                self.row([(c, float(v / scale)) for c, v in terms.items()] + [(m, -1.0)], -np.inf, float(-const / scale))
+
     @staticmethod
     def recomputable(site: Site) -> bool:
         return site.rule is not None and not site.rule.reductions and len(site.outs) == 1 and bool(site.ins)
@@ -775,7 +892,24 @@ class _Model:
         constraints = [LinearConstraint(A, np.array(lo), np.array(hi))]
         # every column is 0 or 1 (a strategy, a need, a redistribute, a recomputation): a fractional
         # recomputation or redistribute would let a later program cover a need in part
-        integrality, bounds = np.ones(n, dtype=int), (np.array(self.lb), np.ones(n))
+        integrality, ub = np.ones(n, dtype=int), np.array(self.ub)
+        integrality[self.peak_cols] = 0
+        least_x = None
+        if self.peak_cols:  # the least peak first: the activation limit is relative to it
+            aim = np.zeros(n)
+            aim[self.peak_cols] = 1.0
+            step = milp(aim, integrality=integrality, bounds=(np.array(self.lb), ub), constraints=constraints,
+                        options=SOLVER_OPTIONS)
+            if step.x is None:
+                raise _Infeasible()
+            least_x = step.x
+            limit = self.choice.activations
+            least = self.peaks(least_x)
+            self.peak_bound = [max(limit.bound(k, least[k], self.peak_scale[k]), least[k]) for k in range(len(least))]
+            for k, col in enumerate(self.peak_cols):
+                # a hair below the limit (HiGHS's tolerance), never below the least peak found
+                ub[col] = max(float(self.peak_bound[k] / self.peak_scale[k]) - 1e-7, float(least[k] / self.peak_scale[k]))
+        bounds = (np.array(self.lb), ub)
         # lexicographic, one program per aim, each keeping the optimum of the one before: the least
         # bytes (results counted as gathered), then the tie-break. One objective with the tie-break
         # scaled below a byte would ask HiGHS to tell apart values below its tolerance once the bytes
@@ -801,7 +935,16 @@ class _Model:
                 met = float(weights @ (res.x > 0.5))  # a whole number of units: the row is exact up to 1/2
                 constraints.append(LinearConstraint(weights.reshape(1, -1), -np.inf, met + 0.5))
         x = res.x
-        return x, _Cost(self._sum(costs, x), self._sum(at_hint, x), self._sum(self.mem, x))
+        if least_x is not None and any(p > b for p, b in zip(self.peaks(x), self.peak_bound)):
+            x = least_x  # the solver's tolerance let a peak over its limit: the least peak is within it exactly
+        return x, _Cost(self._sum(costs, x), self._sum(at_hint, x), self._sum(self.mem, x), self.peaks(x))
+
+    def peaks(self, x: np.ndarray) -> tuple[Fraction, ...]:
+        """The peak live activation bytes per worker at each sample, exactly, for the columns ``x`` chooses."""
+        out = [Fraction(0)] * len(self.peak_cols)
+        for k, terms, const in self.peak_rows:
+            out[k] = max(out[k], const + sum((v for c, v in terms.items() if x[c] > 0.5), Fraction(0)))
+        return tuple(out)
 
     @staticmethod
     def _sum(values: list[Fraction], x: np.ndarray) -> Fraction:
@@ -818,6 +961,7 @@ class _Cost:
     objective: Fraction  # bytes each worker sends summed over the sampled sizes (results counted as gathered)
     sent: Fraction  # bytes each worker sends at the size hints (results counted as gathered)
     held: Fraction  # bytes each worker holds at the size hints, summed over the values and their versions
+    peak: tuple[Fraction, ...] = ()  # peak live activation bytes per worker at each ActivationLimit sample
 
     @property
     def total(self) -> Fraction:
@@ -836,6 +980,7 @@ class _Window:
     frozen: dict[int, set[Placement]]  # value (root slot id) of an earlier window -> the layouts it exists in
     root: dict[int, int]  # a hint's output -> the value it annotates, from earlier windows
     read_as: dict[int, Placement]
+    primary: dict[int, Placement] = field(default_factory=dict)  # the layouts earlier windows chose
 
 
 @dataclass
@@ -874,10 +1019,11 @@ def solve_layouts(graph: Graph, prefs: Preferences | None, cost: CostModel,
     read_as: dict[int, Placement] = {}
     frozen: dict[int, set[Placement]] = {}
     sent = held = objective = Fraction(0)
+    peak: tuple[Fraction, ...] = ()
     solved: list[Solved] = []
     cache: dict[tuple, tuple] = {}
     for k, sites in enumerate(windows):
-        w = _Window(sites, k == len(windows) - 1, frozen, root, read_as)
+        w = _Window(sites, k == len(windows) - 1, frozen, root, read_as, primary)
         sig, local = _signature(graph, prefs, w)
         index = {sid: i for i, sid in enumerate(local)}
         if sig not in cache:
@@ -916,9 +1062,10 @@ def solve_layouts(graph: Graph, prefs: Preferences | None, cost: CostModel,
         for i, qs in made.items():
             frozen.setdefault(root.get(local[i], local[i]), set()).update(qs)
         sent, held, objective = sent + total.sent, held + total.held, objective + total.objective
+        peak = tuple(max(a, b) for a, b in zip(peak, total.peak)) if peak else total.peak
     for sid, p in _given(graph).items():
         primary.setdefault(sid, p)
-    plan = LayoutPlan(strategy, primary, recompute, root, sent, held, objective, candidates)
+    plan = LayoutPlan(strategy, primary, recompute, root, sent, held, objective, candidates, peak)
     return plan, solved
 
 
@@ -1075,7 +1222,7 @@ def plan_of(model: _Model, x: np.ndarray, total: Fraction) -> LayoutPlan:
             recompute[(rid, q)] = st
     candidates = {sid: [q for _, q in cols] for sid, cols in model.param_cols.items()}
     return LayoutPlan(strategy, primary, recompute, dict(model.root), total.sent, total.held, total.objective,
-                      candidates)
+                      candidates, total.peak)
 
 
 def alternative_cost(model: _Model, rid: int, p: Placement) -> _Cost | None:
@@ -1201,3 +1348,61 @@ def function_bytes(func, env: Mapping[str, int], axis_costs: AxisCosts | None = 
     except (DistirError, sym.SymbolicError, ZeroDivisionError):
         return None
     return sent, gathers
+
+
+def function_peak(func, env: Mapping[str, int]) -> int | None:
+    """The peak live bytes per worker of the values ``func`` (a laid-out global-view function)
+    computes, at the sizes ``env``: each call's value (its block, or whole if plain) live from its
+    binding through its last reader, the result to the end; parameters and constants are not counted,
+    nor the buffers inside a redistribute's steps. The estimate an alternative layout is compared by
+    (auto-shard's report), at the granularity the solver's activation rows bound. None where ``env``
+    does not evaluate a size."""
+    bindings = list(func.bindings())
+    size: dict[Var, int] = {}
+    last: dict[Var, int] = {}
+    alias: dict[Var, list[Var]] = {}
+
+    def refs(e) -> list[Var]:
+        if isinstance(e, Var):
+            return alias.get(e, [e])
+        if isinstance(e, Tuple):
+            return [v for f in e.fields for v in refs(f)]
+        if isinstance(e, TupleGetItem):
+            return refs(e.tuple_value)
+        if isinstance(e, Call):
+            return [v for a in e.args for v in refs(a)]
+        return []
+
+    def held(t) -> int:
+        if isinstance(t, TupleType):
+            return sum(held(f) for f in t.fields)
+        if isinstance(t, DTensorType):
+            return int(sym.evaluate(local_bytes(t), env))
+        if hasattr(t, "shape") and hasattr(t, "dtype"):
+            return math.prod(int(sym.evaluate(d, env)) for d in t.shape) * dtype_bytes(t.dtype)
+        return 0
+
+    try:
+        for i, b in enumerate(bindings):
+            for v in refs(b.value):
+                if v in size:
+                    last[v] = i
+            if isinstance(b.value, Call):
+                size[b.var] = held(b.var.type)
+                last[b.var] = i
+            else:
+                alias[b.var] = refs(b.value)
+        for v in refs(func.result):
+            if v in size:
+                last[v] = len(bindings)
+    except (DistirError, sym.SymbolicError, ZeroDivisionError):
+        return None
+    peak = live = 0
+    dies: dict[int, list[Var]] = {}
+    for v, i in last.items():
+        dies.setdefault(i, []).append(v)
+    for i, b in enumerate(bindings):
+        live += size.get(b.var, 0)
+        peak = max(peak, live)
+        live -= sum(size[v] for v in dies.get(i, ()))
+    return peak

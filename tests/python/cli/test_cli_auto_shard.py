@@ -60,7 +60,25 @@ def test_budget_errors_are_one_line(plain, capsys, argv, code, says):
     assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("distir-opt: error:")
 
 
-@pytest.mark.parametrize("flag", [["--explain"], ["--memory-budget", "50%"]])
+@pytest.mark.parametrize("argv, code, says", [
+    (["--activation-budget", "2parsecs"], 2, "argument --activation-budget: '2parsecs': unknown unit 'parsecs'"),
+    (["--activation-budget", "1KB"], 1, "activation budget '1KB' (1,000 B per device) is below the least peak"),
+])
+def test_activation_budget_errors_are_one_line(plain, capsys, argv, code, says):
+    got, _, err = run(opt.main, [plain, "-p", "auto-shard", *argv], capsys)
+    assert got == code and says in err
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("distir-opt: error:")
+
+
+def test_activation_budget_none_leaves_activations_to_communication(plain, capsys):
+    code, _, err = run(opt.main, [plain, "-p", "auto-shard", "--explain", "--activation-budget", "none",
+                                  "--memory-budget", "100%"], capsys)
+    assert code == 0 and "(not bounded)" in err and "bytes sent per worker: 0 B" in err
+    code, _, err = run(opt.main, [plain, "-p", "auto-shard", "--explain", "--memory-budget", "100%"], capsys)
+    assert code == 0 and "(budget min+25%)" in err and "activations/device" in err
+
+
+@pytest.mark.parametrize("flag", [["--explain"], ["--memory-budget", "50%"], ["--activation-budget", "none"]])
 def test_auto_shard_options_need_the_pass(plain, capsys, flag):
     code, _, err = run(opt.main, [plain, "-p", "distribute", *flag], capsys)
     assert code == 2 and f"{flag[0]} is for the auto-shard pass" in err
@@ -81,5 +99,21 @@ def test_sweep_auto_names_the_layouts_that_change(plain, capsys):
     assert code == 1 and "num_workers=1: auto-shard: memory budget '200KB'" in err
     rows = json.loads(out)["rows"]
     assert rows[0]["error"] and rows[1]["layouts"]["wq"] == "S[1]"
+    assert json.loads(out)["auto_shard"] == {"memory_budget": "200KB", "activation_budget": "min+25%"}
     code, _, err = run(distir_main.main, ["sweep", plain, "--memory-budget", "50%"], capsys)
     assert code == 2 and "--memory-budget is for --auto" in err
+    code, _, err = run(distir_main.main, ["sweep", plain, "--activation-budget", "none"], capsys)
+    assert code == 2 and "--activation-budget is for --auto" in err
+
+
+def test_sweep_auto_long_sequence_divides_activations(plain, capsys):
+    """The peak activations column shrinks with the count under the default activation budget, and
+    stays at one device's with activations not bounded."""
+    argv = ["sweep", plain, "--auto", "-n", "1,4", "--bind", "s=512", "--json"]
+    code, out, err = run(distir_main.main, argv, capsys)
+    assert code == 0, err
+    bounded = [r["peak_bytes"] for r in json.loads(out)["rows"]]
+    code, out, err = run(distir_main.main, [*argv, "--activation-budget", "none", "--memory-budget", "100%"], capsys)
+    assert code == 0, err
+    unbounded = [r["peak_bytes"] for r in json.loads(out)["rows"]]
+    assert bounded[1] < bounded[0] and unbounded[1] == unbounded[0]

@@ -9,7 +9,7 @@ from fractions import Fraction
 import pytest
 
 from distir import examples
-from distir.analysis import comm_volume
+from distir.analysis import comm_volume, memory_footprint
 from distir.driver import random_inputs
 from distir.ir import sym
 from distir.ir.expr import Call
@@ -20,6 +20,7 @@ from distir.testing import assert_sharded_equivalent
 from distir.transform import AutoShard, get_pass, list_passes
 from distir.transform.auto_shard import AutoShardError, MemoryBudget, strip_layouts
 from distir.transform.pipelines import distribute_pipeline
+from distir.transform.specialize import specialize
 
 MODELS = ("llama", "attention")
 WEIGHTS = {"llama": ("attn_norm", "wq", "wk", "wv", "wo", "mlp_norm", "w_gate", "w_up", "w_down"),
@@ -40,6 +41,12 @@ def laid():
 
 def bytes_per_worker(mod, w: int) -> Fraction:
     return comm_volume(distribute_pipeline()(mod)).evaluate({"num_workers": w, "s": 64}).bytes_per_worker
+
+
+def peak_activations(mod, w: int, s: int = 64) -> int:
+    """Peak live activation bytes per worker after distribute and specialize (distir.analysis)."""
+    env = {"num_workers": w, "s": s}
+    return memory_footprint(specialize(distribute_pipeline()(mod), env)).evaluate({}).peak_bytes
 
 
 def weight_bytes(mod, names, w: int) -> int:
@@ -85,6 +92,46 @@ def test_at_a_given_count_too(laid, name):
         assert weight_bytes(auto, WEIGHTS[name], w) <= Fraction(11, 10) * total / w
 
 
+def test_a_long_sequence_divides_activations_as_megatron_does(laid):
+    """At s = 2048 the activations dwarf the weights: bytes alone would gather every weight and run
+    every op replicated (273 MiB of activations per worker); the activation budget keeps the peak at
+    Megatron's while sending fewer bytes."""
+    annotated, plain, _, _ = laid["llama"]
+    env = {"num_workers": 8, "s": 2048}
+    p = AutoShard(sizes=env)
+    auto = p(plain)
+
+    def numbers(mod):
+        local = specialize(distribute_pipeline()(mod), env)
+        return comm_volume(local).evaluate({}).bytes_per_worker, memory_footprint(local).evaluate({}).peak_bytes
+
+    sent, peak = numbers(auto)
+    megatron_sent, megatron_peak = numbers(annotated)
+    assert sent <= megatron_sent and peak <= Fraction(11, 10) * megatron_peak
+    # the report's peak (the laid-out global view's values) is the analysis' peak after distribute here
+    assert p.report.activations == peak
+    unbounded_sent, unbounded_peak = numbers(AutoShard(sizes=env, activation_budget="none")(plain))
+    assert unbounded_peak > 4 * megatron_peak and unbounded_sent < sent  # the trade the budget makes
+    assert_sharded_equivalent(auto, random_inputs(auto, dims={"s": 12}), num_workers=(2, 8))
+
+
+def test_activation_budget_forms_and_errors(laid):
+    _, plain, _, _ = laid["attention"]
+    at4 = {"num_workers": 4}
+    tight = AutoShard(sizes=at4, activation_budget="min")
+    tight(plain)
+    loose = AutoShard(sizes=at4, activation_budget="none")
+    loose(plain)
+    assert tight.report.activations <= loose.report.activations
+    assert "peak activations per device" in tight.report.render() and "(not bounded)" in loose.report.render()
+    with pytest.raises(AutoShardError) as err:
+        AutoShard(sizes=at4, activation_budget="1KB")(plain)
+    msg = str(err.value)
+    assert "activation budget '1KB'" in msg and "least peak of live activations" in msg and "\n" not in msg
+    with pytest.raises(AutoShardError, match="unknown unit"):
+        AutoShard(activation_budget="3 furlongs")(plain)
+
+
 @pytest.mark.parametrize("name, counts", [("llama", (2, 3, 4)), ("attention", (2, 4, 6))])
 def test_numbers_equal_one_device(laid, name, counts):
     _, _, auto, _ = laid[name]
@@ -93,9 +140,14 @@ def test_numbers_equal_one_device(laid, name, counts):
 
 def test_the_budget_decides_how_much_is_cut(laid):
     _, plain, _, _ = laid["attention"]
-    whole = AutoShard(memory_budget="100%")(plain)  # room for every weight whole: nothing needs to move
+    # room for every weight whole and activations not bounded: nothing needs to move
+    whole = AutoShard(memory_budget="100%", activation_budget="none")(plain)
     assert all(p.type.placement.is_replicated for p in whole["main"].params if isinstance(p.type, DTensorType))
     assert bytes_per_worker(whole, 4) == 0
+    # the activation budget alone still divides the work: fewer activations held, some bytes sent
+    divided = AutoShard(memory_budget="100%")(plain)
+    assert bytes_per_worker(divided, 4) > 0
+    assert peak_activations(divided, 4) < peak_activations(whole, 4)
     half = AutoShard(memory_budget="50%", sizes={"num_workers": 4})(plain)  # two of the four weights cut
     placements = [p.type.placement for p in half["main"].params if isinstance(p.type, DTensorType)]
     assert sum(not p.is_replicated for p in placements) >= 2
@@ -105,7 +157,8 @@ def test_the_budget_decides_how_much_is_cut(laid):
 def test_report_lists_each_parameter_and_its_alternatives(laid):
     _, plain, auto, report = laid["attention"]
     assert report.layouts() == {p.name: p.type.placement for p in auto["main"].params}
-    assert report.layouts()["wo"] == Placement.parse("S[0]") and report.layouts()["wq"] == Placement.parse("S[1]")
+    # wo is cut either way (at 8 workers a sharded result holds less than an all-reduced one)
+    assert not report.layouts()["wo"].is_replicated and report.layouts()["wq"] == Placement.parse("S[1]")
     brief = report.render()  # without explain: each parameter's layout and what it holds
     assert "sent/worker" not in brief and "x          (s, 128)    R" in brief and "input" in brief
     p = AutoShard(explain=True, sizes={"num_workers": 4})
@@ -117,8 +170,12 @@ def test_report_lists_each_parameter_and_its_alternatives(laid):
     replicated = next(a for a in others if a.layout.is_replicated)
     assert not replicated.within_budget and replicated.weights > chosen.weights
     assert all(a.sent >= chosen.sent for a in others if a.within_budget)
+    # the activations of each alternative are its laid-out function's peak: the chosen one's is the report's
+    assert chosen.activations == p.report.activations > 0
+    assert all(a.activations is not None and a.activations > 0 for a in others)
     text = p.report.render()
-    for word in ("parameter", "layout", "sent/worker", "weights/device", "over budget", "wo", "S[0]"):
+    for word in ("parameter", "layout", "sent/worker", "weights/device", "activations/device", "over budget", "wo",
+                 "S[0]", "peak activations per device"):
         assert word in text
 
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from distir.analysis import comm_volume
+from distir.analysis import comm_volume, memory_footprint
 from distir.driver import Driver
 from distir.transform import AutoShard, ShardParams
 from distir.transform.pipelines import distribute_pipeline
+from distir.transform.specialize import specialize
 from distir.tvm import from_nn
 from distir.tvm import nn_llama as L
 
@@ -34,10 +35,17 @@ def test_weights_are_the_parameters_after_num_input(llama):
     assert report.weights_bytes * report.devices <= 1.1 * report.replicated_bytes
 
 
+def peak(mod, w: int) -> int:
+    local = specialize(distribute_pipeline()(mod), {"num_workers": w, "s": 64})
+    return memory_footprint(local, "forward").evaluate({}).peak_bytes
+
+
 @pytest.mark.parametrize("workers", [2, 4])
 def test_no_more_bytes_than_the_tensor_parallel_plan(llama, workers):
     _, _, mod, auto, _ = llama
-    assert sent(auto, workers) <= sent(ShardParams(L.TP_PLAN)(mod), workers)
+    tp = ShardParams(L.TP_PLAN)(mod)
+    assert sent(auto, workers) <= sent(tp, workers)
+    assert peak(auto, workers) <= peak(tp, workers)  # and no more live activations at the peak
 
 
 def test_numbers_equal_one_device(llama):
