@@ -54,7 +54,7 @@ from .layout_solver import (
     function_peak,
     solve_layouts,
 )
-from .legalize_redistribute import fuse_reshapes
+from .legalize_redistribute import axis_costs_of, fuse_reshapes
 from .pass_infra import ModulePass, PassContext, register_pass
 from .propagate_sharding import write_layouts
 from .rewrite import map_bindings
@@ -457,6 +457,7 @@ class _Search:
         self._held: dict[tuple, int] = {}  # bytes a device holds, per (parameter or type, layout, sizes)
         self.hints = dict(ctx.config.get("propagate-sharding.size_hints", {}) or {})
         self.hints.update(sizes)
+        self.axis_costs = axis_costs_of(ctx)  # with axis costs, the least time instead of the fewest bytes
         self.weights = weight_indices(func)
         self.free = [i for i, p in enumerate(func.params) if isinstance(p.type, TensorType)]
         self.envs = _budget_envs(func, mesh, sizes)
@@ -475,10 +476,10 @@ class _Search:
         graph = build_graph(self.typed({i: p for i, p in layouts.items() if i in self.free}), self.mesh_names)
         choice = ParamChoice(lambda s: [], lambda decided: [], self.activation_limit())
         try:
-            plan, _ = solve_layouts(graph, None, CostModel(graph, self.hints), choice, WINDOW_OPS)
+            plan, _ = solve_layouts(graph, None, CostModel(graph, self.hints, axis_costs=self.axis_costs), choice, WINDOW_OPS)
         except AutoShardError:
             return None
-        return write_layouts(graph, plan, CostModel(graph, self.hints))
+        return write_layouts(graph, plan, CostModel(graph, self.hints, axis_costs=self.axis_costs))
 
     def fits(self, i: int, q: Placement, limits: list[tuple[Fraction, dict[int, int]]]) -> bool:
         """Whether parameter ``i`` laid out ``q`` leaves room for every other weight at its smallest, at
@@ -559,7 +560,7 @@ class _Search:
         # no preferences: with no seeds they would all say "replicated", and as a tie-break favour
         # gathering over keeping a partial sum (two all-gathers tie in bytes with one all-reduce)
         prefs = None
-        cost = CostModel(graph, self.hints)
+        cost = CostModel(graph, self.hints, axis_costs=self.axis_costs)
         limits = [self.limits_at(k) for k in range(len(self.envs))]
         cands = {i: [q for q in candidate_layouts(self.func.params[i].type.ndim, self.mesh) if self.fits(i, q, limits)]
                  for i in self.free}

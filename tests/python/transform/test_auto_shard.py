@@ -233,3 +233,19 @@ class Module:
     w = out["main"].params[1].type
     assert isinstance(w, DTensorType) and not w.placement.is_replicated  # the weight is cut: the budget needs it
     assert_sharded_equivalent(out, random_inputs(out), num_workers=(1, 2, 3))
+
+
+def test_axis_costs_are_read_and_the_layout_stays_exact(laid):
+    """With per-axis time costs in the context, auto-shard prices layouts by time as propagation
+    does (an axis the mesh lacks is refused, so the costs are read); the result stays exact."""
+    from distir.errors import DistirError
+    from distir.transform import PassContext
+    from distir.transform.legalize_redistribute import AXIS_COSTS_KEY
+
+    _, plain, _, _ = laid["attention"]
+    with PassContext(config={AXIS_COSTS_KEY: "1=1us:1GB/s"}), pytest.raises(
+            DistirError, match="axis cost for mesh axis 1, but the mesh has 1 axes"):
+        AutoShard()(plain)
+    with PassContext(config={AXIS_COSTS_KEY: "0=50us:1GB/s"}):
+        auto = AutoShard()(plain)
+        assert_sharded_equivalent(auto, random_inputs(auto, dims={"s": 12}), num_workers=(2, 3))
