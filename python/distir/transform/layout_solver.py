@@ -215,8 +215,11 @@ class CostModel:
             costs = self.axis_costs.for_mesh(mesh.ndim, "legalize-redistribute.axis_costs")
             timing = Timing(costs, nbytes)
             try:
-                plan = plan_redistribute(mesh, ndim, src, dst, None, timing)
-                self._timed[key] = plan_cost(plan, src, sizes, None, timing) * max(c.bandwidth for c in costs)
+                if src.is_strided or dst.is_strided:
+                    seconds = strided_share(mesh, ndim, src, dst, sizes, timing)
+                else:
+                    seconds = plan_cost(plan_redistribute(mesh, ndim, src, dst, None, timing), src, sizes, None, timing)
+                self._timed[key] = seconds * max(c.bandwidth for c in costs)
             except AxisCostError:
                 raise
             except DistirError:

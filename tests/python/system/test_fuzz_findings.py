@@ -16,13 +16,7 @@ ON_TVM = ("k1", "n01b", "n02", "n03", "n07", "n08", "n10", "n11", "n13")  # foun
 
 
 def _case(path: pathlib.Path):
-    import distir
-
-    text, meta = fuzz.read_repro(str(path))
-    workers = tuple(int(x) for x in meta.get("workers", "1").split(","))
-    dims = {k: int(v) for k, v in meta.items() if k not in ("workers", "seed")}
-    prog = fuzz._TextProgram(text, dims, distir.parse(text))
-    return fuzz.Case(prog, workers, int(meta.get("seed", 0)), origin=str(path))
+    return fuzz.repro_case(str(path))
 
 
 def _bad(outcomes) -> list[str]:

@@ -264,3 +264,35 @@ def test_size_arithmetic_that_overflows_int64_is_a_distir_error():
         sym.mul(sym.var("s"), 2**64)
     with pytest.raises(DistirError, match="overflows int64"):
         sym.mul(sym.mul(sym.var("s"), 2**62), 16)
+
+
+def test_a_redistribute_to_a_strided_layout_plans_by_time():
+    """With axis costs, propagation priced every conversion to or from a strided layout as
+    impossible (the time model planned on the strided shape itself): "no layout of the function
+    satisfies the hints" for a plain redistribute to "S[1/3], P" (fuzz finding n16)."""
+    from distir.analysis import comm_volume
+    from distir.runtime.spmd import SpmdStats
+    from distir.testing import random_inputs
+    from distir.transform import PassContext
+    from distir.transform.legalize_redistribute import AXIS_COSTS_KEY
+
+    costs = "0=1ms:100GB/s,1=1ms:2TB/s"
+    for src, dst in (("S[0], S[1]", "S[1/3], P"), ("R, R", "R, S[1/3]"), ("S[1/3], R", "S[0], S[1]")):
+        mod = distir.parse(f"""
+@I.ir_module
+class Module:
+    I.module_global_infos({{"mesh": [R.device_mesh((3, "num_workers"), I.Range(0, "3 * num_workers"))]}})
+
+    @R.function
+    def main(x: R.DTensor((8, 6), "float32", "mesh[0]", "{src}")):
+        y = R.dist.redistribute(x, device_mesh="mesh[0]", placement="{dst}")
+        return y
+""")
+        with PassContext(config={AXIS_COSTS_KEY: costs}):
+            lowered = distribute_pipeline()(mod)
+        (x,) = random_inputs(mod)
+        for w in (1, 2, 4, 5):
+            local = specialize(lowered, {"num_workers": w})
+            stats = SpmdStats()
+            np.testing.assert_allclose(run_spmd(local, x, stats=stats), x, rtol=1e-6, err_msg=f"{src} -> {dst} at {w}")
+            assert comm_volume(local).evaluate({"num_workers": w}).total_bytes == stats.total_bytes
