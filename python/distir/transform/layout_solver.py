@@ -765,6 +765,10 @@ class _Model:
                 at_hint[col] += h
         total_cost = [c + MEMORY_WEIGHT * m for c, m in zip(costs, self.mem)]
         rows = self.rows + extra
+        if not costs:  # nothing to choose (every layout given): HiGHS needs a column, the answer is empty
+            if any(a > 0 or b < 0 for _, a, b in rows):
+                raise _Infeasible()
+            return np.zeros(0), _Cost(Fraction(0), Fraction(0), Fraction(0))
         data, ri, ci, lo, hi = [], [], [], [], []
         for i, (terms, a, b) in enumerate(rows):
             for c, v in terms:

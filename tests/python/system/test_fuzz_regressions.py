@@ -296,3 +296,23 @@ class Module:
             stats = SpmdStats()
             np.testing.assert_allclose(run_spmd(local, x, stats=stats), x, rtol=1e-6, err_msg=f"{src} -> {dst} at {w}")
             assert comm_volume(local).evaluate({"num_workers": w}).total_bytes == stats.total_bytes
+
+
+def test_a_function_whose_layouts_are_all_given_needs_no_solver_columns():
+    """Every layout given and the one redistribute (a strided layout between meshes) impossible to
+    price: the layout program had no columns and HiGHS raised a ValueError (fuzz finding n17).
+    Propagation now leaves it as it is, and legalize refuses it in one line."""
+    mod = distir.parse("""
+@I.ir_module
+class Module:
+    I.module_global_infos({"mesh": [R.device_mesh(("num_workers",), I.Range(0, "num_workers")), R.device_mesh(("num_workers",), I.Range(2, "num_workers + 2"))]})
+
+    @R.function
+    def main(p: R.DTensor((1, 4), "float32", "mesh[1]", "R")):
+        v = R.dist.redistribute(p, device_mesh="mesh[0]", placement="S[1/2]")
+        return v
+""")
+    placed = distir.transform.get_pass("propagate-sharding")(mod)
+    assert str(placed["main"].params[0].type.placement) == "R"
+    with pytest.raises(DistirError, match="moves between meshes only after it is redistributed to a plain one"):
+        distribute_pipeline()(mod)
