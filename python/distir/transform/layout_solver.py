@@ -54,7 +54,7 @@ from ..ir.axis_cost import AxisCostError, AxisCosts
 from ..ir.expr import Tuple, TupleGetItem, Var
 from ..ir.layout import concrete_placement
 from ..ir.mesh import DeviceMesh
-from ..ir.placement import Partial, Placement, Replicate, Shard
+from ..ir.placement import Partial, Placement, Replicate, Shard, StridedShard
 from ..ir.sharding import forward
 from ..ir.steps import get_step
 from ..ir.types import DTensorType, TupleType, dtype_bytes
@@ -318,7 +318,11 @@ class CostModel:
 
         A parameter's preferred layout combines the wishes of several consumers (``S[0], R``
         from one, ``R, S[0]`` from another give ``S[0], S[0]``): cut twice, a dim may no longer
-        divide at the hinted device count, so propagation keeps only the cuts it can afford."""
+        divide at the hinted device count, so propagation keeps only the cuts it can afford.
+        Combined wishes may also be no layout at all where a strided shard is involved (``S[0/2]``
+        from two consumers on two axes, docs/strided.md): a strided dim keeps its first cut, and a
+        strided shard the tensor's shape does not allow is replaced by R."""
+        p = _strided_fitted(p, s.tensor.shape)
         while not self.fits(s, p, mesh):
             for d in range(s.tensor.ndim):
                 axes = p.mesh_axes_of(d)
@@ -328,6 +332,29 @@ class CostModel:
             else:
                 break
         return p
+
+
+def _strided_fitted(p: Placement, shape) -> Placement:
+    """``p`` with each strided shard the tensor's ``shape`` does not allow (its part count does not
+    divide the dim, or leaves parts of one element) replaced by R, then every cut of a dim that an
+    earlier mesh axis cuts, where either cut is strided, replaced by R (a strided dim is cut by one
+    mesh axis only)."""
+    if not p.is_strided:
+        return p
+    specs = list(p.specs)
+    for a, x in enumerate(specs):
+        if isinstance(x, StridedShard):
+            alone = Placement(tuple(x if i == a else Replicate() for i in range(len(specs))))
+            try:
+                alone.validate(len(specs), len(shape), shape=tuple(shape))
+            except DistirError:
+                specs[a] = Replicate()
+    for a, x in enumerate(specs):
+        if isinstance(x, (Shard, StridedShard)):
+            before = [y for y in specs[:a] if isinstance(y, (Shard, StridedShard)) and y.dim == x.dim]
+            if before and (isinstance(x, StridedShard) or any(isinstance(y, StridedShard) for y in before)):
+                specs[a] = Replicate()
+    return Placement(tuple(specs))
 
 
 def _units(values: list[Fraction]) -> np.ndarray:

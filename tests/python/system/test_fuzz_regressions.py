@@ -316,3 +316,38 @@ class Module:
     assert str(placed["main"].params[0].type.placement) == "R"
     with pytest.raises(DistirError, match="moves between meshes only after it is redistributed to a plain one"):
         distribute_pipeline()(mod)
+
+
+def test_a_free_parameter_never_gets_a_strided_dim_cut_twice():
+    """Two consumers wished the free parameter p3 cut "S[0/2]" on each mesh axis; propagation
+    combined the wishes into "S[0/2], S[0/2]", no layout (a strided dim is cut by one mesh axis
+    only), and lowering crashed with an IndexError (fuzz finding n18). A strided dim now keeps its
+    first cut, and a strided shard the shape does not allow ("S[1/3]" on a dim of 3) becomes R."""
+    from distir.ir.types import DTensorType
+    from distir.testing import assert_sharded_equivalent, random_inputs
+
+    mod = distir.parse("""
+@I.ir_module
+class Module:
+    I.module_global_infos({"mesh": [R.device_mesh((1, 2), I.Range(0, 2))]})
+
+    @R.function
+    def main(p2: R.DTensor((1, 4), "float32", "mesh[0]", "S[1/2], R"), p3: R.Tensor((4,), "float32")):
+        with R.dataflow():
+            v4 = R.subtract(p2, p3)
+            v5 = R.dist.annotate_sharding(v4, device_mesh="mesh[0]", placement="S[0], S[1/2]")
+            R.output(v5)
+        return v5
+""")
+    placed = distir.transform.get_pass("propagate-sharding")(mod)
+    for p in placed["main"].params:
+        assert isinstance(p.type, DTensorType)
+        p.type.placement.validate(2, len(p.type.shape), shape=p.type.shape)
+    assert_sharded_equivalent(mod, random_inputs(mod), num_workers=(1,))
+
+    from distir.ir.placement import Placement
+    from distir.transform.layout_solver import _strided_fitted
+
+    assert str(_strided_fitted(Placement.parse("S[0/2], R, S[0/2]"), (4,))) == "S[0/2], R, R"
+    assert str(_strided_fitted(Placement.parse("S[1/3], S[1], R"), (12, 3, 24))) == "R, S[1], R"
+    assert str(_strided_fitted(Placement.parse("S[1], S[1]"), (12, 8))) == "S[1], S[1]"
