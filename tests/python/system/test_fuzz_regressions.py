@@ -351,3 +351,32 @@ class Module:
     assert str(_strided_fitted(Placement.parse("S[0/2], R, S[0/2]"), (4,))) == "S[0/2], R, R"
     assert str(_strided_fitted(Placement.parse("S[1/3], S[1], R"), (12, 3, 24))) == "R, S[1], R"
     assert str(_strided_fitted(Placement.parse("S[1], S[1]"), (12, 8))) == "S[1], S[1]"
+
+
+def test_a_reshape_never_makes_a_strided_dim_cut_by_two_mesh_axes():
+    """(2, s) "S[1], S[1]" merged to (2 * s,): each axis's cut lands inside the merged dim, and the
+    reshape's rule gave "S[0/2], S[0/2]", no layout (a strided dim is cut by one mesh axis only);
+    lowering crashed with an IndexError (fuzz finding n19). The rule refuses it now, and propagation
+    redistributes the input first."""
+    from distir.ir.types import DTensorType
+    from distir.testing import assert_sharded_equivalent, random_inputs
+
+    mod = distir.parse("""
+@I.ir_module
+class Module:
+    I.module_global_infos({"mesh": [R.device_mesh((2, 3), I.Range(0, 6))]})
+
+    @R.function
+    def main(p0: R.DTensor((2, 8), "int32", "mesh[0]", "S[1], S[1]")):
+        with R.dataflow():
+            v1 = R.reshape(p0, R.shape([16]))
+            R.output(v1)
+        return v1
+""")
+    (b,) = mod["main"].bindings()
+    assert not isinstance(b.var.type, DTensorType)  # no layout fits the rule: propagation decides
+    placed = distir.transform.get_pass("propagate-sharding")(mod)
+    for b in placed["main"].bindings():
+        if isinstance(b.var.type, DTensorType):
+            b.var.type.placement.validate(2, len(b.var.type.shape), shape=b.var.type.shape)
+    assert_sharded_equivalent(mod, random_inputs(mod), num_workers=(1,))
