@@ -11,6 +11,16 @@ at run time), random placements (R, S[d], P, P[max], P[min], P[avg]), chains of
 reshape, permute_dims, softmax, rms_norm, concat, split, strided_slice ...) with
 ``R.dist.annotate_sharding`` hints so that sharding propagation has work to do.
 
+With --strided, placements may also be strided shards ``S[d/k]`` (k divides the dim; parameters,
+hints, redistribute targets, on 1-D and 2-D meshes), meshes of 6 and 7 devices join the static
+ones, and fused-QKV chains appear: ``x @ w`` with ``w`` declared or hinted ``S[1/k]`` (or free,
+the heads hinted), reshaped to ``(..., k, heads, head_dim)`` and maybe merged back (head counts
+that do not divide the device count included). With --axis-costs, a case whose meshes all have
+two or more axes is sometimes distributed with random per-mesh-axis time costs
+(``legalize-redistribute.axis_costs``: propagation and legalize plan by time, replans record the
+costs); numbers must still equal one device and the analysis' bytes the simulator's. Without
+these options a seed gives the cases it gave before them.
+
 The distribute pipeline runs ONCE with num_workers symbolic; then, for a few device counts,
 the module is specialized, simulated (``distir.runtime.run_spmd``) and compared with the
 single-device interpreter (``distir.runtime.run``) on the same random inputs. The bytes the
@@ -42,6 +52,7 @@ examples:
   python scripts/fuzz.py --cases 500 --seed 1            500 cases, then a summary
   python scripts/fuzz.py --minutes 10 --jobs 2           ten minutes on two processes
   python scripts/fuzz.py --cases 50 --tvm                also build with TVM, run on Disco
+  python scripts/fuzz.py --minutes 10 --strided --axis-costs   strided shards, plans by time
   python scripts/fuzz.py --seed 1 --only 37              re-run case 37 of seed 1, verbosely
   python scripts/fuzz.py --replay fuzz-out/wrong-1.ir    re-run a written reproducer
   python scripts/fuzz.py --seed 1 --only 37 --print      print the program of a case
@@ -285,6 +296,7 @@ class Program:
     binds: tuple
     outputs: tuple
     dims: tuple = ()  # (("s", 7), ...): sizes bound at run time
+    costs: str = ""  # per-mesh-axis time costs the pipeline plans with ("0=5us:25GB/s,1=..."); "" plans by bytes
 
     @property
     def dim_values(self) -> dict:
@@ -340,6 +352,22 @@ UNARY_FLOAT = ["R.tanh", "R.exp", "R.sigmoid", "R.nn.relu", "R.negative", "R.abs
 UNARY_INT = ["R.negative", "R.abs", "R.square", "R.nn.relu"]
 BINARY = ["R.add", "R.add", "R.subtract", "R.multiply", "R.maximum", "R.minimum"]
 PARTIALS = ["P", "P[max]", "P[min]", "P[avg]"]
+# with --strided (the lists above stay as they were, so a seed without it gives the cases it gave)
+MORE_STATIC_MESHES = [(6,), (7,), (3,), (5,), (2, 3), (3, 3), (1, 6), (6, 1)]
+LATENCIES = ["0.1us", "1us", "5us", "20us", "100us", "1ms"]
+BANDWIDTHS = ["1GB/s", "10GB/s", "25GB/s", "100GB/s", "300GB/s", "2TB/s"]
+
+
+def _strided_dims(shape) -> list[tuple[int, int]]:
+    """(dim, parts) pairs a strided shard S[dim/parts] may take: parts divides the dim (a static
+    size, or the coefficient of a run-time size) and leaves more than one element per part."""
+    out = []
+    for d, n in enumerate(shape):
+        if isinstance(n, int):
+            out += [(d, k) for k in _divisors(n)]
+        else:
+            out += [(d, k) for k in [*_divisors(n[0]), n[0]] if k >= 2 and n[0] % k == 0]
+    return out
 
 
 @dataclass
@@ -369,6 +397,8 @@ class GenConfig:
     max_devices: int = 16  # most simulated devices (1 + the largest device id)
     even_only: bool = False  # only counts at which every stated layout divides evenly
     lists: str = "any"  # explicit device lists: any (out of order, gaps), ordered (ascending), none
+    strided: bool = False  # strided shards S[d/k] (parameters, hints, redistributes, fused-QKV chains)
+    costs: bool = False  # sometimes plan by time with random per-mesh-axis costs (meshes of 2 or more axes)
 
     def flags(self) -> str:
         """The command-line options that give this configuration (the defaults omitted)."""
@@ -383,6 +413,10 @@ class GenConfig:
             out.append("--even-only")
         if self.lists != d.lists:
             out.append(f"--device-lists {self.lists}")
+        if self.strided:
+            out.append("--strided")
+        if self.costs:
+            out.append("--axis-costs")
         return " ".join(out)
 
 
@@ -410,7 +444,7 @@ class Generator:
 
     def _static_mesh(self, start: int) -> Mesh:
         r = self.rng
-        shape = r.choice(STATIC_MESHES)
+        shape = r.choice(STATIC_MESHES + (MORE_STATIC_MESHES if self.cfg.strided else []))
         n = 1
         for d in shape:
             n *= d
@@ -475,15 +509,28 @@ class Generator:
                 if r.random() < 0.1:
                     dims = list(range(rank))
                 specs.append(f"S[{r.choice(dims)}]")
+        if self.cfg.strided and specs and r.random() < 0.4:
+            specs = self._strided(specs, shape)
         return Pl(tuple(specs))
 
-    def new_param(self, shape, dtype: str, mesh: int, plain_ok: bool = True) -> Val:
+    def _strided(self, specs: list, shape) -> list:
+        """One mesh axis's entry becomes S[d/k]; no other axis cuts dim d (a strided dim is cut by
+        one mesh axis only)."""
+        r = self.rng
+        opts = _strided_dims(shape)
+        if not opts:
+            return specs
+        d, k = r.choice(opts)
+        ax = r.randrange(len(specs))
+        return [f"S[{d}/{k}]" if i == ax else ("R" if s == f"S[{d}]" else s) for i, s in enumerate(specs)]
+
+    def new_param(self, shape, dtype: str, mesh: int, plain_ok: bool = True, placement: Pl | None = None) -> Val:
         name = f"p{len(self.params)}"
-        if plain_ok and len(self.prog_meshes) == 1 and self.params and self.rng.random() < 0.35:
+        if placement is None and plain_ok and len(self.prog_meshes) == 1 and self.params and self.rng.random() < 0.35:
             p = Param(name, tuple(shape), dtype)
             dt = False
         else:
-            p = Param(name, tuple(shape), dtype, mesh, self.placement(mesh, shape, True, dtype))
+            p = Param(name, tuple(shape), dtype, mesh, placement or self.placement(mesh, shape, True, dtype))
             self.layouts.append((tuple(shape), mesh, p.placement))
             dt = True
         self.params.append(p)
@@ -789,6 +836,57 @@ class Generator:
                           shape=v.shape, dtype=v.dtype, mesh=mesh, dtensor=True)
         return v
 
+    def op_qkv(self, a: Val):
+        """The fused-QKV chain strided shards are for (docs/strided.md): ``a @ w`` with ``w`` of
+        ``parts * heads * head_dim`` columns, declared or hinted ``S[1/parts]`` (or free, the heads
+        hinted), reshaped to ``(..., parts, heads, head_dim)``, maybe an elementwise op, maybe
+        merged back; the sizes include 1 and sizes below or not dividing the device count."""
+        r = self.rng
+        if a.dtype == "int32" or len(a.shape) < 2:
+            return None
+        m = self.prog_meshes[a.mesh]
+        parts = r.choice([2, 3, 3, 4])
+        heads = r.choice([1, 2, 3, 4, 5, 6, 7, 8])
+        hd = r.choice([1, 2, 3, 4, 8])
+        cols = parts * heads * hd
+        how = r.random()
+        wshape = (a.shape[-1], cols)
+        if how < 0.45 and heads * hd > 1:
+            specs = ["R"] * m.ndim
+            specs[r.randrange(m.ndim)] = f"S[1/{parts}]"
+            if m.ndim > 1 and r.random() < 0.5:
+                i = r.choice([i for i, s in enumerate(specs) if s == "R"])
+                specs[i] = r.choice(["S[0]", "P", "R"])
+            w = self.new_param(wshape, a.dtype, a.mesh, placement=Pl(tuple(specs)))
+        else:
+            w = self.new_param(wshape, a.dtype, a.mesh)
+            if how < 0.7 and heads * hd > 1:
+                specs = ["R"] * m.ndim
+                specs[r.randrange(m.ndim)] = f"S[1/{parts}]"
+                pl = Pl(tuple(specs))
+                self.layouts.append((wshape, a.mesh, pl))
+                w = self.emit("R.dist.annotate_sharding", [Ref(w.name)], [("device_mesh", MeshRef(a.mesh)),
+                              ("placement", pl)], shape=wshape, dtype=a.dtype, mesh=a.mesh)
+        y = self.emit("R.matmul", [Ref(a.name), Ref(w.name)], [("out_dtype", None)], shape=a.shape[:-1] + (cols,),
+                      dtype=a.dtype, mesh=a.mesh)
+        if r.random() < 0.5:
+            y = self.op_unary(y) if r.random() < 0.5 else self.op_binary(y)
+        lead = y.shape[:-1]
+        split = lead + (parts, heads, hd) if r.random() < 0.7 else lead + (parts, heads * hd)
+        z = self.emit("R.reshape", [Ref(y.name), ShapeLit(split)], shape=split, dtype=a.dtype, mesh=a.mesh)
+        if r.random() < 0.5:
+            specs = ["R"] * m.ndim
+            specs[r.randrange(m.ndim)] = f"S[{len(lead) + 1}]"
+            pl = Pl(tuple(specs))
+            self.layouts.append((split, a.mesh, pl))
+            z = self.emit("R.dist.annotate_sharding", [Ref(z.name)], [("device_mesh", MeshRef(a.mesh)),
+                          ("placement", pl)], shape=split, dtype=a.dtype, mesh=a.mesh)
+        if r.random() < 0.5:
+            z = self.op_unary(z)
+        if r.random() < 0.5:
+            z = self.emit("R.reshape", [Ref(z.name), ShapeLit(y.shape)], shape=y.shape, dtype=a.dtype, mesh=a.mesh)
+        return z
+
     OPS: ClassVar[dict] = {
         "redistribute": 16, "cross": 8, "hint": 10, "unary": 8, "binary": 12, "matmul": 9, "reduce": 8,
         "reshape": 6, "permute": 5, "softmax": 4, "rms_norm": 2, "concat": 4, "split": 4, "expand": 2, "slice": 3,
@@ -812,8 +910,9 @@ class Generator:
         dtype = r.choices(["float32", "float64", "int32"], [8, 1, 1])[0]
         for i in range(r.choice([1, 1, 2, 2, 3])):
             self.new_param(self.shape(), dtype, r.randrange(nmesh), plain_ok=(i > 0))
-        kinds = list(self.OPS)
-        weights = [self.OPS[k] if (k != "cross" or nmesh > 1) else 0 for k in kinds]
+        ops = dict(self.OPS, qkv=8) if self.cfg.strided else self.OPS
+        kinds = list(ops)
+        weights = [ops[k] if (k != "cross" or nmesh > 1) else 0 for k in kinds]
         n_ops = r.randint(1, self.max_ops)
         tries = 0
         while len(self.produced) < n_ops and tries < 4 * n_ops:
@@ -827,6 +926,7 @@ class Generator:
                 "softmax": self.op_softmax, "rms_norm": self.op_rms_norm, "concat": self.op_concat,
                 "split": self.op_split, "expand": self.op_expand_squeeze, "slice": self.op_slice,
                 "astype": self.op_astype, "layer_norm": self.op_layer_norm, "constant": self.op_constant,
+                "qkv": self.op_qkv,
             }[kind]
             fn(a)
         if not self.produced:
@@ -834,7 +934,10 @@ class Generator:
         last = self.produced[-1]
         others = [v.name for v in self.produced[:-1] if v.name != last.name]
         outs = r.sample(others, min(len(others), r.choice([0, 0, 1, 2]))) + [last.name]
-        return Program(tuple(self.prog_meshes), tuple(self.params), tuple(self.binds), tuple(outs), tuple(dims))
+        costs = ""
+        if self.cfg.costs and min(m.ndim for m in self.prog_meshes) >= 2 and r.random() < 0.6:
+            costs = ",".join(f"{ax}={r.choice(LATENCIES)}:{r.choice(BANDWIDTHS)}" for ax in range(2))
+        return Program(tuple(self.prog_meshes), tuple(self.params), tuple(self.binds), tuple(outs), tuple(dims), costs)
 
     def divides(self, prog: Program, w: int) -> bool:
         """Whether every layout the generator stated cuts its dims evenly at num_workers=w."""
@@ -842,11 +945,13 @@ class Generator:
         for shape, m, pl in self.layouts:
             sizes = prog.meshes[m].sizes(w)
             for d, dim in enumerate(shape):
-                n = 1
+                n, parts = 1, 1
                 for ax, spec in enumerate(pl.specs):
                     if spec == f"S[{d}]":
                         n *= sizes[ax]
-                if dim_value(dim, dims) % n:
+                    elif spec.startswith(f"S[{d}/"):
+                        n, parts = n * sizes[ax], int(spec[len(f"S[{d}/"):-1])
+                if (dim_value(dim, dims) // parts) % n:
                     return False
         return True
 
@@ -925,8 +1030,11 @@ class CaseResult:
 
 
 # DistirError messages of documented limitations: a refusal with one of these is clean; any
-# other refusal is a suspect. (None today: distir computes every layout at every count.)
-KNOWN_LIMITATIONS: list[str] = []
+# other refusal is a suspect. (distir computes every layout at every count; the one limitation is
+# docs/strided.md's: a strided layout does not move between meshes.)
+KNOWN_LIMITATIONS: list[str] = [
+    r"a strided layout \(.*\) moves between meshes only after it is redistributed to a plain one",
+]
 
 
 class CaseTimeout(BaseException):
@@ -1003,7 +1111,7 @@ def user_layouts(mod) -> list:
 def layouts_divide(layouts, w: int, dims: dict) -> str | None:
     """None when every stated layout cuts its dims evenly at num_workers=w, else why not."""
     from distir.ir import sym
-    from distir.ir.placement import Shard
+    from distir.ir.placement import Shard, StridedShard
 
     env = dict(dims)
     env[NW] = w
@@ -1013,12 +1121,14 @@ def layouts_divide(layouts, w: int, dims: dict) -> str | None:
         except Exception:  # noqa: BLE001
             return f"{what}: mesh size unknown"
         for d, dim in enumerate(shape):
-            n = 1
+            n, parts = 1, 1
             for ax, spec in enumerate(placement.specs):
-                if isinstance(spec, Shard) and spec.dim == d:
+                if isinstance(spec, (Shard, StridedShard)) and spec.dim == d:
                     n *= sizes[ax]
+                if isinstance(spec, StridedShard) and spec.dim == d:
+                    parts = spec.split
             try:
-                v = sym.evaluate(dim, env)
+                v = sym.evaluate(dim, env) // parts  # a strided shard cuts each of its parts
             except Exception:  # noqa: BLE001  (a size nothing binds: not checkable)
                 v = 0
             if v % n:
@@ -1072,7 +1182,8 @@ def _execute(case: Case, opts: Options, res: CaseResult, verbose: bool) -> None:
     from distir.errors import DistirError
     from distir.runtime import run
     from distir.runtime.spmd import SpmdStats, run_spmd
-    from distir.transform import get_pass
+    from distir.transform import PassContext, get_pass
+    from distir.transform.legalize_redistribute import AXIS_COSTS_KEY
     from distir.transform.pipelines import _DISTRIBUTE
     from distir.transform.specialize import specialize
 
@@ -1113,11 +1224,15 @@ def _execute(case: Case, opts: Options, res: CaseResult, verbose: bool) -> None:
     valid_any = any(v is None for v in why_not.values())
     say(f"stated layouts: {len(layouts)}; " + "; ".join(f"num_workers={w}: {why or 'all divide'}" for w, why in why_not.items()))
 
-    # 2. the distribute pipeline, once, num_workers symbolic; pass by pass to name the stage
+    # 2. the distribute pipeline, once, num_workers symbolic; pass by pass to name the stage;
+    # with axis costs, propagation and legalize plan by time (specialize reads the replans' costs)
     lowered = mod
+    config = {AXIS_COSTS_KEY: prog.costs} if getattr(prog, "costs", "") else {}
+    if config:
+        say(f"axis costs: {prog.costs}")
     for name in _DISTRIBUTE:
         try:
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), PassContext(config=config):
                 warnings.simplefilter("ignore")
                 lowered = get_pass(name)(lowered)
         except CaseTimeout:
@@ -1277,13 +1392,15 @@ def _tvm_child(conn, stderr_path):
         conn.send(_tvm_case(*req))
 
 
-def _tvm_case(text, dims, seed, workers, rtol, atol, per_count):
+def _tvm_case(text, dims, seed, workers, rtol, atol, per_count, costs=""):
     import numpy as np
 
     import distir
     from distir.driver import random_inputs
     from distir.errors import DistirError
     from distir.runtime import run
+    from distir.transform import PassContext
+    from distir.transform.legalize_redistribute import AXIS_COSTS_KEY
     from distir.transform.pipelines import distribute_pipeline
     from distir.transform.specialize import specialize
 
@@ -1292,7 +1409,8 @@ def _tvm_case(text, dims, seed, workers, rtol, atol, per_count):
         mod = distir.parse(text)
         inputs = random_inputs(mod, "main", dims, seed=seed)
         expected = run(mod, *inputs)
-        lowered = distribute_pipeline()(mod)
+        with PassContext(config={AXIS_COSTS_KEY: costs} if costs else {}):
+            lowered = distribute_pipeline()(mod)
         layouts = user_layouts(mod)
         valid = {w: layouts_divide(layouts, w, dims) is None for w in workers}
         valid_any = any(valid.values())
@@ -1351,7 +1469,8 @@ class TvmRunner:
     def run(self, case: Case, opts: Options) -> list[Outcome]:
         if self.proc is None or not self.proc.is_alive():
             self._start()
-        req = (case.text, case.program.dim_values, case.seed, case.workers, opts.rtol, opts.atol, self.per_count)
+        req = (case.text, case.program.dim_values, case.seed, case.workers, opts.rtol, opts.atol, self.per_count,
+               getattr(case.program, "costs", ""))
         self.conn.send(req)
         if not self.conn.poll(self.timeout):
             self.proc.kill()
@@ -1654,8 +1773,9 @@ def repro_text(case: Case, outcome: Outcome, note: str = "", path: str = "REPRO.
     w = case.workers[0] if case.workers else 1
     dims = " ".join(f"--bind {n}={v}" for n, v in case.program.dims)
     backend = " --backend tvm" if outcome.stage.startswith("tvm") else ""
+    costs = getattr(case.program, "costs", "")
     meta = f"workers={','.join(map(str, case.workers))} seed={case.seed}" + "".join(
-        f" {n}={v}" for n, v in case.program.dims)
+        f" {n}={v}" for n, v in case.program.dims) + (f" axis_costs={costs}" if costs else "")
     msg = "\n".join("#   " + ln for ln in (outcome.message.strip().splitlines() or [""])[:12])
     det = "\n".join("#   " + ln for ln in outcome.detail.strip().splitlines()[:12]) if outcome.detail else ""
     lines = [
@@ -1670,7 +1790,8 @@ def repro_text(case: Case, outcome: Outcome, note: str = "", path: str = "REPRO.
     lines += [
         "# reproduce:",
         f"#   PYTHONPATH=python python scripts/fuzz.py --replay {path}" + (" --tvm" if backend else ""),
-        f"#   distir run {path} -n {w} --seed {case.seed}{(' ' + dims) if dims else ''}{backend}",
+        f"#   distir run {path} -n {w} --seed {case.seed}{(' ' + dims) if dims else ''}{backend}" if not costs else
+        f"#   distir-opt {path} -p distribute" + "".join(f" --axis-cost {c}" for c in costs.split(",")),
         f"# fuzz: {meta}",
         "",
     ]
@@ -1689,22 +1810,32 @@ def read_repro(path: str) -> tuple[str, dict]:
     return text, meta
 
 
-def replay(path: str, args, opts: Options) -> int:
-    """Re-run a written reproducer (its header says the counts, seed and run-time sizes)."""
+# a reproducer header's keys that are not run-time sizes; expect=refusal marks a finding fixed by
+# making it a clean one-line refusal (a documented limitation) rather than computing it
+META_KEYS = ("workers", "seed", "axis_costs", "expect")
+
+
+def repro_case(path: str, workers=None, seed: int | None = None, binds=()) -> Case:
+    """The case a reproducer file states (its header: counts, input seed, run-time sizes, axis costs)."""
     import distir
-    from distir.driver import random_inputs  # noqa: F401
 
     text, meta = read_repro(path)
-    workers = _parse_workers(args.workers) if args.workers_given else [int(x) for x in meta.get("workers", "1").split(",")]
-    seed = int(meta.get("seed", 0)) if args.input_seed is None else args.input_seed
-    dims = {k: int(v) for k, v in meta.items() if k not in ("workers", "seed")}
-    for b in args.bind:
+    workers = workers or [int(x) for x in meta.get("workers", "1").split(",")]
+    seed = int(meta.get("seed", 0)) if seed is None else seed
+    dims = {k: int(v) for k, v in meta.items() if k not in META_KEYS}
+    for b in binds:
         k, _, v = b.partition("=")
         dims[k] = int(v)
-    mod = distir.parse(text)  # the reproducer is ordinary IR text
-    prog = _TextProgram(text, dims, mod)
-    case = Case(prog, tuple(workers), seed, origin=path)
-    print(f"replaying {path}: num_workers {workers}, seed {seed}" + (f", {dims}" if dims else ""))
+    prog = _TextProgram(text, dims, distir.parse(text), meta.get("axis_costs", ""))
+    return Case(prog, tuple(workers), seed, origin=path)
+
+
+def replay(path: str, args, opts: Options) -> int:
+    """Re-run a written reproducer (its header says the counts, seed and run-time sizes)."""
+    case = repro_case(path, _parse_workers(args.workers) if args.workers_given else None, args.input_seed, args.bind)
+    workers, seed, dims, costs = list(case.workers), case.seed, case.program.dim_values, case.program.costs
+    print(f"replaying {path}: num_workers {workers}, seed {seed}" + (f", {dims}" if dims else "")
+          + (f", axis costs {costs}" if costs else ""))
     res = execute(case, opts, verbose=args.verbose)
     outs = list(res.outcomes)
     if args.tvm:
@@ -1730,6 +1861,7 @@ class _TextProgram:
     text: str
     dims: dict
     mod: object
+    costs: str = ""
 
     def render(self) -> str:
         return self.text
@@ -1830,6 +1962,11 @@ def main(argv=None) -> int:
     g.add_argument("--device-lists", choices=("any", "ordered", "none"), default="any",
                    help="explicit device lists of static meshes: any (out of order, with gaps; default), "
                         "ordered (ascending), none (ranges only)")
+    g.add_argument("--strided", action="store_true",
+                   help="also strided shards S[d/k]: parameters, hints and redistributes, fused-QKV chains (matmul, "
+                        "reshapes that split and merge the strided dim), meshes of 6 and 7 devices")
+    g.add_argument("--axis-costs", action="store_true",
+                   help="sometimes plan by time: random per-mesh-axis costs when every mesh has two or more axes")
     g.add_argument("--tvm", action="store_true", help="also export to TVM, build and run on Disco (slow: ~1-2 s per case)")
     g.add_argument("--tvm-per-count", action="store_true",
                    help="with --tvm: BindSymbolicVars + tvm.compile per count instead of one symbolic build")
@@ -1855,7 +1992,8 @@ def main(argv=None) -> int:
     args.workers_given = any(a == "--workers" or a.startswith("--workers=") for a in (argv or sys.argv[1:]))
     workers = _parse_workers(args.workers)
     opts = Options(rtol=args.rtol, atol=args.atol, timeout=args.timeout, check_cost=not args.no_cost)
-    cfg = GenConfig(tuple(workers), args.counts_per_case, args.max_ops, args.max_devices, args.even_only, args.device_lists)
+    cfg = GenConfig(tuple(workers), args.counts_per_case, args.max_ops, args.max_devices, args.even_only, args.device_lists,
+                    args.strided, args.axis_costs)
     warnings.simplefilter("ignore")
 
     if args.replay:

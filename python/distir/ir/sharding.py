@@ -141,6 +141,12 @@ def forward(rule: ShardingRule, placements: Sequence[Placement], mesh_ndim: int,
                 f"R.{op_name}: output {o} would be \"{p}\", partial under different reductions {kinds}; "
                 "reduce the partial input first"
             )
+        for i, st in p.strided:  # two mesh axes' cuts landing inside one output dim, e.g. a merge of "S[1], S[1]"
+            if any(j != i and _spec_parts(t) is not None and _spec_parts(t)[0] == st.dim for j, t in enumerate(p.specs)):
+                raise TypeInferenceError(
+                    f"R.{op_name}: output {o} would be \"{p}\", a strided dim cut by two mesh axes (a strided dim is "
+                    "cut by one mesh axis only); redistribute the input first"
+                )
     return result
 
 

@@ -55,7 +55,7 @@ from ..ir.axis_cost import AxisCostError, AxisCosts
 from ..ir.expr import Call, Tuple, TupleGetItem, Var
 from ..ir.layout import concrete_placement, local_bytes
 from ..ir.mesh import DeviceMesh
-from ..ir.placement import Partial, Placement, Replicate, Shard
+from ..ir.placement import Partial, Placement, Replicate, Shard, StridedShard
 from ..ir.sharding import forward
 from ..ir.steps import get_step
 from ..ir.types import DTensorType, TupleType, dtype_bytes
@@ -217,8 +217,11 @@ class CostModel:
             costs = self.axis_costs.for_mesh(mesh.ndim, "legalize-redistribute.axis_costs")
             timing = Timing(costs, nbytes)
             try:
-                plan = plan_redistribute(mesh, ndim, src, dst, None, timing)
-                self._timed[key] = plan_cost(plan, src, sizes, None, timing) * max(c.bandwidth for c in costs)
+                if src.is_strided or dst.is_strided:
+                    seconds = strided_share(mesh, ndim, src, dst, sizes, timing)
+                else:
+                    seconds = plan_cost(plan_redistribute(mesh, ndim, src, dst, None, timing), src, sizes, None, timing)
+                self._timed[key] = seconds * max(c.bandwidth for c in costs)
             except AxisCostError:
                 raise
             except DistirError:
@@ -317,7 +320,11 @@ class CostModel:
 
         A parameter's preferred layout combines the wishes of several consumers (``S[0], R``
         from one, ``R, S[0]`` from another give ``S[0], S[0]``): cut twice, a dim may no longer
-        divide at the hinted device count, so propagation keeps only the cuts it can afford."""
+        divide at the hinted device count, so propagation keeps only the cuts it can afford.
+        Combined wishes may also be no layout at all where a strided shard is involved (``S[0/2]``
+        from two consumers on two axes, docs/strided.md): a strided dim keeps its first cut, and a
+        strided shard the tensor's shape does not allow is replaced by R."""
+        p = _strided_fitted(p, s.tensor.shape)
         while not self.fits(s, p, mesh):
             for d in range(s.tensor.ndim):
                 axes = p.mesh_axes_of(d)
@@ -327,6 +334,29 @@ class CostModel:
             else:
                 break
         return p
+
+
+def _strided_fitted(p: Placement, shape) -> Placement:
+    """``p`` with each strided shard the tensor's ``shape`` does not allow (its part count does not
+    divide the dim, or leaves parts of one element) replaced by R, then every cut of a dim that an
+    earlier mesh axis cuts, where either cut is strided, replaced by R (a strided dim is cut by one
+    mesh axis only)."""
+    if not p.is_strided:
+        return p
+    specs = list(p.specs)
+    for a, x in enumerate(specs):
+        if isinstance(x, StridedShard):
+            alone = Placement(tuple(x if i == a else Replicate() for i in range(len(specs))))
+            try:
+                alone.validate(len(specs), len(shape), shape=tuple(shape))
+            except DistirError:
+                specs[a] = Replicate()
+    for a, x in enumerate(specs):
+        if isinstance(x, (Shard, StridedShard)):
+            before = [y for y in specs[:a] if isinstance(y, (Shard, StridedShard)) and y.dim == x.dim]
+            if before and (isinstance(x, StridedShard) or any(isinstance(y, StridedShard) for y in before)):
+                specs[a] = Replicate()
+    return Placement(tuple(specs))
 
 
 def _units(values: list[Fraction]) -> np.ndarray:
@@ -879,6 +909,10 @@ class _Model:
                 at_hint[col] += h
         total_cost = [c + MEMORY_WEIGHT * m for c, m in zip(costs, self.mem)]
         rows = self.rows + extra
+        if not costs:  # nothing to choose (every layout given): HiGHS needs a column, the answer is empty
+            if any(a > 0 or b < 0 for _, a, b in rows):
+                raise _Infeasible()
+            return np.zeros(0), _Cost(Fraction(0), Fraction(0), Fraction(0))
         data, ri, ci, lo, hi = [], [], [], [], []
         for i, (terms, a, b) in enumerate(rows):
             for c, v in terms:

@@ -354,18 +354,22 @@ def without_strided(p: Placement) -> Placement:
     return Placement(tuple(Replicate() if isinstance(s, StridedShard) else s for s in p.specs))
 
 
-def strided_share(mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement, sizes: tuple[int, ...]) -> Fraction:
+def strided_share(mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement, sizes: tuple[int, ...],
+                  timing: Timing | None = None) -> Fraction:
     """Bytes per worker, per byte of the tensor, of a redistribute from or to a strided layout:
-    the plans between expanded forms that legalize-redistribute writes (``split_strided``)."""
+    the plans between expanded forms that legalize-redistribute writes (``split_strided``); with
+    ``timing``, the seconds of those plans made by time, as legalize plans them then."""
     total = Fraction(0)
     if src.is_strided:
         plain = without_strided(dst)
         wide, goal = expand_placement(src, src, ndim), expand_placement(plain, src, ndim)
-        total += plan_cost(plan_redistribute(mesh, ndim + len(src.strided), wide, goal), wide, sizes)
+        plan = plan_redistribute(mesh, ndim + len(src.strided), wide, goal, None, timing)
+        total += plan_cost(plan, wide, sizes, None, timing)
         src = plain
     if dst.is_strided:
         wide, goal = expand_placement(src, dst, ndim), expand_placement(dst, dst, ndim)
-        total += plan_cost(plan_redistribute(mesh, ndim + len(dst.strided), wide, goal), wide, sizes)
+        plan = plan_redistribute(mesh, ndim + len(dst.strided), wide, goal, None, timing)
+        total += plan_cost(plan, wide, sizes, None, timing)
     return total
 
 

@@ -264,3 +264,119 @@ def test_size_arithmetic_that_overflows_int64_is_a_distir_error():
         sym.mul(sym.var("s"), 2**64)
     with pytest.raises(DistirError, match="overflows int64"):
         sym.mul(sym.mul(sym.var("s"), 2**62), 16)
+
+
+def test_a_redistribute_to_a_strided_layout_plans_by_time():
+    """With axis costs, propagation priced every conversion to or from a strided layout as
+    impossible (the time model planned on the strided shape itself): "no layout of the function
+    satisfies the hints" for a plain redistribute to "S[1/3], P" (fuzz finding n16)."""
+    from distir.analysis import comm_volume
+    from distir.runtime.spmd import SpmdStats
+    from distir.testing import random_inputs
+    from distir.transform import PassContext
+    from distir.transform.legalize_redistribute import AXIS_COSTS_KEY
+
+    costs = "0=1ms:100GB/s,1=1ms:2TB/s"
+    for src, dst in (("S[0], S[1]", "S[1/3], P"), ("R, R", "R, S[1/3]"), ("S[1/3], R", "S[0], S[1]")):
+        mod = distir.parse(f"""
+@I.ir_module
+class Module:
+    I.module_global_infos({{"mesh": [R.device_mesh((3, "num_workers"), I.Range(0, "3 * num_workers"))]}})
+
+    @R.function
+    def main(x: R.DTensor((8, 6), "float32", "mesh[0]", "{src}")):
+        y = R.dist.redistribute(x, device_mesh="mesh[0]", placement="{dst}")
+        return y
+""")
+        with PassContext(config={AXIS_COSTS_KEY: costs}):
+            lowered = distribute_pipeline()(mod)
+        (x,) = random_inputs(mod)
+        for w in (1, 2, 4, 5):
+            local = specialize(lowered, {"num_workers": w})
+            stats = SpmdStats()
+            np.testing.assert_allclose(run_spmd(local, x, stats=stats), x, rtol=1e-6, err_msg=f"{src} -> {dst} at {w}")
+            assert comm_volume(local).evaluate({"num_workers": w}).total_bytes == stats.total_bytes
+
+
+def test_a_function_whose_layouts_are_all_given_needs_no_solver_columns():
+    """Every layout given and the one redistribute (a strided layout between meshes) impossible to
+    price: the layout program had no columns and HiGHS raised a ValueError (fuzz finding n17).
+    Propagation now leaves it as it is, and legalize refuses it in one line."""
+    mod = distir.parse("""
+@I.ir_module
+class Module:
+    I.module_global_infos({"mesh": [R.device_mesh(("num_workers",), I.Range(0, "num_workers")), R.device_mesh(("num_workers",), I.Range(2, "num_workers + 2"))]})
+
+    @R.function
+    def main(p: R.DTensor((1, 4), "float32", "mesh[1]", "R")):
+        v = R.dist.redistribute(p, device_mesh="mesh[0]", placement="S[1/2]")
+        return v
+""")
+    placed = distir.transform.get_pass("propagate-sharding")(mod)
+    assert str(placed["main"].params[0].type.placement) == "R"
+    with pytest.raises(DistirError, match="moves between meshes only after it is redistributed to a plain one"):
+        distribute_pipeline()(mod)
+
+
+def test_a_free_parameter_never_gets_a_strided_dim_cut_twice():
+    """Two consumers wished the free parameter p3 cut "S[0/2]" on each mesh axis; propagation
+    combined the wishes into "S[0/2], S[0/2]", no layout (a strided dim is cut by one mesh axis
+    only), and lowering crashed with an IndexError (fuzz finding n18). A strided dim now keeps its
+    first cut, and a strided shard the shape does not allow ("S[1/3]" on a dim of 3) becomes R."""
+    from distir.ir.types import DTensorType
+    from distir.testing import assert_sharded_equivalent, random_inputs
+
+    mod = distir.parse("""
+@I.ir_module
+class Module:
+    I.module_global_infos({"mesh": [R.device_mesh((1, 2), I.Range(0, 2))]})
+
+    @R.function
+    def main(p2: R.DTensor((1, 4), "float32", "mesh[0]", "S[1/2], R"), p3: R.Tensor((4,), "float32")):
+        with R.dataflow():
+            v4 = R.subtract(p2, p3)
+            v5 = R.dist.annotate_sharding(v4, device_mesh="mesh[0]", placement="S[0], S[1/2]")
+            R.output(v5)
+        return v5
+""")
+    placed = distir.transform.get_pass("propagate-sharding")(mod)
+    for p in placed["main"].params:
+        assert isinstance(p.type, DTensorType)
+        p.type.placement.validate(2, len(p.type.shape), shape=p.type.shape)
+    assert_sharded_equivalent(mod, random_inputs(mod), num_workers=(1,))
+
+    from distir.ir.placement import Placement
+    from distir.transform.layout_solver import _strided_fitted
+
+    assert str(_strided_fitted(Placement.parse("S[0/2], R, S[0/2]"), (4,))) == "S[0/2], R, R"
+    assert str(_strided_fitted(Placement.parse("S[1/3], S[1], R"), (12, 3, 24))) == "R, S[1], R"
+    assert str(_strided_fitted(Placement.parse("S[1], S[1]"), (12, 8))) == "S[1], S[1]"
+
+
+def test_a_reshape_never_makes_a_strided_dim_cut_by_two_mesh_axes():
+    """(2, s) "S[1], S[1]" merged to (2 * s,): each axis's cut lands inside the merged dim, and the
+    reshape's rule gave "S[0/2], S[0/2]", no layout (a strided dim is cut by one mesh axis only);
+    lowering crashed with an IndexError (fuzz finding n19). The rule refuses it now, and propagation
+    redistributes the input first."""
+    from distir.ir.types import DTensorType
+    from distir.testing import assert_sharded_equivalent, random_inputs
+
+    mod = distir.parse("""
+@I.ir_module
+class Module:
+    I.module_global_infos({"mesh": [R.device_mesh((2, 3), I.Range(0, 6))]})
+
+    @R.function
+    def main(p0: R.DTensor((2, 8), "int32", "mesh[0]", "S[1], S[1]")):
+        with R.dataflow():
+            v1 = R.reshape(p0, R.shape([16]))
+            R.output(v1)
+        return v1
+""")
+    (b,) = mod["main"].bindings()
+    assert not isinstance(b.var.type, DTensorType)  # no layout fits the rule: propagation decides
+    placed = distir.transform.get_pass("propagate-sharding")(mod)
+    for b in placed["main"].bindings():
+        if isinstance(b.var.type, DTensorType):
+            b.var.type.placement.validate(2, len(b.var.type.shape), shape=b.var.type.shape)
+    assert_sharded_equivalent(mod, random_inputs(mod), num_workers=(1,))

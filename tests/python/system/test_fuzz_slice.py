@@ -12,6 +12,7 @@ reproducer.
 from __future__ import annotations
 
 import pathlib
+import re
 import sys
 
 import pytest
@@ -75,3 +76,32 @@ def test_generation_is_deterministic():
     b = fuzz.generate_case(SEED, 7)
     assert a == b and a.text == b.text
     assert fuzz.generate_case(SEED, 8).text != a.text
+
+
+# strided shards and time costs (scripts/fuzz.py --strided --axis-costs): programs with S[d/k]
+# parameters, hints and redistributes, fused-QKV chains, and 2-D meshes planned by random axis costs
+STRIDED_CASES = 24
+_STRIDED_RESULTS: dict = {}
+
+
+def _strided_result(index: int):
+    if index not in _STRIDED_RESULTS:
+        case = fuzz.generate_case(SEED, index, fuzz.GenConfig(strided=True, costs=True))
+        _STRIDED_RESULTS[index] = fuzz.execute(case, fuzz.Options())
+    return _STRIDED_RESULTS[index]
+
+
+@pytest.mark.parametrize("index", range(STRIDED_CASES))
+def test_strided_fuzz_case_matches_one_device(index):
+    res = _strided_result(index)
+    bad = [o for o in res.outcomes if o.cls not in ("OK", "CLEAN-REFUSAL")]
+    assert not bad, _report(res, bad)
+
+
+def test_the_strided_slice_has_strided_layouts_and_costs():
+    results = [_strided_result(i) for i in range(STRIDED_CASES)]
+    strided = [r for r in results if re.search(r'"[^"]*S\[\d+/\d+\][^"]*"', r.case.text)]
+    costs = [r for r in results if r.case.program.costs]
+    assert len(strided) >= STRIDED_CASES // 3 and len(costs) >= 2, (len(strided), len(costs))
+    ran = [r for r in strided if any(o.stage in ("simulate", "cost") for o in r.outcomes)]
+    assert len(ran) >= len(strided) // 2
