@@ -474,16 +474,20 @@ class _ShapeBox(tuple):
         return isinstance(other, tuple) and len(self) == len(other) and all(sym.equal(a, b) for a, b in zip(self, other))
 
 
+def _sample_envs(names: list[str], samples, all_pairs_up_to: int) -> list[dict[str, int]]:
+    """Values of ``names`` to sample sizes at: every combination of ``samples`` for up to
+    ``all_pairs_up_to`` names (one empty env for none), else the same sample for all of them."""
+    if len(names) <= all_pairs_up_to:
+        return [dict(zip(names, vs)) for vs in itertools.product(samples, repeat=len(names))]
+    return [dict.fromkeys(names, v) for v in samples]
+
+
 def replan_points(mesh_shape: tuple[Dim, ...]) -> list[tuple[int, ...]]:
     """Concrete mesh sizes at counts :data:`REPLAN_SIZES` of each symbol (all pairs for up to two
     symbols, else the same count for all)."""
     names = sorted(set().union(*(sym.free_vars(d) for d in mesh_shape)))
-    if len(names) <= 2:
-        envs = [dict(zip(names, vs)) for vs in itertools.product(REPLAN_SIZES, repeat=len(names))]
-    else:
-        envs = [dict.fromkeys(names, v) for v in REPLAN_SIZES]
     points = []
-    for env in envs:
+    for env in _sample_envs(names, REPLAN_SIZES, all_pairs_up_to=2):
         try:
             sizes = tuple(sym.evaluate(d, env) for d in mesh_shape)
         except sym.SymbolicError:
@@ -611,14 +615,8 @@ def _cross_points(src_mesh: DeviceMesh, dst_mesh: DeviceMesh) -> list[MeshPoint]
     (e.g. device ids ``Range(n - 10, 2 * n - 10)``)."""
     names = sorted(_mesh_symbols(src_mesh) | _mesh_symbols(dst_mesh))
     for samples in (SAMPLE_SIZES, LARGE_SAMPLE_SIZES):
-        if not names:
-            envs: list[dict[str, int]] = [{}]
-        elif len(names) <= 3:
-            envs = [dict(zip(names, vs)) for vs in itertools.product(samples, repeat=len(names))]
-        else:
-            envs = [dict.fromkeys(names, v) for v in samples]
         points = []
-        for env in envs:
+        for env in _sample_envs(names, samples, all_pairs_up_to=3):
             try:
                 point = MeshPoint.of(src_mesh, dst_mesh, env)
             except sym.SymbolicError:
