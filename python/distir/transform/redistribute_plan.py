@@ -192,7 +192,14 @@ def step_cost(step: Step, state: Placement, sizes: tuple[int, ...], extents: tup
 
     Without ``extents``, blocks are taken to divide evenly (the cost is then the same for every
     tensor size). With the tensor's concrete ``extents``, collectives move padded blocks, as
-    they do at run time (docs/uneven.md), and a block exchange moves only real elements."""
+    they do at run time (docs/uneven.md), and a block exchange moves only real elements.
+    Remembered for plain integer sizes: the planner's searches price the same edges many times."""
+    if all(type(v) is int for v in sizes) and (extents is None or all(type(v) is int for v in extents)):
+        return _remembered_step_cost(step, state, sizes, extents)
+    return _step_cost(step, state, sizes, extents)
+
+
+def _step_cost(step: Step, state: Placement, sizes: tuple[int, ...], extents: tuple[int, ...] | None) -> Fraction:
     kind = step.step_kind
     after = step.apply(state, sizes)
     if step.whole_layout:
@@ -209,6 +216,9 @@ def step_cost(step: Step, state: Placement, sizes: tuple[int, ...], extents: tup
     piece = before / n if _exchanged(state, after, step.mesh_axis) else before
     num, den = kind.sent(n, before, _held(after, sizes), piece)
     return Fraction(num) / den
+
+
+_remembered_step_cost = lru_cache(maxsize=1 << 17)(_step_cost)
 
 
 def exchange_link(src: Placement, dst: Placement, sizes: tuple[int, ...], costs: tuple[AxisCost, ...],
