@@ -306,18 +306,7 @@ def _sample_points(mesh_shape: tuple[Dim, ...]) -> list[tuple[int, ...]]:
     names = sorted(set().union(*(sym.free_vars(d) for d in mesh_shape)))
     if not names:
         return [tuple(int(d) for d in mesh_shape)]
-    points = []
-    for values in itertools.product(SAMPLE_SIZES, repeat=len(names)) if len(names) <= 3 else (
-        dict.fromkeys(names, v) for v in SAMPLE_SIZES
-    ):
-        env = dict(zip(names, values)) if not isinstance(values, dict) else values
-        try:
-            sizes = tuple(sym.evaluate(d, env) for d in mesh_shape)
-        except sym.SymbolicError:
-            continue
-        if all(s >= 1 for s in sizes):
-            points.append(sizes)
-    return points or [tuple(2 for _ in mesh_shape)]
+    return _mesh_points(mesh_shape, names, SAMPLE_SIZES, all_pairs_up_to=3) or [tuple(2 for _ in mesh_shape)]
 
 
 def sample_points(mesh_shape: tuple[Dim, ...]) -> list[tuple[int, ...]]:
@@ -496,8 +485,13 @@ def replan_points(mesh_shape: tuple[Dim, ...]) -> list[tuple[int, ...]]:
     """Concrete mesh sizes at counts :data:`REPLAN_SIZES` of each symbol (all pairs for up to two
     symbols, else the same count for all)."""
     names = sorted(set().union(*(sym.free_vars(d) for d in mesh_shape)))
+    return _mesh_points(mesh_shape, names, REPLAN_SIZES, all_pairs_up_to=2)
+
+
+def _mesh_points(mesh_shape: tuple[Dim, ...], names: list[str], samples, all_pairs_up_to: int) -> list[tuple[int, ...]]:
+    """The mesh's sizes at each of :func:`_sample_envs`, those that are valid (every size at least 1)."""
     points = []
-    for env in _sample_envs(names, REPLAN_SIZES, all_pairs_up_to=2):
+    for env in _sample_envs(names, samples, all_pairs_up_to):
         try:
             sizes = tuple(sym.evaluate(d, env) for d in mesh_shape)
         except sym.SymbolicError:
