@@ -4,7 +4,7 @@
 On ``distir.examples.llama_stack(n)`` (default n = 8 and 80 layers) times
 ``propagate-sharding`` with ``propagate-sharding.search = "greedy"`` on the stack as built
 (Megatron layouts on its weights), and ``auto-shard`` (default budget) on the same stack with
-every layout stripped (:func:`distir.transform.auto_shard.strip_layouts`); prints both and
+every layout stripped (:func:`distir.transform.layout_choice.auto_shard.strip_layouts`); prints both and
 their ratio, the bytes per worker and peak live activations per worker of both layouts after
 ``distribute`` (at 4 workers and s = 64), and the time of ``auto-shard`` followed by the whole
 distribute pipeline.
@@ -18,7 +18,7 @@ import time
 from distir.analysis import comm_volume, memory_footprint
 from distir.examples import llama_stack
 from distir.transform import AutoShard, PassContext, get_pass
-from distir.transform.auto_shard import strip_layouts
+from distir.transform.layout_choice.auto_shard import strip_layouts
 from distir.transform.pipelines import distribute_pipeline
 
 AT = {"num_workers": 4, "s": 64}

@@ -256,11 +256,11 @@ def auto_sweep(
     build: Callable[[IRModule, Mapping[str, int]], Any] | None = None,
     on_row: Callable[[SweepRow], None] | None = None,
 ) -> AutoSweepResult:
-    """Per count: auto-shard ``mod`` for that count (:class:`~distir.transform.auto_shard.AutoShard`,
+    """Per count: auto-shard ``mod`` for that count (:class:`~distir.transform.layout_choice.auto_shard.AutoShard`,
     ``memory_budget`` and ``activation_budget`` or their defaults), distribute, specialize and read the numbers, as :func:`sweep`
     does for one layout. Each row records the layouts chosen and which changed since the row before.
     A count whose budget cannot be met gets the error in its row; the others go on."""
-    from ..transform.auto_shard import DEFAULT_ACTIVATION_BUDGET, DEFAULT_BUDGET, AutoShard, AutoShardError
+    from ..transform.layout_choice.auto_shard import DEFAULT_ACTIVATION_BUDGET, DEFAULT_BUDGET, AutoShard, AutoShardError
     from ..transform.pipelines import distribute_pipeline
     from ..transform.specialize import specialize
 

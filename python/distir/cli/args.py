@@ -217,7 +217,7 @@ def shard_entry(text: str) -> tuple[str, str]:
     """``"layers.*.mlp.down*=S[1]"`` -> ``("layers.*.mlp.down*", "S[1]")`` (argparse type of ``--shard``).
 
     Split at the last ``=``; the right side must be a placement or a strategy name."""
-    from ..transform.shard_params import ShardPlanError, check_plan_value
+    from ..transform.layout_choice.shard_params import ShardPlanError, check_plan_value
 
     pattern, sep, value = text.rpartition("=")
     pattern, value = pattern.strip(), value.strip()
@@ -234,7 +234,7 @@ def shard_entry(text: str) -> tuple[str, str]:
 
 def memory_budget(text: str) -> str:
     """A memory budget for auto-shard: bytes (``2GB``), a share (``25%``), ``1.1/W`` or ``min+10%`` (argparse type)."""
-    from ..transform.auto_shard import AutoShardError, MemoryBudget
+    from ..transform.layout_choice.auto_shard import AutoShardError, MemoryBudget
 
     try:
         MemoryBudget.parse(text)
@@ -245,7 +245,7 @@ def memory_budget(text: str) -> str:
 
 def activation_budget(text: str) -> str:
     """An activation budget for auto-shard: a memory budget's forms, or ``none`` (argparse type)."""
-    from ..transform.auto_shard import AutoShardError, parse_activation_budget
+    from ..transform.layout_choice.auto_shard import AutoShardError, parse_activation_budget
 
     try:
         parse_activation_budget(text)

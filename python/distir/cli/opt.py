@@ -179,7 +179,7 @@ def _shard_plan(args: argparse.Namespace, passes: Sequence[str]) -> dict[str, st
         raise UsageError(f"{given} lays out parameters for the shard-params pass; add it, e.g. -p shard-params,distribute")
     plan: dict[str, str] = {}
     if path is not None:
-        from ..transform.shard_params import load_shard_plan
+        from ..transform.layout_choice.shard_params import load_shard_plan
 
         plan.update(load_shard_plan(path))
     for pattern, value in entries:

@@ -1,6 +1,6 @@
 """Passes over distir IR modules, and the infrastructure that runs them (see docs/passes.md).
 
-Every module in this package that declares passes with :func:`register_pass` (or pipelines
+Every module in this package (and its subpackages) that declares passes with :func:`register_pass` (or pipelines
 with :func:`register_pipeline`) is found automatically: :func:`list_passes` and
 :func:`get_pass` import them all. Names a module lists in its ``__all__`` are also
 reachable as ``distir.transform.<Name>`` without editing this file.
@@ -9,6 +9,7 @@ reachable as ``distir.transform.<Name>`` without editing this file.
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 from typing import Any
 
@@ -63,8 +64,18 @@ _INFRA = {"pass_infra", "instruments", "rewrite", "canonicalize"}
 _load_state = "idle"  # "loading" guards against a pass module that lists passes while it is imported
 
 
-def _submodules() -> list[str]:
-    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_") and m.name not in _INFRA)
+def _submodules(path=None, prefix: str = "") -> list[str]:
+    """The modules of this package and of its subpackages (``layout_choice.auto_shard``), private
+    ones and the infrastructure left out; found on disk, nothing imported."""
+    names = []
+    for m in pkgutil.iter_modules(path or __path__):
+        if m.name.startswith("_") or (not prefix and m.name in _INFRA):
+            continue
+        if m.ispkg:
+            names += _submodules([os.path.join(m.module_finder.path, m.name)], f"{prefix}{m.name}.")
+        else:
+            names.append(prefix + m.name)
+    return sorted(names)
 
 
 def _load_builtin_passes() -> None:

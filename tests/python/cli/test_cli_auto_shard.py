@@ -12,7 +12,7 @@ from distir import examples
 from distir.cli import main as distir_main
 from distir.cli import opt
 from distir.ir.types import DTensorType
-from distir.transform.auto_shard import strip_layouts
+from distir.transform.layout_choice.auto_shard import strip_layouts
 
 
 @pytest.fixture(scope="module")

@@ -346,7 +346,7 @@ class Module:
     assert_sharded_equivalent(mod, random_inputs(mod), num_workers=(1,))
 
     from distir.ir.placement import Placement
-    from distir.transform.layout_solver import _strided_fitted
+    from distir.transform.layout_choice.cost_model import _strided_fitted
 
     assert str(_strided_fitted(Placement.parse("S[0/2], R, S[0/2]"), (4,))) == "S[0/2], R, R"
     assert str(_strided_fitted(Placement.parse("S[1/3], S[1], R"), (12, 3, 24))) == "R, S[1], R"

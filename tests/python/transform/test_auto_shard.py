@@ -18,7 +18,7 @@ from distir.ir.placement import Placement
 from distir.ir.types import DTensorType, TensorType
 from distir.testing import assert_sharded_equivalent
 from distir.transform import AutoShard, get_pass, list_passes
-from distir.transform.auto_shard import AutoShardError, MemoryBudget, strip_layouts
+from distir.transform.layout_choice.auto_shard import AutoShardError, MemoryBudget, strip_layouts
 from distir.transform.pipelines import distribute_pipeline
 from distir.transform.specialize import specialize
 

@@ -14,10 +14,12 @@ import pytest
 
 import distir
 from distir.testing import assert_sharded_equivalent
-from distir.transform import PassContext, get_pass, layout_solver
-from distir.transform.layout_solver import CostModel, site_strategies
-from distir.transform.propagate_sharding import ShardingAmbiguityWarning
-from distir.transform.sharding_graph import build_graph, preferred_placements
+from distir.transform import PassContext, get_pass
+from distir.transform.layout_choice import solution, windows
+from distir.transform.layout_choice.cost_model import CostModel
+from distir.transform.layout_choice.strategies import site_strategies
+from distir.transform.layout_choice.propagate_sharding import ShardingAmbiguityWarning
+from distir.transform.layout_choice.sharding_graph import build_graph, preferred_placements
 from helpers import assert_no_worse_than_greedy
 
 HEADER = '''
@@ -218,12 +220,12 @@ def test_a_stack_is_solved_in_windows_alike_layers_once_with_the_whole_function_
     mod = distir.examples.llama_stack(8)
     graph = build_graph(mod["main"])
     prefs = preferred_placements(graph)
-    windows = layout_solver._windows(graph)
-    assert len(windows) == 4 and sum(len(w) for w in windows) == len(graph.sites)
-    plan, solved = layout_solver.solve_layouts(graph, prefs, CostModel(graph))
+    cuts = windows._windows(graph)
+    assert len(cuts) == 4 and sum(len(w) for w in cuts) == len(graph.sites)
+    plan, solved = windows.solve_layouts(graph, prefs, CostModel(graph))
     assert len(solved) == 3
-    monkeypatch.setattr(layout_solver, "WINDOW_OPS", 10**6)  # one window: the whole function
-    whole, solved_whole = layout_solver.solve_layouts(graph, prefs, CostModel(graph))
+    monkeypatch.setattr(windows, "WINDOW_OPS", 10**6)  # one window: the whole function
+    whole, solved_whole = windows.solve_layouts(graph, prefs, CostModel(graph))
     assert len(solved_whole) == 1
     assert plan.bytes == whole.bytes == 8 * 98304  # one all-reduce per attention block and per MLP, at s = 64, 4 workers
     assert plan.objective == whole.objective
@@ -245,14 +247,14 @@ SILENT_TIE = HEADER + '''    def main(x: R.DTensor((64, 64), "float32", "mesh[0]
 def test_a_tie_that_changes_neither_memory_nor_what_the_caller_sees_is_not_warned():
     mod = distir.parse(SILENT_TIE)
     graph = build_graph(mod["main"])
-    plan, solved = layout_solver.solve_layouts(graph, preferred_placements(graph), CostModel(graph))
+    plan, solved = windows.solve_layouts(graph, preferred_placements(graph), CostModel(graph))
     u = next(s for s in graph.slots if s.name == "u")
     chosen = plan.primary[u.id]
     other = distir.ir.Placement.parse("S[1]" if str(chosen) == "S[0]" else "S[0]")
-    alt_plan, alt_cost = layout_solver.alternative(solved[0].model, u.id, other)
+    alt_plan, alt_cost = solution.alternative(solved[0].model, u.id, other)
     assert (alt_cost.objective, alt_cost.sent, alt_cost.held) == (solved[0].total.objective, solved[0].total.sent,
                                                                   solved[0].total.held)
-    assert layout_solver.visible_layouts(solved[0].model, alt_plan) == layout_solver.visible_layouts(solved[0].model, plan)
+    assert solution.visible_layouts(solved[0].model, alt_plan) == solution.visible_layouts(solved[0].model, plan)
     stats, caught = _run(SILENT_TIE, workers=(2, 4))
     assert not caught
     assert stats[4].counts == {"all_to_all": 2} and stats[4].bytes_per_worker == 2 * Fraction(3, 16) * 16384

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import distir
 from distir.testing import assert_sharded_equivalent
-from distir.transform.propagate_sharding import ShardingAmbiguityWarning
+from distir.transform.layout_choice.propagate_sharding import ShardingAmbiguityWarning
 
 MESHES = {
     "1d": ('R.device_mesh(("num_workers",), I.Range(0, "num_workers"))', 1),

@@ -15,7 +15,7 @@ from distir.runtime.spmd import SpmdStats, run_spmd
 from distir.testing import assert_sharded_equivalent
 from distir.transform import PassContext, get_pass
 from distir.transform.pipelines import distribute_pipeline
-from distir.transform.propagate_sharding import ShardingAmbiguityWarning
+from distir.transform.layout_choice.propagate_sharding import ShardingAmbiguityWarning
 from distir.transform.specialize import specialize
 
 HEADER = '''

@@ -14,7 +14,7 @@ from distir.ir.placement import Placement
 from distir.ir.structural import structural_equal
 from distir.ir.types import DTensorType, TensorType
 from distir.transform import ShardParams, get_pass
-from distir.transform.shard_params import ShardPlanError, specificity
+from distir.transform.layout_choice.shard_params import ShardPlanError, specificity
 from distir.transform.weights import WeightsError, param_names, weight_arguments
 from helpers import NN_MLP as MLP
 

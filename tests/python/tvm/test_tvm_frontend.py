@@ -17,7 +17,7 @@ from distir.ir.structural import structural_equal
 from distir.ir.types import DTensorType
 from distir.runtime.spmd import shard_input
 from distir.transform import ShardParams, get_pass
-from distir.transform.shard_params import ShardPlanError
+from distir.transform.layout_choice.shard_params import ShardPlanError
 from distir.transform.weights import PARAM_NAMES, WeightsError, weight_names
 from distir.tvm import TvmImportError, from_nn, shard_weights
 from distir.tvm import nn_llama as L

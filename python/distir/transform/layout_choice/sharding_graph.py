@@ -21,13 +21,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..errors import DiagnosticError, DistirError, Span, TypeInferenceError
-from ..ir.expr import Binding, Call, Constant, Expr, Function, Tuple, TupleGetItem, Var
-from ..ir.mesh import DeviceMesh
-from ..ir.op import OpDef
-from ..ir.placement import Partial, Placement, Replicate, Shard, Spec, StridedShard, shard_spec
-from ..ir.sharding import ShardingRule, factor_at, forward, spec_at, with_sizes, without_placement
-from ..ir.types import DTensorType, TensorType, TupleType, Type
+from ...errors import DiagnosticError, DistirError, Span, TypeInferenceError
+from ...ir.expr import Binding, Call, Constant, Expr, Function, Tuple, TupleGetItem, Var
+from ...ir.mesh import DeviceMesh
+from ...ir.op import OpDef
+from ...ir.placement import Partial, Placement, Replicate, Shard, Spec, StridedShard, shard_spec
+from ...ir.sharding import ShardingRule, factor_at, forward, spec_at, with_sizes, without_placement
+from ...ir.types import DTensorType, TensorType, TupleType, Type
 
 __all__ = [
     "Conflict",

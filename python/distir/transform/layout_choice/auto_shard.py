@@ -3,7 +3,7 @@
 The module declares a mesh and its parameters are plain ``R.Tensor``: nothing says how
 anything is laid out. The pass chooses a layout for every parameter (replicated, or any dim
 cut along any mesh axis; uneven cuts are exact) together with the layouts of every op, as
-one integer program (:mod:`~distir.transform.layout_solver`): the bytes each worker sends,
+one integer program (:mod:`~distir.transform.layout_choice.program`): the bytes each worker sends,
 summed over sampled sizes, are minimized under a per-device **memory budget** on the
 weights and an **activation budget** on the peak live activations per worker. Minimizing
 bytes alone would replicate everything (no bytes at all); the budgets are what make the
@@ -16,7 +16,7 @@ Weights are the parameters after ``num_input`` when the function has that attrib
 (:mod:`~distir.transform.weights`), else the parameters whose shapes are static. Other
 parameters (inputs with a sequence length) are laid out for communication only; their
 memory is not in the budget. The activation budget bounds the solver's linear estimate of the
-peak (:class:`~distir.transform.layout_solver.ActivationLimit`); its ``min`` is the least peak
+peak (:class:`~distir.transform.layout_choice.plan.ActivationLimit`); its ``min`` is the least peak
 the solver finds. Both budgets (:class:`MemoryBudget`; defaults ``min+10%`` for the weights,
 ``min+25%`` for the activations) hold
 at the device count given (``sizes={"num_workers": 4}``), or else at each sampled count
@@ -34,32 +34,25 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, ClassVar
 
-from ..errors import DistirError, PassError
-from ..ir import sym
-from ..ir.builder import mesh as make_mesh
-from ..ir.expr import Call, Function, IRModule, Var
-from ..ir.layout import local_bytes
-from ..ir.mesh import DeviceMesh
-from ..ir.placement import Placement, Replicate, Shard
-from ..ir.sharding import without_placement
-from ..ir.types import DTensorType, TensorType
-from .layout_solver import (
-    DIM_SIZE_HINT,
-    GUARD_MESH_SAMPLES,
-    MESH_SIZE_HINT,
-    ActivationLimit,
-    CostModel,
-    ParamChoice,
-    function_bytes,
-    function_peak,
-    solve_layouts,
-)
-from .legalize_redistribute import axis_costs_of, fuse_reshapes
-from .pass_infra import ModulePass, PassContext, register_pass
+from ...errors import DistirError, PassError
+from ...ir import sym
+from ...ir.builder import mesh as make_mesh
+from ...ir.expr import Call, Function, IRModule, Var
+from ...ir.layout import local_bytes
+from ...ir.mesh import DeviceMesh
+from ...ir.placement import Placement, Replicate, Shard
+from ...ir.sharding import without_placement
+from ...ir.types import DTensorType, TensorType
+from ..legalize_redistribute import axis_costs_of, fuse_reshapes
+from ..pass_infra import ModulePass, PassContext, register_pass
+from ..rewrite import map_bindings
+from ..weights import NUM_INPUT, param_names
+from .cost_model import DIM_SIZE_HINT, MESH_SIZE_HINT, CostModel
+from .measure import GUARD_MESH_SAMPLES, function_bytes, function_peak
+from .plan import ActivationLimit, ParamChoice
 from .propagate_sharding import write_layouts
-from .rewrite import map_bindings
 from .sharding_graph import Slot, build_graph
-from .weights import NUM_INPUT, param_names
+from .windows import solve_layouts
 
 __all__ = ["AutoShard", "AutoShardError", "AutoShardReport", "MemoryBudget", "parse_activation_budget", "strip_layouts"]
 
@@ -208,7 +201,7 @@ class Alternative:
     sent: Fraction | None  # bytes each worker sends (within the program and gathering results); None: not computed
     weights: int  # bytes of weights each device holds
     within_budget: bool  # the weights' budget, and the activation budget where the layout was laid out
-    activations: int | None = None  # peak live activation bytes per worker (layout_solver.function_peak)
+    activations: int | None = None  # peak live activation bytes per worker (measure.function_peak)
 
 
 @dataclass(frozen=True)

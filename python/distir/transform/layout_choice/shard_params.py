@@ -29,16 +29,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..errors import PassError
-from ..ir.builder import mesh as make_mesh
-from ..ir.expr import Call, Function, IRModule, Tuple, TupleGetItem, Var
-from ..ir.mesh import DeviceMesh
-from ..ir.placement import Placement, PlacementError
-from ..ir.types import DTensorType, TensorType
-from .lower_to_local import GLOBAL_PARAMS
-from .pass_infra import ModulePass, PassContext, register_pass
-from .rewrite import map_bindings
-from .weights import param_names
+from ...errors import PassError
+from ...ir.builder import mesh as make_mesh
+from ...ir.expr import Call, Function, IRModule, Tuple, TupleGetItem, Var
+from ...ir.mesh import DeviceMesh
+from ...ir.placement import Placement, PlacementError
+from ...ir.types import DTensorType, TensorType
+from ..lower_to_local import GLOBAL_PARAMS
+from ..pass_infra import ModulePass, PassContext, register_pass
+from ..rewrite import map_bindings
+from ..weights import param_names
 
 __all__ = ["STRATEGIES", "ShardParams", "ShardPlanError", "check_plan_value", "load_shard_plan", "specificity"]
 

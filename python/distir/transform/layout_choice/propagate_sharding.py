@@ -7,9 +7,9 @@ consumer disagree, ready for ``legalize-redistribute``.
 
 Three steps:
 
-1. :func:`~distir.transform.sharding_graph.preferred_placements` spreads the seeds through
+1. :func:`~distir.transform.layout_choice.sharding_graph.preferred_placements` spreads the seeds through
    the ops' sharding rules (forwards and backwards) to a preferred placement per tensor.
-2. :func:`~distir.transform.layout_solver.solve_layouts` chooses the layouts of the whole
+2. :func:`~distir.transform.layout_choice.windows.solve_layouts` chooses the layouts of the whole
    function together: one strategy per op (input layouts its rule accepts), each needed
    layout of a value supplied by a redistribute or a recomputation (a replicated ``[8, 8]``
    reshaped to ``[64]`` that is needed both sharded and replicated is reshaped once,
@@ -28,7 +28,7 @@ elements at the hinted device count (a symbolic mesh size counts as 4 for the so
 ``GREEDY_FIT_COUNT`` = 8 for the greedy choice), which would leave workers holding nothing:
 a reshape to ``[2, 16]`` leaves the 2 whole.
 Byte counts need sizes: the solver sums them over samples (see
-:mod:`~distir.transform.layout_solver`) and reports them with each symbolic mesh size at 4 and
+:mod:`~distir.transform.layout_choice.cost_model`) and reports them with each symbolic mesh size at 4 and
 every other symbolic dim at 64; the greedy choice weighs them at 4 and ``GREEDY_DIM_SIZE`` = 512
 (``PassContext(config={"propagate-sharding.size_hints": {"s": 2048}})`` fixes a size everywhere). Results that come out partial are all-reduced (a function returns true values);
 sharded results stay sharded (their global type records it). Where propagation met
@@ -45,29 +45,23 @@ import warnings
 from fractions import Fraction
 from typing import Any, ClassVar
 
-from ..errors import DiagnosticError, DistirError, TypeInferenceError
-from ..ir import sym
-from ..ir.expr import Binding, Block, Call, Constant, Expr, Function, IRModule, Tuple, TupleGetItem, Var
-from ..ir.mesh import DeviceMesh
-from ..ir.op import get_op
-from ..ir.placement import Partial, Placement, Replicate, Shard
-from ..ir.sharding import forward
-from ..ir.structural import structural_equal
-from ..ir.types import DTensorType, TensorType, TupleType
-from .layout_solver import (
-    INF,
-    CostModel,
-    LayoutPlan,
-    Solved,
-    alternative,
-    function_bytes,
-    sample_envs,
-    solve_layouts,
-    visible_layouts,
-)
-from .legalize_redistribute import axis_costs_of, fuse_reshapes
-from .pass_infra import FunctionPass, PassContext, register_pass
+from ...errors import DiagnosticError, DistirError, TypeInferenceError
+from ...ir import sym
+from ...ir.expr import Binding, Block, Call, Constant, Expr, Function, IRModule, Tuple, TupleGetItem, Var
+from ...ir.mesh import DeviceMesh
+from ...ir.op import get_op
+from ...ir.placement import Partial, Placement, Replicate, Shard
+from ...ir.sharding import forward
+from ...ir.structural import structural_equal
+from ...ir.types import DTensorType, TensorType, TupleType
+from ..legalize_redistribute import axis_costs_of, fuse_reshapes
+from ..pass_infra import FunctionPass, PassContext, register_pass
+from .cost_model import INF, CostModel
+from .measure import function_bytes, sample_envs
+from .plan import LayoutPlan
 from .sharding_graph import Graph, Preferences, Site, Slot, build_graph, field_slots, preferred_placements
+from .solution import alternative, visible_layouts
+from .windows import Solved, solve_layouts
 
 __all__ = ["PropagateSharding", "ShardingAmbiguityWarning"]
 
@@ -510,7 +504,7 @@ def _structured(t, ret_type, leaf):
 
 def _blocks(parts, result: Expr) -> tuple[Block, ...]:
     """Blocks in the original order, with dataflow outputs recomputed from the uses outside each block."""
-    from ..ir.expr import leaf_vars
+    from ...ir.expr import leaf_vars
 
     used_after: list[set[Var]] = []
     later: set[Var] = set(leaf_vars(result))
@@ -605,7 +599,7 @@ def _has_block_layouts(graph: Graph) -> bool:
 
 def _no_worse(new: Function, old: Function, graph: Graph, hints, axis_costs=None) -> bool:
     """Whether ``new`` sends no more bytes (with ``axis_costs``: takes no more time) than ``old`` at
-    every sampled size and device count (:func:`~distir.transform.layout_solver.sample_envs`), both
+    every sampled size and device count (:func:`~distir.transform.layout_choice.measure.sample_envs`), both
     within the program and counting the gathers of sharded results, with the reshape chains legalize
     fuses fused."""
     mesh_names = set()

@@ -1,0 +1,175 @@
+"""The bytes a laid-out global-view function sends, and its peak live bytes per worker, at
+concrete sizes: the measure two layouts of one function are compared by (propagation's guard,
+auto-shard's budgets and report)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from fractions import Fraction
+
+from ...errors import DistirError
+from ...ir import sym
+from ...ir.axis_cost import AxisCostError, AxisCosts
+from ...ir.expr import Call, Tuple, TupleGetItem, Var
+from ...ir.layout import local_bytes
+from ...ir.placement import Partial, Placement, Replicate
+from ...ir.steps import get_step
+from ...ir.types import DTensorType, TupleType, dtype_bytes
+from ..redistribute_plan import Timing, exchange_link, plan_cost, plan_redistribute, timing_for
+
+__all__ = ["function_bytes", "function_peak", "sample_envs"]
+
+GUARD_MESH_SAMPLES = (2, 3, 4, 8)  # the device counts the planner weighs plans at (redistribute_plan)
+GUARD_DIM_SAMPLES = (1, 3, 10, 64, 512, 4096)
+
+
+def sample_envs(func, mesh_names: set[str], size_hints: Mapping[str, int] | None = None) -> list[dict[str, int]]:
+    """Values of the symbols of ``func`` to weigh a layout at: every symbolic mesh size at each of
+    ``GUARD_MESH_SAMPLES``, every other symbol at each of ``GUARD_DIM_SAMPLES`` (a ``size_hints``
+    entry fixes its symbol)."""
+    names: set[str] = set()
+    for p in func.params:
+        names |= _type_vars(p.type)
+    for b in func.bindings():
+        names |= _type_vars(b.var.type)
+    hints = dict(size_hints or {})
+    envs, seen = [], set()
+    for m in GUARD_MESH_SAMPLES:
+        for v in GUARD_DIM_SAMPLES:
+            env = {n: hints.get(n, m if n in mesh_names else v) for n in sorted(names | mesh_names)}
+            key = tuple(env.items())
+            if key not in seen:
+                seen.add(key)
+                envs.append(env)
+    return envs
+
+
+def _type_vars(t) -> set[str]:
+    if isinstance(t, TupleType):
+        return set().union(set(), *(_type_vars(f) for f in t.fields))
+    shape = getattr(t, "shape", None) or ()
+    out = set().union(set(), *(sym.free_vars(d) for d in shape if not isinstance(d, int)))
+    if isinstance(t, DTensorType):
+        out |= set().union(set(), *(sym.free_vars(d) for d in t.mesh.shape if not isinstance(d, int)))
+    return out
+
+
+def function_bytes(func, env: Mapping[str, int], axis_costs: AxisCosts | None = None) -> tuple[Fraction, Fraction] | None:
+    """Bytes all workers send running ``func`` (a propagated global-view function, whose reshape
+    chains legalize may fuse first, see
+    :func:`~distir.transform.legalize_redistribute.fuse_reshapes`) at the sizes ``env``: the
+    redistributes as legalize plans them (padded blocks counted), and apart the gathers of its
+    sharded results (the runner's). None where ``env`` does not evaluate a size. With
+    ``axis_costs``, the estimated seconds of those steps instead (plans made by time)."""
+    redistribute, exchange = "dist.redistribute", get_step("exchange")
+
+    def ev(d) -> int:
+        return d if isinstance(d, int) else int(sym.evaluate(d, env))
+
+    def cost(t: DTensorType, src: Placement, dst: Placement, sizes) -> Fraction:
+        if src == dst:
+            return Fraction(0)
+        shape = tuple(ev(d) for d in t.shape)
+        if axis_costs is not None:  # the plan legalize makes by time, timed at these sizes
+            plan = plan_redistribute(t.mesh, t.ndim, src, dst, t.shape,
+                                     timing_for(axis_costs, t.mesh, t.shape, dtype_bytes(t.dtype)))
+            timing = Timing(axis_costs.for_mesh(t.mesh.ndim), math.prod(shape) * dtype_bytes(t.dtype))
+            return plan_cost(plan, src, sizes, shape, timing)
+        plan = plan_redistribute(t.mesh, t.ndim, src, dst, t.shape)
+        return plan_cost(plan, src, sizes, shape) * math.prod(shape) * dtype_bytes(t.dtype) * math.prod(sizes)
+
+    sent = gathers = Fraction(0)
+    try:
+        for b in func.bindings():
+            v = b.value
+            name = getattr(getattr(v, "op", None), "name", None)
+            if name == redistribute:
+                x = v.args[0].type
+                if isinstance(x, DTensorType) and x.mesh == v.attrs["device_mesh"]:
+                    sent += cost(x, x.placement, v.attrs["placement"], tuple(ev(d) for d in x.mesh.shape))
+            elif name == exchange.global_op.name:
+                x, y = v.args[0].type, b.var.type
+                sizes = tuple(ev(d) for d in x.mesh.shape)
+                volume = exchange.volume(tuple(ev(d) for d in x.shape), x.placement, tuple(ev(d) for d in y.shape),
+                                         y.placement, sizes)
+                received = sum(volume) * dtype_bytes(x.dtype)
+                if axis_costs is None:
+                    sent += received
+                else:  # the slowest axis it crosses, a round per peer (as the planner)
+                    same = len(x.shape) == len(y.shape) and all(sym.equal(a, b) for a, b in zip(x.shape, y.shape))
+                    link, rounds = exchange_link(x.placement, y.placement, sizes, axis_costs.for_mesh(len(sizes)), same)
+                    sent += link.seconds(rounds, Fraction(received, math.prod(sizes)))
+
+        def results(t):
+            if isinstance(t, TupleType):
+                return [r for f in t.fields for r in results(f)]
+            return [t] if isinstance(t, DTensorType) else []
+
+        for t in results(func.result.type):
+            whole = Placement.replicated(t.mesh.ndim)
+            gathers += cost(t, Placement(tuple(Replicate() if isinstance(x, Partial) else x for x in t.placement.specs)),
+                            whole, tuple(ev(d) for d in t.mesh.shape))
+    except AxisCostError:
+        raise
+    except (DistirError, sym.SymbolicError, ZeroDivisionError):
+        return None
+    return sent, gathers
+
+
+def function_peak(func, env: Mapping[str, int]) -> int | None:
+    """The peak live bytes per worker of the values ``func`` (a laid-out global-view function)
+    computes, at the sizes ``env``: each call's value (its block, or whole if plain) live from its
+    binding through its last reader, the result to the end; parameters and constants are not counted,
+    nor the buffers inside a redistribute's steps. The estimate an alternative layout is compared by
+    (auto-shard's report), at the granularity the solver's activation rows bound. None where ``env``
+    does not evaluate a size."""
+    bindings = list(func.bindings())
+    size: dict[Var, int] = {}
+    last: dict[Var, int] = {}
+    alias: dict[Var, list[Var]] = {}
+
+    def refs(e) -> list[Var]:
+        if isinstance(e, Var):
+            return alias.get(e, [e])
+        if isinstance(e, Tuple):
+            return [v for f in e.fields for v in refs(f)]
+        if isinstance(e, TupleGetItem):
+            return refs(e.tuple_value)
+        if isinstance(e, Call):
+            return [v for a in e.args for v in refs(a)]
+        return []
+
+    def held(t) -> int:
+        if isinstance(t, TupleType):
+            return sum(held(f) for f in t.fields)
+        if isinstance(t, DTensorType):
+            return int(sym.evaluate(local_bytes(t), env))
+        if hasattr(t, "shape") and hasattr(t, "dtype"):
+            return math.prod(int(sym.evaluate(d, env)) for d in t.shape) * dtype_bytes(t.dtype)
+        return 0
+
+    try:
+        for i, b in enumerate(bindings):
+            for v in refs(b.value):
+                if v in size:
+                    last[v] = i
+            if isinstance(b.value, Call):
+                size[b.var] = held(b.var.type)
+                last[b.var] = i
+            else:
+                alias[b.var] = refs(b.value)
+        for v in refs(func.result):
+            if v in size:
+                last[v] = len(bindings)
+    except (DistirError, sym.SymbolicError, ZeroDivisionError):
+        return None
+    peak = live = 0
+    dies: dict[int, list[Var]] = {}
+    for v, i in last.items():
+        dies.setdefault(i, []).append(v)
+    for i, b in enumerate(bindings):
+        live += size.get(b.var, 0)
+        peak = max(peak, live)
+        live -= sum(size[v] for v in dies.get(i, ()))
+    return peak

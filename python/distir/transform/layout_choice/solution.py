@@ -1,0 +1,193 @@
+"""Solving the integer program of :mod:`.program` with HiGHS (``scipy.optimize.milp``), exactly and
+lexicographically (the least bytes, then the tie-break), and reading the plan it chose; what another
+layout of one value would cost (:func:`alternative`, for the ambiguity warnings and auto-shard's
+explanations)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+from scipy.optimize import LinearConstraint, milp
+from scipy.sparse import coo_matrix
+
+from ...ir.placement import Placement
+from .plan import LayoutPlan
+from .program import Program, result_slots
+
+__all__ = ["alternative", "alternative_cost", "visible_layouts"]
+
+MEMORY_WEIGHT = Fraction(0)  # bytes held count only as a tie-break (W_MEMORY), not against bytes sent
+# HiGHS, exact (no gap). Presolve off: on these programs (a few thousand columns, mostly implied by a
+# few hundred strategy choices) it costs more than it saves (measured: frontend Llama 1.4 s -> 0.6 s)
+SOLVER_OPTIONS = {"mip_rel_gap": 0.0, "presolve": False}
+
+
+class Infeasible(Exception):
+    """No choice of columns meets the rows (the hints contradict each other, or a budget cannot be met)."""
+
+
+@dataclass(frozen=True)
+class ProgramCost:
+    """What the chosen columns of a program cost."""
+
+    objective: Fraction  # bytes each worker sends summed over the sampled sizes (results counted as gathered)
+    sent: Fraction  # bytes each worker sends at the size hints (results counted as gathered)
+    held: Fraction  # bytes each worker holds at the size hints, summed over the values and their versions
+    peak: tuple[Fraction, ...] = ()  # peak live activation bytes per worker at each ActivationLimit sample
+
+    @property
+    def total(self) -> Fraction:
+        return self.objective + MEMORY_WEIGHT * self.held
+
+
+def solve_program(model: Program, force: tuple[int, Placement] | None = None) -> tuple[np.ndarray, ProgramCost]:
+    """The optimum of ``model`` (with value ``force[0]`` produced in layout ``force[1]``): the columns
+    chosen, and what they cost. Raises :class:`Infeasible` where no choice meets the rows."""
+    extra = []
+    if force is not None:
+        rid, p = force
+        cols = model.prim.get(rid, {}).get(p, [])
+        if cols is None:
+            cols = []
+        if not cols and p not in model.prim.get(rid, {}):
+            raise Infeasible()
+        if cols:
+            extra.append(([(c, 1.0) for c in cols], 1, 1))
+    costs, at_hint = list(model.c), list(model.c_hint)
+    for sid, p, c, h in model.result_costs:
+        for col in model.prim[sid][p] or []:
+            costs[col] += c
+            at_hint[col] += h
+    total_cost = [c + MEMORY_WEIGHT * m for c, m in zip(costs, model.mem)]
+    rows = model.rows + extra
+    if not costs:  # nothing to choose (every layout given): HiGHS needs a column, the answer is empty
+        if any(a > 0 or b < 0 for _, a, b in rows):
+            raise Infeasible()
+        return np.zeros(0), ProgramCost(Fraction(0), Fraction(0), Fraction(0))
+    data, ri, ci, lo, hi = [], [], [], [], []
+    for i, (terms, a, b) in enumerate(rows):
+        for c, v in terms:
+            ri.append(i)
+            ci.append(c)
+            data.append(v)
+        lo.append(a)
+        hi.append(b)
+    n = len(costs)
+    A = coo_matrix((data, (ri, ci)), shape=(len(rows), n)).tocsr()
+    constraints = [LinearConstraint(A, np.array(lo), np.array(hi))]
+    # every column is 0 or 1 (a strategy, a need, a redistribute, a recomputation): a fractional
+    # recomputation or redistribute would let a later program cover a need in part
+    integrality, ub = np.ones(n, dtype=int), np.array(model.ub)
+    integrality[model.peak_cols] = 0
+    least_x = None
+    if model.peak_cols:  # the least peak first: the activation limit is relative to it
+        aim = np.zeros(n)
+        aim[model.peak_cols] = 1.0
+        step = milp(aim, integrality=integrality, bounds=(np.array(model.lb), ub), constraints=constraints,
+                    options=SOLVER_OPTIONS)
+        if step.x is None:
+            raise Infeasible()
+        least_x = step.x
+        limit = model.choice.activations
+        least = model.peaks(least_x)
+        model.peak_bound = [max(limit.bound(k, least[k], model.peak_scale[k]), least[k]) for k in range(len(least))]
+        for k, col in enumerate(model.peak_cols):
+            # a hair below the limit (HiGHS's tolerance), never below the least peak found
+            ub[col] = max(float(model.peak_bound[k] / model.peak_scale[k]) - 1e-7, float(least[k] / model.peak_scale[k]))
+    bounds = (np.array(model.lb), ub)
+    # lexicographic, one program per aim, each keeping the optimum of the one before: the least
+    # bytes (results counted as gathered), then the tie-break. One objective with the tie-break
+    # scaled below a byte would ask HiGHS to tell apart values below its tolerance once the bytes
+    # run into millions (ties then broken arbitrarily), and is slower to prove optimal than the
+    # two programs together
+    res = None
+    kept: list[tuple[list[Fraction], Fraction]] = []  # the byte aims met so far, and their optima
+    for k, aim in enumerate((total_cost, model.tb)):
+        if k and not any(aim):
+            continue
+        tie_break = aim is model.tb
+        weights = np.array(aim) if tie_break else _units(aim)
+        step = milp(weights, integrality=integrality, bounds=bounds, constraints=constraints, options=SOLVER_OPTIONS)
+        if res is None and step.x is None:
+            raise Infeasible()
+        # a later program's answer is kept only if it meets the optima before exactly (checked in
+        # fractions: the rows hold coefficients in the millions, where HiGHS's tolerances are not exact)
+        if step.x is None or any(_sum(values, step.x) != least for values, least in kept):
+            break
+        res = step
+        if not tie_break:
+            kept.append((aim, _sum(aim, res.x)))
+            met = float(weights @ (res.x > 0.5))  # a whole number of units: the row is exact up to 1/2
+            constraints.append(LinearConstraint(weights.reshape(1, -1), -np.inf, met + 0.5))
+    x = res.x
+    if least_x is not None and any(p > b for p, b in zip(model.peaks(x), model.peak_bound)):
+        x = least_x  # the solver's tolerance let a peak over its limit: the least peak is within it exactly
+    return x, ProgramCost(_sum(costs, x), _sum(at_hint, x), _sum(model.mem, x), model.peaks(x))
+
+
+def _sum(values: list[Fraction], x: np.ndarray) -> Fraction:
+    """The exact sum of ``values`` over the columns ``x`` chooses."""
+    return sum((v for v, xi in zip(values, x) if xi > 0.5), Fraction(0))
+
+
+def _units(values: list[Fraction]) -> np.ndarray:
+    """``values`` in units of their greatest common divisor: whole numbers, as floats."""
+    unit = Fraction(0)
+    for x in values:
+        if x:
+            unit = Fraction(math.gcd(unit.numerator * x.denominator, x.numerator * unit.denominator),
+                            unit.denominator * x.denominator) if unit else x
+    unit = unit or Fraction(1)
+    return np.array([float(x / unit) for x in values])
+
+
+def plan_of(model: Program, x: np.ndarray, total: Fraction) -> LayoutPlan:
+    strategy, primary, recompute = {}, {}, {}
+    for site in model.g.sites:
+        cols = model.site_cols.get(id(site))
+        if cols is None:
+            continue
+        st = max(cols, key=lambda cs: x[cs[0]])[1]
+        strategy[id(site)] = st
+        for s, p in zip(site.outs, st.outs):
+            primary[s.id] = p
+    for sid, cols in model.param_cols.items():
+        primary[sid] = max(cols, key=lambda cq: x[cq[0]])[1]
+    for sid, by in model.prim.items():
+        for p, cols in by.items():
+            if cols is None:
+                primary.setdefault(sid, p)
+    for r, rid, q, st in model.r_cols:
+        if x[r] > 0.5:
+            recompute[(rid, q)] = st
+    candidates = {sid: [q for _, q in cols] for sid, cols in model.param_cols.items()}
+    return LayoutPlan(strategy, primary, recompute, dict(model.root), total.sent, total.held, total.objective,
+                      candidates, total.peak)
+
+
+def alternative_cost(model: Program, rid: int, p: Placement) -> ProgramCost | None:
+    """The optimum with value ``rid`` produced in layout ``p`` (None: no such layout is possible)."""
+    found = alternative(model, rid, p)
+    return None if found is None else found[1]
+
+
+def alternative(model: Program, rid: int, p: Placement) -> tuple[LayoutPlan, ProgramCost] | None:
+    """The optimal plan with value ``rid`` produced in layout ``p``, and its cost (None: impossible)."""
+    try:
+        x, total = solve_program(model, force=(rid, p))
+    except Infeasible:
+        return None
+    return plan_of(model, x, total), total
+
+
+def visible_layouts(model: Program, plan: LayoutPlan) -> dict[int, Placement]:
+    """The layouts a caller sees in ``plan``: of the parameters the model chose, and of the results."""
+    seen = {sid: plan.primary[sid] for sid in model.param_cols if sid in plan.primary}
+    for s in result_slots(model.g) if model.window is None or model.window.last else ():
+        rid = plan.root_of(s)
+        if rid in plan.primary:
+            seen[rid] = plan.primary[rid]
+    return seen

@@ -1,0 +1,226 @@
+"""The layouts of a whole function (:func:`solve_layouts`): one integer program, or, for a long
+function, one per window, cut between the layers of a stack, windows alike solved once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from ...errors import DiagnosticError
+from ...ir.placement import Placement
+from .cost_model import CostModel
+from .plan import LayoutPlan, ParamChoice
+from .program import ALIAS_OPS, Program, Window, result_slots
+from .sharding_graph import Graph, Preferences, Site, Slot
+from .solution import Infeasible, ProgramCost, plan_of, solve_program
+from .strategies import Strategy
+
+__all__ = ["Solved", "solve_layouts"]
+
+WINDOW_OPS = 48  # a function of more ops is solved in windows of at least this many (see solve_layouts)
+
+
+@dataclass
+class Solved:
+    """One integer program solved: its model, its optimum, and the values it laid out."""
+
+    model: Program
+    total: ProgramCost
+    decided: set[int]
+
+
+def solve_layouts(graph: Graph, prefs: Preferences | None, cost: CostModel,
+                  choice: ParamChoice | None = None, window_ops: int = 0) -> tuple[LayoutPlan, list[Solved]]:
+    """The cheapest layout of the function (see :mod:`.program`), and the programs solved (to
+    ask what another layout of one value would cost, :func:`~.solution.alternative_cost`). ``choice``: the
+    layouts free parameters may take and limits on them (:class:`ParamChoice`); ``window_ops``, when
+    given, replaces ``WINDOW_OPS`` (smaller windows: a faster, less global search).
+
+    A function of more than ``2 * WINDOW_OPS`` ops is cut into windows where the fewest values
+    computed before the cut are read after it (:func:`_windows`), each of at least ``WINDOW_OPS`` ops, and solved window by window: a window takes the values of
+    earlier ones as given, in the layouts they were made in. Windows alike (the same ops, types and
+    preferences, reading values given in the same layouts: the layers of a stack) are solved once.
+    Each window is optimal given the ones before it; the whole is not guaranteed to be."""
+    windows = _windows(graph, window_ops or WINDOW_OPS)
+    if len(windows) == 1:
+        model = Program(graph, prefs, cost, choice=choice)
+        model.build()
+        x, total = _solve(model, graph)
+        plan = plan_of(model, x, total)
+        return plan, [Solved(model, total, set(plan.primary))]
+    strategy: dict[int, Strategy] = {}
+    primary: dict[int, Placement] = {}
+    recompute: dict[tuple[int, Placement], Strategy] = {}
+    candidates: dict[int, list[Placement]] = {}
+    root: dict[int, int] = {}
+    read_as: dict[int, Placement] = {}
+    frozen: dict[int, set[Placement]] = {}
+    sent = held = objective = Fraction(0)
+    peak: tuple[Fraction, ...] = ()
+    solved: list[Solved] = []
+    cache: dict[tuple, tuple] = {}
+    for k, sites in enumerate(windows):
+        w = Window(sites, k == len(windows) - 1, frozen, root, read_as, primary)
+        sig, local = _signature(graph, prefs, w)
+        index = {sid: i for i, sid in enumerate(local)}
+        if sig not in cache:
+            model = Program(graph, prefs, cost, w, choice)
+            model.build()
+            x, total = _solve(model, graph)
+            part = plan_of(model, x, total)
+            versions: dict[int, set[Placement]] = {}
+            for rid, by in model.need.items():
+                versions[rid] = {q for q, col in by.items() if x[col] > 0.5}
+            decided = {sid for sid in part.primary if sid not in frozen}
+            solved.append(Solved(model, total, decided))
+            cache[sig] = (
+                [part.strategy.get(id(site)) for site in sites],
+                {index[sid]: p for sid, p in part.primary.items() if sid in decided and sid in index},
+                {(index[rid], q): st for (rid, q), st in part.recompute.items() if rid in index},
+                {index[rid]: qs for rid, qs in versions.items() if rid in index},
+                {index[sid]: c for sid, c in part.candidates.items() if sid in index},
+                total,
+            )
+        strategies, prims, recs, made, cands, total = cache[sig]
+        for site, st in zip(sites, strategies):
+            if st is not None:
+                strategy[id(site)] = st
+        for i, p in prims.items():
+            primary.setdefault(local[i], p)
+        for (i, q), st in recs.items():
+            recompute[(local[i], q)] = st
+        for i, c in cands.items():
+            candidates[local[i]] = c
+        _carry_aliases(graph, sites, root, read_as)
+        for sid in local:
+            rid = root.get(sid, sid)
+            if rid in primary:
+                frozen.setdefault(rid, set()).add(primary[rid])
+        for i, qs in made.items():
+            frozen.setdefault(root.get(local[i], local[i]), set()).update(qs)
+        sent, held, objective = sent + total.sent, held + total.held, objective + total.objective
+        peak = tuple(max(a, b) for a, b in zip(peak, total.peak)) if peak else total.peak
+    for sid, p in _given(graph).items():
+        primary.setdefault(sid, p)
+    plan = LayoutPlan(strategy, primary, recompute, root, sent, held, objective, candidates, peak)
+    return plan, solved
+
+
+def _solve(model: Program, graph: Graph) -> tuple[np.ndarray, ProgramCost]:
+    try:
+        return solve_program(model)
+    except Infeasible:
+        raise DiagnosticError("propagate-sharding: no layout of the function satisfies the hints", graph.func.span) from None
+
+
+def _given(graph: Graph) -> dict[int, Placement]:
+    """Slots whose layout is given: DTensor parameters, and the outputs of explicit redistributes."""
+    out = {}
+    for p in graph.func.params:
+        for s in graph.var_slots.get(p, []):
+            if s.fixed is not None and s.distributable and s.id in graph.mesh_of:
+                out[s.id] = s.fixed
+    for site in graph.sites:
+        if site.is_hint and site.mesh is not None and alias_of(graph, site) is None:
+            y = site.outs[0]
+            out[y.id] = site.binding.value.attrs.get("placement") or Placement.replicated(site.mesh.ndim)
+    return out
+
+
+def alias_of(graph: Graph, site: Site) -> tuple[Slot, Slot, Placement] | None:
+    """(annotated value, the hint's value, its layout) for an annotate_sharding on one mesh, else None."""
+    x, y = site.ins[0] if site.ins else None, site.outs[0]
+    if (
+        site.op.name in ALIAS_OPS
+        and x is not None
+        and x.distributable
+        and x.id in graph.mesh_of
+        and graph.mesh_of.get(x.id) == graph.mesh_of.get(y.id)
+    ):
+        return x, y, site.binding.value.attrs.get("placement") or Placement.replicated(site.mesh.ndim)
+    return None
+
+
+def _carry_aliases(graph: Graph, sites: list[Site], root: dict[int, int], read_as: dict[int, Placement]) -> None:
+    for site in sites:
+        if site.is_hint and site.mesh is not None and (a := alias_of(graph, site)) is not None:
+            x, y, q = a
+            root[y.id] = root.get(x.id, x.id)
+            read_as[y.id] = q
+
+
+def _windows(graph: Graph, window_ops: int = 0) -> list[list[Site]]:
+    """The sites cut where fewest computed values cross (between the layers of a stack: the residual
+    stream, and tables such as the rotary embedding's that every layer reads), in windows of
+    ``WINDOW_OPS`` ops or more."""
+    sites = graph.sites
+    window_ops = window_ops or WINDOW_OPS
+    if sum(1 for s in sites if not s.is_hint) <= 2 * window_ops:
+        return [sites]
+    end = len(sites)
+    last_read: dict[int, int] = {}
+    for i, site in enumerate(sites):
+        for s in site.ins:
+            last_read[s.id] = i
+    for s in result_slots(graph):
+        last_read[s.id] = end
+    crossing: list[int] = []  # after each site: how many distributed values computed so far are read later
+    live: set[int] = set()
+    for i, site in enumerate(sites):
+        live = {sid for sid in live if last_read[sid] > i}
+        live.update(s.id for s in site.outs if last_read.get(s.id, -1) > i and s.id in graph.mesh_of)
+        crossing.append(len(live))
+    narrowest = min(crossing[window_ops : end - window_ops] or [0])  # the tail narrows as shared values die
+    windows: list[list[Site]] = []
+    cur: list[Site] = []
+    ops = 0
+    for i, site in enumerate(sites):
+        cur.append(site)
+        ops += not site.is_hint
+        if ops >= window_ops and crossing[i] <= narrowest and i < end - 1:
+            windows.append(cur)
+            cur, ops = [], 0
+    if cur:
+        if windows and sum(1 for s in cur if not s.is_hint) < window_ops:
+            windows[-1].extend(cur)  # a short tail joins the window before it
+        else:
+            windows.append(cur)
+    return windows
+
+
+def _signature(graph: Graph, prefs: Preferences | None, w: Window) -> tuple[tuple, list[int]]:
+    """What a window's solution depends on, with its slots numbered in order of appearance; and the
+    slot ids in that order (to map a solution of one window onto another alike)."""
+    local: dict[int, int] = {}
+    root, read_as = dict(w.root), dict(w.read_as)
+    items: list = []
+
+    def ref(s: Slot) -> int:
+        if s.id not in local:
+            local[s.id] = len(local)
+            rid = root.get(s.id, s.id)
+            outside = s.producer is None or s.producer not in w.sites
+            items.append((
+                "slot", local[s.id], str(s.tensor), s.distributable, str(s.fixed), graph.mesh_of.get(s.id) is not None,
+                tuple(sorted(map(str, w.frozen.get(rid, ())))) if outside else None,
+                str(read_as.get(s.id)), local.get(rid) if rid != s.id else None,
+                str(prefs.placement(s)) if prefs is not None and s.id in prefs.specs else None,
+            ))
+        return local[s.id]
+
+    for site in w.sites:
+        ins = tuple(ref(s) for s in site.ins)
+        if site.is_hint and (a := alias_of(graph, site)) is not None:
+            x, y, q = a
+            ref(x)
+            root[y.id] = root.get(x.id, x.id)
+            read_as[y.id] = q
+        outs = tuple(ref(s) for s in site.outs)
+        mesh = site.mesh.shape_str() if site.mesh is not None else None
+        items.append(("site", site.op.name, repr(sorted(site.binding.value.attrs.items(), key=lambda kv: kv[0])), mesh,
+                      ins, outs))
+    for s in result_slots(graph) if w.last else ():
+        items.append(("result", ref(s)))
+    return tuple(items), list(local)
