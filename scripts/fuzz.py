@@ -27,7 +27,8 @@ redistributes; shard sizes from 1 to one past the dim, run-time dims whole; tens
 and to R / S / P. With --cross, every program has two meshes (the same devices in another grid,
 ranges that overlap, or the next stage: ``(num_workers, 2)`` and ``(2, num_workers, 3)``) and
 moves values between them, run-time dims included. With --time-limit S, a case still running
-after S seconds is stopped and counted SLOW.
+after S seconds of CPU time (the load of a shared machine does not count) is stopped and counted
+SLOW.
 
 The distribute pipeline runs ONCE with num_workers symbolic; then, for a few device counts,
 the module is specialized, simulated (``distir.runtime.run_spmd``) and compared with the
@@ -42,8 +43,8 @@ Every case gets one class (the worst over its device counts):
                    that disagree): the worst outcome
   CRASH            an exception that is not a distir.errors.DistirError (or a timeout, or
                    the Disco process died): a bug
-  SLOW             with --time-limit: the case ran past the limit (a few hundred bytes of
-                   program should never keep a CPU busy); named after the stage it was in
+  SLOW             with --time-limit: the case used more CPU time than the limit (a few hundred
+                   bytes of program should never keep a CPU busy); named after the stage it was in
   COST-MISMATCH    numbers fine, but the simulator's bytes differ from the cost model's
   SUSPECT-REFUSAL  a DistirError: distir computes every layout at every device count, so a
                    refusal may be a bug (listed, not fatal)
@@ -1176,7 +1177,7 @@ def _stopped_outcome(stop: CaseTimeout, opts: Options) -> Outcome:
     if not opts.slow:
         return Outcome("CRASH", "timeout", None, f"the case took more than {opts.timeout:g} s", key="CRASH|timeout")
     stage, inner = stop.args if len(stop.args) == 2 else ("outside distir", "outside distir")
-    return Outcome("SLOW", stage, None, f"the case took more than {opts.timeout:g} s: stopped in {inner}",
+    return Outcome("SLOW", stage, None, f"the case took more than {opts.timeout:g} s of CPU time: stopped in {inner}",
                    key=f"SLOW|{stage}")
 
 
@@ -1289,17 +1290,19 @@ def execute(case: Case, opts: Options | None = None, verbose: bool = False) -> C
     t0 = time.perf_counter()
     res = CaseResult(case)
     use_alarm = opts.timeout and hasattr(signal, "SIGALRM") and _main_thread()
+    # --time-limit counts the process's CPU time (a shared machine's load does not make a case SLOW)
+    timer, sig = (signal.ITIMER_PROF, signal.SIGPROF) if opts.slow else (signal.ITIMER_REAL, signal.SIGALRM)
     if use_alarm:
-        old = signal.signal(signal.SIGALRM, _on_alarm)
-        signal.setitimer(signal.ITIMER_REAL, opts.timeout)
+        old = signal.signal(sig, _on_alarm)
+        signal.setitimer(timer, opts.timeout)
     try:
         _execute(case, opts, res, verbose)
     except CaseTimeout as stop:
         res.outcomes.append(_stopped_outcome(stop, opts))
     finally:
         if use_alarm:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, old)
+            signal.setitimer(timer, 0)
+            signal.signal(sig, old)
     res.seconds = time.perf_counter() - t0
     return res
 
@@ -2112,8 +2115,8 @@ def main(argv=None) -> int:
                    help="two meshes in every program (the same devices in another grid, overlapping ranges, or the next "
                         "stage; e.g. (num_workers, 2) and (2, num_workers, 3)) and more values moved between them")
     g.add_argument("--time-limit", type=float, metavar="SECONDS",
-                   help="a case still running after this long is stopped and counted SLOW, a failure class of its own "
-                        "(named after the stage it was in); replaces --timeout")
+                   help="a case still running after this much CPU time is stopped and counted SLOW, a failure class of "
+                        "its own (named after the stage it was in); replaces --timeout")
     g = ap.add_argument_group("backends and checks")
     g.add_argument("--tvm", action="store_true", help="also export to TVM, build and run on Disco (slow: ~1-2 s per case)")
     g.add_argument("--tvm-per-count", action="store_true",

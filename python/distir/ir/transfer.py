@@ -26,6 +26,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
 
 import numpy as np
 
@@ -279,7 +280,8 @@ def transfer_volume(
     return total - int(np.sum(kept))
 
 
-def _cut_weights(sizes: Sequence[int], layouts: Sequence[Placement], d: int) -> tuple[np.ndarray, np.ndarray]:
+@lru_cache(maxsize=1024)
+def _cut_weights(sizes: tuple[int, ...], layouts: tuple[Placement, ...], d: int) -> tuple[np.ndarray, np.ndarray]:
     """For each layout (a row), the weight of each mesh axis's coordinate in the index of the block
     of dim ``d`` it holds (0 for an axis that does not cut ``d``; the lower axis is the major
     split), and the number of blocks of ``d``."""
@@ -314,8 +316,8 @@ def kept_shares(
     # per dim, a length every block count divides: block j of k is [j * L / k, (j + 1) * L / k)
     dims = []
     for d in range(ndim):
-        src_weights, (src_count,) = _cut_weights(src_sizes, [src], d)
-        dst_weights, dst_counts = _cut_weights(dst_sizes, dsts, d)
+        src_weights, (src_count,) = _cut_weights(src_sizes, (src,), d)
+        dst_weights, dst_counts = _cut_weights(dst_sizes, tuple(dsts), d)
         span = math.lcm(int(src_count), *(int(c) for c in dst_counts))
         dims.append((src_coords @ src_weights[0], span // src_count, dst_weights @ dst_coords.T, span // dst_counts, span))
     scale = _product(span for *_, span in dims)
@@ -325,7 +327,7 @@ def kept_shares(
         lo = np.maximum(src_index * src_len, dst_index * dst_len[:, None])
         hi = np.minimum((src_index + 1) * src_len, (dst_index + 1) * dst_len[:, None])
         kept = kept * np.maximum(hi - lo, 0).astype(dtype)
-    return [Fraction(int(k), scale) for k in kept.sum(axis=1)]
+    return [Fraction(k, scale) for k in kept.sum(axis=1).tolist()]
 
 
 def route_bytes(routes: Sequence[Route]) -> int | Fraction:

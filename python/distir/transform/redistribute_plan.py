@@ -695,8 +695,12 @@ def _transfers_from(src: Placement, point: MeshPoint, ndim: int) -> dict[Placeme
     else:
         kept = kept_shares(point.src_sizes, point.src_devices, src, point.dst_sizes, point.dst_devices, targets, ndim)
     devices = len(point.dst_devices)
-    return {q: Fraction(devices, _product(point.dst_sizes[a] for a, s in enumerate(q.specs) if isinstance(s, Shard))) - k
-            for q, k in zip(targets, kept)}
+    return {q: devices // _blocks(point.dst_sizes, q) - k for q, k in zip(targets, kept)}
+
+
+def _blocks(sizes: tuple[int, ...], placement: Placement) -> int:
+    """How many blocks a layout cuts the tensor into (the product of the sizes of the axes that shard)."""
+    return _product(sizes[a] for a, s in enumerate(placement.specs) if isinstance(s, Shard))
 
 
 def _cross_moves(point: MeshPoint, ndim: int, dst: Placement, aligned_ok: bool):
