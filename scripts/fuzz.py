@@ -56,8 +56,8 @@ Every case gets one class (the worst over its device counts):
 Failures (all but OK, CLEAN-REFUSAL and INVALID) are shrunk to a small reproducer (fewer
 bindings and outputs, smaller shapes and device counts, fewer mesh axes, simpler layouts)
 and written to --out as IR text, with a header giving the class, the message and the
-command lines that reproduce it. The exit status is 1 when a WRONG-NUMBER or a CRASH was
-found, else 0.
+command lines that reproduce it. The exit status is 1 when a WRONG-NUMBER, a CRASH or a SLOW
+case was found, else 0.
 
 examples:
   python scripts/fuzz.py --cases 500 --seed 1            500 cases, then a summary
@@ -2379,9 +2379,9 @@ def _summary(args, stats: Stats, found: list, elapsed: float, shrink_seconds: fl
                "invalid": dict(stats.invalid.most_common(50)), "failures": found}
     with open(os.path.join(args.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1, default=str)
-    fatal = stats.cases["WRONG-NUMBER"] + stats.cases["CRASH"]
+    fatal = sum(stats.cases[c] for c in FATAL)
     print(f"summary written to {os.path.join(args.out, 'summary.json')}; "
-          + ("WRONG-NUMBER or CRASH found: exit 1" if fatal else "no WRONG-NUMBER or CRASH"))
+          + (f"{' or '.join(FATAL)} found: exit 1" if fatal else f"no {' or '.join(FATAL)}"))
     return 1 if fatal else 0
 
 

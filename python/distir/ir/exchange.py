@@ -200,14 +200,14 @@ def _sum_by(keys: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarr
         return keys, weights
     order = np.argsort(keys, kind="stable")
     keys, weights = keys[order], weights[order]
-    first = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    first = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
     return keys[first], np.add.reduceat(weights, first)
 
 
 def _merged(*sorted_parts: np.ndarray) -> np.ndarray:
     """The distinct values of arrays that are each sorted (a stable sort merges sorted runs in linear time)."""
     out = np.sort(np.concatenate(sorted_parts), kind="stable")
-    return out[np.r_[True, out[1:] != out[:-1]]] if len(out) else out
+    return out[np.concatenate(([True], out[1:] != out[:-1]))] if len(out) else out
 
 
 def _counts_dtype(bound: int):
@@ -218,29 +218,69 @@ def _counts_dtype(bound: int):
 # ---------------------------------------------------------------- a block layout on a side
 
 
-def _side_term(shape: tuple[int, ...], p: Placement, sizes: tuple[int, ...], d: int, y: np.ndarray) -> np.ndarray:
-    """This side's share of the position holding elements at index ``y`` of dim ``d``, modulo the
-    device count ``D``: the position is the sum of the shares of all dims, modulo ``D``. A block
-    layout deals chunk ``j = sum_d (y_d // b_d) * G_d`` to ``j % D`` (``G_d`` the chunks of a step
-    along ``d``); an R / S layout holds an element at the coordinates of its blocks on the axes
-    that cut (``sum coord_a * stride_a``), and at every value of the other axes."""
-    devices = _devices(sizes)
-    if p.is_block:
-        block = _ints(p.block, "shard")
-        step = _product(-(-n // c) for n, c in zip(shape[d + 1 :], block[d + 1 :])) % devices
-        return (y // block[d]) % devices * step % devices
-    axes = p.mesh_axes_of(d)
-    term = np.zeros(len(y), dtype=np.int64)
-    for a, c in zip(axes, level_coords(y, shape[d], [sizes[a] for a in axes])):
-        term += c * _product(sizes[a + 1 :])
-    return term
+class _Layout:
+    """One side of an exchange at concrete sizes: a block layout's shard shape, or the mesh axes
+    cutting each dim of an R / S layout (looked up once: the counts below ask for them often)."""
 
+    def __init__(self, shape: tuple[int, ...], p: Placement, sizes: tuple[int, ...]):
+        self.shape, self.sizes, self.devices = shape, sizes, _devices(sizes)
+        self.block = _ints(p.block, "shard") if p.is_block else None
+        self.cuts: list[list[int]] = [[] for _ in shape]
+        if self.block is None:
+            for a, spec in enumerate(p.specs):
+                if isinstance(spec, Shard):
+                    self.cuts[spec.dim].append(a)
+        self.free = [] if self.block is not None else [a for a, spec in enumerate(p.specs) if not isinstance(spec, Shard)]
 
-def _side_starts(shape: tuple[int, ...], p: Placement, sizes: tuple[int, ...], d: int) -> np.ndarray:
-    """Indices along dim ``d`` where this side's holder may change."""
-    if p.is_block:
-        return np.arange(0, shape[d], _ints(p.block, "shard")[d], dtype=np.int64)
-    return block_starts(shape[d], [sizes[a] for a in p.mesh_axes_of(d)])
+    def counts(self, d: int) -> list[int]:
+        return [self.sizes[a] for a in self.cuts[d]]
+
+    def starts(self, d: int) -> np.ndarray:
+        """Indices along dim ``d`` where the holder may change."""
+        if self.block is not None:
+            return np.arange(0, self.shape[d], self.block[d], dtype=np.int64)
+        return block_starts(self.shape[d], self.counts(d))
+
+    def term(self, d: int, y: np.ndarray) -> np.ndarray:
+        """This side's share of the position holding elements at index ``y`` of dim ``d``, modulo the
+        device count ``D``: the position is the sum of the shares of all dims, modulo ``D``. A block
+        layout deals chunk ``j = sum_d (y_d // b_d) * G_d`` to ``j % D`` (``G_d`` the chunks of a step
+        along ``d``); an R / S layout holds an element at the coordinates of its blocks on the axes
+        that cut (``sum coord_a * stride_a``), and at every value of the other axes."""
+        if self.block is not None:
+            step = _product(-(-n // c) for n, c in zip(self.shape[d + 1 :], self.block[d + 1 :])) % self.devices
+            return (y // self.block[d]) % self.devices * step % self.devices
+        term = np.zeros(len(y), dtype=np.int64)
+        for a, c in zip(self.cuts[d], level_coords(y, self.shape[d], self.counts(d))):
+            term += c * _product(self.sizes[a + 1 :])
+        return term
+
+    def coords(self, dims: tuple[int, ...], flat: np.ndarray) -> dict[int, np.ndarray]:
+        """The coordinate on every mesh axis cutting one of ``dims`` of the block holding each of
+        ``flat`` (indices in C order over ``dims``; R / S)."""
+        out, stride = {}, _product(self.shape[d] for d in dims)
+        for d in dims:
+            stride //= self.shape[d]
+            if self.cuts[d]:
+                y = (flat // stride) % self.shape[d]
+                out.update(zip(self.cuts[d], level_coords(y, self.shape[d], self.counts(d))))
+        return out
+
+    def group_starts(self, dims: tuple[int, ...], span: int) -> np.ndarray:
+        """Flat indices (C order over ``dims``) below ``span`` where the holder may change (R / S)."""
+        parts, stride = [np.zeros(1, dtype=np.int64)], _product(self.shape[d] for d in dims)
+        for d in dims:
+            stride //= self.shape[d]
+            if self.cuts[d]:
+                inner = block_starts(self.shape[d], self.counts(d)) * stride
+                outer = np.arange(0, span, stride * self.shape[d], dtype=np.int64)
+                parts.append((outer[:, None] + inner[None, :]).reshape(-1))
+        return np.concatenate(parts)
+
+    def period(self, dims: tuple[int, ...]) -> int:
+        """The holder repeats along the flat indices of ``dims`` with this period (R / S)."""
+        cut = [i for i, d in enumerate(dims) if self.cuts[d]]
+        return _product(self.shape[d] for d in dims[cut[0] :]) if cut else 1
 
 
 def _kept_residues(shape: tuple[int, ...], src: Placement, dst: Placement, sizes: tuple[int, ...]) -> int:
@@ -248,7 +288,7 @@ def _kept_residues(shape: tuple[int, ...], src: Placement, dst: Placement, sizes
 
     Such an element has one target holder (or one source holder), so it counts once or not at all.
     Each side puts an element at a position that is a sum over dims of a share of its index in that
-    dim (:func:`_side_term`), modulo ``D``; an R / S side also at that position plus any value
+    dim (:meth:`_Layout.term`), modulo ``D``; an R / S side also at that position plus any value
     of the axes that do not cut (a set ``Z`` of offsets). The element is kept when the difference
     of the block side's position and the other side's is in ``Z`` (``{0}`` for two block layouts).
     Per dim, a histogram of the difference of the shares (the dim cut where either side's holder
@@ -256,13 +296,13 @@ def _kept_residues(shape: tuple[int, ...], src: Placement, dst: Placement, sizes
     on ``Z``."""
     devices = _devices(sizes)
     block, other = (src, dst) if src.is_block else (dst, src)
+    block, other = _Layout(shape, block, sizes), _Layout(shape, other, sizes)
     hists = []
     for d, n in enumerate(shape):
-        starts = _merged(_side_starts(shape, block, sizes, d), _side_starts(shape, other, sizes, d))
-        lengths = np.diff(np.r_[starts, n])
-        residue = (_side_term(shape, block, sizes, d, starts) - _side_term(shape, other, sizes, d, starts)) % devices
-        hists.append(_sum_by(residue, lengths))
-    free = [] if other.is_block else [a for a, spec in enumerate(other.specs) if not isinstance(spec, Shard)]
+        starts = _merged(block.starts(d), other.starts(d))
+        residue = (block.term(d, starts) - other.term(d, starts)) % devices
+        hists.append(_sum_by(residue, np.diff(starts, append=n)))
+    free = other.free
     if len(free) == len(sizes):
         return _product(shape)  # the other side holds everything everywhere
     hists.sort(key=lambda h: len(h[0]))
@@ -325,59 +365,23 @@ class _Table:
         return _Table(self.axes + tuple(extra), coords, self.weights[left] * other.weights[right])
 
 
-def _side_coords(shape: tuple[int, ...], p: Placement, sizes: tuple[int, ...], dims: tuple[int, ...],
-                 flat: np.ndarray) -> dict[int, np.ndarray]:
-    """The coordinate on every mesh axis cutting one of ``dims`` of the block holding each of
-    ``flat`` (indices in C order over ``dims``)."""
-    out, stride = {}, _product(shape[d] for d in dims)
-    for d in dims:
-        stride //= shape[d]
-        axes = p.mesh_axes_of(d)
-        if axes:
-            y = (flat // stride) % shape[d]
-            out.update(zip(axes, level_coords(y, shape[d], [sizes[a] for a in axes])))
-    return out
-
-
-def _group_starts(shape: tuple[int, ...], p: Placement, sizes: tuple[int, ...], dims: tuple[int, ...],
-                  span: int) -> np.ndarray:
-    """Flat indices (C order over ``dims``) below ``span`` where the holder of this side may change."""
-    parts, stride = [np.zeros(1, dtype=np.int64)], _product(shape[d] for d in dims)
-    for d in dims:
-        stride //= shape[d]
-        axes = p.mesh_axes_of(d)
-        if axes:
-            inner = block_starts(shape[d], [sizes[a] for a in axes]) * stride
-            outer = np.arange(0, span, stride * shape[d], dtype=np.int64)
-            parts.append((outer[:, None] + inner[None, :]).reshape(-1))
-    return np.concatenate(parts)
-
-
-def _period(shape: tuple[int, ...], p: Placement, dims: tuple[int, ...]) -> int:
-    """The holder of this side repeats along the flat indices of ``dims`` with this period."""
-    cut = [i for i, d in enumerate(dims) if p.mesh_axes_of(d)]
-    return _product(shape[d] for d in dims[cut[0] :]) if cut else 1
-
-
-def _group_table(a: tuple[int, ...], src: Placement, b: tuple[int, ...], dst: Placement, sizes: tuple[int, ...],
-                 si: tuple[int, ...], ti: tuple[int, ...]) -> _Table:
+def _group_table(src: _Layout, dst: _Layout, si: tuple[int, ...], ti: tuple[int, ...]) -> _Table:
     """For a reshape group (source dims ``si`` and target dims ``ti`` holding the same elements),
     the elements held in both layouts at each coordinate of the axes that cut them: the group's
     flat indices cut wherever either holder changes, over one common period of the two."""
-    span = _product(a[d] for d in si)
-    period = math.lcm(_period(a, src, si), _period(b, dst, ti))
-    starts = _merged(_group_starts(a, src, sizes, si, period), _group_starts(b, dst, sizes, ti, period))
+    span = _product(src.shape[d] for d in si)
+    period = math.lcm(src.period(si), dst.period(ti))
+    starts = _merged(src.group_starts(si, period), dst.group_starts(ti, period))
     starts = starts[starts < period]
-    lengths = np.diff(np.r_[starts, period]) * (span // period)
-    held = _side_coords(a, src, sizes, si, starts)
-    wanted = _side_coords(b, dst, sizes, ti, starts)
+    lengths = np.diff(starts, append=period) * (span // period)
+    held, wanted = src.coords(si, starts), dst.coords(ti, starts)
     keep = np.ones(len(starts), dtype=bool)
     for axis in set(held) & set(wanted):  # one device has one coordinate on an axis
         keep &= held[axis] == wanted[axis]
     coords = {**held, **wanted}
     axes = tuple(sorted(coords))
     table = np.stack([coords[x][keep] for x in axes], axis=1) if axes else np.zeros((int(keep.sum()), 0), dtype=np.int64)
-    return _Table(axes, table, lengths[keep].astype(_counts_dtype(span * _devices(sizes))))
+    return _Table(axes, table, lengths[keep].astype(_counts_dtype(span * src.devices)))
 
 
 def _kept_joined(a: tuple[int, ...], src: Placement, b: tuple[int, ...], dst: Placement, sizes: tuple[int, ...]) -> int:
@@ -393,11 +397,8 @@ def _kept_joined(a: tuple[int, ...], src: Placement, b: tuple[int, ...], dst: Pl
     ones_a = tuple(d for d, n in enumerate(a) if n == 1)
     ones_b = tuple(d for d, n in enumerate(b) if n == 1)
     groups.append((ones_a, ones_b, 1))  # size-1 dims: held at coordinate 0 of the axes that cut them
-
-    def axes_of(p: Placement, dims) -> set[int]:
-        return {x for d in dims for x in p.mesh_axes_of(d)}
-
-    cuts = [(axes_of(src, si), axes_of(dst, ti)) for si, ti, _ in groups]
+    held, wanted = _Layout(a, src, sizes), _Layout(b, dst, sizes)
+    cuts = [({x for d in si for x in held.cuts[d]}, {x for d in ti for x in wanted.cuts[d]}) for si, ti, _ in groups]
     free = _product(n for x, n in enumerate(sizes) if x not in set().union(*(s | t for s, t in cuts)))
     # components of groups that share an axis
     component = list(range(len(groups)))
@@ -417,7 +418,7 @@ def _kept_joined(a: tuple[int, ...], src: Placement, b: tuple[int, ...], dst: Pl
         if len(members) == 1 and not cuts[r][0] & cuts[r][1]:
             kept *= groups[r][2]
             continue
-        tables = [_group_table(a, src, b, dst, sizes, *groups[i][:2]) for i in members]
+        tables = [_group_table(held, wanted, *groups[i][:2]) for i in members]
         while len(tables) > 1:
             first = tables.pop(0)
             k = next(i for i, t in enumerate(tables) if set(t.axes) & set(first.axes))

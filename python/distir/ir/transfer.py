@@ -230,7 +230,7 @@ def _shared_runs(src_devices: Sequence[int], src_stride: int, dst_devices: Seque
             k = -(-(lo - first) // stride)
             cuts.append(np.arange(first + k * stride, hi, stride, dtype=np.int64))
         starts = np.unique(np.concatenate([np.array([lo], dtype=np.int64), *cuts]))
-        counts = np.diff(np.r_[starts, hi])
+        counts = np.diff(starts, append=hi)
         return starts - src_devices.start, starts - dst_devices.start, counts
     _, src_pos, dst_pos = np.intersect1d(_device_array(src_devices), _device_array(dst_devices), return_indices=True)
     return src_pos.astype(np.int64), dst_pos.astype(np.int64), np.ones(len(src_pos), dtype=np.int64)

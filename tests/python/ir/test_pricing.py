@@ -118,7 +118,7 @@ def exchange_case(draw):
     return shape, draw(rs_layout(len(sizes), len(shape))), dst_shape, draw(rs_layout(len(sizes), len(dst_shape))), sizes
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(exchange_case())
 def test_exchange_count_equals_the_device_by_device_oracle(case):
     src_shape, src, dst_shape, dst, sizes = case
