@@ -19,7 +19,7 @@ Everything here is at concrete sizes. Two entry points share the block arithmeti
 
 - :func:`received_total` counts the elements all devices receive together (the planner's cost
   and the analysis' bytes) without a loop over devices or pairs of blocks: linear in the blocks
-  along each dim (docs/redistribute.md, "How an exchange is priced");
+  along each dim (docs/redistribute.md, "How a layout change is priced");
 - :func:`gather_plan` gives each device, element by element, where its target block comes
   from (the simulator's and the CPU collective library's data movement).
 """
@@ -365,7 +365,7 @@ class _Table:
         return _Table(self.axes + tuple(extra), coords, self.weights[left] * other.weights[right])
 
 
-def _group_table(src: _Layout, dst: _Layout, si: tuple[int, ...], ti: tuple[int, ...]) -> _Table:
+def _group_table(src: _Layout, dst: _Layout, si: tuple[int, ...], ti: tuple[int, ...], dtype) -> _Table:
     """For a reshape group (source dims ``si`` and target dims ``ti`` holding the same elements),
     the elements held in both layouts at each coordinate of the axes that cut them: the group's
     flat indices cut wherever either holder changes, over one common period of the two."""
@@ -381,7 +381,7 @@ def _group_table(src: _Layout, dst: _Layout, si: tuple[int, ...], ti: tuple[int,
     coords = {**held, **wanted}
     axes = tuple(sorted(coords))
     table = np.stack([coords[x][keep] for x in axes], axis=1) if axes else np.zeros((int(keep.sum()), 0), dtype=np.int64)
-    return _Table(axes, table, lengths[keep].astype(_counts_dtype(span * src.devices)))
+    return _Table(axes, table, lengths[keep].astype(dtype))
 
 
 def _kept_joined(a: tuple[int, ...], src: Placement, b: tuple[int, ...], dst: Placement, sizes: tuple[int, ...]) -> int:
@@ -418,7 +418,8 @@ def _kept_joined(a: tuple[int, ...], src: Placement, b: tuple[int, ...], dst: Pl
         if len(members) == 1 and not cuts[r][0] & cuts[r][1]:
             kept *= groups[r][2]
             continue
-        tables = [_group_table(held, wanted, *groups[i][:2]) for i in members]
+        dtype = _counts_dtype(_product(a) * held.devices)  # a count never exceeds the elements times the devices
+        tables = [_group_table(held, wanted, *groups[i][:2], dtype) for i in members]
         while len(tables) > 1:
             first = tables.pop(0)
             k = next(i for i, t in enumerate(tables) if set(t.axes) & set(first.axes))
