@@ -21,6 +21,15 @@ two or more axes is sometimes distributed with random per-mesh-axis time costs
 costs); numbers must still equal one device and the analysis' bytes the simulator's. Without
 these options a seed gives the cases it gave before them.
 
+With --blocks, programs also lay values out in block layouts ``B[...]`` (parameters, hints,
+redistributes; shard sizes from 1 to one past the dim, run-time dims whole; tensors up to
+160 x 160), run elementwise ops and reductions on the chunks and convert to other block shapes
+and to R / S / P. With --cross, every program has two meshes (the same devices in another grid,
+ranges that overlap, or the next stage: ``(num_workers, 2)`` and ``(2, num_workers, 3)``) and
+moves values between them, run-time dims included. With --time-limit S, a case still running
+after S seconds of CPU time (the load of a shared machine does not count) is stopped and counted
+SLOW.
+
 The distribute pipeline runs ONCE with num_workers symbolic; then, for a few device counts,
 the module is specialized, simulated (``distir.runtime.run_spmd``) and compared with the
 single-device interpreter (``distir.runtime.run``) on the same random inputs. The bytes the
@@ -34,6 +43,8 @@ Every case gets one class (the worst over its device counts):
                    that disagree): the worst outcome
   CRASH            an exception that is not a distir.errors.DistirError (or a timeout, or
                    the Disco process died): a bug
+  SLOW             with --time-limit: the case used more CPU time than the limit (a few hundred
+                   bytes of program should never keep a CPU busy); named after the stage it was in
   COST-MISMATCH    numbers fine, but the simulator's bytes differ from the cost model's
   SUSPECT-REFUSAL  a DistirError: distir computes every layout at every device count, so a
                    refusal may be a bug (listed, not fatal)
@@ -45,14 +56,15 @@ Every case gets one class (the worst over its device counts):
 Failures (all but OK, CLEAN-REFUSAL and INVALID) are shrunk to a small reproducer (fewer
 bindings and outputs, smaller shapes and device counts, fewer mesh axes, simpler layouts)
 and written to --out as IR text, with a header giving the class, the message and the
-command lines that reproduce it. The exit status is 1 when a WRONG-NUMBER or a CRASH was
-found, else 0.
+command lines that reproduce it. The exit status is 1 when a WRONG-NUMBER, a CRASH or a SLOW
+case was found, else 0.
 
 examples:
   python scripts/fuzz.py --cases 500 --seed 1            500 cases, then a summary
   python scripts/fuzz.py --minutes 10 --jobs 2           ten minutes on two processes
   python scripts/fuzz.py --cases 50 --tvm                also build with TVM, run on Disco
   python scripts/fuzz.py --minutes 10 --strided --axis-costs   strided shards, plans by time
+  python scripts/fuzz.py --minutes 10 --blocks --cross --time-limit 10   block layouts, two meshes, SLOW cases
   python scripts/fuzz.py --seed 1 --only 37              re-run case 37 of seed 1, verbosely
   python scripts/fuzz.py --replay fuzz-out/wrong-1.ir    re-run a written reproducer
   python scripts/fuzz.py --seed 1 --only 37 --print      print the program of a case
@@ -356,6 +368,14 @@ PARTIALS = ["P", "P[max]", "P[min]", "P[avg]"]
 MORE_STATIC_MESHES = [(6,), (7,), (3,), (5,), (2, 3), (3, 3), (1, 6), (6, 1)]
 LATENCIES = ["0.1us", "1us", "5us", "20us", "100us", "1ms"]
 BANDWIDTHS = ["1GB/s", "10GB/s", "25GB/s", "100GB/s", "300GB/s", "2TB/s"]
+# with --blocks: block layouts B[...] (docs/blocks.md) on tensors up to the sizes whose pricing once
+# took seconds (issue 22: (80, 80) and (160, 160) "B[1, 1]" -> "B[2, 3]")
+BLOCK_DIMS = [1, 2, 3, 5, 7, 8, 12, 16, 33, 64, 100, 160]
+BLOCK_DIM_WEIGHTS = [2, 4, 4, 3, 3, 4, 3, 3, 2, 2, 1, 1]
+# with --cross: pairs of meshes a value moves between (pipeline stages, or the same devices in
+# another grid), e.g. issue 22's (num_workers, 2) -> (2, num_workers, 3) over shared devices
+CROSS_MESHES = [((NW, 2), (2, NW, 3)), ((NW,), (NW,)), ((2, NW), (NW, 2)), ((3, NW), (NW,)), ((NW, 2), (2, 2)),
+                ((NW,), (2, NW)), ((2, NW, 2), (NW, 4)), ((2, 3), (3, 2)), ((4,), (2, 2, 1)), ((NW, 3), (3, NW))]
 
 
 def _strided_dims(shape) -> list[tuple[int, int]]:
@@ -399,6 +419,8 @@ class GenConfig:
     lists: str = "any"  # explicit device lists: any (out of order, gaps), ordered (ascending), none
     strided: bool = False  # strided shards S[d/k] (parameters, hints, redistributes, fused-QKV chains)
     costs: bool = False  # sometimes plan by time with random per-mesh-axis costs (meshes of 2 or more axes)
+    blocks: bool = False  # block layouts B[...]: parameters, hints, redistributes, ops that keep the chunks
+    cross: bool = False  # two meshes in every program (often sharing devices), values moved between them
 
     def flags(self) -> str:
         """The command-line options that give this configuration (the defaults omitted)."""
@@ -413,6 +435,7 @@ class GenConfig:
             out.append("--even-only")
         if self.lists != d.lists:
             out.append(f"--device-lists {self.lists}")
+        out += [flag for name, flag in (("blocks", "--blocks"), ("cross", "--cross")) if getattr(self, name)]
         if self.strided:
             out.append("--strided")
         if self.costs:
@@ -887,6 +910,87 @@ class Generator:
             z = self.emit("R.reshape", [Ref(z.name), ShapeLit(y.shape)], shape=y.shape, dtype=a.dtype, mesh=a.mesh)
         return z
 
+    # -- block layouts and moves between meshes (--blocks, --cross)
+
+    def cross_meshes(self) -> tuple:
+        """Two meshes a value moves between: the same devices in another grid, overlapping ranges, or
+        the next pipeline stage; a static pair may list its devices."""
+        r = self.rng
+        a, b = r.choice(CROSS_MESHES)
+        if r.random() < 0.5:
+            a, b = b, a
+        m0 = Mesh(a, Lin(r.choice([0, 0, 1])))
+        how = r.random()
+        if how < 0.45:
+            m1 = Mesh(b, m0.start)  # shares devices from the first
+        elif how < 0.7:
+            m1 = Mesh(b, m0.start + Lin(r.choice([1, 2]), 0))  # shares all but a few
+        else:
+            m1 = Mesh(b, m0.start + m0.size())  # the next stage
+        if NW not in a + b and self.cfg.lists != "none" and r.random() < 0.3:
+            m1 = Mesh(b, ids=self._mesh_list(m1.static_product(), m1.start.a))
+        return (m0, m1)
+
+    def block_placement(self, shape) -> Pl:
+        """``B[...]``: per dim a shard size from 1 to one past the dim; a run-time dim whole or in small chunks."""
+        r = self.rng
+        sizes = []
+        for d in shape:
+            if isinstance(d, int):
+                sizes.append(str(r.choice(sorted({1, 2, 3, max(1, d // 2), d, d + 1}))))
+            else:
+                sizes.append(d[1] if d[0] == 1 and r.random() < 0.4 else str(r.choice([1, 2, 3, 4])))
+        return Pl((f"B[{', '.join(sizes)}]",))
+
+    def block_shape(self) -> tuple:
+        r = self.rng
+        rank = r.choices([1, 2, 3], [2, 5, 2])[0]
+        return tuple((1, r.choice(self.dyn_names)) if self.dyn_names and r.random() < 0.3
+                     else r.choices(BLOCK_DIMS, BLOCK_DIM_WEIGHTS)[0] for _ in range(rank))
+
+    def op_block(self, a: Val):
+        """A block layout on a value (a new parameter laid out so, or a redistribute or hint to one),
+        then maybe ops that keep the chunks (elementwise, reductions) and a conversion to another
+        block shape or to R / S / P on the same mesh (a block layout does not move between meshes)."""
+        r = self.rng
+        if r.random() < 0.35 or not a.shape:
+            shape = self.block_shape()
+            v = self.new_param(shape, a.dtype, a.mesh, placement=self.block_placement(shape))
+        else:
+            names = self.dtensor_names()
+            for x in self.vals:
+                x.dtensor = x.dtensor or x.name in names
+            v = self._lay_out(a, self.block_placement(a.shape))
+        for _ in range(r.choice([0, 1, 1, 2])):
+            x = r.random()
+            if x < 0.4:
+                v = self.op_unary(v)
+            elif x < 0.7:
+                v = self.emit(r.choice(BINARY), [Ref(v.name), Ref(v.name)], shape=v.shape, dtype=v.dtype, mesh=v.mesh)
+            else:
+                v = self.op_reduce(v) or v
+        if v.shape and r.random() < 0.6:
+            names = self.dtensor_names()
+            v.dtensor = v.dtensor or v.name in names
+            pl = self.block_placement(v.shape) if r.random() < 0.4 else self.placement(v.mesh, v.shape, True, v.dtype)
+            v = self._lay_out(v, pl)
+        return v
+
+    def _lay_out(self, a: Val, pl: Pl) -> Val:
+        """``a`` redistributed to ``pl`` on its mesh (a hint when ``a`` is not known to be a DTensor)."""
+        self.layouts.append((a.shape, a.mesh, pl))
+        op = "R.dist.redistribute" if a.dtensor else "R.dist.annotate_sharding"
+        return self.emit(op, [Ref(a.name)], [("device_mesh", MeshRef(a.mesh)), ("placement", pl)], shape=a.shape,
+                         dtype=a.dtype, mesh=a.mesh, dtensor=a.dtensor)
+
+    def _more_ops(self, ops: dict) -> dict:
+        """The op weights with --blocks (block layouts) and --cross (more moves between the meshes)."""
+        if self.cfg.blocks:
+            ops = dict(ops, block=14)
+        if self.cfg.cross:
+            ops = dict(ops, cross=24)
+        return ops
+
     OPS: ClassVar[dict] = {
         "redistribute": 16, "cross": 8, "hint": 10, "unary": 8, "binary": 12, "matmul": 9, "reduce": 8,
         "reshape": 6, "permute": 5, "softmax": 4, "rms_norm": 2, "concat": 4, "split": 4, "expand": 2, "slice": 3,
@@ -897,11 +1001,11 @@ class Generator:
         r = self.rng
         self.counter = 0
         self.params, self.binds, self.vals, self.produced, self.layouts = [], [], [], [], []
-        self.prog_meshes = list(self.meshes())
+        self.prog_meshes = list(self.cross_meshes() if self.cfg.cross else self.meshes())
         nmesh = len(self.prog_meshes)
         self.dyn_names = []
         dims = []
-        if r.random() < 0.4:
+        if r.random() < (0.8 if self.cfg.blocks or self.cfg.cross else 0.4):
             self.dyn_names.append("s")
             if r.random() < 0.2:
                 self.dyn_names.append("t")
@@ -911,6 +1015,7 @@ class Generator:
         for i in range(r.choice([1, 1, 2, 2, 3])):
             self.new_param(self.shape(), dtype, r.randrange(nmesh), plain_ok=(i > 0))
         ops = dict(self.OPS, qkv=8) if self.cfg.strided else self.OPS
+        ops = self._more_ops(ops)
         kinds = list(ops)
         weights = [ops[k] if (k != "cross" or nmesh > 1) else 0 for k in kinds]
         n_ops = r.randint(1, self.max_ops)
@@ -926,7 +1031,7 @@ class Generator:
                 "softmax": self.op_softmax, "rms_norm": self.op_rms_norm, "concat": self.op_concat,
                 "split": self.op_split, "expand": self.op_expand_squeeze, "slice": self.op_slice,
                 "astype": self.op_astype, "layer_norm": self.op_layer_norm, "constant": self.op_constant,
-                "qkv": self.op_qkv,
+                "qkv": self.op_qkv, "block": self.op_block,
             }[kind]
             fn(a)
         if not self.produced:
@@ -992,10 +1097,10 @@ def generate_case(seed: int, index: int, cfg: GenConfig | None = None) -> Case:
 
 # ----------------------------------------------------------------------------- running a case
 
-CLASSES = ["WRONG-NUMBER", "CRASH", "COST-MISMATCH", "SUSPECT-REFUSAL", "CLEAN-REFUSAL", "OK", "INVALID"]
+CLASSES = ["WRONG-NUMBER", "CRASH", "SLOW", "COST-MISMATCH", "SUSPECT-REFUSAL", "CLEAN-REFUSAL", "OK", "INVALID"]
 SEVERITY = {c: i for i, c in enumerate(CLASSES)}
-FATAL = ("WRONG-NUMBER", "CRASH")
-FAILURES = ("WRONG-NUMBER", "CRASH", "COST-MISMATCH", "SUSPECT-REFUSAL")
+FATAL = ("WRONG-NUMBER", "CRASH", "SLOW")
+FAILURES = ("WRONG-NUMBER", "CRASH", "SLOW", "COST-MISMATCH", "SUSPECT-REFUSAL")
 
 
 @dataclass
@@ -1034,6 +1139,8 @@ class CaseResult:
 # docs/strided.md's: a strided layout does not move between meshes.)
 KNOWN_LIMITATIONS: list[str] = [
     r"a strided layout \(.*\) moves between meshes only after it is redistributed to a plain one",
+    # docs/blocks.md: a block layout is exchanged to R / S before it moves to another mesh
+    r"between two meshes: the block layout .* is not handled here",
 ]
 
 
@@ -1042,7 +1149,36 @@ class CaseTimeout(BaseException):
 
 
 def _on_alarm(signum, frame):
-    raise CaseTimeout()
+    raise CaseTimeout(*_stopped_in(frame))
+
+
+# distir's plumbing: a slow case is named after the first frame below these
+_PLUMBING = ("transform/pass_infra.py", "transform/rewrite.py", "transform/__init__.py", "errors.py")
+
+
+def _stopped_in(frame) -> tuple[str, str]:
+    """Where the alarm stopped a case: the outermost frame of distir past its plumbing (the stage:
+    a pass, specialize, the simulator) and the innermost one (file:function)."""
+    names = []
+    while frame is not None:
+        path = frame.f_code.co_filename.replace("\\", "/")
+        if "/distir/" in path:
+            names.append((path.split("/distir/")[-1], frame.f_code.co_name))
+        frame = frame.f_back
+    if not names:
+        return "outside distir", "outside distir"
+    stage = next((f for f, _ in reversed(names) if f not in _PLUMBING), names[-1][0])
+    return stage, f"{names[0][0]}:{names[0][1]}"
+
+
+def _stopped_outcome(stop: CaseTimeout, opts: Options) -> Outcome:
+    """A case stopped at the time limit: SLOW (a failure class of its own) with --time-limit, else
+    the old CRASH at "timeout"."""
+    if not opts.slow:
+        return Outcome("CRASH", "timeout", None, f"the case took more than {opts.timeout:g} s", key="CRASH|timeout")
+    stage, inner = stop.args if len(stop.args) == 2 else ("outside distir", "outside distir")
+    return Outcome("SLOW", stage, None, f"the case took more than {opts.timeout:g} s of CPU time: stopped in {inner}",
+                   key=f"SLOW|{stage}")
 
 
 def _words(message: str, n: int = 14) -> str:
@@ -1116,6 +1252,8 @@ def layouts_divide(layouts, w: int, dims: dict) -> str | None:
     env = dict(dims)
     env[NW] = w
     for what, shape, mesh, placement in layouts:
+        if placement.is_block:
+            continue  # chunks at the edges are partial by design (docs/blocks.md)
         try:
             sizes = [sym.evaluate(d, env) for d in mesh.shape]
         except Exception:  # noqa: BLE001
@@ -1142,6 +1280,7 @@ class Options:
     atol: float = 1e-4
     timeout: float = 30.0
     check_cost: bool = True
+    slow: bool = False  # a case stopped at the time limit is SLOW, not a CRASH (--time-limit)
 
 
 def execute(case: Case, opts: Options | None = None, verbose: bool = False) -> CaseResult:
@@ -1151,18 +1290,19 @@ def execute(case: Case, opts: Options | None = None, verbose: bool = False) -> C
     t0 = time.perf_counter()
     res = CaseResult(case)
     use_alarm = opts.timeout and hasattr(signal, "SIGALRM") and _main_thread()
+    # --time-limit counts the process's CPU time (a shared machine's load does not make a case SLOW)
+    timer, sig = (signal.ITIMER_PROF, signal.SIGPROF) if opts.slow else (signal.ITIMER_REAL, signal.SIGALRM)
     if use_alarm:
-        old = signal.signal(signal.SIGALRM, _on_alarm)
-        signal.setitimer(signal.ITIMER_REAL, opts.timeout)
+        old = signal.signal(sig, _on_alarm)
+        signal.setitimer(timer, opts.timeout)
     try:
         _execute(case, opts, res, verbose)
-    except CaseTimeout:
-        res.outcomes.append(Outcome("CRASH", "timeout", None, f"the case took more than {opts.timeout:g} s",
-                                    key="CRASH|timeout"))
+    except CaseTimeout as stop:
+        res.outcomes.append(_stopped_outcome(stop, opts))
     finally:
         if use_alarm:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, old)
+            signal.setitimer(timer, 0)
+            signal.signal(sig, old)
     res.seconds = time.perf_counter() - t0
     return res
 
@@ -1967,6 +2107,17 @@ def main(argv=None) -> int:
                         "reshapes that split and merge the strided dim), meshes of 6 and 7 devices")
     g.add_argument("--axis-costs", action="store_true",
                    help="sometimes plan by time: random per-mesh-axis costs when every mesh has two or more axes")
+    g = ap.add_argument_group("block layouts, two meshes, time (issue 22)")
+    g.add_argument("--blocks", action="store_true",
+                   help="also block layouts B[...]: parameters, hints and redistributes to and from them (tensors up to "
+                        "160 x 160, run-time dims), elementwise ops and reductions on the chunks")
+    g.add_argument("--cross", action="store_true",
+                   help="two meshes in every program (the same devices in another grid, overlapping ranges, or the next "
+                        "stage; e.g. (num_workers, 2) and (2, num_workers, 3)) and more values moved between them")
+    g.add_argument("--time-limit", type=float, metavar="SECONDS",
+                   help="a case still running after this much CPU time is stopped and counted SLOW, a failure class of "
+                        "its own (named after the stage it was in); replaces --timeout")
+    g = ap.add_argument_group("backends and checks")
     g.add_argument("--tvm", action="store_true", help="also export to TVM, build and run on Disco (slow: ~1-2 s per case)")
     g.add_argument("--tvm-per-count", action="store_true",
                    help="with --tvm: BindSymbolicVars + tvm.compile per count instead of one symbolic build")
@@ -1994,6 +2145,7 @@ def main(argv=None) -> int:
     opts = Options(rtol=args.rtol, atol=args.atol, timeout=args.timeout, check_cost=not args.no_cost)
     cfg = GenConfig(tuple(workers), args.counts_per_case, args.max_ops, args.max_devices, args.even_only, args.device_lists,
                     args.strided, args.axis_costs)
+    cfg, opts = _issue22_options(args, cfg, opts)
     warnings.simplefilter("ignore")
 
     if args.replay:
@@ -2022,6 +2174,14 @@ def main(argv=None) -> int:
         return 1 if worst in FATAL else 0
 
     return fuzz(args, cfg, opts)
+
+
+def _issue22_options(args, cfg: GenConfig, opts: Options) -> tuple[GenConfig, Options]:
+    """--blocks and --cross (what the generator writes) and --time-limit (SLOW cases)."""
+    cfg = replace(cfg, blocks=args.blocks, cross=args.cross)
+    if args.time_limit:
+        opts = replace(opts, timeout=args.time_limit, slow=True)
+    return cfg, opts
 
 
 def fuzz(args, cfg: GenConfig, opts) -> int:
@@ -2219,9 +2379,9 @@ def _summary(args, stats: Stats, found: list, elapsed: float, shrink_seconds: fl
                "invalid": dict(stats.invalid.most_common(50)), "failures": found}
     with open(os.path.join(args.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1, default=str)
-    fatal = stats.cases["WRONG-NUMBER"] + stats.cases["CRASH"]
+    fatal = sum(stats.cases[c] for c in FATAL)
     print(f"summary written to {os.path.join(args.out, 'summary.json')}; "
-          + ("WRONG-NUMBER or CRASH found: exit 1" if fatal else "no WRONG-NUMBER or CRASH"))
+          + (f"{' or '.join(FATAL)} found: exit 1" if fatal else f"no {' or '.join(FATAL)}"))
     return 1 if fatal else 0
 
 

@@ -17,24 +17,35 @@ chunk is dealt to; an exchange with a block layout on either side keeps the shap
 
 Everything here is at concrete sizes. Two entry points share the block arithmetic:
 
-- :func:`received` counts the elements each device receives (the planner's cost and the
-  analysis' bytes), with interval arithmetic for dims the reshape leaves alone and the flat
-  indices of each reshape group otherwise;
+- :func:`received_total` counts the elements all devices receive together (the planner's cost
+  and the analysis' bytes) without a loop over devices or pairs of blocks: linear in the blocks
+  along each dim (docs/redistribute.md, "How a layout change is priced");
 - :func:`gather_plan` gives each device, element by element, where its target block comes
   from (the simulator's and the CPU collective library's data movement).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
 
 from . import sym
-from .layout import block_of, block_storage_shape, chunk_box, chunk_homes, device_chunks, level_extents, mesh_coords
+from .layout import (
+    block_of,
+    block_starts,
+    block_storage_shape,
+    chunk_box,
+    chunk_homes,
+    device_chunks,
+    level_coords,
+    level_extents,
+    mesh_coords,
+)
 from .placement import Placement, PlacementError, Shard
 
-__all__ = ["check_exchange", "crossed_axes", "gather_plan", "received", "reshape_groups"]
+__all__ = ["check_exchange", "crossed_axes", "gather_plan", "received_total", "reshape_groups"]
 
 
 def reshape_groups(src: tuple, dst: tuple):
@@ -138,104 +149,285 @@ def _ints(shape: Sequence, what: str) -> tuple[int, ...]:
 _check = check_exchange
 
 
-class _Side:
-    """One side of an exchange (shape, placement) at concrete mesh sizes: each position's block."""
-
-    def __init__(self, shape: tuple[int, ...], placement: Placement, sizes: tuple[int, ...]):
-        self.shape, self.placement, self.sizes = shape, placement, sizes
-
-    def interval(self, d: int, coords) -> tuple[int, int]:
-        start, valid, _ = block_of(self.shape[d], self.placement, d, coords, self.sizes)
-        return start, start + valid
-
-    def group_flat(self, dims: tuple[int, ...], coords) -> np.ndarray:
-        """Sorted flat indices (C order over ``dims``) of the block's real elements in those dims."""
-        ranges = [np.arange(*self.interval(d, coords), dtype=np.int64) for d in dims]
-        if any(r.size == 0 for r in ranges):
-            return np.zeros(0, dtype=np.int64)
-        flat = np.zeros(1, dtype=np.int64)
-        for d, r in zip(dims, ranges):
-            flat = (flat[:, None] * self.shape[d] + r[None, :]).reshape(-1)
-        return flat
-
-    def unit_dims_hold(self, coords, dims) -> bool:
-        """Whether the block holds the one element of each size-1 dim in ``dims``."""
-        return all(self.interval(d, coords)[1] > self.interval(d, coords)[0] for d in dims)
-
-
-def _boxes(shape: tuple[int, ...], p: Placement, sizes: tuple[int, ...], pos: int) -> list[tuple[tuple[int, int], ...]]:
-    """The boxes ([start, stop) per dim) of real elements mesh position ``pos`` holds: one block,
-    or one per chunk of a block layout (empty boxes left out)."""
-    if p.is_block:
-        block = _ints(p.block, "shard")
-        boxes = [chunk_box(shape, block, j) for _, j in device_chunks(shape, block, _devices(sizes), pos)]
-    else:
-        c = mesh_coords(pos, sizes)
-        boxes = [tuple(_Side(shape, p, sizes).interval(d, c) for d in range(len(shape)))]
-    return [bx for bx in boxes if all(hi > lo for lo, hi in bx)]
+def _interval(shape: tuple[int, ...], p: Placement, sizes: tuple[int, ...], d: int, coords) -> tuple[int, int]:
+    """[start, stop) of the real elements of dim ``d`` in the block held at mesh ``coords``."""
+    start, valid, _ = block_of(shape[d], p, d, coords, sizes)
+    return start, start + valid
 
 
 def _devices(sizes) -> int:
-    return int(np.prod(sizes, dtype=object))
+    return _product(sizes)
 
 
-def _overlap(x, y) -> int:
-    out = 1
-    for (a0, a1), (b0, b1) in zip(x, y):
-        out *= max(0, min(a1, b1) - max(a0, b0))
-    return out
-
-
-def _received_boxes(shape: tuple[int, ...], src: Placement, dst: Placement, sizes: tuple[int, ...]) -> list[int]:
-    """Elements each position receives when a side is a block layout (same shape): the real
-    elements of its target boxes minus their overlap with its own source boxes (the boxes of
-    one side are disjoint, and a device that holds an element takes it from itself)."""
-    out = []
-    for pos in range(_devices(sizes)):
-        want, own = _boxes(shape, dst, sizes, pos), _boxes(shape, src, sizes, pos)
-        total = sum(_overlap(bx, bx) for bx in want)
-        out.append(total - sum(_overlap(w, h) for w in want for h in own))
-    return out
-
-
-def received(
+def received_total(
     src_shape: Sequence,
     src: Placement,
     dst_shape: Sequence,
     dst: Placement,
     sizes: Sequence[int],
-) -> list[int]:
-    """Elements each mesh position receives (row-major positions): its target block's real
-    elements minus those it already holds. Raises SymbolicError for symbolic sizes."""
+) -> int:
+    """Elements all mesh positions together receive: for each position, its target block's real
+    elements minus those it already holds. Raises SymbolicError for symbolic sizes.
+
+    Never a loop over devices or over pairs of blocks: the elements every target block holds are
+    a closed form, and those already in place are counted by :func:`_kept_joined` (no block
+    layout: per reshape group of dims, linear in the blocks along it) or :func:`_kept_residues` (a
+    block layout on a side: per dim, linear in the chunks along it)."""
     a, b = _ints(src_shape, "source"), _ints(dst_shape, "target")
     sizes = tuple(int(s) for s in sizes)
     _check(src, dst, a, b)
+    total = _product(a)
+    if total == 0:
+        return 0
+    copies = 1 if dst.is_block else _product(n for n, spec in zip(sizes, dst.specs) if not isinstance(spec, Shard))
     if src.is_block or dst.is_block:
-        return _received_boxes(a, src, dst, sizes)
-    S, T = _Side(a, src, sizes), _Side(b, dst, sizes)
-    groups = reshape_groups(a, b)
-    ones_a = [d for d, n in enumerate(a) if n == 1]
-    ones_b = [d for d, n in enumerate(b) if n == 1]
-    out = []
-    for pos in range(int(np.prod(sizes, dtype=object))):
-        c = mesh_coords(pos, sizes)
-        if not T.unit_dims_hold(c, ones_b):
-            out.append(0)
-            continue
-        want, own = 1, int(S.unit_dims_hold(c, ones_a))
-        for si, ti in groups:
-            if len(si) == 1 and len(ti) == 1:
-                wlo, whi = T.interval(ti[0], c)
-                hlo, hhi = S.interval(si[0], c)
-                want *= whi - wlo
-                own *= max(0, min(whi, hhi) - max(wlo, hlo))
-            else:
-                w = T.group_flat(ti, c)
-                want *= w.size
-                if own:
-                    own *= int(np.intersect1d(w, S.group_flat(si, c), assume_unique=True).size)
-        out.append(want - own)
+        kept = _kept_residues(a, src, dst, sizes)
+    else:
+        kept = _kept_joined(a, src, b, dst, sizes)
+    return total * copies - kept
+
+
+def _product(values) -> int:
+    out = 1
+    for v in values:
+        out *= int(v)
     return out
+
+
+def _sum_by(keys: np.ndarray, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct ``keys`` (sorted) and the sum of ``weights`` of each, exactly (int64 or Python ints)."""
+    if len(keys) == 0:
+        return keys, weights
+    order = np.argsort(keys, kind="stable")
+    keys, weights = keys[order], weights[order]
+    first = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
+    return keys[first], np.add.reduceat(weights, first)
+
+
+def _merged(*sorted_parts: np.ndarray) -> np.ndarray:
+    """The distinct values of arrays that are each sorted (a stable sort merges sorted runs in linear time)."""
+    out = np.sort(np.concatenate(sorted_parts), kind="stable")
+    return out[np.concatenate(([True], out[1:] != out[:-1]))] if len(out) else out
+
+
+def _counts_dtype(bound: int):
+    """int64 while every count stays below ``bound`` < 2^62, else Python ints (exact at any size)."""
+    return np.int64 if bound < (1 << 62) else object
+
+
+# ---------------------------------------------------------------- a block layout on a side
+
+
+class _Layout:
+    """One side of an exchange at concrete sizes: a block layout's shard shape, or the mesh axes
+    cutting each dim of an R / S layout (looked up once: the counts below ask for them often)."""
+
+    def __init__(self, shape: tuple[int, ...], p: Placement, sizes: tuple[int, ...]):
+        self.shape, self.sizes, self.devices = shape, sizes, _devices(sizes)
+        self.block = _ints(p.block, "shard") if p.is_block else None
+        self.cuts: list[list[int]] = [[] for _ in shape]
+        if self.block is None:
+            for a, spec in enumerate(p.specs):
+                if isinstance(spec, Shard):
+                    self.cuts[spec.dim].append(a)
+        self.free = [] if self.block is not None else [a for a, spec in enumerate(p.specs) if not isinstance(spec, Shard)]
+
+    def counts(self, d: int) -> list[int]:
+        return [self.sizes[a] for a in self.cuts[d]]
+
+    def starts(self, d: int) -> np.ndarray:
+        """Indices along dim ``d`` where the holder may change."""
+        if self.block is not None:
+            return np.arange(0, self.shape[d], self.block[d], dtype=np.int64)
+        return block_starts(self.shape[d], self.counts(d))
+
+    def term(self, d: int, y: np.ndarray) -> np.ndarray:
+        """This side's share of the position holding elements at index ``y`` of dim ``d``, modulo the
+        device count ``D``: the position is the sum of the shares of all dims, modulo ``D``. A block
+        layout deals chunk ``j = sum_d (y_d // b_d) * G_d`` to ``j % D`` (``G_d`` the chunks of a step
+        along ``d``); an R / S layout holds an element at the coordinates of its blocks on the axes
+        that cut (``sum coord_a * stride_a``), and at every value of the other axes."""
+        if self.block is not None:
+            step = _product(-(-n // c) for n, c in zip(self.shape[d + 1 :], self.block[d + 1 :])) % self.devices
+            return (y // self.block[d]) % self.devices * step % self.devices
+        term = np.zeros(len(y), dtype=np.int64)
+        for a, c in zip(self.cuts[d], level_coords(y, self.shape[d], self.counts(d))):
+            term += c * _product(self.sizes[a + 1 :])
+        return term
+
+    def coords(self, dims: tuple[int, ...], flat: np.ndarray) -> dict[int, np.ndarray]:
+        """The coordinate on every mesh axis cutting one of ``dims`` of the block holding each of
+        ``flat`` (indices in C order over ``dims``; R / S)."""
+        out, stride = {}, _product(self.shape[d] for d in dims)
+        for d in dims:
+            stride //= self.shape[d]
+            if self.cuts[d]:
+                y = (flat // stride) % self.shape[d]
+                out.update(zip(self.cuts[d], level_coords(y, self.shape[d], self.counts(d))))
+        return out
+
+    def group_starts(self, dims: tuple[int, ...], span: int) -> np.ndarray:
+        """Flat indices (C order over ``dims``) below ``span`` where the holder may change (R / S)."""
+        parts, stride = [np.zeros(1, dtype=np.int64)], _product(self.shape[d] for d in dims)
+        for d in dims:
+            stride //= self.shape[d]
+            if self.cuts[d]:
+                inner = block_starts(self.shape[d], self.counts(d)) * stride
+                outer = np.arange(0, span, stride * self.shape[d], dtype=np.int64)
+                parts.append((outer[:, None] + inner[None, :]).reshape(-1))
+        return np.concatenate(parts)
+
+    def period(self, dims: tuple[int, ...]) -> int:
+        """The holder repeats along the flat indices of ``dims`` with this period (R / S)."""
+        cut = [i for i, d in enumerate(dims) if self.cuts[d]]
+        return _product(self.shape[d] for d in dims[cut[0] :]) if cut else 1
+
+
+def _kept_residues(shape: tuple[int, ...], src: Placement, dst: Placement, sizes: tuple[int, ...]) -> int:
+    """Elements whose target holder already holds them, with a block layout on a side (same shape).
+
+    Such an element has one target holder (or one source holder), so it counts once or not at all.
+    Each side puts an element at a position that is a sum over dims of a share of its index in that
+    dim (:meth:`_Layout.term`), modulo ``D``; an R / S side also at that position plus any value
+    of the axes that do not cut (a set ``Z`` of offsets). The element is kept when the difference
+    of the block side's position and the other side's is in ``Z`` (``{0}`` for two block layouts).
+    Per dim, a histogram of the difference of the shares (the dim cut where either side's holder
+    changes: linear in the chunks along it); the histograms are convolved modulo ``D`` and read
+    on ``Z``."""
+    devices = _devices(sizes)
+    block, other = (src, dst) if src.is_block else (dst, src)
+    block, other = _Layout(shape, block, sizes), _Layout(shape, other, sizes)
+    hists = []
+    for d, n in enumerate(shape):
+        starts = _merged(block.starts(d), other.starts(d))
+        residue = (block.term(d, starts) - other.term(d, starts)) % devices
+        hists.append(_sum_by(residue, np.diff(starts, append=n)))
+    free = other.free
+    if len(free) == len(sizes):
+        return _product(shape)  # the other side holds everything everywhere
+    hists.sort(key=lambda h: len(h[0]))
+    acc_keys, acc_w = np.zeros(1, dtype=np.int64), np.ones(1, dtype=np.int64)
+    for keys, w in hists[:-1]:
+        acc_keys, acc_w = _sum_by(((acc_keys[:, None] + keys[None, :]) % devices).reshape(-1),
+                                  (acc_w[:, None] * w[None, :]).reshape(-1))
+    last = np.zeros(devices, dtype=np.int64)
+    last[hists[-1][0]] = hists[-1][1]
+    # reach[r] = elements of the last dim whose residue r2 puts r + r2 in Z: Z's offsets summed in,
+    # one free axis at a time (a cyclic window of its size, at its stride)
+    reach = last[(-np.arange(devices)) % devices]
+    for a in free:
+        stride, size = _product(sizes[a + 1 :]), sizes[a]
+        rows = reach.reshape(devices // stride, stride)
+        wrapped = np.concatenate([rows[len(rows) - (size - 1) :], rows]) if size > 1 else rows
+        cum = np.concatenate([np.zeros((1, stride), dtype=np.int64), np.cumsum(wrapped, axis=0)])
+        reach = (cum[size:] - cum[:-size]).reshape(-1)
+    return int(np.sum(acc_w * reach[acc_keys]))
+
+
+# ---------------------------------------------------------------- R / S on both sides
+
+
+class _Table:
+    """Counts over the coordinates of some mesh axes: ``coords[i]`` (one column per axis of
+    ``axes``) has count ``weights[i]``; absent coordinates count 0."""
+
+    def __init__(self, axes: tuple[int, ...], coords: np.ndarray, weights: np.ndarray):
+        self.axes, self.coords, self.weights = axes, coords, weights
+
+    def keys(self, axes: Sequence[int], sizes: tuple[int, ...]) -> np.ndarray:
+        key = np.zeros(len(self.weights), dtype=np.int64)
+        for a in axes:
+            key = key * sizes[a] + self.coords[:, self.axes.index(a)]
+        return key
+
+    def summed_to(self, axes: tuple[int, ...], sizes: tuple[int, ...]) -> _Table:
+        """Summed over every axis not in ``axes``."""
+        keys, weights = _sum_by(self.keys(axes, sizes), self.weights)
+        coords = np.zeros((len(keys), len(axes)), dtype=np.int64)
+        rest = keys
+        for i in reversed(range(len(axes))):
+            coords[:, i] = rest % sizes[axes[i]]
+            rest = rest // sizes[axes[i]]
+        return _Table(axes, coords, weights)
+
+    def join(self, other: _Table, sizes: tuple[int, ...]) -> _Table:
+        """The product of two tables on the rows that agree on their common axes."""
+        common = [a for a in self.axes if a in other.axes]
+        mine, theirs = self.keys(common, sizes), other.keys(common, sizes)
+        order = np.argsort(theirs, kind="stable")
+        theirs = theirs[order]
+        lo, hi = np.searchsorted(theirs, mine, "left"), np.searchsorted(theirs, mine, "right")
+        counts = hi - lo
+        left = np.repeat(np.arange(len(mine)), counts)
+        right = order[np.repeat(lo, counts) + np.arange(len(left)) - np.repeat(np.cumsum(counts) - counts, counts)]
+        extra = [a for a in other.axes if a not in self.axes]
+        coords = np.concatenate([self.coords[left], other.coords[right][:, [other.axes.index(a) for a in extra]]], axis=1)
+        return _Table(self.axes + tuple(extra), coords, self.weights[left] * other.weights[right])
+
+
+def _group_table(src: _Layout, dst: _Layout, si: tuple[int, ...], ti: tuple[int, ...], dtype) -> _Table:
+    """For a reshape group (source dims ``si`` and target dims ``ti`` holding the same elements),
+    the elements held in both layouts at each coordinate of the axes that cut them: the group's
+    flat indices cut wherever either holder changes, over one common period of the two."""
+    span = _product(src.shape[d] for d in si)
+    period = math.lcm(src.period(si), dst.period(ti))
+    starts = _merged(src.group_starts(si, period), dst.group_starts(ti, period))
+    starts = starts[starts < period]
+    lengths = np.diff(starts, append=period) * (span // period)
+    held, wanted = src.coords(si, starts), dst.coords(ti, starts)
+    keep = np.ones(len(starts), dtype=bool)
+    for axis in set(held) & set(wanted):  # one device has one coordinate on an axis
+        keep &= held[axis] == wanted[axis]
+    coords = {**held, **wanted}
+    axes = tuple(sorted(coords))
+    table = np.stack([coords[x][keep] for x in axes], axis=1) if axes else np.zeros((int(keep.sum()), 0), dtype=np.int64)
+    return _Table(axes, table, lengths[keep].astype(dtype))
+
+
+def _kept_joined(a: tuple[int, ...], src: Placement, b: tuple[int, ...], dst: Placement, sizes: tuple[int, ...]) -> int:
+    """Elements of target blocks already held by the same position, R / S layouts on both sides.
+
+    A position holds an element in a layout when its coordinate on every axis cutting the element's
+    dims is that of the element's block. So the count factors: over the axes that cut neither
+    layout (each multiplies it by its size), and over groups of dims (a reshape group, or one dim)
+    linked by the axes cutting them, each a table of counts per coordinate of its axes, joined on
+    the axes they share. A group whose axes no other group has, and that no axis cuts on both
+    sides, adds all its elements (``n`` elements, each in one source block and one target block)."""
+    groups = [(si, ti, _product(a[d] for d in si)) for si, ti in reshape_groups(a, b)]
+    ones_a = tuple(d for d, n in enumerate(a) if n == 1)
+    ones_b = tuple(d for d, n in enumerate(b) if n == 1)
+    groups.append((ones_a, ones_b, 1))  # size-1 dims: held at coordinate 0 of the axes that cut them
+    held, wanted = _Layout(a, src, sizes), _Layout(b, dst, sizes)
+    cuts = [({x for d in si for x in held.cuts[d]}, {x for d in ti for x in wanted.cuts[d]}) for si, ti, _ in groups]
+    free = _product(n for x, n in enumerate(sizes) if x not in set().union(*(s | t for s, t in cuts)))
+    # components of groups that share an axis
+    component = list(range(len(groups)))
+
+    def root(i: int) -> int:
+        while component[i] != i:
+            i = component[i]
+        return i
+
+    for i in range(len(groups)):
+        for j in range(i):
+            if (cuts[i][0] | cuts[i][1]) & (cuts[j][0] | cuts[j][1]):
+                component[root(i)] = root(j)
+    kept = free
+    for r in sorted({root(i) for i in range(len(groups))}):
+        members = [i for i in range(len(groups)) if root(i) == r]
+        if len(members) == 1 and not cuts[r][0] & cuts[r][1]:
+            kept *= groups[r][2]
+            continue
+        dtype = _counts_dtype(_product(a) * held.devices)  # a count never exceeds the elements times the devices
+        tables = [_group_table(held, wanted, *groups[i][:2], dtype) for i in members]
+        while len(tables) > 1:
+            first = tables.pop(0)
+            k = next(i for i, t in enumerate(tables) if set(t.axes) & set(first.axes))
+            joined = first.join(tables.pop(k), sizes)
+            needed = set().union(*(t.axes for t in tables)) if tables else set()
+            tables.append(joined.summed_to(tuple(x for x in joined.axes if x in needed), sizes))
+        kept *= int(np.sum(tables[0].weights))
+    return kept
 
 
 def gather_plan(
@@ -273,8 +465,7 @@ def gather_plan(
             locs.append(l_)
         flat, dst_index = np.concatenate(flats), np.concatenate(locs)
     else:
-        T = _Side(b, dst, sizes)
-        bounds = [T.interval(e, c) for e in range(len(b))]
+        bounds = [_interval(b, dst, sizes, e, c) for e in range(len(b))]
         store = tuple(block_of(b[e], dst, e, c, sizes)[2] for e in range(len(b)))
         flat, dst_index = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
         for e, (lo, hi) in enumerate(bounds):

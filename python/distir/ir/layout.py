@@ -229,6 +229,42 @@ def block_of(extent: int, placement: Placement, dim: int, coords: Sequence[int],
     return start, valid, block
 
 
+def level_coords(index: np.ndarray, extent: int, counts: Sequence[int]) -> list[np.ndarray]:
+    """The coordinate on each nested cut (``counts``, major first) of the block holding each
+    ``index`` of a dim of ``extent`` elements (concrete, vectorized :func:`block_of`)."""
+    out, rest = [], np.asarray(index, dtype=np.int64)
+    for block in level_extents(extent, counts):
+        c = rest // block
+        out.append(c)
+        rest = rest - c * block
+    return out
+
+
+def block_starts(extent: int, counts: Sequence[int]) -> np.ndarray:
+    """Sorted starts of the non-empty blocks of a dim of ``extent`` elements cut over ``counts``
+    (major first): where a holder's coordinate changes along the dim. At most min(extent, prod counts)."""
+    starts, parent = np.zeros(1 if extent > 0 else 0, dtype=np.int64), extent
+    for block in level_extents(extent, counts):
+        starts = (starts[:, None] + np.arange(0, parent, block, dtype=np.int64)[None, :]).reshape(-1)
+        starts = starts[starts < extent]
+        parent = block
+    return starts
+
+
+def block_intervals(extent: int, placement: Placement, dim: int, coords: np.ndarray,
+                    sizes: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """[start, stop) of the real elements of dim ``dim`` in the blocks held at each row of ``coords``
+    (an array of mesh coordinates, one row per position): :func:`block_of` for many positions at once."""
+    start = np.zeros(len(coords), dtype=np.int64)
+    valid = np.full(len(coords), extent, dtype=np.int64)
+    block = extent
+    for a in placement.mesh_axes_of(dim):
+        block = -(-block // sizes[a])
+        start = start + coords[:, a] * block
+        valid = np.clip(valid - coords[:, a] * block, 0, block)
+    return start, start + valid
+
+
 def block_slices(
     shape: Sequence[int], placement: Placement, coords: Sequence[int], sizes: Sequence[int]
 ) -> tuple[tuple[slice, ...], tuple[slice, ...], tuple[int, ...]]:
@@ -275,6 +311,16 @@ def mesh_coords(position: int, mesh_shape: Sequence[int]) -> tuple[int, ...]:
         coords.append(position % size)
         position //= size
     return tuple(reversed(coords))
+
+
+def mesh_coords_array(positions: np.ndarray, mesh_shape: Sequence[int]) -> np.ndarray:
+    """Row-major coordinates of many mesh positions: one row per position (:func:`mesh_coords`)."""
+    positions = np.asarray(positions, dtype=np.int64)
+    out = np.zeros((len(positions), len(mesh_shape)), dtype=np.int64)
+    for a in reversed(range(len(mesh_shape))):
+        out[:, a] = positions % mesh_shape[a]
+        positions = positions // mesh_shape[a]
+    return out
 
 
 def ids_are_contiguous(mesh: DeviceMesh) -> bool:

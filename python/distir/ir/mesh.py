@@ -14,6 +14,12 @@ class MeshError(DistirError):
     """A device mesh is malformed."""
 
 
+#: the most devices a mesh of concrete sizes may have (2^20, past the largest machines built): a
+#: mesh is checked when it is built (parsed, by the builder, or by specialize binding its sizes), so
+#: nothing downstream ever lists or prices more devices than this
+MAX_DEVICES = 1 << 20
+
+
 @dataclass(frozen=True, eq=False)
 class Range:
     """Device ids ``start, start+1, ..., stop-1`` (``I.Range(0, "num_workers")``)."""
@@ -50,6 +56,11 @@ class DeviceMesh:
         if self.axis_names is not None and len(self.axis_names) != len(self.shape):
             raise MeshError(f"mesh has {len(self.shape)} axes but {len(self.axis_names)} axis names")
         total = self.size
+        if isinstance(total, int) and total > MAX_DEVICES:
+            raise MeshError(
+                f"mesh of shape {self.shape_str()} has {total} devices; distir handles meshes of at most "
+                f"{MAX_DEVICES} (2^20) devices"
+            )
         if isinstance(self.device_ids, Range):
             start = self.device_ids.start
             if isinstance(start, int) and start < 0:

@@ -74,8 +74,9 @@ class StepKind:
     point_to_point: Callable | None = None
     # a step that changes the whole layout at once (a block exchange), not one mesh axis:
     # ``reaches(state, target) -> placements`` it may go to from ``state`` when planning toward ``target``,
-    # and ``volume(src_shape, src, dst_shape, dst, mesh_sizes) -> elements received per mesh position``
-    # (concrete sizes; raises SymbolicError otherwise). The planner weighs it by those elements.
+    # and ``volume(src_shape, src, dst_shape, dst, mesh_sizes) -> elements all mesh positions receive``
+    # (concrete sizes; raises SymbolicError otherwise; never a loop over devices: the planner prices
+    # it on every edge). The planner weighs it by those elements.
     reaches: Callable | None = None
     volume: Callable | None = None
     global_op: Any = field(default=None, repr=False)  # R.dist.<name>, set by register_step

@@ -26,11 +26,14 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
+
+import numpy as np
 
 from . import sym
-from .layout import block_index, block_of, mesh_coords
+from .layout import block_index, block_intervals, block_of, mesh_coords, mesh_coords_array
 from .mesh import DeviceMesh, Range
-from .placement import Placement, PlacementError
+from .placement import Placement, PlacementError, Shard
 from .sym import Dim
 
 __all__ = [
@@ -38,9 +41,11 @@ __all__ = [
     "check_transfer",
     "devices_disjoint",
     "is_aligned",
+    "kept_shares",
     "route_bytes",
     "transfer_cost_formula",
     "transfer_routes",
+    "transfer_volume",
 ]
 
 Bounds = tuple[tuple[Fraction, Fraction], ...]
@@ -129,6 +134,13 @@ def _source_bounds(extent, placement: Placement, dim: int, index: int, count: in
     return start, start + valid
 
 
+def _product(values) -> int:
+    out = 1
+    for v in values:
+        out *= int(v)
+    return out
+
+
 def _intersect(a: Bounds, b: Bounds) -> Bounds | None:
     out = []
     for (alo, ahi), (blo, bhi) in zip(a, b):
@@ -192,6 +204,130 @@ def transfer_routes(
             loads[s] += route.volume
             routes.append(route)
     return routes
+
+
+def _device_array(devices: Sequence[int]) -> np.ndarray:
+    return np.arange(devices.start, devices.stop, dtype=np.int64) if isinstance(devices, range) else np.asarray(devices, dtype=np.int64)
+
+
+def _innermost_stride(sizes: Sequence[int], p: Placement) -> int:
+    """Positions in a run of this many, aligned, hold the same block (the stride of the innermost axis that cuts)."""
+    cut = [a for a, spec in enumerate(p.specs) if isinstance(spec, Shard)]
+    return _product(sizes[cut[-1] + 1 :]) if cut else _product(sizes)
+
+
+def _shared_runs(src_devices: Sequence[int], src_stride: int, dst_devices: Sequence[int], dst_stride: int):
+    """(source position, target position, count) of runs of devices in both meshes over which the
+    source block and the target block stay the same: for two ranges of ids, cut where either
+    mesh's run of ``stride`` positions starts (linear in the distinct blocks the shared devices
+    hold); for listed ids, device by device."""
+    if isinstance(src_devices, range) and isinstance(dst_devices, range):
+        lo, hi = max(src_devices.start, dst_devices.start), min(src_devices.stop, dst_devices.stop)
+        if lo >= hi:
+            return (np.zeros(0, dtype=np.int64),) * 3
+        cuts = []
+        for first, stride in ((src_devices.start, src_stride), (dst_devices.start, dst_stride)):
+            k = -(-(lo - first) // stride)
+            cuts.append(np.arange(first + k * stride, hi, stride, dtype=np.int64))
+        starts = np.unique(np.concatenate([np.array([lo], dtype=np.int64), *cuts]))
+        counts = np.diff(starts, append=hi)
+        return starts - src_devices.start, starts - dst_devices.start, counts
+    _, src_pos, dst_pos = np.intersect1d(_device_array(src_devices), _device_array(dst_devices), return_indices=True)
+    return src_pos.astype(np.int64), dst_pos.astype(np.int64), np.ones(len(src_pos), dtype=np.int64)
+
+
+def transfer_volume(
+    extents: Sequence[int],
+    src_sizes: Sequence[int],
+    src_devices: Sequence[int],
+    src: Placement,
+    dst_sizes: Sequence[int],
+    dst_devices: Sequence[int],
+    dst: Placement,
+) -> int:
+    """Elements one transfer sends between different devices: ``route_bytes(transfer_routes(...))``
+    without listing the routes. Every target position receives its block once (the elements of
+    the tensor times the copies the target layout holds); a piece stays put when the target device
+    holds it on the source mesh too, which only a device of both meshes can: the pieces kept are
+    summed over runs of shared devices that hold the same blocks (an aligned copy: over the
+    positions whose device is the same in both). ``extents`` are concrete; ``*_devices`` a
+    ``range`` or a list of ids, in mesh order."""
+    extents = tuple(int(e) for e in extents)
+    src_sizes, dst_sizes = tuple(src_sizes), tuple(dst_sizes)
+    copies = _product(n for n, spec in zip(dst_sizes, dst.specs) if not isinstance(spec, Shard))
+    total = _product(extents) * copies
+    if total == 0:
+        return 0
+    dtype = np.int64 if total * max(len(src_devices), len(dst_devices)) < (1 << 62) else object
+    if src.has_partial or dst.has_partial:  # an aligned copy: position k of the source to position k of the target
+        if src_sizes != dst_sizes or src != dst:
+            raise PlacementError(f"a partial value moves between meshes only as an aligned copy (\"{src}\" -> \"{dst}\")")
+        same = np.flatnonzero(_device_array(src_devices) == _device_array(dst_devices))
+        src_pos, dst_pos, counts = same, same, np.ones(len(same), dtype=np.int64)
+    else:
+        src_pos, dst_pos, counts = _shared_runs(src_devices, _innermost_stride(src_sizes, src),
+                                                dst_devices, _innermost_stride(dst_sizes, dst))
+    if len(counts) == 0:
+        return total
+    src_coords, dst_coords = mesh_coords_array(src_pos, src_sizes), mesh_coords_array(dst_pos, dst_sizes)
+    kept = counts.astype(dtype)
+    for d, n in enumerate(extents):
+        lo, hi = block_intervals(n, dst, d, dst_coords, dst_sizes)
+        if not (src.has_partial or dst.has_partial):
+            s_lo, s_hi = block_intervals(n, src, d, src_coords, src_sizes)
+            lo, hi = np.maximum(lo, s_lo), np.minimum(hi, s_hi)
+        kept = kept * np.maximum(hi - lo, 0).astype(dtype)
+    return total - int(np.sum(kept))
+
+
+@lru_cache(maxsize=1024)
+def _cut_weights(sizes: tuple[int, ...], layouts: tuple[Placement, ...], d: int) -> tuple[np.ndarray, np.ndarray]:
+    """For each layout (a row), the weight of each mesh axis's coordinate in the index of the block
+    of dim ``d`` it holds (0 for an axis that does not cut ``d``; the lower axis is the major
+    split), and the number of blocks of ``d``."""
+    cut = np.array([[isinstance(s, Shard) and s.dim == d for s in p.specs] for p in layouts], dtype=bool).reshape(len(layouts), len(sizes))
+    factors = np.where(cut, np.asarray(sizes, dtype=np.int64), 1)
+    after = np.concatenate([np.cumprod(factors[:, ::-1], axis=1)[:, ::-1][:, 1:], np.ones((len(layouts), 1), dtype=np.int64)], axis=1)
+    return np.where(cut, after, 0), np.prod(factors, axis=1)
+
+
+def kept_shares(
+    src_sizes: Sequence[int],
+    src_devices: Sequence[int],
+    src: Placement,
+    dst_sizes: Sequence[int],
+    dst_devices: Sequence[int],
+    dsts: Sequence[Placement],
+    ndim: int,
+) -> list[Fraction]:
+    """For each target layout of ``dsts`` (no partials, rank ``ndim``), the share of the tensor that
+    stays put in a transfer from ``src`` (no partials): summed over the devices of both meshes,
+    the part of the target block that the same device holds on the source mesh, with blocks taken
+    to divide evenly (the planner's cost per byte of the tensor; :func:`transfer_volume` at extents
+    every block count divides, divided by the tensor's elements). All targets at once, as arrays
+    (a row per target, a column per run of shared devices): the planner prices a transfer from a
+    layout to each of them."""
+    src_sizes, dst_sizes = tuple(src_sizes), tuple(dst_sizes)
+    finest = min(_innermost_stride(dst_sizes, q) for q in dsts)
+    src_pos, dst_pos, counts = _shared_runs(src_devices, _innermost_stride(src_sizes, src), dst_devices, finest)
+    if len(counts) == 0:
+        return [Fraction(0)] * len(dsts)
+    src_coords, dst_coords = mesh_coords_array(src_pos, src_sizes), mesh_coords_array(dst_pos, dst_sizes)
+    # per dim, a length every block count divides: block j of k is [j * L / k, (j + 1) * L / k)
+    dims = []
+    for d in range(ndim):
+        src_weights, (src_count,) = _cut_weights(src_sizes, (src,), d)
+        dst_weights, dst_counts = _cut_weights(dst_sizes, tuple(dsts), d)
+        span = math.lcm(int(src_count), *(int(c) for c in dst_counts))
+        dims.append((src_coords @ src_weights[0], span // src_count, dst_weights @ dst_coords.T, span // dst_counts, span))
+    scale = _product(span for *_, span in dims)
+    dtype = np.int64 if scale * int(counts.sum()) < (1 << 62) else object
+    kept = np.broadcast_to(counts.astype(dtype), (len(dsts), len(counts)))
+    for src_index, src_len, dst_index, dst_len, _ in dims:
+        lo = np.maximum(src_index * src_len, dst_index * dst_len[:, None])
+        hi = np.minimum((src_index + 1) * src_len, (dst_index + 1) * dst_len[:, None])
+        kept = kept * np.maximum(hi - lo, 0).astype(dtype)
+    return [Fraction(k, scale) for k in kept.sum(axis=1).tolist()]
 
 
 def route_bytes(routes: Sequence[Route]) -> int | Fraction:

@@ -41,8 +41,9 @@ from ..errors import DistirError, TypeInferenceError
 from ..ir import sym
 from ..ir.exchange import check_exchange
 from ..ir.exchange import gather_plan as exchange_gather_plan
-from ..ir.exchange import received as exchange_received
+from ..ir.exchange import received_total as exchange_received_total
 from ..ir.expr import Call
+from ..ir.mesh import DeviceMesh, Range
 from ..ir.layout import (
     concrete_mesh_shape,
     concrete_placement,
@@ -496,7 +497,7 @@ def _transfer_simulate(xs, attrs, env):
 def _transfer_bytes(attrs, x: TensorType):
     """(target workers, bytes each receives, bytes sent in all): with disjoint meshes a formula;
     meshes that share devices keep pieces in place, known only at concrete sizes."""
-    from ..ir.transfer import route_bytes, transfer_cost_formula
+    from ..ir.transfer import transfer_cost_formula, transfer_volume
     from ..ir.types import dtype_bytes
 
     shape, size = tuple(attrs["shape"]), dtype_bytes(x.dtype)
@@ -506,10 +507,15 @@ def _transfer_bytes(attrs, x: TensorType):
         total = transfer_cost_formula(shape, size, src, src_p, dst, dst_p)
     except ValueError:
         ints = [sym.evaluate(d, {}) for d in shape]  # SymbolicError while sizes are symbolic
-        routes = transfer_routes(ints, [sym.evaluate(d, {}) for d in src.shape], src.device_list(), src_p,
-                                 [sym.evaluate(d, {}) for d in dst.shape], dst.device_list(), dst_p)
-        total = int(route_bytes(routes)) * size
+        total = size * transfer_volume(ints, [sym.evaluate(d, {}) for d in src.shape], _ids(src), src_p,
+                                       [sym.evaluate(d, {}) for d in dst.shape], _ids(dst), dst_p)
     return dst.size, received, total
+
+
+def _ids(mesh: DeviceMesh):
+    """A static mesh's device ids: a ``range`` when they are one (no list of every device)."""
+    ids = mesh.device_ids
+    return range(sym.evaluate(ids.start, {}), sym.evaluate(ids.stop, {})) if isinstance(ids, Range) else ids
 
 
 def _transfer_lower(call: Call, x) -> Call:
@@ -674,8 +680,8 @@ def _exchange_simulate(xs, attrs, env):
     return out, sent
 
 
-def _exchange_volume(src_shape, src, dst_shape, dst, sizes) -> list[int]:
-    return exchange_received(src_shape, src, dst_shape, dst, sizes)
+def _exchange_volume(src_shape, src, dst_shape, dst, sizes) -> int:
+    return exchange_received_total(src_shape, src, dst_shape, dst, sizes)
 
 
 def _exchange_bytes(attrs, x: TensorType):
@@ -699,7 +705,7 @@ def _exchange_bytes(attrs, x: TensorType):
         blocks = values[k + a + b :]
         sp = Placement.blocked(blocks[: len(src_block)]) if src_p.is_block else src_p
         dp = Placement.blocked(blocks[len(src_block) :]) if dst_p.is_block else dst_p
-        return sum(exchange_received(src, sp, dst, dp, sizes)) * size
+        return exchange_received_total(src, sp, dst, dp, sizes) * size
 
     # a block layout's shard sizes are arguments (they may be symbolic), so the name keeps only its kind
     def kind(p):

@@ -258,7 +258,7 @@ def _chain_bytes(mesh, t: DTensorType, src: Placement, dst: Placement, sizes, co
 def _exchange_cost(x: DTensorType, y: DTensorType, dst: Placement, sizes, costs: AxisCosts | None) -> Fraction:
     """Bytes all workers receive in one block exchange from ``x`` to ``y``'s shape laid out ``dst``;
     with ``costs``, its seconds (the slowest axis it crosses, a round per peer)."""
-    received = sum(get_step("exchange").volume(x.shape, x.placement, y.shape, dst, sizes)) * dtype_bytes(x.dtype)
+    received = get_step("exchange").volume(x.shape, x.placement, y.shape, dst, sizes) * dtype_bytes(x.dtype)
     if costs is None:
         return Fraction(received)
     link, rounds = exchange_link(x.placement, dst, sizes, costs.for_mesh(len(sizes)), same_shape=False)

@@ -43,7 +43,7 @@ from ..ir.mesh import DeviceMesh, Range
 from ..ir.placement import Partial, Placement, PlacementError, Replicate, Shard, StridedShard
 from ..ir.steps import StepKind, all_steps, get_step, steps_version
 from ..ir.sym import Dim
-from ..ir.transfer import route_bytes, transfer_routes
+from ..ir.transfer import kept_shares, transfer_volume
 
 SAMPLE_SIZES = (2, 3, 4, 8)
 #: the counts of each symbol of a mesh at which a plan made for every count is compared with the
@@ -204,7 +204,7 @@ def _step_cost(step: Step, state: Placement, sizes: tuple[int, ...], extents: tu
     after = step.apply(state, sizes)
     if step.whole_layout:
         volume_at = extents if extents is not None else _volume_extents(state, after, sizes)
-        total = sum(kind.volume(volume_at, state, volume_at, after, sizes))
+        total = kind.volume(volume_at, state, volume_at, after, sizes)
         return Fraction(total, _product(sizes) * _product(volume_at))
     n = sizes[step.mesh_axis]
     if extents is not None:
@@ -585,26 +585,41 @@ CrossStep = Step | Transfer
 
 @dataclass(frozen=True)
 class MeshPoint:
-    """The source and target meshes at concrete sizes: their shapes and device ids."""
+    """The source and target meshes at concrete sizes: their shapes and device ids (a ``range`` for
+    a mesh whose ids are a range, so that a point stays small and quick to hash at any size)."""
 
     src_sizes: tuple[int, ...]
-    src_devices: tuple[int, ...]
+    src_devices: range | tuple[int, ...]
     dst_sizes: tuple[int, ...]
-    dst_devices: tuple[int, ...]
+    dst_devices: range | tuple[int, ...]
 
     @staticmethod
     def of(src_mesh: DeviceMesh, dst_mesh: DeviceMesh, values: Mapping[str, int] | None = None) -> MeshPoint:
         values = values or {}
         return MeshPoint(
             tuple(sym.evaluate(d, values) for d in src_mesh.shape),
-            tuple(src_mesh.device_list(values)),
+            _device_ids(src_mesh, values),
             tuple(sym.evaluate(d, values) for d in dst_mesh.shape),
-            tuple(dst_mesh.device_list(values)),
+            _device_ids(dst_mesh, values),
         )
 
     @property
     def disjoint(self) -> bool:
-        return not set(self.src_devices) & set(self.dst_devices)
+        a, b = self.src_devices, self.dst_devices
+        if isinstance(a, range) and isinstance(b, range):
+            return a.stop <= b.start or b.stop <= a.start
+        return not set(a) & set(b)
+
+
+def _lowest(ids: range | tuple[int, ...]) -> int:
+    return ids.start if isinstance(ids, range) else min(ids)
+
+
+def _device_ids(mesh: DeviceMesh, values: Mapping[str, int]) -> range | tuple[int, ...]:
+    ids = mesh.device_ids
+    if isinstance(ids, Range):
+        return range(sym.evaluate(ids.start, values), sym.evaluate(ids.stop, values))
+    return tuple(ids)
 
 
 def _mesh_symbols(mesh: DeviceMesh) -> set[str]:
@@ -626,7 +641,7 @@ def _cross_points(src_mesh: DeviceMesh, dst_mesh: DeviceMesh) -> list[MeshPoint]
             except sym.SymbolicError:
                 continue
             sizes_ok = all(s >= 1 for s in point.src_sizes + point.dst_sizes)
-            if sizes_ok and min(point.src_devices + point.dst_devices) >= 0:
+            if sizes_ok and min(_lowest(point.src_devices), _lowest(point.dst_devices)) >= 0:
                 points.append(point)
         if points:
             return points
@@ -653,41 +668,57 @@ def _product(sizes) -> int:
     return out
 
 
-@lru_cache(maxsize=65536)
 def transfer_cost(src: Placement, dst: Placement, point: MeshPoint, ndim: int) -> Fraction | None:
-    """Bytes all workers send for one transfer, per byte of the tensor; None when not expressible."""
-    aligned = src == dst and point.src_sizes == point.dst_sizes
-    if not aligned and (src.has_partial or dst.has_partial):
+    """Bytes all workers send for one transfer, per byte of the tensor; None when not expressible.
+
+    Every target worker receives its block (the copies of the tensor the target layout holds),
+    less what stays put on devices of both meshes. Transfers between layouts without partials are
+    priced from ``src`` to every target at once (:func:`_transfers_from`)."""
+    if not (src.has_partial or dst.has_partial):
+        return _transfers_from(src, point, ndim)[dst]
+    if not (src == dst and point.src_sizes == point.dst_sizes):
         return None
+    # an aligned copy of a partial value: extents every block count divides, then per byte
+    extents = [_blocks_along(point.dst_sizes, dst, d) for d in range(ndim)]
+    sent = transfer_volume(extents, point.src_sizes, point.src_devices, src, point.dst_sizes, point.dst_devices, dst)
+    return Fraction(sent, _product(extents))
+
+
+@lru_cache(maxsize=4096)
+def _transfers_from(src: Placement, point: MeshPoint, ndim: int) -> dict[Placement, Fraction]:
+    """The cost of a transfer from ``src`` (no partials) to each target layout without partials:
+    the copies of the tensor it holds, less the share that stays put
+    (:func:`~distir.ir.transfer.kept_shares`; nothing when the meshes share no device)."""
+    targets = _partial_free(len(point.dst_sizes), ndim)
     if point.disjoint:
-        count = _product(point.dst_sizes[a] for a, s in enumerate(dst.specs) if isinstance(s, Shard))
-        return Fraction(len(point.dst_devices), count)
-    # integer extents that every block count divides: exact and fast; then per byte of the tensor
-    extents = [
-        math.lcm(_blocks_along(point.src_sizes, src, d), _blocks_along(point.dst_sizes, dst, d)) for d in range(ndim)
-    ]
-    routes = transfer_routes(extents, point.src_sizes, point.src_devices, src, point.dst_sizes, point.dst_devices, dst)
-    return Fraction(route_bytes(routes), _product(extents))
+        kept = [0] * len(targets)
+    else:
+        kept = kept_shares(point.src_sizes, point.src_devices, src, point.dst_sizes, point.dst_devices, targets, ndim)
+    devices = len(point.dst_devices)
+    return {q: devices // _blocks(point.dst_sizes, q) - k for q, k in zip(targets, kept)}
+
+
+def _blocks(sizes: tuple[int, ...], placement: Placement) -> int:
+    """How many blocks a layout cuts the tensor into (the product of the sizes of the axes that shard)."""
+    return _product(sizes[a] for a, s in enumerate(placement.specs) if isinstance(s, Shard))
 
 
 def _cross_moves(point: MeshPoint, ndim: int, dst: Placement, aligned_ok: bool):
     src_total, dst_total = len(point.src_devices), len(point.dst_devices)
     no_partial_hint = Placement.replicated(len(point.src_sizes))
-    targets = _partial_free(len(point.dst_sizes), ndim)
 
     def moves(state):
         side, p = state
         if side == 0:
             for step, nxt in _moves(p, ndim, no_partial_hint, point.src_sizes, whole=False):
                 yield step, (0, nxt), src_total * step_cost(step, p, point.src_sizes)
-            if p.has_partial:
-                choices = [p] if aligned_ok else []
-            else:
-                choices = targets
-            for q in choices:
-                c = transfer_cost(p, q, point, ndim)
-                if c is not None:
+            if not p.has_partial:
+                for q, c in _transfers_from(p, point, ndim).items():
                     yield Transfer(q), (1, q), c
+            elif aligned_ok:
+                c = transfer_cost(p, p, point, ndim)
+                if c is not None:
+                    yield Transfer(p), (1, p), c
         else:
             for step, nxt in _moves(p, ndim, dst, point.dst_sizes, whole=False):
                 yield step, (1, nxt), dst_total * step_cost(step, p, point.dst_sizes)

@@ -105,3 +105,43 @@ def test_the_strided_slice_has_strided_layouts_and_costs():
     assert len(strided) >= STRIDED_CASES // 3 and len(costs) >= 2, (len(strided), len(costs))
     ran = [r for r in strided if any(o.stage in ("simulate", "cost") for o in r.outcomes)]
     assert len(ran) >= len(strided) // 2
+
+
+# block layouts and two meshes (scripts/fuzz.py --blocks --cross, issue 22): B[...] parameters, hints
+# and redistributes, tensors up to 160 x 160 and run-time dims; values moved between meshes that
+# often share devices, e.g. (num_workers, 2) and (2, num_workers, 3)
+BLOCK_CASES = 6
+_BLOCK_RESULTS: dict = {}
+
+
+def _block_result(index: int):
+    if index not in _BLOCK_RESULTS:
+        case = fuzz.generate_case(SEED, index, fuzz.GenConfig(blocks=True, cross=True))
+        _BLOCK_RESULTS[index] = fuzz.execute(case, fuzz.Options())
+    return _BLOCK_RESULTS[index]
+
+
+@pytest.mark.parametrize("index", range(BLOCK_CASES))
+def test_block_and_cross_mesh_fuzz_case_matches_one_device(index):
+    res = _block_result(index)
+    bad = [o for o in res.outcomes if o.cls not in ("OK", "CLEAN-REFUSAL")]
+    assert not bad, _report(res, bad)
+
+
+def test_the_block_slice_has_block_layouts_two_meshes_and_run_time_dims():
+    cases = [fuzz.generate_case(SEED, i, fuzz.GenConfig(blocks=True, cross=True)) for i in range(BLOCK_CASES)]
+    assert all(len(c.program.meshes) == 2 for c in cases)
+    assert sum(bool(re.search(r'"B\[[^"]*\]"', c.text)) for c in cases) >= BLOCK_CASES // 3
+    assert sum(bool(c.program.dims) for c in cases) >= BLOCK_CASES // 3
+    assert sum('"mesh[0]"' in c.text and '"mesh[1]"' in c.text for c in cases) >= BLOCK_CASES // 2  # both meshes used
+    assert fuzz.generate_case(SEED, 3).text == fuzz.generate_case(SEED, 3, fuzz.GenConfig()).text
+
+
+def test_a_case_past_the_time_limit_is_slow_and_names_its_stage():
+    """--time-limit: a case that uses more CPU time than the limit is stopped and counted SLOW, a
+    failure class of its own (not a crash), keyed by the stage it was in."""
+    res = fuzz.execute(fuzz.generate_case(SEED, 1), fuzz.Options(timeout=0.01, slow=True))
+    assert res.cls == "SLOW" and "SLOW" in fuzz.FATAL, [o.line() for o in res.outcomes]
+    (o,) = res.outcomes
+    assert o.key == f"SLOW|{o.stage}" and "of CPU time" in o.message
+    assert fuzz.execute(fuzz.generate_case(SEED, 1), fuzz.Options(timeout=0.01)).cls == "CRASH"

@@ -93,7 +93,7 @@ def function_bytes(func, env: Mapping[str, int], axis_costs: AxisCosts | None = 
                 sizes = tuple(ev(d) for d in x.mesh.shape)
                 volume = exchange.volume(tuple(ev(d) for d in x.shape), x.placement, tuple(ev(d) for d in y.shape),
                                          y.placement, sizes)
-                received = sum(volume) * dtype_bytes(x.dtype)
+                received = volume * dtype_bytes(x.dtype)
                 if axis_costs is None:
                     sent += received
                 else:  # the slowest axis it crosses, a round per peer (as the planner)
