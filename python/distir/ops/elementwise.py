@@ -11,6 +11,7 @@ import math
 import numpy as np
 
 from ..errors import TypeInferenceError
+from ..ir.combine import exact_partials
 from ..ir.op import RelaxForm, ShardingDoc
 from ._common import (
     OpDef,
@@ -65,9 +66,10 @@ def _binary_infer(name, result_dtype=None):
     return infer
 
 
-def _binary_rule(partial, partial_inputs):
+def _binary_rule(partial, partial_inputs, wrapping: bool = True):
     def rule(types, attrs, outs):
-        return broadcast_rule([t.shape for t in types], outs[0].ndim, partial=partial, partial_inputs=partial_inputs)
+        here = exact_partials(partial, types[0].dtype, wrapping=wrapping)
+        return broadcast_rule([t.shape for t in types], outs[0].ndim, partial=here, partial_inputs=partial_inputs)
 
     return rule
 
@@ -91,7 +93,8 @@ for _name, (_fn, _partial, _pin, _why) in _BINARY.items():
             params=(Param("x1", "tensor"), Param("x2", "tensor")),
             infer=_binary_infer(_name),
             numpy=_binary_numpy(_fn, keep_dtype=True),
-            sharding=_binary_rule(_partial, _pin),
+            # an integer division rounds: the sum of quotients is not the quotient of the sum
+            sharding=_binary_rule(_partial, _pin, wrapping=_name != "divide"),
             doc=f"Elementwise {_name} with numpy-style broadcasting.",
             relax=RelaxForm.same_name(_name),
             category="elementwise",
