@@ -158,10 +158,11 @@ def combine(kind: str, parts: Sequence[np.ndarray] | np.ndarray, *, wide: bool =
     if dtype_class(dtype) == "int":
         return np.asarray(np.add.reduce(stacked, axis=0, dtype=dtype))  # wraps around, as one device does
     acc = stacked.astype(np.float64) if wide else stacked
-    total = np.add.reduce(acc, axis=0)
-    if kind == "avg":
-        total = total / len(stacked)
-    return np.asarray(total).astype(dtype, copy=False)
+    with np.errstate(over="ignore", invalid="ignore"):  # inf and nan are values, as on one device
+        total = np.add.reduce(acc, axis=0)
+        if kind == "avg":
+            total = total / len(stacked)
+        return np.asarray(total).astype(dtype, copy=False)
 
 
 def split(value: np.ndarray, kind: str, n: int, rng: np.random.Generator) -> list[np.ndarray]:
@@ -182,9 +183,16 @@ def split(value: np.ndarray, kind: str, n: int, rng: np.random.Generator) -> lis
             parts = [rng.integers(info.min, info.max, size=value.shape, dtype=dtype, endpoint=True) for _ in range(n - 1)]
             rest = np.add.reduce(np.stack(parts), axis=0, dtype=dtype) if parts else np.zeros_like(value)
             return [*parts, np.asarray(np.subtract(value, rest, dtype=dtype))]
-        parts = [rng.standard_normal(value.shape).astype(dtype) for _ in range(n - 1)]
-        total = value.astype(np.float64) * (n if kind == "avg" else 1)
-        last = total - np.add.reduce(np.stack(parts).astype(np.float64), axis=0)
+        noise = rng.standard_normal((n - 1, *value.shape))
+        wide = value.astype(np.float64)
+        if kind == "avg":  # parts around the value, the noise adding up to zero: no part holds n times it
+            steps = np.concatenate([noise, -noise.sum(axis=0, keepdims=True)])
+            with np.errstate(over="ignore", invalid="ignore"):
+                parts = (wide + steps).astype(dtype)
+            whole = np.all(np.isfinite(parts.astype(np.float64)), axis=0) | ~np.isfinite(wide)
+            return [np.where(whole, p, value) for p in parts]  # at the dtype's end, every part is the value
+        parts = [s.astype(dtype) for s in noise]
+        last = wide - np.add.reduce(np.stack(parts).astype(np.float64), axis=0)
         return [*parts, np.asarray(last).astype(dtype)]
     below = kind == "max"  # the parts of a max lie at or below the value, those of a min at or above it
     if cls == "bool":

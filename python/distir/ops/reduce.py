@@ -103,6 +103,22 @@ def _gives(name: str) -> str:
 _DTYPE_WORDS = {"float32": "floats", "int32": "integers", "bool": "bools"}
 
 
+_EXACT_FORM = {
+    "max": "bools through uint8",
+    "min": "bools through uint8",
+    "mean": "of bools: any; of integers: from int64 quotients and remainders by the count, rounded once toward zero",
+}
+
+
+def _relax_form(name: str) -> RelaxForm:
+    """Relax's reduction of the same name; where it is not exact on some dtype (its mean adds in
+    the input's dtype, it has no max of bools), an emitter that is."""
+    if name not in _EXACT_FORM:
+        return RelaxForm.same_name(name, "axis", "keepdims")
+    return RelaxForm(f"relax.op.{name}", ("axis", "keepdims"), emit="distir.tvm.ops:emit_reduction",
+                     doc=f"`relax.op.{name}(axis, keepdims)`; {_EXACT_FORM[name]}")
+
+
 def _mean_localize(call, args, local_out, lower=None):
     """A mean over sharded axes: each worker's sum divided by the whole count (R.partial_mean)."""
     from ..ir.expr import Call
@@ -131,7 +147,7 @@ for _name, (_fn, _passes) in _REDUCE.items():
             sharding=_rule(_name, _passes),
             localize=_mean_localize if _name == "mean" else None,
             doc=f"Reduce by {_name} over `axis` (all axes when None).",
-            relax=RelaxForm.same_name(_name, "axis", "keepdims"),
+            relax=_relax_form(_name),
             category="reduction",
             sharding_doc=ShardingDoc(
                 passes="kept dims",
@@ -159,7 +175,7 @@ register_op(
         sharding=_rule("partial_mean", {}),
         doc="The sum over `axis` divided by `count`: a worker's share of a mean over a sharded dim "
         "(lowering writes it; the shares add up to the mean).",
-        relax=RelaxForm(emit="distir.tvm.ops:emit_partial_mean", doc="sum, then divide by count"),
+        relax=RelaxForm(emit="distir.tvm.ops:emit_partial_mean", doc="sum, then divide by count (of bools: any)"),
         category="reduction",
         sharding_doc=ShardingDoc(passes="– (local view only)"),
     )
