@@ -260,16 +260,20 @@ def assemble_output(t: Type, per_worker: dict[int, Any], values, what: str, rtol
     paxes = t.placement.partial_axes()
     blocks: dict[tuple, dict[tuple, np.ndarray]] = {}
     where: dict[tuple, tuple] = {}
+    first: dict[tuple, Any] = {}  # (block, part) -> the array of the first device holding it
     for dev, key, pkey, coords, sizes in _pieces(t, values):
-        local = per_worker.get(dev)
-        if local is None:
+        raw = per_worker.get(dev)
+        if raw is None:
             raise SpmdError(f"{what}: device {dev} of its mesh holds no value")
+        if first.get((key, pkey)) is raw:
+            continue  # the very same array as a replica before it (workers share results)
         _, loc, _ = where.setdefault(key, block_slices(shape, t.placement, coords, sizes))
-        local = np.asarray(local)[loc]  # the real elements; padding is dropped
+        local = np.asarray(raw)[loc]  # the real elements; padding is dropped
         seen = blocks.setdefault(key, {})
         held = seen.get(pkey)
         if held is None:
             seen[pkey] = local
+            first[(key, pkey)] = raw
         elif not np.allclose(held, local, rtol=rtol, atol=atol, equal_nan=True):
             raise SpmdError(f"{what}: replicas disagree (device {dev} holds a different copy)")
     out = None
