@@ -151,14 +151,14 @@ def combine(kind: str, parts: Sequence[np.ndarray] | np.ndarray, *, wide: bool =
     why = partial_refusal(kind, dtype)
     if why is not None:
         raise PlacementError(why)
-    if kind == "max":
-        return np.asarray(np.maximum.reduce(stacked, axis=0))
-    if kind == "min":
-        return np.asarray(np.minimum.reduce(stacked, axis=0))
-    if dtype_class(dtype) == "int":
-        return np.asarray(np.add.reduce(stacked, axis=0, dtype=dtype))  # wraps around, as one device does
-    acc = stacked.astype(np.float64) if wide else stacked
     with np.errstate(over="ignore", invalid="ignore"):  # inf and nan are values, as on one device
+        if kind == "max":
+            return np.asarray(np.maximum.reduce(stacked, axis=0))
+        if kind == "min":
+            return np.asarray(np.minimum.reduce(stacked, axis=0))
+        if dtype_class(dtype) == "int":
+            return np.asarray(np.add.reduce(stacked, axis=0, dtype=dtype))  # wraps around, as one device does
+        acc = stacked.astype(np.float64) if wide else stacked
         total = np.add.reduce(acc, axis=0)
         if kind == "avg":
             total = total / len(stacked)
