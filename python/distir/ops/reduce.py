@@ -116,7 +116,7 @@ def _relax_form(name: str) -> RelaxForm:
     if name not in _EXACT_FORM:
         return RelaxForm.same_name(name, "axis", "keepdims")
     return RelaxForm(f"relax.op.{name}", ("axis", "keepdims"), emit="distir.tvm.ops:emit_reduction",
-                     doc=f"`relax.op.{name}(axis, keepdims)`; {_EXACT_FORM[name]}")
+                     doc=_EXACT_FORM[name])
 
 
 def _mean_localize(call, args, local_out, lower=None):
