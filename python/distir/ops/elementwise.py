@@ -82,6 +82,15 @@ def _binary_numpy(fn, keep_dtype: bool):
     return numpy
 
 
+def _binary_relax(name: str) -> RelaxForm:
+    """Relax's op of the same name; maximum and minimum of bools are or / and (TVM 0.27 builds no
+    max of bools)."""
+    if name not in ("maximum", "minimum"):
+        return RelaxForm.same_name(name)
+    return RelaxForm(f"relax.op.{name}", emit="distir.tvm.ops:emit_extremum",
+                     doc="of bools: `relax.op.logical_or`" if name == "maximum" else "of bools: `relax.op.logical_and`")
+
+
 def _only(partial_inputs) -> str:
     return " and ".join(("x1", "x2")[i] for i in partial_inputs or ())
 
@@ -96,7 +105,7 @@ for _name, (_fn, _partial, _pin, _why) in _BINARY.items():
             # an integer division rounds: the sum of quotients is not the quotient of the sum
             sharding=_binary_rule(_partial, _pin, wrapping=_name != "divide"),
             doc=f"Elementwise {_name} with numpy-style broadcasting.",
-            relax=RelaxForm.same_name(_name),
+            relax=_binary_relax(_name),
             category="elementwise",
             sharding_doc=ShardingDoc(
                 passes=_BROADCAST, blocked="size-1 dims", partials=partials_text(_partial, _only(_pin), _why)

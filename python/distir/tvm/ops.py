@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "emit_op",
+    "emit_extremum",
     "emit_reduction",
     "emit_relax_form",
     "emit_shard_take",
@@ -162,6 +163,14 @@ def emit_partial_mean(ex: _FunctionExporter, call: Call) -> relax.Expr:
         return _bool_reduction(ex, relax.op.max, x, attrs)
     total = ex.emit(relax.op.sum(x, axis=attrs["axis"], keepdims=attrs["keepdims"]))
     return relax.op.divide(total, ex.scalar(attrs["count"], t.dtype))
+
+
+def emit_extremum(ex: _FunctionExporter, call: Call) -> relax.Expr:
+    """``relax.op.maximum`` / ``minimum``; of bools, ``logical_or`` / ``logical_and``."""
+    if call.args[0].type.dtype != "bool":
+        return emit_relax_form(ex, call)
+    fn = relax.op.logical_or if call.op.name == "maximum" else relax.op.logical_and
+    return fn(ex.value(call.args[0]), ex.value(call.args[1]))
 
 
 def _bool_reduction(ex: _FunctionExporter, fn, x: relax.Expr, attrs) -> relax.Expr:
