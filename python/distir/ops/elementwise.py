@@ -252,7 +252,9 @@ for _name, (_fn, _partial, _pname, _what) in _UNARY.items():
             numpy=_unary_numpy(_fn),
             sharding=_unary_rule(_partial),
             doc=f"Elementwise {_what}" + ("." if _name in _ANY_DTYPE else "; needs floats."),
-            relax=RelaxForm.same_name(_name),
+            relax=RelaxForm("relax.op.negative", emit="distir.tvm.ops:emit_negative",
+                            doc="of unsigned integers: `0 - x`, wrapping around (TVM 0.27 builds no negation of them)")
+            if _name == "negative" else RelaxForm.same_name(_name),
             category="elementwise",
             sharding_doc=ShardingDoc(
                 passes="all", partials=partials_text(_partial, note="increasing" if _partial is _MONOTONE else "")

@@ -26,7 +26,7 @@ def _mean(x: np.ndarray, axis, keepdims: bool) -> np.ndarray:
     if dtype_class(x.dtype) != "int":
         return np.mean(x, axis=axis, keepdims=keepdims)
     wide = x.astype(np.int64)
-    count = int(np.prod([x.shape[a] for a in axis])) if x.ndim else 1
+    count = max(int(np.prod([x.shape[a] for a in axis])) if x.ndim else 1, 1)  # the mean of nothing is 0
     q, r = np.divmod(wide, count)  # x = q * count + r with 0 <= r < count: no sum below overflows for good
     quotients = np.sum(q, axis=axis, keepdims=keepdims, dtype=np.int64)  # wraps, then lands in range again
     remainders = np.sum(r, axis=axis, keepdims=keepdims, dtype=np.int64)

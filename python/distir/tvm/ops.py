@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "emit_op",
     "emit_extremum",
+    "emit_negative",
     "emit_reduction",
     "emit_relax_form",
     "emit_shard_take",
@@ -165,6 +166,14 @@ def emit_partial_mean(ex: _FunctionExporter, call: Call) -> relax.Expr:
     return relax.op.divide(total, ex.scalar(attrs["count"], t.dtype))
 
 
+def emit_negative(ex: _FunctionExporter, call: Call) -> relax.Expr:
+    """``relax.op.negative``; of unsigned integers ``0 - x``, which wraps around as numpy's negation does."""
+    dtype = call.args[0].type.dtype
+    if not dtype.startswith("uint"):
+        return emit_relax_form(ex, call)
+    return relax.op.subtract(ex.const(0, dtype), ex.value(call.args[0]))
+
+
 def emit_extremum(ex: _FunctionExporter, call: Call) -> relax.Expr:
     """``relax.op.maximum`` / ``minimum``; of bools, ``logical_or`` / ``logical_and``."""
     if call.args[0].type.dtype != "bool":
@@ -194,7 +203,7 @@ def emit_reduction(ex: _FunctionExporter, call: Call) -> relax.Expr:
     xt: TensorType = call.args[0].type
     axes = list(range(xt.ndim)) if attrs["axis"] is None else [a % xt.ndim for a in
                                                                 ([attrs["axis"]] if isinstance(attrs["axis"], int) else attrs["axis"])]
-    count = ex.scalar(sym.product([xt.shape[a] for a in axes]))
+    count = ex.scalar(sym.max_(sym.product([xt.shape[a] for a in axes]), 1))  # the mean of nothing is 0
     keep = {"axis": axes, "keepdims": attrs["keepdims"]}
     wide = ex.emit(relax.op.astype(x, "int64"))
     quotients = ex.emit(relax.op.sum(ex.emit(relax.op.floor_divide(wide, count)), **keep))  # wraps, lands in range
