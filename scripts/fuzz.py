@@ -309,6 +309,7 @@ class Program:
     outputs: tuple
     dims: tuple = ()  # (("s", 7), ...): sizes bound at run time
     costs: str = ""  # per-mesh-axis time costs the pipeline plans with ("0=5us:25GB/s,1=..."); "" plans by bytes
+    values: str = ""  # "extreme": inputs reach each dtype's range (--dtypes); "": distir.driver.random_inputs
 
     @property
     def dim_values(self) -> dict:
@@ -421,6 +422,7 @@ class GenConfig:
     costs: bool = False  # sometimes plan by time with random per-mesh-axis costs (meshes of 2 or more axes)
     blocks: bool = False  # block layouts B[...]: parameters, hints, redistributes, ops that keep the chunks
     cross: bool = False  # two meshes in every program (often sharing devices), values moved between them
+    dtypes: bool = False  # dtype-directed programs and inputs (DtypeGenerator)
 
     def flags(self) -> str:
         """The command-line options that give this configuration (the defaults omitted)."""
@@ -440,6 +442,8 @@ class GenConfig:
             out.append("--strided")
         if self.costs:
             out.append("--axis-costs")
+        if self.dtypes:
+            out.append("--dtypes")
         return " ".join(out)
 
 
@@ -1011,7 +1015,7 @@ class Generator:
                 self.dyn_names.append("t")
         for name in self.dyn_names:
             dims.append((name, r.choices(DYN_VALUES, DYN_WEIGHTS)[0]))
-        dtype = r.choices(["float32", "float64", "int32"], [8, 1, 1])[0]
+        dtype = self.program_dtype()
         for i in range(r.choice([1, 1, 2, 2, 3])):
             self.new_param(self.shape(), dtype, r.randrange(nmesh), plain_ok=(i > 0))
         ops = dict(self.OPS, qkv=8) if self.cfg.strided else self.OPS
@@ -1044,6 +1048,9 @@ class Generator:
             costs = ",".join(f"{ax}={r.choice(LATENCIES)}:{r.choice(BANDWIDTHS)}" for ax in range(2))
         return Program(tuple(self.prog_meshes), tuple(self.params), tuple(self.binds), tuple(outs), tuple(dims), costs)
 
+    def program_dtype(self) -> str:
+        return self.rng.choices(["float32", "float64", "int32"], [8, 1, 1])[0]
+
     def divides(self, prog: Program, w: int) -> bool:
         """Whether every layout the generator stated cuts its dims evenly at num_workers=w."""
         dims = prog.dim_values
@@ -1074,7 +1081,7 @@ def generate_case(seed: int, index: int, cfg: GenConfig | None = None) -> Case:
     cfg = cfg or GenConfig()
     workers = list(cfg.workers)
     rng = random.Random(f"distir-fuzz:{seed}:{index}")
-    gen = Generator(rng, cfg)
+    gen = (DtypeGenerator if cfg.dtypes else Generator)(rng, cfg)
     for attempt in range(50):
         prog = gen.program()
         fits = [w for w in workers if max_device(prog, w) <= cfg.max_devices]
@@ -1093,6 +1100,176 @@ def generate_case(seed: int, index: int, cfg: GenConfig | None = None) -> Case:
         ws = tuple(sorted(rng.sample(fits, k)))
     flags = cfg.flags()
     return Case(prog, ws, rng.randrange(1000), origin=f"--seed {seed} --only {index}" + (f" {flags}" if flags else ""))
+
+
+# ----------------------------------------------------------------------------- dtype-directed cases (--dtypes)
+
+DIRECTED_DTYPES = ["int8", "int16", "int32", "int64", "uint8", "bool", "float16", "bfloat16", "float32", "float64"]
+DIRECTED_WEIGHTS = [3, 2, 2, 3, 3, 3, 2, 2, 1, 1]  # mostly the dtypes the default generator never draws
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+COMPARE = ["R.less", "R.greater_equal", "R.equal", "R.not_equal"]
+
+
+class DtypeGenerator(Generator):
+    """Programs on every dtype (--dtypes): integers of every width, unsigned, bool and half floats,
+    partial placements of every kind the dtype holds (distir.ir.combine), integer means and
+    products, comparisons that make bools, casts between any two dtypes; the inputs reach each
+    dtype's range (:func:`extreme_inputs`) and integer and bool results are compared exactly.
+    Ops that need floats are not drawn for other dtypes."""
+
+    def program_dtype(self) -> str:
+        return self.rng.choices(DIRECTED_DTYPES, DIRECTED_WEIGHTS)[0]
+
+    def program(self) -> Program:
+        return replace(super().program(), values="extreme")
+
+    def placement(self, mesh: int, shape, partial: bool, dtype: str) -> Pl:
+        from distir.ir.combine import partial_refusal
+
+        pl = super().placement(mesh, shape, partial, dtype)
+        held = [p for p in PARTIALS if partial_refusal(p[2:-1] if "[" in p else "sum", dtype) is None]
+        swap = {p: p if p in held else self.rng.choice(held) for p in PARTIALS}  # one kind per value stays one
+        return Pl(tuple(swap.get(s, s) for s in pl.specs))
+
+    def _float(self, a: Val) -> bool:
+        return a.dtype in FLOAT_DTYPES
+
+    def op_unary(self, a: Val):
+        if a.dtype == "bool":
+            return self.op_astype(a)
+        return self.emit(self.rng.choice(UNARY_FLOAT if self._float(a) else UNARY_INT), [Ref(a.name)], shape=a.shape,
+                         dtype=a.dtype, mesh=a.mesh)
+
+    def op_binary(self, a: Val):
+        r = self.rng
+        if r.random() < 0.25 and a.dtype != "bool":  # a comparison: a bool from numbers
+            same = [v for v in self.vals if v.shape == a.shape and v.dtype == a.dtype and v.mesh == a.mesh]
+            b = r.choice(same)
+            return self.emit(r.choice(COMPARE), [Ref(a.name), Ref(b.name)], shape=a.shape, dtype="bool", mesh=a.mesh)
+        ops = ["R.maximum", "R.minimum"] if a.dtype == "bool" else BINARY
+        if r.random() < 0.12 and a.dtype != "bool":
+            c = f'R.const({r.choice([0.5, -1.5, 2.0])}, "{a.dtype}")' if self._float(a) else \
+                f'R.const({r.choice([1, 2, 3, 100])}, "{a.dtype}")'
+            return self.emit(r.choice(ops), [Ref(a.name), Raw(c)], shape=a.shape, dtype=a.dtype, mesh=a.mesh)
+        same = [v for v in self.vals if v.shape == a.shape and v.dtype == a.dtype and v.mesh == a.mesh]
+        b = r.choice(same) if same and r.random() < 0.5 else self.new_param(a.shape, a.dtype, a.mesh)
+        args = [Ref(a.name), Ref(b.name)]
+        if r.random() < 0.3:
+            args.reverse()
+        return self.emit(r.choice(ops), args, shape=a.shape, dtype=a.dtype, mesh=a.mesh)
+
+    def op_matmul(self, a: Val):
+        if a.dtype == "bool" or len(a.shape) < 2:
+            return None
+        k = a.shape[-1]
+        b = self.new_param((k, self.size()), a.dtype, a.mesh)
+        return self.emit("R.matmul", [Ref(a.name), Ref(b.name)], [("out_dtype", None)], shape=a.shape[:-1] + b.shape[-1:],
+                         dtype=a.dtype, mesh=a.mesh)
+
+    def op_reduce(self, a: Val):
+        r = self.rng
+        rank = len(a.shape)
+        if rank == 0:
+            return None
+        op = r.choice(["R.sum", "R.max", "R.min", "R.mean", "R.mean", "R.prod"])
+        keep = r.random() < 0.4
+        axes = sorted(r.sample(range(rank), r.choice([1, 1, 2]) if rank > 1 else 1)) if r.random() > 0.15 else None
+        pos = set(range(rank)) if axes is None else set(axes)
+        shape = tuple(1 if i in pos else d for i, d in enumerate(a.shape) if keep or i not in pos)
+        return self.emit(op, [Ref(a.name)], [("axis", axes), ("keepdims", keep)], shape=shape, dtype=a.dtype, mesh=a.mesh)
+
+    def op_astype(self, a: Val):
+        to = self.rng.choice([d for d in DIRECTED_DTYPES if d != a.dtype])
+        return self.emit("R.astype", [Ref(a.name)], [("dtype", to)], shape=a.shape, dtype=to, mesh=a.mesh)
+
+    def op_softmax(self, a: Val):
+        return super().op_softmax(a) if self._float(a) else None
+
+    def op_rms_norm(self, a: Val):
+        return super().op_rms_norm(a) if self._float(a) else None
+
+    def op_layer_norm(self, a: Val):
+        return super().op_layer_norm(a) if self._float(a) else None
+
+    def op_constant(self, a: Val):
+        return super().op_constant(a) if self._float(a) else None
+
+    def op_qkv(self, a: Val):
+        return super().op_qkv(a) if self._float(a) else None
+
+
+def extreme_inputs(mod, dims: dict, seed: int) -> list:
+    """Inputs for --dtypes: integers anywhere in their range, each dtype's ends (smallest, largest,
+    0, 1, -1) in every tensor; fair bools; floats of moderate size (a float's partial sums are held
+    in its dtype, so values near its largest would overflow where one device's float64 sum does
+    not: a difference of float arithmetic, not of distribution) with exact zeros, ones and halves."""
+    import numpy as np
+
+    from distir.driver import random_inputs
+    from distir.ir.types import np_dtype
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for x in random_inputs(mod, "main", dims, seed=seed):  # the shapes and dtypes of the signature
+        dtype = str(x.dtype)
+        if dtype == "bool":
+            out.append(rng.random(x.shape) < 0.5)
+            continue
+        t = np_dtype(dtype)
+        if dtype in FLOAT_DTYPES:
+            v = (rng.standard_normal(x.shape) * rng.choice([0.5, 2.0, 8.0])).astype(t)
+            ends = [0.0, 1.0, -1.0, 0.5, -0.0]
+        else:
+            info = np.iinfo(t)
+            v = rng.integers(info.min, info.max, x.shape, endpoint=True, dtype=t)
+            ends = [info.min, info.max, 0, 1, info.max - 1] + ([-1] if info.min < 0 else [])
+        flat = v.reshape(-1)
+        for i, e in enumerate(ends[: flat.size]):
+            flat[rng.integers(flat.size) if i else 0] = np.array(e).astype(t)
+        out.append(flat.reshape(x.shape))
+    return out
+
+
+def case_inputs(mod, prog, dims: dict, seed: int) -> list:
+    """The inputs of a case: at each dtype's ends for --dtypes cases, else distir's random inputs."""
+    from distir.driver import random_inputs
+
+    if getattr(prog, "values", "") == "extreme":
+        return extreme_inputs(mod, dims, seed)
+    return random_inputs(mod, "main", dims, seed=seed)
+
+
+def compare_case(prog, got, expected, inputs, rtol: float, atol: float) -> tuple[bool, float]:
+    """:func:`_compare`; for --dtypes cases, integers and bools exactly and half floats within their
+    rounding (a few units of their last place, relative to the inputs' and the result's scale)."""
+    import ml_dtypes
+    import numpy as np
+
+    if getattr(prog, "values", "") != "extreme":
+        return _compare(got, expected, inputs, rtol, atol)
+    g, e = _flat(got), _flat(expected)
+    if len(g) != len(e):
+        return False, float("inf")
+    ok, worst = True, 0.0
+    scale = max([float(np.max(np.abs(np.asarray(a, np.float64)))) for a in inputs if np.asarray(a).size
+                 and str(np.asarray(a).dtype) in FLOAT_DTYPES] or [1.0])
+    for a, b in zip(g, e):
+        a, b = np.asarray(a), np.asarray(b)
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return False, float("inf")
+        if str(b.dtype) not in FLOAT_DTYPES:
+            wrong = a != b
+            ok &= not bool(np.any(wrong))
+            worst = max(worst, float(np.count_nonzero(wrong)))
+            continue
+        eps = float(ml_dtypes.finfo(b.dtype).eps)
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        top = max(scale, float(np.max(np.abs(np.nan_to_num(b64, posinf=0, neginf=0)), initial=0.0)))
+        with np.errstate(invalid="ignore"):
+            diff = np.abs(a64 - b64)
+            worst = max(worst, float(np.nanmax(diff, initial=0.0)))
+            ok &= bool(np.allclose(a64, b64, rtol=max(rtol, 16 * eps), atol=max(atol, 16 * eps) * top, equal_nan=True))
+    return ok, worst
 
 
 # ----------------------------------------------------------------------------- running a case
@@ -1318,7 +1495,6 @@ def _execute(case: Case, opts: Options, res: CaseResult, verbose: bool) -> None:
 
     import distir
     from distir.analysis import comm_volume
-    from distir.driver import random_inputs
     from distir.errors import DistirError
     from distir.runtime import run
     from distir.runtime.spmd import SpmdStats, run_spmd
@@ -1336,7 +1512,7 @@ def _execute(case: Case, opts: Options, res: CaseResult, verbose: bool) -> None:
     # 1. the program and its single-device result (a refusal here is the generator's fault)
     try:
         mod = distir.parse(text)
-        inputs = random_inputs(mod, "main", dims, seed=case.seed)
+        inputs = case_inputs(mod, prog, dims, case.seed)
     except DistirError as e:
         out.append(Outcome("INVALID", "parse", None, f"{type(e).__name__}: {e}", key="INVALID|parse"))
         say(out[-1].line())
@@ -1418,7 +1594,7 @@ def _execute(case: Case, opts: Options, res: CaseResult, verbose: bool) -> None:
             say(out[-1].line())
             continue
         try:
-            ok, worst = _compare(got, expected, inputs, opts.rtol, opts.atol)
+            ok, worst = compare_case(prog, got, expected, inputs, opts.rtol, opts.atol)
         except Exception as e:  # noqa: BLE001
             out.append(_exc_outcome(e, "compare", w, None))
             continue
@@ -1532,11 +1708,10 @@ def _tvm_child(conn, stderr_path):
         conn.send(_tvm_case(*req))
 
 
-def _tvm_case(text, dims, seed, workers, rtol, atol, per_count, costs=""):
+def _tvm_case(text, dims, seed, workers, rtol, atol, per_count, costs="", values=""):
     import numpy as np
 
     import distir
-    from distir.driver import random_inputs
     from distir.errors import DistirError
     from distir.runtime import run
     from distir.transform import PassContext
@@ -1547,7 +1722,8 @@ def _tvm_case(text, dims, seed, workers, rtol, atol, per_count, costs=""):
     res = []
     try:
         mod = distir.parse(text)
-        inputs = random_inputs(mod, "main", dims, seed=seed)
+        prog = _TextProgram(text, dims, mod, costs, values)
+        inputs = case_inputs(mod, prog, dims, seed)
         expected = run(mod, *inputs)
         with PassContext(config={AXIS_COSTS_KEY: costs} if costs else {}):
             lowered = distribute_pipeline()(mod)
@@ -1580,7 +1756,7 @@ def _tvm_case(text, dims, seed, workers, rtol, atol, per_count, costs=""):
         except Exception as e:  # noqa: BLE001
             res.append(dataclasses.astuple(_exc_outcome(e, "tvm-run", w, valid[w])))
             continue
-        ok, worst = _compare(got, expected, inputs, rtol, atol)
+        ok, worst = compare_case(prog, got, expected, inputs, rtol, atol)
         if ok:
             res.append(("OK", "tvm-run", w, f"TVM matches (largest difference {worst:.3g})", "", "", valid[w]))
         else:
@@ -1610,7 +1786,7 @@ class TvmRunner:
         if self.proc is None or not self.proc.is_alive():
             self._start()
         req = (case.text, case.program.dim_values, case.seed, case.workers, opts.rtol, opts.atol, self.per_count,
-               getattr(case.program, "costs", ""))
+               getattr(case.program, "costs", ""), getattr(case.program, "values", ""))
         self.conn.send(req)
         if not self.conn.poll(self.timeout):
             self.proc.kill()
@@ -1915,7 +2091,8 @@ def repro_text(case: Case, outcome: Outcome, note: str = "", path: str = "REPRO.
     backend = " --backend tvm" if outcome.stage.startswith("tvm") else ""
     costs = getattr(case.program, "costs", "")
     meta = f"workers={','.join(map(str, case.workers))} seed={case.seed}" + "".join(
-        f" {n}={v}" for n, v in case.program.dims) + (f" axis_costs={costs}" if costs else "")
+        f" {n}={v}" for n, v in case.program.dims) + (f" axis_costs={costs}" if costs else "") + (
+        f" values={case.program.values}" if getattr(case.program, "values", "") else "")
     msg = "\n".join("#   " + ln for ln in (outcome.message.strip().splitlines() or [""])[:12])
     det = "\n".join("#   " + ln for ln in outcome.detail.strip().splitlines()[:12]) if outcome.detail else ""
     lines = [
@@ -1952,7 +2129,7 @@ def read_repro(path: str) -> tuple[str, dict]:
 
 # a reproducer header's keys that are not run-time sizes; expect=refusal marks a finding fixed by
 # making it a clean one-line refusal (a documented limitation) rather than computing it
-META_KEYS = ("workers", "seed", "axis_costs", "expect")
+META_KEYS = ("workers", "seed", "axis_costs", "expect", "values")
 
 
 def repro_case(path: str, workers=None, seed: int | None = None, binds=()) -> Case:
@@ -1966,7 +2143,7 @@ def repro_case(path: str, workers=None, seed: int | None = None, binds=()) -> Ca
     for b in binds:
         k, _, v = b.partition("=")
         dims[k] = int(v)
-    prog = _TextProgram(text, dims, distir.parse(text), meta.get("axis_costs", ""))
+    prog = _TextProgram(text, dims, distir.parse(text), meta.get("axis_costs", ""), meta.get("values", ""))
     return Case(prog, tuple(workers), seed, origin=path)
 
 
@@ -2002,6 +2179,7 @@ class _TextProgram:
     dims: dict
     mod: object
     costs: str = ""
+    values: str = ""
 
     def render(self) -> str:
         return self.text
@@ -2107,6 +2285,10 @@ def main(argv=None) -> int:
                         "reshapes that split and merge the strided dim), meshes of 6 and 7 devices")
     g.add_argument("--axis-costs", action="store_true",
                    help="sometimes plan by time: random per-mesh-axis costs when every mesh has two or more axes")
+    g.add_argument("--dtypes", action="store_true",
+                   help="dtype-directed cases: int8/int16/int32/int64/uint8/bool/float16/bfloat16/float32/float64 "
+                   "programs, partials of every kind the dtype holds, inputs at the ends of each dtype's range, "
+                   "integer and bool results compared exactly")
     g = ap.add_argument_group("block layouts, two meshes, time (issue 22)")
     g.add_argument("--blocks", action="store_true",
                    help="also block layouts B[...]: parameters, hints and redistributes to and from them (tensors up to "
@@ -2144,7 +2326,7 @@ def main(argv=None) -> int:
     workers = _parse_workers(args.workers)
     opts = Options(rtol=args.rtol, atol=args.atol, timeout=args.timeout, check_cost=not args.no_cost)
     cfg = GenConfig(tuple(workers), args.counts_per_case, args.max_ops, args.max_devices, args.even_only, args.device_lists,
-                    args.strided, args.axis_costs)
+                    args.strided, args.axis_costs, dtypes=args.dtypes)
     cfg, opts = _issue22_options(args, cfg, opts)
     warnings.simplefilter("ignore")
 

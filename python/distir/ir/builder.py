@@ -63,6 +63,7 @@ from .expr import (
 )
 from .mesh import DeviceMesh, Range
 from .op import OpDef, Param, all_ops, get_op, has_dtensor
+from .combine import check_partial
 from .placement import Placement
 from .sym import Dim
 from .types import DTensorType, TensorType, Type
@@ -102,6 +103,7 @@ def dtensor(shape: Sequence, dtype: str, on: DeviceMesh, placement: str | Placem
     """A DTensor type: global ``shape`` laid out on mesh ``on`` by ``placement`` (``"S[0], R"``)."""
     p = _placement(placement)
     p.validate(on.ndim, len(shape))
+    check_partial(p, dtype, "a DTensor")
     return DTensorType(_dims(shape), dtype, on, p)
 
 

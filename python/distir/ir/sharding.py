@@ -20,11 +20,12 @@ otherwise. This needs the factors' sizes, which :func:`with_sizes` puts on the r
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import TypeInferenceError
 from . import sym
+from .combine import leaves, partial_refusal
 from .mesh import DeviceMesh
 from .placement import Partial, Placement, R, Replicate, Shard, StridedShard, shard_spec
 from .types import DTensorType, TensorType, TupleType, Type
@@ -59,6 +60,33 @@ def with_sizes(rule: ShardingRule, ins: Sequence[Type], outs: Sequence[Type]) ->
                 sizes.setdefault(fs[0], n)
     return ShardingRule(rule.inputs, rule.outputs, rule.reductions, rule.blocked, rule.partial, rule.partial_inputs,
                         rule.pad_values, sizes)
+
+
+def op_rule(op, ins: Sequence[Type], attrs, outs: Sequence[Type]) -> ShardingRule:
+    """``op``'s sharding rule for these tensor types, kept to what is exact for their dtypes
+    (:mod:`distir.ir.combine`): a partial kind passes only where the outputs, and the inputs
+    that may be partial, can hold it; a reduced factor leaves the partial the output's dtype
+    allows, or is blocked (needed whole) where none is exact (an integer mean)."""
+    return exact_rule(op.sharding(ins, attrs, outs), ins, outs)
+
+
+def exact_rule(rule: ShardingRule, ins: Sequence[Type], outs: Sequence[Type]) -> ShardingRule:
+    """``rule`` without the partials the dtypes of ``ins`` and ``outs`` cannot hold exactly (see :func:`op_rule`)."""
+    tensor = (TensorType, DTensorType)
+    out_dtypes = {t.dtype for t in outs if isinstance(t, tensor)}
+    may_be_partial = range(len(ins)) if rule.partial_inputs is None else rule.partial_inputs
+    dtypes = out_dtypes | {ins[k].dtype for k in may_be_partial if k < len(ins) and isinstance(ins[k], tensor)}
+    partial = {kind: mode for kind, mode in rule.partial.items() if all(partial_refusal(kind, d) is None for d in dtypes)}
+    reductions, blocked = {}, set(rule.blocked)
+    for f, kind in rule.reductions.items():
+        left = {leaves(kind, d) for d in out_dtypes} or {kind}
+        if len(left) == 1 and None not in left:
+            reductions[f] = left.pop()
+        else:
+            blocked.add(f)
+    if partial == dict(rule.partial) and reductions == dict(rule.reductions):
+        return rule
+    return replace(rule, partial=partial, reductions=reductions, blocked=frozenset(blocked))
 
 
 def factor_at(rule: ShardingRule, fs: Sequence[str], split: int) -> tuple[str, int] | None:
@@ -325,7 +353,7 @@ def infer_dtensor_output(op, arg_types: list[Type], attrs) -> Type:
             raise TypeInferenceError(f"R.{op.name} has no sharding rule, so its inputs must be replicated")
     else:
         plain = [without_placement(t) for t in flat]
-        rule = op.sharding(plain, attrs, outs)
+        rule = op_rule(op, plain, attrs, outs)
         if strided is not None or any(len(fs) > 1 for dims in (*rule.inputs, *rule.outputs) for fs in dims):
             rule = with_sizes(rule, plain, outs)  # sizes matter only where a shard is strided or may become one
         new = forward(rule, placements, mesh.ndim, op.name)
@@ -390,8 +418,9 @@ def block_form(op, flat: Sequence[Type], outs: Sequence[TensorType], attrs, mesh
             tuple(b for d, b in enumerate(p.block) if d not in axes)
         return BlockForm("same", Placement.blocked(kept), axes)
     cut = [d for d in range(len(shape)) if not whole[d]] or [axes[0]]  # none cut: one chunk, a scalar out
-    if len(cut) == 1 and cut[0] in axes and op.name in ("sum", "max", "min"):
-        return BlockForm("partial", Placement((Partial(op.name),) * mesh.ndim), axes, cut[0], op.name)
+    kind = leaves(op.name, out.dtype) if op.name in ("sum", "max", "min") else None
+    if len(cut) == 1 and cut[0] in axes and kind is not None:
+        return BlockForm("partial", Placement((Partial(kind),) * mesh.ndim), axes, cut[0], kind)
     return None
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import DistirError
+from .combine import check_partial
 from .placement import Placement
 from .sym import Dim
 
@@ -182,6 +183,7 @@ def _global_infer(kind: StepKind):
             new = kind.apply(x.placement, axis, dim, attrs.get("op_type"), x.mesh.shape)
             if x.placement.is_strided:  # e.g. a shard of a strided dim on a second mesh axis
                 new.validate(x.mesh.ndim, x.ndim, shape=x.shape)
+            check_partial(new, x.dtype, "the result")
         except PlacementError as err:
             raise TypeInferenceError(f"R.dist.{kind.name}: {err}") from None
         return x.with_placement(new)

@@ -17,7 +17,7 @@ from .mesh import DeviceMesh
 from .placement import Placement
 from .sym import Dim
 
-DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int32", "int64", "uint8", "bool")
+DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool")
 
 
 def check_dtype(dtype: str) -> str:

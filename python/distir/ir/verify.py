@@ -36,6 +36,7 @@ from .expr import (
 )
 from .mesh import DeviceMesh
 from .op import has_dtensor
+from .combine import check_partial
 from .placement import Placement, PlacementError
 from .sharding import infer_unplaced
 from .types import DTensorType, ShapeType, TensorType, TupleType, Type
@@ -248,6 +249,7 @@ class _FunctionVerifier:
             elif isinstance(t.mesh, DeviceMesh):
                 try:
                     t.placement.validate(t.mesh.ndim, t.ndim, shape=t.shape)
+                    check_partial(t.placement, t.dtype, "its layout")
                 except PlacementError as err:
                     self.report(what, str(err), span)
         elif isinstance(t, TupleType):

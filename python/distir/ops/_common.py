@@ -8,6 +8,7 @@ import numpy as np
 
 from ..errors import TypeInferenceError
 from ..ir import sym
+from ..ir.combine import dtype_class
 from ..ir.op import OpDef, Param, register_op
 from ..ir.sharding import ShardingRule
 from ..ir.sym import Dim
@@ -145,8 +146,8 @@ def as_compute(x: np.ndarray) -> np.ndarray:
 
 
 def is_float_dtype(dtype: str) -> bool:
-    return dtype in ("float16", "bfloat16", "float32", "float64")
+    return dtype_class(dtype) == "float"
 
 
 def is_int_dtype(dtype: str) -> bool:
-    return dtype in ("int8", "int32", "int64", "uint8")
+    return dtype_class(dtype) == "int"

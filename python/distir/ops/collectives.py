@@ -39,6 +39,7 @@ import numpy as np
 
 from ..errors import DistirError, TypeInferenceError
 from ..ir import sym
+from ..ir.combine import combine
 from ..ir.exchange import check_exchange
 from ..ir.exchange import gather_plan as exchange_gather_plan
 from ..ir.exchange import received_total as exchange_received_total
@@ -63,7 +64,6 @@ from ._common import Param, expect_tensor, norm_axis
 
 __all__ = ["innermost", "regroup_blocks"]
 
-_REDUCE = {"sum": np.add, "max": np.maximum, "min": np.minimum, "avg": np.add}
 _OP_TYPES = ("sum", "max", "min", "avg")
 
 
@@ -192,11 +192,9 @@ def _groups(attrs, env):
 
 
 def _reduce_stack(op: str, stacked: np.ndarray) -> np.ndarray:
-    """The reduction of the arrays stacked on axis 0, added in worker order, in the arrays' dtype."""
-    out = np.asarray(_REDUCE[op].reduce(stacked, axis=0))  # an array, also for 0-d values
-    if op == "avg":
-        out = out / len(stacked)
-    return out.astype(stacked.dtype, copy=False)
+    """The reduction of the arrays stacked on axis 0, added in worker order, in the arrays' dtype
+    (as a ring all-reduce of that dtype adds; the rule per dtype is distir.ir.combine's)."""
+    return combine(op, stacked, wide=False)
 
 
 def _same_type_infer(name: str):

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from ..errors import TypeInferenceError
+from ..ir.combine import check_partial
 from ..ir.placement import Placement, PlacementError
 from ..ir.types import DTensorType, TensorType
 from ._common import OpDef, Param, register_op
 
 
-def _check_placement(placement: Placement, mesh, ndim: int, op: str, shape=None) -> None:
+def _check_placement(placement: Placement, mesh, ndim: int, op: str, shape=None, dtype=None) -> None:
     try:
         placement.validate(mesh.ndim, ndim, shape=shape)
+        if dtype is not None:
+            check_partial(placement, dtype, "the target layout")
     except PlacementError as err:
         raise TypeInferenceError(f"R.{op}: {err}") from None
 
@@ -19,7 +22,7 @@ def _annotate_infer(types, attrs):
     x = types[0]
     if not isinstance(x, (TensorType, DTensorType)):
         raise TypeInferenceError(f"R.dist.annotate_sharding: input must be a tensor, got {x}")
-    _check_placement(attrs["placement"], attrs["device_mesh"], x.ndim, "dist.annotate_sharding", x.shape)
+    _check_placement(attrs["placement"], attrs["device_mesh"], x.ndim, "dist.annotate_sharding", x.shape, x.dtype)
     return x
 
 
@@ -42,7 +45,7 @@ def _redistribute_infer(types, attrs):
             f"R.dist.redistribute: input must be a DTensor (a tensor laid out on a mesh), got {x}; "
             "use R.dist.annotate_sharding on plain tensors"
         )
-    _check_placement(attrs["placement"], attrs["device_mesh"], x.ndim, "dist.redistribute", x.shape)
+    _check_placement(attrs["placement"], attrs["device_mesh"], x.ndim, "dist.redistribute", x.shape, x.dtype)
     return DTensorType(x.shape, x.dtype, attrs["device_mesh"], attrs["placement"])
 
 

@@ -11,6 +11,7 @@ import math
 import numpy as np
 
 from ..errors import TypeInferenceError
+from ..ir.combine import exact_partials
 from ..ir.op import RelaxForm, ShardingDoc
 from ._common import (
     OpDef,
@@ -65,9 +66,10 @@ def _binary_infer(name, result_dtype=None):
     return infer
 
 
-def _binary_rule(partial, partial_inputs):
+def _binary_rule(partial, partial_inputs, wrapping: bool = True):
     def rule(types, attrs, outs):
-        return broadcast_rule([t.shape for t in types], outs[0].ndim, partial=partial, partial_inputs=partial_inputs)
+        here = exact_partials(partial, types[0].dtype, wrapping=wrapping)
+        return broadcast_rule([t.shape for t in types], outs[0].ndim, partial=here, partial_inputs=partial_inputs)
 
     return rule
 
@@ -78,6 +80,15 @@ def _binary_numpy(fn, keep_dtype: bool):
         return out.astype(xs[0].dtype, copy=False) if keep_dtype else out
 
     return numpy
+
+
+def _binary_relax(name: str) -> RelaxForm:
+    """Relax's op of the same name; maximum and minimum of bools are or / and (TVM 0.27 builds no
+    max of bools)."""
+    if name not in ("maximum", "minimum"):
+        return RelaxForm.same_name(name)
+    return RelaxForm(f"relax.op.{name}", emit="distir.tvm.ops:emit_extremum",
+                     doc="of bools: `relax.op.logical_or`" if name == "maximum" else "of bools: `relax.op.logical_and`")
 
 
 def _only(partial_inputs) -> str:
@@ -91,9 +102,10 @@ for _name, (_fn, _partial, _pin, _why) in _BINARY.items():
             params=(Param("x1", "tensor"), Param("x2", "tensor")),
             infer=_binary_infer(_name),
             numpy=_binary_numpy(_fn, keep_dtype=True),
-            sharding=_binary_rule(_partial, _pin),
+            # an integer division rounds: the sum of quotients is not the quotient of the sum
+            sharding=_binary_rule(_partial, _pin, wrapping=_name != "divide"),
             doc=f"Elementwise {_name} with numpy-style broadcasting.",
-            relax=RelaxForm.same_name(_name),
+            relax=_binary_relax(_name),
             category="elementwise",
             sharding_doc=ShardingDoc(
                 passes=_BROADCAST, blocked="size-1 dims", partials=partials_text(_partial, _only(_pin), _why)
@@ -240,7 +252,9 @@ for _name, (_fn, _partial, _pname, _what) in _UNARY.items():
             numpy=_unary_numpy(_fn),
             sharding=_unary_rule(_partial),
             doc=f"Elementwise {_what}" + ("." if _name in _ANY_DTYPE else "; needs floats."),
-            relax=RelaxForm.same_name(_name),
+            relax=RelaxForm("relax.op.negative", emit="distir.tvm.ops:emit_negative",
+                            doc="of unsigned integers: `0 - x`, wrapping around (TVM 0.27 builds no negation of them)")
+            if _name == "negative" else RelaxForm.same_name(_name),
             category="elementwise",
             sharding_doc=ShardingDoc(
                 passes="all", partials=partials_text(_partial, note="increasing" if _partial is _MONOTONE else "")

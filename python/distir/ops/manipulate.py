@@ -298,14 +298,21 @@ def _int_widens(src: str, dst: str) -> bool:
     return b.min <= a.min and a.max <= b.max
 
 
+def _int_wraps_into(src: str, dst: str) -> bool:
+    """A cast of integers that commutes with their wrapping sum: into as many bits or fewer
+    (sums modulo 2^a, read modulo 2^b with b <= a, are the sums modulo 2^b)."""
+    return is_int_dtype(src) and is_int_dtype(dst) and np.dtype(dst).itemsize <= np.dtype(src).itemsize
+
+
 def _astype_rule(types, attrs, outs):
-    # sum(cast(p_i)) = cast(sum(p_i)) only for casts that do not round: into a float, or int to int;
+    # sum(cast(p_i)) = cast(sum(p_i)) only for casts that neither round nor see the wrap-around of
+    # an integer sum (distir.ir.combine): float to float, or integers into as many bits or fewer;
     # max/min commute with a monotone cast that keeps the identities a worker with an empty block
     # holds in their place: into a float, or into an integer type that holds every value of the
     # source (-inf has no integer, and a narrowing or signed-to-unsigned cast wraps around)
     src, dst = types[0].dtype, attrs["dtype"]
     partial = {}
-    if is_float_dtype(dst) or (is_int_dtype(src) and is_int_dtype(dst)):
+    if (is_float_dtype(src) and is_float_dtype(dst)) or _int_wraps_into(src, dst):
         partial.update({"sum": "one", "avg": "one"})
     if dst != "bool" and src != "bool" and (is_float_dtype(dst) or _int_widens(src, dst)):
         partial.update({"max": "one", "min": "one"})
@@ -325,8 +332,9 @@ register_op(
         category="elementwise",
         sharding_doc=ShardingDoc(
             passes="all",
-            partials="sum, avg: `one` when the cast does not round (into a float, or int to int); "
-            "max, min: `one` into a float or a wider integer type (not with bool)",
+            partials="sum, avg: `one` when the cast neither rounds nor sees an integer sum wrap around (float to "
+            "float, integers into as many bits or fewer); max, min: `one` into a float or a wider integer type "
+            "(not with bool)",
         ),
     )
 )

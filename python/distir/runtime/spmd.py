@@ -6,7 +6,9 @@ largest id, as Disco runs it, and per-worker byte counts divide by D. Inputs are
 global arrays, checked against the function's recorded global signature (dtypes, ranks,
 sizes; symbolic sizes are bound from them, then every sharded size must divide), and cut
 into each worker's piece by it (a partial input is split into random parts whose
-reduction is the value, spread over all workers so that a wrong reduction shows).
+reduction is exactly the value, spread over the dtype's range and over all workers so that
+a wrong reduction shows: :func:`distir.ir.combine.split`; partial outputs are combined by
+:func:`distir.ir.combine.combine`, integers wrapping around as on one device).
 
 One evaluator: the function runs as the interpreter's compiled plan
 (:func:`distir.runtime.interpreter.compile_function`), binding by binding in lock step
@@ -55,6 +57,7 @@ import numpy as np
 
 from ..errors import DistirError
 from ..ir import sym
+from ..ir.combine import combine, split
 from ..ir.expr import Call, Function, IRModule, Var
 from ..ir.layout import (
     WORKER_ID,
@@ -206,29 +209,6 @@ def bind_global_inputs(
         raise SpmdError(str(err)) from None
 
 
-def _split_partial(value: np.ndarray, op: str, n: int, rng: np.random.Generator) -> list[np.ndarray]:
-    if n == 1:
-        return [value]
-    is_float = np.issubdtype(value.dtype, np.floating)
-
-    def noise():
-        if is_float:
-            return rng.standard_normal(value.shape).astype(value.dtype)
-        return rng.integers(-3, 4, size=value.shape).astype(value.dtype)
-
-    if op in ("sum", "avg"):
-        parts = [noise() for _ in range(n - 1)]
-        total = value * (n if op == "avg" else 1)
-        parts.append((total - sum(parts)).astype(value.dtype))
-        return parts
-    sign = -1 if op == "max" else 1
-    parts = [(value + sign * np.abs(noise())).astype(value.dtype) for _ in range(n)]
-    owner = rng.integers(0, n, size=value.shape)
-    for k in range(n):
-        parts[k] = np.where(owner == k, value, parts[k])
-    return parts
-
-
 def shard_input(t: DTensorType, value: np.ndarray, values, rng) -> dict[int, np.ndarray]:
     """Each device of ``t``'s mesh and its piece; devices outside the mesh get nothing.
 
@@ -243,7 +223,7 @@ def shard_input(t: DTensorType, value: np.ndarray, values, rng) -> dict[int, np.
         op = t.placement[axis].op
         nxt = {}
         for key, v in parts.items():
-            for c, piece in enumerate(_split_partial(v, op, sizes[axis], rng)):
+            for c, piece in enumerate(split(v, op, sizes[axis], rng)):
                 nxt[key + (c,)] = piece
         parts = nxt
     pieces: dict[tuple, np.ndarray] = {}
@@ -254,9 +234,6 @@ def shard_input(t: DTensorType, value: np.ndarray, values, rng) -> dict[int, np.
             piece = pieces[(blocks, pkey)] = cut_block(parts[pkey], placement, coords, sizes)
         out[dev] = piece
     return out
-
-
-_COMBINE = {"sum": np.add, "max": np.maximum, "min": np.minimum, "avg": np.add}
 
 
 def assemble_output(t: Type, per_worker: dict[int, Any], values, what: str, rtol: float, atol: float):
@@ -283,28 +260,27 @@ def assemble_output(t: Type, per_worker: dict[int, Any], values, what: str, rtol
     paxes = t.placement.partial_axes()
     blocks: dict[tuple, dict[tuple, np.ndarray]] = {}
     where: dict[tuple, tuple] = {}
+    first: dict[tuple, Any] = {}  # (block, part) -> the array of the first device holding it
     for dev, key, pkey, coords, sizes in _pieces(t, values):
-        local = per_worker.get(dev)
-        if local is None:
+        raw = per_worker.get(dev)
+        if raw is None:
             raise SpmdError(f"{what}: device {dev} of its mesh holds no value")
+        if first.get((key, pkey)) is raw:
+            continue  # the very same array as a replica before it (workers share results)
         _, loc, _ = where.setdefault(key, block_slices(shape, t.placement, coords, sizes))
-        local = np.asarray(local)[loc]  # the real elements; padding is dropped
+        local = np.asarray(raw)[loc]  # the real elements; padding is dropped
         seen = blocks.setdefault(key, {})
         held = seen.get(pkey)
         if held is None:
             seen[pkey] = local
+            first[(key, pkey)] = raw
         elif not np.allclose(held, local, rtol=rtol, atol=atol, equal_nan=True):
             raise SpmdError(f"{what}: replicas disagree (device {dev} holds a different copy)")
     out = None
+    op = t.placement[paxes[0]].op if paxes else None
     for key, parts in blocks.items():
         vals = list(parts.values())
-        value = vals[0].astype(np.float64) if paxes else vals[0]
-        op = t.placement[paxes[0]].op if paxes else None
-        for v in vals[1:]:
-            value = _COMBINE[op](value, v.astype(np.float64))
-        if op == "avg":
-            value = value / len(vals)
-        value = value.astype(vals[0].dtype) if paxes else value
+        value = combine(op, vals) if paxes else vals[0]
         if out is None:
             out = np.zeros(shape, dtype=value.dtype)
         out[where[key][0]] = value

@@ -48,6 +48,7 @@ from ..ir.mesh import DeviceMesh, Range
 from ..ir.op import OpDef, Param, all_ops, get_op, has_dtensor
 from ..ir.placement import Placement, PlacementError
 from ..ir.sharding import infer_unplaced
+from ..ir.combine import check_partial
 from ..ir.types import DTYPES, DTensorType, PrimType, ShapeType, TensorType, TupleType, Type
 from .literals import (
     FormError,
@@ -574,7 +575,7 @@ class _Parser:
             shape = self.tensor_shape(a["shape"])
             dtype = self.form(dtype_from_ast, a["dtype"])
             mesh = self.form(self.meshes.resolve, a["device_mesh"])
-            placement = self.placement(a["placement"], mesh, len(shape), shape)
+            placement = self.placement(a["placement"], mesh, len(shape), shape, dtype)
             return DTensorType(shape, dtype, mesh, placement)
         if name == "R.Tuple":
             if node.keywords:
@@ -607,11 +608,13 @@ class _Parser:
                 self.fail(e, f"a tensor dimension cannot be negative, got {d}")
         return shape
 
-    def placement(self, node: ast.AST, mesh: DeviceMesh, ndim: int | None, shape=None) -> Placement:
+    def placement(self, node: ast.AST, mesh: DeviceMesh, ndim: int | None, shape=None, dtype=None) -> Placement:
         text = self.form(str_from_ast, node, 'a placement string such as "S[0], R"')
         try:
             p = Placement.parse(text)
             p.validate(mesh.ndim, ndim, shape=shape)
+            if dtype is not None:
+                check_partial(p, dtype, "this DTensor")
         except PlacementError as err:
             self.fail(node, str(err))
         return p

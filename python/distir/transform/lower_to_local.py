@@ -25,9 +25,10 @@ from typing import ClassVar
 from ..errors import DiagnosticError, DistirError
 from ..ir import sym
 from ..ir.expr import Binding, Block, Call, Expr, Function, IRModule, Tuple, TupleGetItem, Var
+from ..ir.combine import identity
 from ..ir.layout import local_type, valid_length_expr
 from ..ir.op import get_op
-from ..ir.types import DTensorType, TensorType, TupleType, Type, np_dtype
+from ..ir.types import DTensorType, TensorType, TupleType, Type
 from .pass_infra import FunctionPass, PassContext, register_pass
 
 __all__ = ["GLOBAL_PARAMS", "GLOBAL_RESULT", "LowerGlobalViewToLocalView", "to_local_type"]
@@ -68,23 +69,6 @@ def _shape_expr(shape):
     return ShapeExpr(tuple(shape))
 
 
-def _identity(reduction: str, dtype: str):
-    """The value a reduction ignores: what the padding holds before it is reduced over."""
-    import numpy as np
-
-    if reduction in ("sum", "avg"):
-        return 0
-    if reduction == "prod":
-        return 1
-    if dtype == "bool":
-        return reduction == "min"
-    np_t = np_dtype(dtype)
-    if np.issubdtype(np_t, np.integer):
-        info = np.iinfo(np_t)
-        return int(info.min if reduction == "max" else info.max)
-    return float("-inf") if reduction == "max" else float("inf")
-
-
 def _has_dtensor(t: Type | None) -> bool:
     if isinstance(t, DTensorType):
         return True
@@ -120,13 +104,13 @@ class _Lowerer:
             return args
         if not all(isinstance(a.type, (DTensorType, TensorType)) for a in call.args):
             return args  # tuple inputs (concat) reduce over nothing
-        from ..ir.sharding import without_placement
+        from ..ir.sharding import op_rule, without_placement
 
         plain = [without_placement(a.type) for a in call.args]
         attrs = op.full_attrs(call.attrs)
         out = op.infer(plain, attrs)
         outs = list(out.fields) if isinstance(out, TupleType) else [out]
-        rule = op.sharding(plain, attrs, outs)
+        rule = op_rule(op, plain, attrs, outs)
         new = list(args)
         for k, a in enumerate(call.args):
             t = a.type
@@ -137,7 +121,7 @@ class _Lowerer:
                     continue
                 factor = rule.inputs[k][d][0]
                 if factor in rule.reductions:
-                    value = _identity(rule.reductions[factor], t.dtype)
+                    value = identity(rule.reductions[factor], t.dtype)
                 elif k in rule.pad_values:
                     value = rule.pad_values[k]
                 else:
@@ -189,7 +173,7 @@ class _Lowerer:
         owner = sym.floormod(sym.sub(g, 1), D)
         holds_last = sym.sub(1, sym.min_(1, sym.max_(sym.sub(owner, pos), sym.sub(pos, owner))))
         length = sym.sub(sym.mul(held, bd), sym.mul(holds_last, sym.sub(sym.mul(g, bd), n)))
-        value = _identity(form.reduction, t.dtype)
+        value = identity(form.reduction, t.dtype)
         x = self.bind(f"{b.var.name}_masked", Call(get_op("mask_tail"), (x,), {"axis": 0, "length": length, "value": value},
                                                    call.span))
         axes = [0] + [1 + others.index(a) for a in form.axes if a != d]

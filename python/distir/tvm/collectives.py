@@ -188,7 +188,11 @@ class _Collective:
         if self.groups.kind in ("global", "group"):
             args = [self.x, relax.ShapeExpr([REDUCE_KIND[op]]), _bool(self.groups.kind == "group")]
             return relax.op.call_dps_packed("runtime.disco.allreduce", args, out_ty=ex.relax_type(self.xt))
-        return _REDUCE_OP[op](self.members(), axis=0)
+        members = self.members()
+        if self.xt.dtype == "bool":  # any / all through uint8: TVM 0.27 has no max or min of bool
+            wide = ex.emit(relax.op.astype(members, "uint8"))
+            return relax.op.astype(ex.emit(_REDUCE_OP[op](wide, axis=0)), "bool")
+        return _REDUCE_OP[op](members, axis=0)
 
     def own_block(self, value: relax.Expr, axis: int, piece) -> relax.Expr:
         begin = sym.mul(self.coord(), piece)

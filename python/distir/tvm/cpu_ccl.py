@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import tvm_ffi
 
+from ..ir.combine import combine
 from .errors import DiscoRunError
 
 __all__ = ["CCL_NAMES", "State", "session"]
@@ -146,24 +147,23 @@ def _safe(name: str):
     return wrap
 
 
-_REDUCE = {0: np.add, 1: np.multiply, 2: np.minimum, 3: np.maximum, 4: np.add}
+#: Disco's ReduceKind codes (tvm/runtime/disco/builtin.h) and the partial each combines
+_KINDS = {0: "sum", 2: "min", 3: "max", 4: "avg"}
 
 
 @_safe("allreduce")
 def _allreduce(state: State, send, kind: int, in_group: bool, recv) -> None:
+    """The parts combined as distir.ir.combine says for their dtype (floats added in float64,
+    integers wrapping around, bools by any / all), as the simulator combines them."""
     w = _me()
     r = state.rendezvous(w, in_group)
     data = send.numpy()
     seen = _exchange(state, r, w, data)
-    parts = [seen[m] for m in r.members]
-    wide = np.float64 if np.issubdtype(data.dtype, np.floating) or data.dtype.kind == "V" else None
-    out = parts[0].astype(wide) if wide else parts[0].copy()
-    for p in parts[1:]:
-        out = _REDUCE[int(kind)](out, p.astype(wide) if wide else p)
-    if int(kind) == 4:
-        out = out / len(parts)
-    recv.copyfrom(np.array(out.astype(data.dtype), order="C"))  # 0-d stays 0-d
-    state.count("allreduce", 2 * (len(parts) - 1) * data.nbytes // len(parts), w == r.members[0])  # a ring
+    if int(kind) not in _KINDS:
+        raise ValueError(f"reduce kind {int(kind)} is not one distir emits ({', '.join(_KINDS.values())})")
+    out = combine(_KINDS[int(kind)], [seen[m] for m in r.members])
+    recv.copyfrom(np.array(out, order="C"))  # 0-d stays 0-d
+    state.count("allreduce", 2 * (len(r.members) - 1) * data.nbytes // len(r.members), w == r.members[0])  # a ring
 
 
 @_safe("allgather")

@@ -383,7 +383,7 @@ class _FunctionExporter:
     def _emit_position(self, name: str) -> None:
         """This worker's position in a mesh listed out of order: a lookup in a table by worker id,
         as a tensor and as a shape variable (``tensor_to_shape`` + ``match_cast``)."""
-        mesh = next(m for m in self.plan.meshes if is_worker_var(name) and position_var_name(m) == name)
+        mesh = next(m for m in self.plan.meshes if not ids_are_contiguous(m) and position_var_name(m) == name)
         table = [worker_values([mesh], w)[name] for w in range(int(self.plan.total))]
         pos = self.bb.emit(relax.op.take(self.const(table, "int64"), self._worker_tensor, axis=0, mode="clip"), name_hint="position")
         self._position_tensors[name] = pos

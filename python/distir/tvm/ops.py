@@ -22,6 +22,7 @@ from tvm import relax
 
 from ..errors import DistirError
 from ..ir import sym
+from ..ir.combine import dtype_class
 from ..ir.expr import Call
 from ..ir.layout import depends_on_worker
 from ..ir.op import OpDef, RelaxForm, all_ops
@@ -34,6 +35,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "emit_op",
+    "emit_extremum",
+    "emit_negative",
+    "emit_reduction",
     "emit_relax_form",
     "emit_shard_take",
     "emit_strided_slice",
@@ -151,11 +155,64 @@ def emit_strided_slice(ex: _FunctionExporter, call: Call) -> relax.Expr:
 
 
 def emit_partial_mean(ex: _FunctionExporter, call: Call) -> relax.Expr:
-    """``sum(x, axis) / count`` (count may be a size known at run time)."""
+    """``sum(x, axis) / count`` (count may be a size known at run time); of bools, any (a mean of
+    bools cast to bool is whether one is true)."""
     attrs = call.op.full_attrs(call.attrs)
     t: TensorType = call.type
-    total = ex.emit(relax.op.sum(ex.value(call.args[0]), axis=attrs["axis"], keepdims=attrs["keepdims"]))
+    x = ex.value(call.args[0])
+    if t.dtype == "bool":
+        return _bool_reduction(ex, relax.op.max, x, attrs)
+    total = ex.emit(relax.op.sum(x, axis=attrs["axis"], keepdims=attrs["keepdims"]))
     return relax.op.divide(total, ex.scalar(attrs["count"], t.dtype))
+
+
+def emit_negative(ex: _FunctionExporter, call: Call) -> relax.Expr:
+    """``relax.op.negative``; of unsigned integers ``0 - x``, which wraps around as numpy's negation does."""
+    dtype = call.args[0].type.dtype
+    if not dtype.startswith("uint"):
+        return emit_relax_form(ex, call)
+    return relax.op.subtract(ex.const(0, dtype), ex.value(call.args[0]))
+
+
+def emit_extremum(ex: _FunctionExporter, call: Call) -> relax.Expr:
+    """``relax.op.maximum`` / ``minimum``; of bools, ``logical_or`` / ``logical_and``."""
+    if call.args[0].type.dtype != "bool":
+        return emit_relax_form(ex, call)
+    fn = relax.op.logical_or if call.op.name == "maximum" else relax.op.logical_and
+    return fn(ex.value(call.args[0]), ex.value(call.args[1]))
+
+
+def _bool_reduction(ex: _FunctionExporter, fn, x: relax.Expr, attrs) -> relax.Expr:
+    """A max (any) or min (all) of bools, through uint8 (TVM 0.27 has no max or min of bool)."""
+    wide = ex.emit(relax.op.astype(x, "uint8"))
+    return relax.op.astype(ex.emit(fn(wide, axis=attrs["axis"], keepdims=attrs["keepdims"])), "bool")
+
+
+def emit_reduction(ex: _FunctionExporter, call: Call) -> relax.Expr:
+    """The Relax reduction of the same name, exact on every dtype as the numpy reference is: a max
+    or min (and a mean) of bools through uint8, and a mean of integers rounded once toward zero,
+    from int64 quotients and remainders by the count (Relax's mean adds in the input's dtype,
+    which wraps around, and divides after)."""
+    name, dtype = call.op.name, call.args[0].type.dtype
+    attrs = call.op.full_attrs(call.attrs)
+    x = ex.value(call.args[0])
+    if dtype == "bool" and name in ("max", "min", "mean"):
+        return _bool_reduction(ex, relax.op.min if name == "min" else relax.op.max, x, attrs)
+    if name != "mean" or dtype_class(dtype) != "int":
+        return emit_relax_form(ex, call)
+    xt: TensorType = call.args[0].type
+    axes = list(range(xt.ndim)) if attrs["axis"] is None else [a % xt.ndim for a in
+                                                                ([attrs["axis"]] if isinstance(attrs["axis"], int) else attrs["axis"])]
+    count = ex.scalar(sym.max_(sym.product([xt.shape[a] for a in axes]), 1))  # the mean of nothing is 0
+    keep = {"axis": axes, "keepdims": attrs["keepdims"]}
+    wide = ex.emit(relax.op.astype(x, "int64"))
+    quotients = ex.emit(relax.op.sum(ex.emit(relax.op.floor_divide(wide, count)), **keep))  # wraps, lands in range
+    remainders = ex.emit(relax.op.sum(ex.emit(relax.op.floor_mod(wide, count)), **keep))
+    floor = ex.emit(relax.op.add(quotients, ex.emit(relax.op.floor_divide(remainders, count))))
+    zero = ex.const(0, "int64")
+    up = ex.emit(relax.op.logical_and(ex.emit(relax.op.less(floor, zero)),
+                                      ex.emit(relax.op.not_equal(ex.emit(relax.op.floor_mod(remainders, count)), zero))))
+    return relax.op.astype(ex.emit(relax.op.add(floor, ex.emit(relax.op.astype(up, "int64")))), dtype)
 
 
 def emit_mask_tail(ex: _FunctionExporter, call: Call) -> relax.Expr:

@@ -111,3 +111,22 @@ def test_plans_that_do_not_fit_exit_1(model, tmp_path, name, content, fragment, 
 def test_a_missing_plan_file_exits_1(model, tmp_path, capsys):
     code, _, err = run([model, "-p", "shard-params", "--shard-plan", str(tmp_path / "nope.json")], capsys)
     assert code == 1 and "cannot read it" in err
+
+
+def test_a_partial_the_dtype_cannot_hold_is_refused_in_one_line(tmp_path, capsys):
+    ir = tmp_path / "ints.ir"
+    ir.write_text('''@I.ir_module
+class Module:
+    I.module_global_infos({"mesh": [R.device_mesh(("num_workers",), I.Range(0, "num_workers"))]})
+
+    @R.function
+    def main(x: R.Tensor((4,), "int32"), y: R.DTensor((4,), "int32", "mesh[0]", "R")):
+        with R.dataflow():
+            z = R.add(x, y)
+            R.output(z)
+        return z
+''')
+    code, out, err = run([str(ir), "-p", "shard-params", "--shard", "x=P[avg]"], capsys)
+    assert code == 1 and out == ""
+    assert len(err.strip().splitlines()) == 1
+    assert "lays out parameter 'x'" in err and 'the layout is "P[avg]": int32 values cannot be P[avg]' in err

@@ -137,7 +137,9 @@ def test_permute_dims():
     "src, dst, partial, ok",
     [
         ("float32", "float16", "P", True),
-        ("int32", "int64", "P", True),
+        ("int32", "int64", "P", False),  # an int32 sum wraps around at 32 bits, one in int64 does not
+        ("int64", "int8", "P", True),  # a narrowing cast keeps sums modulo 2^8
+        ("int32", "float32", "P", False),  # nor does a float sum wrap
         ("float32", "int32", "P", False),  # truncation is not linear
         ("float32", "int32", "P[max]", False),  # monotone, but -inf (an empty block's max) has no int
         ("int32", "int64", "P[max]", True),  # a widening cast keeps the identity the smallest

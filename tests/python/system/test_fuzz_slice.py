@@ -145,3 +145,27 @@ def test_a_case_past_the_time_limit_is_slow_and_names_its_stage():
     (o,) = res.outcomes
     assert o.key == f"SLOW|{o.stage}" and "of CPU time" in o.message
     assert fuzz.execute(fuzz.generate_case(SEED, 1), fuzz.Options(timeout=0.01)).cls == "CRASH"
+
+
+# --dtypes cases of seed 0 on float16, uint8, int8, bfloat16, bool and int32, bool, int64, int16 that run in
+# well under a second (case 7 propagates for about a minute: slow propagation, not a dtype matter)
+DTYPE_CASES = (1, 3, 8, 10, 11, 12, 14, 19)
+_DTYPES = fuzz.GenConfig(dtypes=True)
+
+
+@pytest.mark.parametrize("index", DTYPE_CASES)
+def test_dtype_directed_case_matches_one_device(index):
+    """``--dtypes``: programs on every dtype, inputs at each dtype's ends, integers compared exactly."""
+    case = fuzz.generate_case(SEED, index, _DTYPES)
+    assert case.program.values == "extreme" and "--dtypes" in case.origin
+    res = fuzz.execute(case, fuzz.Options())
+    bad = [o for o in res.outcomes if o.cls not in ("OK", "CLEAN-REFUSAL")]
+    assert not bad, "\n".join([f"re-run: python scripts/fuzz.py {case.origin}"] + [o.line() for o in bad])
+
+
+def test_dtype_directed_cases_draw_every_dtype_and_leave_the_default_cases_alone():
+    dtypes = {p.dtype for i in range(40) for p in fuzz.generate_case(SEED, i, _DTYPES).program.params}
+    assert {"int8", "int16", "int64", "uint8", "bool", "float16", "bfloat16"} <= dtypes
+    default = {p.dtype for i in range(40) for p in fuzz.generate_case(SEED, i).program.params}
+    assert default <= {"float32", "float64", "int32"}
+    assert fuzz.generate_case(SEED, 3).program.values == ""

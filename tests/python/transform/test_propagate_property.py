@@ -1,4 +1,6 @@
-"""Property test: random programs with random layouts and hints propagate, distribute and compute the right thing."""
+"""Property test: random programs with random layouts and hints propagate, distribute and compute
+the right thing: float32 and integer programs, inputs partial under every kind their dtype holds
+(sum, max, min, avg), integers anywhere in their range (compared exactly)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import distir
+from distir.driver import Driver, flat_outputs
+from distir.ir.combine import PARTIAL_KINDS, partial_refusal
 from distir.testing import assert_sharded_equivalent
 from distir.transform.layout_choice.propagate_sharding import ShardingAmbiguityWarning
 
@@ -18,11 +22,24 @@ MESHES = {
     "2d": ('R.device_mesh((2, "num_workers"), I.Range(0, "2 * num_workers"))', 2),
 }
 SIZES = (16, 32)
-EXAMPLES = int(os.environ.get("PROP_EXAMPLES", "150"))  # more when exploring  # divisible by 2 * 8: every layout fits every device count tested
+EXAMPLES = int(os.environ.get("PROP_EXAMPLES", "100"))  # more when exploring  # divisible by 2 * 8: every layout fits every device count tested
 
 
-def _placement(draw, mesh_ndim: int, rank: int, partial: bool) -> str:
-    options = ["R"] + [f"S[{d}]" for d in range(rank)] + (["P"] if partial else [])
+DTYPES = ("float32", "float32", "int32", "int8", "uint8")
+# per dtype class, the ops drawn (integers: no tanh or softmax, which need floats)
+OPS = {
+    "float": ["tanh", "add", "matmul", "permute", "sum", "softmax", "reshape", "hint", "split", "max", "mean",
+              "maximum"],
+    "int": ["relu", "add", "matmul", "permute", "sum", "negative", "reshape", "hint", "split", "max", "min", "mean",
+            "maximum"],
+}
+
+
+def _placement(draw, mesh_ndim: int, rank: int, partial: bool, dtype: str = "float32") -> str:
+    kinds = [k for k in PARTIAL_KINDS if partial_refusal(k, dtype) is None]
+    kind = draw(st.sampled_from(kinds))
+    p = "P" if kind == "sum" else f"P[{kind}]"
+    options = ["R"] + [f"S[{d}]" for d in range(rank)] + ([p] if partial else [])
     return ", ".join(draw(st.sampled_from(options)) for _ in range(mesh_ndim))
 
 
@@ -30,18 +47,19 @@ def _placement(draw, mesh_ndim: int, rank: int, partial: bool) -> str:
 def programs(draw):
     mesh_key = draw(st.sampled_from(sorted(MESHES)))
     mesh_text, mesh_ndim = MESHES[mesh_key]
+    dtype = draw(st.sampled_from(DTYPES))
     params, tensors, lines = [], [], []
     for i in range(draw(st.integers(2, 3))):
         shape = (draw(st.sampled_from(SIZES)), draw(st.sampled_from(SIZES)))
         name = f"p{i}"
         if i == 0 or draw(st.booleans()):  # at least one laid-out input: the program is distributed
-            pl = _placement(draw, mesh_ndim, 2, partial=draw(st.booleans()))
-            params.append(f'{name}: R.DTensor({shape}, "float32", "mesh[0]", "{pl}")')
+            pl = _placement(draw, mesh_ndim, 2, partial=draw(st.booleans()), dtype=dtype)
+            params.append(f'{name}: R.DTensor({shape}, "{dtype}", "mesh[0]", "{pl}")')
         else:
-            params.append(f'{name}: R.Tensor({shape}, "float32")')
+            params.append(f'{name}: R.Tensor({shape}, "{dtype}")')
         tensors.append((name, shape))
     for k in range(draw(st.integers(2, 7))):
-        kind = draw(st.sampled_from(["tanh", "add", "matmul", "permute", "sum", "softmax", "reshape", "hint", "split"]))
+        kind = draw(st.sampled_from(OPS["float" if dtype == "float32" else "int"]))
         name = f"v{k}"
         a, sa = draw(st.sampled_from(tensors))
         if kind == "add":
@@ -59,9 +77,17 @@ def programs(draw):
         elif kind == "permute":
             lines.append(f"{name} = R.permute_dims({a}, axes=[1, 0])")
             shape = (sa[1], sa[0])
-        elif kind == "sum":
-            lines.append(f"{name} = R.sum({a}, axis=[1], keepdims=True)")
+        elif kind in ("sum", "max", "min", "mean"):
+            lines.append(f"{name} = R.{kind}({a}, axis=[1], keepdims=True)")
             shape = (sa[0], 1)
+        elif kind == "maximum":
+            same = [t for t in tensors if t[1] == sa]
+            b, _ = draw(st.sampled_from(same))
+            lines.append(f"{name} = R.maximum({a}, {b})")
+            shape = sa
+        elif kind in ("relu", "negative"):
+            lines.append(f"{name} = R.{'nn.relu' if kind == 'relu' else 'negative'}({a})")
+            shape = sa
         elif kind == "softmax":
             lines.append(f"{name} = R.nn.softmax({a}, axis=-1)")
             shape = sa
@@ -103,16 +129,28 @@ class Module:
             R.output({", ".join(produced)})
         return {result}
 '''
-    return text
+    return text, dtype
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(programs(), st.integers(0, 2**16))
-def test_random_programs_match_the_single_device_run(text, seed):
+def test_random_programs_match_the_single_device_run(program, seed):
+    text, dtype = program
     mod = distir.parse(text)
     f = mod["main"]
     rng = np.random.default_rng(seed)
-    inputs = [(rng.standard_normal(tuple(p.type.shape)) * 0.5).astype("float32") for p in f.params]
+    shapes = [tuple(p.type.shape) for p in f.params]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ShardingAmbiguityWarning)
-        assert_sharded_equivalent(mod, inputs, num_workers=(1, 2, 4), rtol=1e-4)
+        if dtype == "float32":
+            inputs = [(rng.standard_normal(s) * 0.5).astype("float32") for s in shapes]
+            assert_sharded_equivalent(mod, inputs, num_workers=(1, 2, 4), rtol=1e-4)
+            return
+        info = np.iinfo(dtype)
+        inputs = [rng.integers(info.min, info.max, s, endpoint=True, dtype=dtype) for s in shapes]
+        driver = Driver(mod)
+        want = flat_outputs(driver.reference(inputs))
+        for n in (1, 2, 4):
+            got = flat_outputs(driver.run(inputs, n, seed=seed).outputs)
+            for k, (g, w) in enumerate(zip(got, want)):
+                np.testing.assert_array_equal(g, w, err_msg=f"output {k} at {n} workers")

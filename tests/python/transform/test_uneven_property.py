@@ -1,5 +1,6 @@
 """Uneven shards, property-tested: random shapes whose dims include 1, primes and sizes below
-the device count, random placements on 1-D, 2-D and 3-D meshes, chains of redistributes, and
+the device count, random placements on 1-D, 2-D and 3-D meshes (partials of every kind the
+dtype holds), chains of redistributes, float32, integers anywhere in their range and bools, and
 1 to 8 devices. Legalize -> lower -> specialize -> run_spmd equals the value every time, and
 the bytes the simulator moves equal the cost model's figure (distir.analysis.comm_volume).
 """
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 from distir.analysis import comm_volume
 from distir.ir import Binding, Block, Call, DeviceMesh, DTensorType, Function, IRModule, Range, Var, get_op, sym
+from distir.ir.combine import PARTIAL_KINDS, partial_refusal
 from distir.ir.placement import Partial, Placement, Replicate, Shard
 from distir.runtime.spmd import SpmdStats, run_spmd
 from distir.transform import get_pass
@@ -20,6 +22,7 @@ from distir.transform.specialize import specialize
 W = sym.var("num_workers")
 MESHES = [(W,), (2, W), (W, 3), (2, W, 2), (3, 1, W), (W, W)]
 SIZES = [1, 2, 3, 5, 6, 7, 11, 13, 16]  # 1, primes, sizes below the device count, one even size
+DTYPES = ("float32", "float32", "int8", "uint8", "int32", "int64", "bool")
 
 
 def chain_module(mesh_shape, shape, placements, dtype="float32") -> IRModule:
@@ -45,28 +48,44 @@ def cases(draw):
     workers = draw(st.integers(1, max(most, 1)))
     ndim = draw(st.integers(1, 3))
     shape = tuple(draw(st.sampled_from(SIZES)) for _ in range(ndim))
-    op = draw(st.sampled_from(["sum", "max", "min"]))
+    dtype = draw(st.sampled_from(DTYPES))
+    op = draw(st.sampled_from([k for k in PARTIAL_KINDS if partial_refusal(k, dtype) is None]))
 
     def placement():
         spec = st.one_of(st.just(Replicate()), st.builds(Shard, st.integers(0, ndim - 1)), st.just(Partial(op)))
         return Placement(tuple(draw(spec) for _ in mesh_shape))
 
     n = draw(st.integers(2, 4))
-    return mesh_shape, workers, shape, [placement() for _ in range(n)]
+    return mesh_shape, workers, shape, [placement() for _ in range(n)], dtype
+
+
+def values(dtype: str, shape, seed: int) -> np.ndarray:
+    """Integers anywhere in their range (the parts of a sum wrap around), bools, small floats."""
+    rng = np.random.default_rng(seed)
+    if dtype == "bool":
+        return rng.random(shape) < 0.5
+    if dtype == "float32":
+        return rng.integers(-50, 50, size=shape).astype("float32")
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max, size=shape, endpoint=True, dtype=dtype)
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases(), st.integers(0, 2**16))
 def test_redistribute_chains_on_uneven_shapes_move_the_data_and_the_modelled_bytes(case, seed):
-    mesh_shape, workers, shape, placements = case
+    mesh_shape, workers, shape, placements, dtype = case
     lowered = get_pass("lower-global-view-to-local-view")(
-        get_pass("legalize-redistribute")(chain_module(mesh_shape, shape, placements))
+        get_pass("legalize-redistribute")(chain_module(mesh_shape, shape, placements, dtype))
     )
     local = specialize(lowered, {"num_workers": workers})
-    x = np.random.default_rng(seed).integers(-50, 50, size=shape).astype("float32")
+    x = values(dtype, shape, seed)
     stats = SpmdStats()
     y = run_spmd(local, x, stats=stats, seed=seed)
-    np.testing.assert_allclose(y, x, rtol=1e-5, atol=1e-3, err_msg=f"{[str(p) for p in placements]} {shape}")
+    what = f"{dtype} {[str(p) for p in placements]} {shape}"
+    if dtype == "float32":
+        np.testing.assert_allclose(y, x, rtol=1e-5, atol=1e-3, err_msg=what)
+    else:
+        np.testing.assert_array_equal(y, x, err_msg=what)
     numbers = comm_volume(local).evaluate()
     assert numbers.total_bytes == stats.total_bytes, ([str(p) for p in placements], shape, workers, stats.summary())
     assert numbers.counts == stats.counts

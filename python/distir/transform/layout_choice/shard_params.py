@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 
 from ...errors import PassError
 from ...ir.builder import mesh as make_mesh
+from ...ir.combine import check_partial
 from ...ir.expr import Call, Function, IRModule, Tuple, TupleGetItem, Var
 from ...ir.mesh import DeviceMesh
 from ...ir.placement import Placement, PlacementError
@@ -397,6 +398,7 @@ class ShardParams(ModulePass):
                 placement = best.placement
                 try:
                     placement.validate(mesh.ndim, len(t.shape))
+                    check_partial(placement, t.dtype, "the layout")
                 except PlacementError as err:
                     raise ShardPlanError(
                         f"shard plan: pattern '{best.pattern}' lays out parameter '{name}' ({t}): {err}"

@@ -26,7 +26,7 @@ from ...ir.expr import Binding, Call, Constant, Expr, Function, Tuple, TupleGetI
 from ...ir.mesh import DeviceMesh
 from ...ir.op import OpDef
 from ...ir.placement import Partial, Placement, Replicate, Shard, Spec, StridedShard, shard_spec
-from ...ir.sharding import ShardingRule, factor_at, forward, spec_at, with_sizes, without_placement
+from ...ir.sharding import ShardingRule, factor_at, forward, op_rule, spec_at, with_sizes, without_placement
 from ...ir.types import DTensorType, TensorType, TupleType, Type
 
 __all__ = [
@@ -240,7 +240,7 @@ class _Builder:
             tensors = [s.tensor for s in ins]
             try:
                 outs_t = [s.tensor for s in outs]
-                site.rule = with_sizes(op.sharding(tensors, dict(op.full_attrs(value.attrs)), outs_t), tensors, outs_t)
+                site.rule = with_sizes(op_rule(op, tensors, dict(op.full_attrs(value.attrs)), outs_t), tensors, outs_t)
             except (DistirError, IndexError) as err:
                 self.fail(b, f"the sharding rule of R.{op.name} does not apply here: {err}")
             site.lead_in = [_lead(d) for d in site.rule.inputs]
