@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 import tvm
-from tvm import relax, tirx
+from tvm import relax, te, tirx
 
 from ..ir import sym
 from ..ir.expr import (
@@ -374,8 +374,13 @@ class _FunctionExporter:
         )
         self.worker_var = tirx.Var(WORKER_ID, "int64")
         self.bb.match_cast(shape, relax.ShapeType([self.worker_var]), name_hint="worker_shape")
-        # the id as a tensor too, from the shape value whose entries Relax does not know (a VM builtin)
-        ids = self.bb.emit(relax.op.shape_to_tensor(shape), name_hint="worker_ids")
+        # the id as a tensor too, written by a kernel of the build's target: a device kernel must not read a
+        # host tensor (R.shape_to_tensor makes one), and the kernel is opaque so that FuseOps leaves it alone
+        ids = self.bb.emit(
+            relax.call_tir(_worker_index_kernel(self.bb), [relax.prim_value(self.worker_var)],
+                           relax.TensorType([1], "int64")),
+            name_hint="worker_ids",
+        )
         self._worker_tensor = self.bb.emit(relax.op.reshape(ids, relax.ShapeExpr([])), name_hint="worker_index")
         for name in self.position_names:
             self._emit_position(name)
@@ -417,6 +422,22 @@ class _FunctionExporter:
                         self.bind(b, False)
             result = self.value(f.result)
             self.bb.emit_func_output(result)
+
+
+WORKER_INDEX_KERNEL = "distir_worker_index"
+_OPAQUE = 8  # relax.OpPatternKind.kOpaque: FuseOps never fuses the kernel (see docs/tvm.md, FuseTIR)
+
+
+def _worker_index_kernel(bb: relax.BlockBuilder):
+    """The module's ``distir_worker_index(worker: int64, out: (1,) int64)`` kernel (added once)."""
+    mod = bb.get()
+    for gv in mod.get_global_vars():
+        if gv.name_hint == WORKER_INDEX_KERNEL:
+            return gv
+    worker = tirx.Var("worker", "int64")
+    out = te.compute((1,), lambda _: worker, name="worker_index")
+    func = te.create_prim_func([worker, out]).with_attrs({"op_pattern": _OPAQUE, "global_symbol": WORKER_INDEX_KERNEL})
+    return bb.add_func(func, WORKER_INDEX_KERNEL)
 
 
 def _proves_same(have, want: Dim) -> bool:
