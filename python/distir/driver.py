@@ -188,12 +188,13 @@ def _import_tvm(missing: str):
         raise DistirError(missing) from None
 
 
-def tvm_builder() -> Callable[[IRModule, Mapping[str, int]], Any]:
+def tvm_builder(target: Any = "llvm") -> Callable[[IRModule, Mapping[str, int]], Any]:
     """``build(local, values)``: the TVM build of a symbolic local-view module at one count.
 
     Exports ``local`` once with ``distir.tvm.to_relax`` (``num_workers`` stays a symbolic
-    shape variable) and, per count, binds it and compiles (``distir.tvm.specialize_and_build``:
-    ``BindSymbolicVars`` then ``tvm.compile`` for the CPU). A clear error while
+    shape variable) and, per count, binds it and compiles for ``target``
+    (``distir.tvm.specialize_and_build``: ``BindSymbolicVars`` then ``tvm.compile``). An
+    unknown target is one line here, before any work; so is a clear error while
     ``distir.tvm`` is missing.
     """
     dtvm = _import_tvm(
@@ -204,13 +205,16 @@ def tvm_builder() -> Callable[[IRModule, Mapping[str, int]], Any]:
         to_relax, specialize_and_build = dtvm.to_relax, dtvm.specialize_and_build
     except AttributeError as err:
         raise DistirError(f"--build: this version of distir.tvm lacks what the sweep needs ({err})") from None
+    from .tvm.targets import parse_target
+
+    parse_target(target)
     exported: dict[int, tuple[IRModule, Any]] = {}
 
     def build(local: IRModule, values: Mapping[str, int]):
         hit = exported.get(id(local))
         if hit is None or hit[0] is not local:
             hit = exported[id(local)] = (local, to_relax(local))
-        return specialize_and_build(hit[1], dict(values))
+        return specialize_and_build(hit[1], dict(values), target)
 
     return build
 

@@ -19,21 +19,25 @@ local VM).
 
 from __future__ import annotations
 
-import importlib
+import atexit
+import contextlib
+import itertools
 import os
+import shutil
 import tempfile
 import warnings
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import tvm
-import tvm_ffi
 from tvm import relax
 
 from ..ir.types import DTensorType, TensorType, Type
 from . import host_ccl
+from .workers import load_disco, process_workers
 from .errors import DiscoRunError, TargetError, tvm_message
 from .export import DISCO_LAYOUT_FUNC, SIZE_PREFIX
 from .targets import DEFAULT_TARGET, describe, has_nccl, is_host, parse_target, run_device
@@ -41,30 +45,7 @@ from .targets import DEFAULT_TARGET, describe, has_nccl, is_host, parse_target, 
 __all__ = ["SESSIONS", "Presharded", "check_dtypes", "load_disco", "run_pieces", "specialize_and_build", "symbolic_var_names"]
 
 SESSIONS = ("threads", "processes")
-
-_DISCO = None
-
-
-def load_disco():
-    """``tvm.runtime.disco``, loaded despite the 0.27 wheel's import order (docs/tvm.md).
-
-    ``import tvm`` imports ``tvm.runtime.disco`` before it loads ``libtvm_runtime_extra``
-    (where Disco's C++ functions live), so the import fails and ``tvm.runtime.disco`` is
-    None. Filling the FFI table again and importing the package once more fixes it.
-    """
-    global _DISCO
-    if _DISCO is not None:
-        return _DISCO
-    mod = getattr(tvm.runtime, "disco", None)
-    if mod is None or not hasattr(getattr(mod, "_ffi_api", None), "SessionThreaded"):
-        if tvm_ffi.get_global_func("runtime.disco.SessionThreaded", allow_missing=True) is None:
-            raise DiscoRunError("this TVM build has no Disco runtime (libtvm_runtime_extra is missing)")
-        tvm_ffi.init_ffi_api("runtime.disco", "tvm.runtime.disco._ffi_api")
-        mod = importlib.import_module("tvm.runtime.disco")
-        tvm.runtime.disco = mod
-    _DISCO = mod
-    return mod
-
+_COUNTER = itertools.count()
 
 def symbolic_var_names(tvm_mod: tvm.IRModule) -> set[str]:
     """Names of the symbolic shape variables of a Relax module's functions (what BindSymbolicVars can bind)."""
@@ -189,32 +170,55 @@ def run_pieces(
         raise DiscoRunError(f"unknown session '{session}' (known: {', '.join(SESSIONS)})")
     device = run_device(target)
     disco = load_disco()
-    with tempfile.TemporaryDirectory(prefix="distir-disco-") as tmp:
-        path = os.path.join(tmp, "module.so")
-        built.export_library(path)
-        # the local VM reads the shared library just written (no second code generation)
-        vm = relax.VirtualMachine(tvm.runtime.load_module(path), device)
-        size_names = _size_params(vm, func, n_params)
-        total, groups = _layout(vm, values)
-        if check_workers is not None:
-            check_workers(total)
-        if groups < 1 or total % groups:
-            raise DiscoRunError(f"{total} workers cannot be split into {groups} equal groups")
-        pieces = pieces_for(total)
-        call = _Call(path, func, size_names, values, pieces, total, device, presharded)
-        nccl = not is_host(device) and has_nccl() and total <= _device_count(device)
-        info = {"num_workers": total, "num_groups": groups, "session": session,
-                "ccl": "nccl" if nccl else "host", "device": str(device)}  # fmt: skip
-        if not is_host(device) and not nccl:
-            info["fallback"] = _fallback_line(device, total)
-            warnings.warn(info["fallback"], stacklevel=2)
-        if session == "threads":
-            outputs, calls, sent = _run_threads(disco, call, total, groups, nccl)
-        else:
-            outputs, calls, sent = _run_processes(call, total, groups, nccl)
+    path = _library(built)
+    # the local VM reads the shared library (no second code generation)
+    vm = relax.VirtualMachine(tvm.runtime.load_module(path), device)
+    size_names = _size_params(vm, func, n_params)
+    total, groups = _layout(vm, values)
+    if check_workers is not None:
+        check_workers(total)
+    if groups < 1 or total % groups:
+        raise DiscoRunError(f"{total} workers cannot be split into {groups} equal groups")
+    pieces = pieces_for(total)
+    call = _Call(path, func, size_names, values, pieces, total, device, presharded)
+    nccl = not is_host(device) and has_nccl() and total <= _device_count(device)
+    info = {"num_workers": total, "num_groups": groups, "session": session,
+            "ccl": "nccl" if nccl else "host", "device": str(device)}  # fmt: skip
+    if not is_host(device) and not nccl:
+        info["fallback"] = _fallback_line(device, total)
+        warnings.warn(info["fallback"], stacklevel=2)
+    if session == "threads":
+        outputs, calls, sent = _run_threads(disco, call, total, groups, nccl)
+    else:
+        outputs, calls, sent = _run_processes(call, total, groups, nccl)
     if stats is not None:
         stats.update(info, transport={"calls": calls, "bytes_sent": sent})
     return outputs
+
+
+_LIBRARIES: OrderedDict[int, tuple[Any, str]] = OrderedDict()  # id(built) -> (built, its shared library)
+_LIBRARY_DIR: str | None = None
+_KEEP_LIBRARIES = 16
+
+
+def _library(built) -> str:
+    """``built`` exported as a shared library that every worker loads (written once per build)."""
+    global _LIBRARY_DIR
+    hit = _LIBRARIES.get(id(built))
+    if hit is not None and hit[0] is built:
+        _LIBRARIES.move_to_end(id(built))
+        return hit[1]
+    if _LIBRARY_DIR is None:
+        _LIBRARY_DIR = tempfile.mkdtemp(prefix="distir-disco-")
+        atexit.register(shutil.rmtree, _LIBRARY_DIR, True)
+    path = os.path.join(_LIBRARY_DIR, f"module{next(_COUNTER)}.so")
+    built.export_library(path)
+    _LIBRARIES[id(built)] = (built, path)
+    while len(_LIBRARIES) > _KEEP_LIBRARIES:
+        _, (_, old) = _LIBRARIES.popitem(last=False)
+        with contextlib.suppress(OSError):
+            os.remove(old)
+    return path
 
 
 def _device_count(device) -> int:
@@ -269,7 +273,7 @@ class _Call:
 
     def _load_presharded(self, sess, default_device: bool) -> list:
         p = self.presharded
-        loader = sess.get_global_func("runtime.disco.ShardLoader")(p.json_path, p.text, "", None)
+        loader = sess.get_global_func("runtime.disco.ShardLoader")(p.json_path, p.text, "{}", None)
         params = sess.get_global_func("runtime.disco.ShardLoaderLoadAllPresharded")(loader)
         item = sess.get_global_func("ffi.ArrayGetItem")
         to_device = sess.get_global_func("vm.builtin.to_device")
@@ -310,8 +314,6 @@ def _run_threads(disco, call: _Call, total: int, groups: int, nccl: bool):
 
 
 def _run_processes(call: _Call, total: int, groups: int, nccl: bool):
-    from .workers import process_workers
-
     workers = process_workers(total, groups)
     if nccl and not getattr(workers, "nccl", False):
         workers.call(lambda: workers.sess.init_ccl("nccl", *range(total)))

@@ -289,6 +289,13 @@ def _disconnect() -> None:
         ep.close()
 
 
+def worker0_errors(directory: str) -> list[str]:
+    """The failures worker 0 of the session served from ``directory`` (a thread of this process) saw."""
+    me = _THREAD_OF.get(directory)
+    ep = _BY_THREAD.get(me) if me is not None else None
+    return ep.errors if ep is not None else []
+
+
 def forget_session(directory: str) -> None:
     """The caller ended the session served from ``directory``: drop its worker 0's endpoint and cancel flag
     (a later thread may reuse the OS thread's id)."""

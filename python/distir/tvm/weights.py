@@ -373,7 +373,7 @@ def check_set(s: ShardedSet, local_mod: IRModule, func: str, values: Mapping[str
         raise WeightsError(f"{where} are for @{meta['function']}, not @{func}")
     if s.workers != workers:
         raise WeightsError(
-            f"{where} were saved for {meta['count']} ({s.workers} Disco workers); this run has {workers}: re-shard them "
+            f"{where} were saved for {meta['symbol']}={meta['count']} ({s.workers} Disco workers); this run has {workers}: re-shard them "
             f"with distir.tvm.reshard_weights('{s.directory}', {values.get(meta['symbol'], workers)}, OUT_DIR)"
         )
     types = list(f.attrs.get(GLOBAL_PARAMS, [p.type for p in f.params]))

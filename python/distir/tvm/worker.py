@@ -14,12 +14,35 @@ from __future__ import annotations
 import sys
 
 
+def _load_runtime() -> None:
+    """TVM's runtime alone (a worker runs built modules; it compiles nothing): ``import tvm`` without
+    the compiler library (TVM_USE_RUNTIME_LIB=1, half the start-up time), then the runtime libraries
+    that ``import tvm`` loads for their registrations: Disco's (``libtvm_runtime_extra``) and, where
+    it loads (a CUDA driver), ``libtvm_runtime_cuda``."""
+    import os
+    from pathlib import Path
+
+    os.environ.setdefault("TVM_USE_RUNTIME_LIB", "1")
+    import tvm  # noqa: F401
+    from tvm.base import _LOADED_LIBS
+    from tvm_ffi.libinfo import load_lib_ctypes
+
+    here = Path(_LOADED_LIBS["tvm_runtime"]._name).resolve().parent
+    for name in ("tvm_runtime_extra", "tvm_runtime_cuda"):
+        if name not in _LOADED_LIBS:
+            try:
+                _LOADED_LIBS[name] = load_lib_ctypes(package="tvm", target_name=name, extra_lib_paths=[here],
+                                                     mode="RTLD_LOCAL")
+            except (OSError, FileNotFoundError, RuntimeError):
+                pass  # no CUDA driver: a CPU worker
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 5:
         print("usage: python -m distir.tvm.worker WORKER NUM_WORKERS NUM_GROUPS READ_FD WRITE_FD", file=sys.stderr)
         return 2
     worker, num_workers, num_groups, read_fd, write_fd = (int(a) for a in argv)
-    import tvm  # noqa: F401  (loads the runtime libraries, Disco's included)
+    _load_runtime()
     import tvm_ffi
 
     from .host_ccl import register

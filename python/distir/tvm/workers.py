@@ -31,14 +31,40 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
+import tvm
 import tvm_ffi
 
 from . import host_ccl
-from .errors import DiscoRunError
+from .errors import DiscoRunError, tvm_message
 
-__all__ = ["ProcessWorkers", "close_all", "process_workers"]
+__all__ = ["ProcessWorkers", "close_all", "load_disco", "process_workers"]
+
+_DISCO = None
+
+
+def load_disco():
+    """``tvm.runtime.disco``, loaded despite the 0.27 wheel's import order (docs/tvm.md).
+
+    ``import tvm`` imports ``tvm.runtime.disco`` before it loads ``libtvm_runtime_extra``
+    (where Disco's C++ functions live), so the import fails and ``tvm.runtime.disco`` is
+    None. Filling the FFI table again and importing the package once more fixes it.
+    """
+    global _DISCO
+    if _DISCO is not None:
+        return _DISCO
+    mod = getattr(tvm.runtime, "disco", None)
+    if mod is None or not hasattr(getattr(mod, "_ffi_api", None), "SessionThreaded"):
+        if tvm_ffi.get_global_func("runtime.disco.SessionThreaded", allow_missing=True) is None:
+            raise DiscoRunError("this TVM build has no Disco runtime (libtvm_runtime_extra is missing)")
+        tvm_ffi.init_ffi_api("runtime.disco", "tvm.runtime.disco._ffi_api")
+        mod = importlib.import_module("tvm.runtime.disco")
+        tvm.runtime.disco = mod
+    _DISCO = mod
+    return mod
+
 
 _POOL_FUNC = "distir.disco.create_process_pool"
 _ENTRY = "distir.tvm.worker"
@@ -162,8 +188,6 @@ class ProcessWorkers:
     """A Disco ProcessSession of ``num_workers`` workers joined by sockets (the module docstring)."""
 
     def __init__(self, num_workers: int, num_groups: int = 1, *, timeout: float = host_ccl.TIMEOUT):
-        from .disco import load_disco
-
         disco = load_disco()
         _register()
         self.num_workers, self.num_groups, self.timeout = num_workers, num_groups, timeout
@@ -233,9 +257,21 @@ class ProcessWorkers:
             try:
                 return action()
             except Exception as err:  # noqa: BLE001 - a broken pipe to a dead worker, or another TVM error
-                message = self.dead_message() or f"the Disco session failed: {str(err).splitlines()[-1] if str(err) else err}"
+                message = self._why(err)
         self.close()
         raise DiscoRunError(f"a Disco worker process failed: {message}")
+
+    def _why(self, err: Exception) -> str:
+        """Why talking to the workers failed: a worker that ended (give a killed one a moment to be
+        seen as such), else what worker 0 saw, else TVM's own message."""
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            message = self.dead_message()
+            if message is not None:
+                return message
+            time.sleep(0.05)
+        seen = host_ccl.worker0_errors(self.pool.directory)
+        return "; ".join(seen) if seen else f"the Disco session failed: {tvm_message(err)}"
 
     def sync(self) -> None:
         for w in range(self.num_workers):
@@ -286,13 +322,16 @@ def _forget(workers: ProcessWorkers) -> None:
 
 
 def process_workers(num_workers: int, num_groups: int = 1) -> ProcessWorkers:
-    """A healthy ProcessSession of this size: the one kept from an earlier run, or a new one."""
+    """A ProcessSession of this size: the one kept from an earlier run, or a new one. A kept session
+    whose worker died since is a DiscoRunError naming it (once: the next call starts a new one)."""
     with _cache_lock:
         hit = _CACHE.get((num_workers, num_groups))
-    if hit is not None and not hit.closed and hit.dead_message() is None:
-        return hit
-    if hit is not None:
+    if hit is not None and not hit.closed:
+        message = hit.dead_message()
+        if message is None:
+            return hit
         hit.close()
+        raise DiscoRunError(f"a Disco worker process of the kept session failed since its last run: {message}")
     workers = ProcessWorkers(num_workers, num_groups)
     with _cache_lock:
         _CACHE[(num_workers, num_groups)] = workers
