@@ -303,8 +303,12 @@ def _step_accounting(local_mod: IRModule, func: str, values: Mapping[str, int]) 
     """The distributed program's collectives at ``values``, named and counted as the simulator names
     and counts them (the step kinds' own bytes: distir's cost model, which the analysis evaluates)."""
     from .analysis.comm import comm_volume
+    from .analysis.errors import AnalysisError
 
-    numbers = comm_volume(local_mod, func).evaluate(values)
+    try:
+        numbers = comm_volume(local_mod, func).evaluate(values)
+    except AnalysisError:  # bytes known only at concrete sizes (a transfer between meshes that may overlap)
+        numbers = comm_volume(specialize(local_mod, dict(values)), func).evaluate(values)
     return {"calls": dict(numbers.counts), "bytes_sent": int(numbers.total_bytes)}
 
 
@@ -483,7 +487,7 @@ class Driver:
 
     def _set_weights(self, directory) -> list:
         """The global weights of a pre-sharded set, in order (cached while the set's files are unchanged)."""
-        from .tvm.weights import CACHE_JSON, assemble_weights
+        from .tvm.weights import CACHE_JSON, assemble_weights, check_set, read_set
 
         key = os.path.abspath(os.fspath(directory))
         try:
@@ -492,6 +496,7 @@ class Driver:
             stamp = None
         hit = self._weight_sets.get(key)
         if hit is None or hit[0] != stamp:
+            check_set(read_set(directory), self.local, self.func)
             hit = self._weight_sets[key] = (stamp, list(assemble_weights(directory).values()))
         return hit[1]
 
@@ -534,6 +539,11 @@ class Driver:
         if weight_set is not None and backend != "tvm":
             raise DistirError("pre-sharded weights (a directory) are loaded by Disco's workers: run with backend='tvm'")
         given = list(inputs)
+        if weight_set is not None:  # a set for another count is one line before anything is built
+            from .tvm.weights import check_set, read_set, session_workers
+
+            local = self._specialize(self.values(count))[0]
+            check_set(read_set(weight_set), self.local, self.func, self.values(count), session_workers(local.meshes(), {}))
         inputs = self.arguments(inputs, weights)
         expected = self.reference(inputs)
         values = self.values(count)

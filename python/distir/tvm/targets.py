@@ -8,6 +8,8 @@ device the machine lacks (a CUDA target without a GPU) and a build that fails ar
 
 from __future__ import annotations
 
+import contextlib
+import os
 from typing import Any
 
 import tvm
@@ -35,9 +37,28 @@ def parse_target(target: Any) -> tvm.target.Target:
         raise TargetError(f"target '{describe(target)}': {tvm_message(err)} (e.g. 'llvm' or 'cuda')") from None
 
 
+@contextlib.contextmanager
+def _quiet_native_stderr():
+    """Hide what TVM's C++ side prints meanwhile (a CUDA target on a machine without a GPU logs that it
+    cannot detect the CUDA version; the one line that follows says so better)."""
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def run_device(target: Any) -> tvm.runtime.Device:
     """The device a build for ``target`` runs on (device 0 of its kind); one line when the machine has none."""
-    t = parse_target(target)
+    with _quiet_native_stderr():
+        t = parse_target(target)
     dev = tvm.runtime.Device(int(t.get_target_device_type()), 0)
     if not dev.exist:
         kind = t.kind.name

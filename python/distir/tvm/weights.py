@@ -50,7 +50,16 @@ from ..ir.types import DTensorType, TensorType, np_dtype
 from ..transform.lower_to_local import GLOBAL_PARAMS
 from ..transform.weights import NUM_INPUT, WeightsError, param_names, weight_arguments
 
-__all__ = ["CACHE_JSON", "ShardedSet", "assemble_weights", "check_set", "read_set", "reshard_weights", "shard_weights"]
+__all__ = [
+    "CACHE_JSON",
+    "ShardedSet",
+    "assemble_weights",
+    "check_set",
+    "read_set",
+    "reshard_weights",
+    "session_workers",
+    "shard_weights",
+]
 
 CACHE_JSON = "tensor-cache.json"
 FORMAT = "distir.sharded-weights"
@@ -77,7 +86,7 @@ def _mesh_from_json(data: dict) -> DeviceMesh:
     return DeviceMesh(shape, ids)
 
 
-def _session_workers(meshes: Sequence[DeviceMesh], values: Mapping[str, int]) -> int:
+def session_workers(meshes: Sequence[DeviceMesh], values: Mapping[str, int]) -> int:
     """Disco's session size: one past the largest device id of any mesh (1 without meshes)."""
     return max([max(m.device_list(dict(values)), default=-1) + 1 for m in meshes] + [1])
 
@@ -293,7 +302,7 @@ def shard_weights(
         f = f.replace(attrs={**f.attrs, NUM_INPUT: n_in})
     arrays = weight_arguments(f, [np.empty(0)] * n_in, weights)[n_in:]
     values = {symbol: count} if symbol in set().union(*(sym.free_vars(d) for m in local_mod.meshes() for d in m.shape)) else {}
-    workers = _session_workers(local_mod.meshes(), values)
+    workers = session_workers(local_mod.meshes(), values)
     per_worker: list[dict[str, np.ndarray]] = [{} for _ in range(workers)]
     params = []
     for i, (name, t, a) in enumerate(zip(names[n_in:], types[n_in:], arrays)):
@@ -340,7 +349,7 @@ def reshard_weights(src_dir: str | os.PathLike, num_workers: int, out_dir: str |
         raise WeightsError(f"reshard_weights writes a new set: out_dir must differ from '{s.directory}'")
     old = dict(meta["sizes"])
     new = {symbol: count} if symbol in old else {}
-    workers = _session_workers(meshes, new)
+    workers = session_workers(meshes, new)
     per_worker: list[dict[str, np.ndarray]] = [{} for _ in range(workers)]
     params = []
     for i, p in enumerate(meta["params"]):
@@ -363,15 +372,18 @@ def _concrete_layout(t: Any, values: dict) -> tuple:
     return (concrete_mesh_shape(t.mesh, values), tuple(t.mesh.device_list(values)), str(concrete_placement(t.placement, values)))
 
 
-def check_set(s: ShardedSet, local_mod: IRModule, func: str, values: Mapping[str, int], workers: int) -> None:
-    """Raise a one-line WeightsError unless the set holds exactly the pieces ``func`` of ``local_mod``
-    takes at ``values`` on a session of ``workers`` workers."""
+def check_set(s: ShardedSet, local_mod: IRModule, func: str, values: Mapping[str, int] | None = None,
+              workers: int | None = None) -> None:
+    """Raise a one-line WeightsError unless the set holds the weights of ``func`` of ``local_mod``, laid
+    out as it takes them, and (given ``values`` and ``workers``) exactly the pieces it takes at those
+    sizes on a session of ``workers`` workers."""
     where = f"pre-sharded weights '{s.directory}'"
     meta = s.meta
     f = local_mod[func]
     if meta["function"] != func:
         raise WeightsError(f"{where} are for @{meta['function']}, not @{func}")
-    if s.workers != workers:
+    values = dict(meta["sizes"]) if values is None else values
+    if workers is not None and s.workers != workers:
         raise WeightsError(
             f"{where} were saved for {meta['symbol']}={meta['count']} ({s.workers} Disco workers); this run has {workers}: re-shard them "
             f"with distir.tvm.reshard_weights('{s.directory}', {values.get(meta['symbol'], workers)}, OUT_DIR)"
@@ -391,7 +403,7 @@ def check_set(s: ShardedSet, local_mod: IRModule, func: str, values: Mapping[str
         if p["dtype"] != t.dtype:
             raise WeightsError(f"{where}: {got} is {p['dtype']}, @{func} takes {t.dtype}")
         if _concrete_layout(t, dict(values)) != _concrete_layout(s.layout(i), dict(meta["sizes"])):
-            have = f"{p['placement']} on mesh {tuple(p['mesh']['shape'])}" if p["mesh"] else "plain"
+            have = f"{p['placement']} on mesh {_mesh_from_json(p['mesh']).shape_str()}" if p["mesh"] else "plain"
             take = f"{t.placement} on mesh {t.mesh.shape_str()}" if isinstance(t, DTensorType) else "plain"
             raise WeightsError(f"{where}: {got} is laid out {have}, @{func} takes it {take}")
         want = [sym.evaluate(d, dict(values)) for d in (local_shape(t.shape, t.mesh, t.placement)
