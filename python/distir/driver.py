@@ -14,7 +14,8 @@ written once::
     for w in (1, 2, 4, 8):
         r = d.run(inputs, w)                     # pipeline once, specialize, simulate, compare
         print(w, r.ok, r.max_diff, r.stats.summary(), r.timings)
-    r = d.run(inputs, 2, backend="tvm")          # exported once, built per count, run on Disco
+    r = d.run(inputs, 2, backend="tvm")          # exported and built per count, run on Disco threads
+    r = d.run(inputs, 2, backend="tvm", session="processes", target="llvm")
 
 - ``Driver(mod, func=, symbol=, pipeline=, bind=, time_passes=)``: ``symbol`` is the
   mesh size a count sets (``num_workers``); ``bind`` fixes other sizes right after the
@@ -27,17 +28,19 @@ written once::
   count is an int (the value of ``symbol``) or a mapping of sizes.
 - ``d.reference(inputs)``: the single-device run, the interpreter on ``mod`` (cached for
   the same inputs).
-- ``d.run(inputs, count, backend="sim" | "tvm", seed=, rtol=, atol=, absolute_atol=, weights=)``:
-  a :class:`CountResult` (outputs, simulator stats or Disco counts, the comparison,
-  timings); ``d.run_counts(inputs, counts)``: one per count. With ``weights=`` (a model
-  imported by ``distir.tvm.from_nn``: a name -> array dict or a list in order), ``inputs``
-  are the model's inputs and :meth:`Driver.arguments` appends the weights. The TVM backend
-  (:mod:`distir.tvm`) is imported only when asked for.
+- ``d.run(inputs, count, backend="sim" | "tvm", seed=, rtol=, atol=, absolute_atol=, weights=,
+  target=, session=)``: a :class:`CountResult` (outputs, simulator stats or Disco counts, the
+  comparison, timings); ``d.run_counts(inputs, counts)``: one per count. With ``weights=`` (a
+  model imported by ``distir.tvm.from_nn``: a name -> array dict or a list in order, or the
+  directory of a pre-sharded set that Disco's workers load themselves), ``inputs`` are the
+  model's inputs and :meth:`Driver.arguments` appends the weights. ``d.export(count)`` /
+  ``d.build(count, target)``: the TVM export of the module specialized to ``count`` and its
+  build (cached). The TVM backend (:mod:`distir.tvm`) is imported only when asked for.
 - :func:`compare` / :func:`compare_outputs`: the one comparison of outputs (of
   :func:`flat_outputs`); :func:`random_inputs`: inputs for a module's global signature;
   :func:`tvm_builder`: the per-count TVM build of ``distir sweep --build``;
-  :func:`run_disco`: a TVM build run on Disco threads from and to global arrays (the
-  simulator's cutting and reassembly around :mod:`distir.tvm`'s run of the pieces).
+  :func:`run_disco`: a TVM build run on Disco (threads or processes) from and to global
+  arrays (the simulator's cutting and reassembly around :mod:`distir.tvm`'s run of the pieces).
 """
 
 from __future__ import annotations
@@ -561,24 +564,35 @@ class Driver:
         result.comparison = compare(result.outputs, expected, rtol, atol, absolute_atol=absolute_atol)
         return result
 
-    def build(self, count: int | Mapping[str, int], target: Any = None):
-        """The TVM build of the module at ``count`` for ``target`` (cached): the specialized module
-        exported to Relax and compiled. Exporting the specialized module drops what moves nothing
-        at this count (a re-blocking where the count divides) and fixes the block exchanges' sizes."""
+    def export(self, count: int | Mapping[str, int]):
+        """The module specialized to ``count``, exported to TVM Relax (cached). Exporting the specialized
+        module drops what moves nothing at this count (a re-blocking where the count divides) and
+        fixes the block exchanges' sizes."""
         dtvm = _import_tvm("the tvm backend needs distir.tvm and Apache TVM, which cannot be imported here")
-        values = self.values(count)
-        key = tuple(sorted(values.items()))
-        target = self.target if target is None else target
+        key = tuple(sorted(self.values(count).items()))
         hit = self._exports.get(key)
         if hit is None:
-            local = self._specialize(values)[0]
+            local = self._specialize(dict(key))[0]
             t0 = time.perf_counter()
             hit = self._exports[key] = (dtvm.to_relax(local), time.perf_counter() - t0)
-        bkey = (key, str(target))
-        built = self._builds.get(bkey)
+        return hit[0]
+
+    def build(self, count: int | Mapping[str, int], target: Any = None):
+        """The TVM build of :meth:`export` ``(count)`` for ``target`` (default: the driver's) and the shared
+        library Disco's workers load, cached."""
+        dtvm = _import_tvm("the tvm backend needs distir.tvm and Apache TVM, which cannot be imported here")
+        values = self.values(count)
+        target = self.target if target is None else target
+        key = (tuple(sorted(values.items())), str(target))
+        built = self._builds.get(key)
         if built is None:
+            exported = self.export(values)
             t0 = time.perf_counter()
-            built = self._builds[bkey] = (dtvm.specialize_and_build(hit[0], values, target), time.perf_counter() - t0)
+            compiled = dtvm.specialize_and_build(exported, values, target)
+            from .tvm.disco import shared_library
+
+            shared_library(compiled)  # the library every worker loads, written once
+            built = self._builds[key] = (compiled, time.perf_counter() - t0)
         return built[0]
 
     def _run_disco(self, inputs, values: dict[str, int], n: int, seed: int, result: CountResult, target, session,

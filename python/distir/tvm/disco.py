@@ -42,7 +42,16 @@ from .errors import DiscoRunError, TargetError, tvm_message
 from .export import DISCO_LAYOUT_FUNC, SIZE_PREFIX
 from .targets import DEFAULT_TARGET, describe, has_nccl, is_host, parse_target, run_device
 
-__all__ = ["SESSIONS", "Presharded", "check_dtypes", "load_disco", "run_pieces", "specialize_and_build", "symbolic_var_names"]
+__all__ = [
+    "SESSIONS",
+    "Presharded",
+    "check_dtypes",
+    "load_disco",
+    "run_pieces",
+    "shared_library",
+    "specialize_and_build",
+    "symbolic_var_names",
+]
 
 SESSIONS = ("threads", "processes")
 _COUNTER = itertools.count()
@@ -170,7 +179,7 @@ def run_pieces(
         raise DiscoRunError(f"unknown session '{session}' (known: {', '.join(SESSIONS)})")
     device = run_device(target)
     disco = load_disco()
-    path = _library(built)
+    path = shared_library(built)
     # the local VM reads the shared library (no second code generation)
     vm = relax.VirtualMachine(tvm.runtime.load_module(path), device)
     size_names = _size_params(vm, func, n_params)
@@ -201,7 +210,7 @@ _LIBRARY_DIR: str | None = None
 _KEEP_LIBRARIES = 16
 
 
-def _library(built) -> str:
+def shared_library(built) -> str:
     """``built`` exported as a shared library that every worker loads (written once per build)."""
     global _LIBRARY_DIR
     hit = _LIBRARIES.get(id(built))
