@@ -303,15 +303,18 @@ def run_disco(
 
 
 def _step_accounting(local_mod: IRModule, func: str, values: Mapping[str, int]) -> dict:
-    """The distributed program's collectives at ``values``, named and counted as the simulator names
-    and counts them (the step kinds' own bytes: distir's cost model, which the analysis evaluates)."""
+    """The steps the exported program runs at ``values``, named and counted as the simulator names and
+    counts them (the step kinds' own bytes: distir's cost model, which the analysis evaluates). A
+    re-planned redistribute counts as the steps the export wrote for it (see ``with_plans``)."""
     from .analysis.comm import comm_volume
     from .analysis.errors import AnalysisError
+    from .tvm.export import with_plans
 
+    ran = with_plans(local_mod)
     try:
-        numbers = comm_volume(local_mod, func).evaluate(values)
+        numbers = comm_volume(ran, func).evaluate(values)
     except AnalysisError:  # bytes known only at concrete sizes (a transfer between meshes that may overlap)
-        numbers = comm_volume(specialize(local_mod, dict(values)), func).evaluate(values)
+        numbers = comm_volume(specialize(ran, dict(values)), func).evaluate(values)
     return {"calls": dict(numbers.counts), "bytes_sent": int(numbers.total_bytes)}
 
 

@@ -54,7 +54,7 @@ from ..ir.types import DTensorType, PrimType, ShapeType, TensorType, TupleType, 
 from .errors import TvmExportError, tvm_message
 from .session import SessionPlan
 
-__all__ = ["DISCO_LAYOUT_FUNC", "SIZE_PREFIX", "to_relax"]
+__all__ = ["DISCO_LAYOUT_FUNC", "SIZE_PREFIX", "to_relax", "with_plans"]
 
 DISCO_LAYOUT_FUNC = "distir_disco_layout"
 SIZE_PREFIX = "size_"
@@ -66,7 +66,7 @@ def to_relax(local_mod: IRModule) -> tvm.IRModule:
     from .ops import emit_op  # noqa: F401  (the op table, loaded before the first binding)
 
     check_local_view(local_mod)
-    local_mod = _with_plans(local_mod)
+    local_mod = with_plans(local_mod)
     plan = SessionPlan.for_module(local_mod)
     bb = relax.BlockBuilder()
     for func in local_mod.functions.values():
@@ -80,7 +80,7 @@ def to_relax(local_mod: IRModule) -> tvm.IRModule:
     return out
 
 
-def _with_plans(mod: IRModule) -> IRModule:
+def with_plans(mod: IRModule) -> IRModule:
     """Each ``R.ccl.replan`` (a redistribute planned for the bound count) as the steps of its plan:
     the plan for the module's sizes when they are concrete (specialize wrote those already), else
     the plan made for every count. Specialize before export to run the plan for the count."""

@@ -103,7 +103,8 @@ def test_llama_on_disco_matches_tvm_on_one_device(llama, workers):
     assert c.ok, c.mismatch
     assert r.disco["num_workers"] == workers
     assert r.disco["calls"] == {"all_reduce": 1 + 2 * config.num_layers}  # as the simulator names them
-    assert r.disco["transport"]["calls"] == {"allreduce": 1 + 2 * config.num_layers}
+    # Disco's own: one allreduce each (none at one worker, where they are the identity)
+    assert r.disco["transport"]["calls"] == ({"allreduce": 1 + 2 * config.num_layers} if workers > 1 else {})
 
 
 def test_heads_that_do_not_divide_the_count_still_match():
