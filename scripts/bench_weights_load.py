@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import shutil
 import statistics
 import sys
 import tempfile
@@ -89,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         g, s = statistics.median(times["global"]), statistics.median(times["set"])
         print(f"{w:>2} {g:>9.3f} {s:>14.3f} {s / g:>6.2f} {written:>14.2f}")
     close_all()
+    shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 

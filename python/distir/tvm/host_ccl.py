@@ -109,8 +109,10 @@ def _host(t) -> np.ndarray:
 
 
 def _put(t, value: np.ndarray) -> None:
-    """Write ``value`` into a worker's buffer (on its device)."""
-    t.copyfrom(np.ascontiguousarray(np.asarray(value).reshape(t.shape)))
+    """Write ``value`` into a worker's buffer (on its device); a 0-d buffer takes a 0-d array
+    (``np.ascontiguousarray`` would make it 1-d)."""
+    v = np.asarray(value).reshape(t.shape)
+    t.copyfrom(v if v.flags.c_contiguous else v.copy(order="C"))
 
 
 def _everyone(ep: Endpoint, members, data: np.ndarray) -> list[np.ndarray]:

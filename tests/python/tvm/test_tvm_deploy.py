@@ -19,13 +19,12 @@ from tvm import relax
 import distir
 from distir import examples
 from distir.cli import main as distir_main
-from distir.driver import Driver, random_inputs
+from distir.driver import Driver, random_inputs, run_disco
 from distir.ir import DeviceMesh, Range, sym
-from distir.runtime import run
 from distir.transform import ShardParams
 from distir.transform.pipelines import distribute_pipeline
 from distir.transform.weights import WeightsError
-from distir.tvm import DiscoRunError, from_nn, host_ccl, reshard_weights, shard_weights, to_relax
+from distir.tvm import DiscoRunError, from_nn, host_ccl, reshard_weights, shard_weights, specialize_and_build, to_relax
 from distir.tvm import nn_llama as L
 from distir.tvm import workers as disco_workers
 from distir.tvm.errors import TargetError
@@ -129,6 +128,15 @@ def test_a_set_that_does_not_fit_is_one_line(nn_llama, llama, weight_sets, tmp_p
 
 
 DistirErrorLike = distir.DistirError
+
+
+def test_distir_run_on_worker_processes(capsys):
+    assert distir_main.main(["run", str(examples.path("mlp")), "-n", "2", "--backend", "tvm", "--session", "processes"]) == 0
+    out = capsys.readouterr().out
+    assert "Disco ProcessSession of 2 workers (1 group(s), distir's host collectives)" in out
+    assert "all_reduce x1; 131072 bytes sent per worker (262144 in all); Disco's collectives: allreduce x1, 262144 bytes" in out
+    assert distir_main.main(["run", str(examples.path("mlp")), "-n", "2", "--session", "processes"]) == 2
+    assert "--session is for --backend tvm" in capsys.readouterr().err
 
 
 def test_a_killed_worker_is_a_clear_error_within_seconds(llama):
@@ -281,10 +289,15 @@ def test_a_static_and_a_symbolic_mesh_run_on_disco_at_every_count(tmp_path, caps
     mod = redistribute_module(DeviceMesh((2,), Range(0, 2)), (8, 6), "S[0]", "S[1]", dst_mesh=DeviceMesh((W,), Range(0, W)))
     driver = Driver(mod)
     x = np.random.default_rng(0).standard_normal((8, 6)).astype("float32")
+    symbolic = to_relax(driver.local)  # its session size is max(2, num_workers), evaluated per run
     for workers in (1, 3):
         got, sim = driver.run([x], workers, backend="tvm"), driver.run([x], workers)
         assert got.ok and got.disco["num_workers"] == max(2, workers)
         assert got.disco["calls"] == sim.stats.counts and got.disco["bytes_sent"] == sim.stats.total_bytes
+        stats: dict = {}
+        built = specialize_and_build(symbolic, {"num_workers": workers})
+        np.testing.assert_array_equal(run_disco(built, driver.local, x, num_workers=workers, stats=stats), x)
+        assert stats["num_workers"] == max(2, workers)
     path = tmp_path / "stages.py"
     path.write_text(mod.script())
     assert distir_main.main(["run", str(path), "-n", "3", "--backend", "tvm"]) == 0
