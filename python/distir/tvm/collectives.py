@@ -16,8 +16,10 @@ collective runs over all workers or within the session's groups (see
   piece and concatenates them. Disco has no all-to-all; this moves (n-1) times the buffer
   per worker instead of (n-1)/n of it, and holds n buffers;
 - local_partial (sum): coordinate 0 keeps its value, the others multiply by zero;
-- exchange (a block exchange): distir's own ``distir.ccl.exchange`` (see :func:`emit_exchange`),
-  which moves exactly the elements each worker lacks;
+- regroup (a dim re-blocked in whole units): an allgather of the group's pieces and a slice of
+  the new block, or nothing where the blockings agree at the exported sizes;
+- exchange (a block exchange): an allgather of every worker's source storage, then each worker
+  takes its target block's elements by index arithmetic (see :func:`emit_exchange`);
 - transfer between two meshes (pipeline stages): an allgather over all workers, after
   which each worker rebuilds the tensor from one holder of every source block and slices
   its own target block (a partial value, which moves only between same-shaped meshes,
@@ -27,7 +29,8 @@ collective runs over all workers or within the session's groups (see
   target's piece for point-to-point sends.
 
 An axis whose groups Disco cannot express ("gather" in :mod:`distir.tvm.session`) gathers
-from all workers and takes its own group's pieces, then reduces or concatenates them.
+from all workers and takes its own group's pieces, then reduces or concatenates them. Every
+form calls Disco's own collectives only (``runtime.disco.*``), which NCCL runs.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ this library; only what stands behind them differs.
 Each collective is written once over a worker's :class:`~distir.tvm.transport.Endpoint`
 (``post``/``take`` between pairs of workers): the threads of a ``ThreadedSession`` share one
 :class:`~distir.tvm.transport.ThreadHub`; each worker of a ``ProcessSession`` has its own
-socket endpoint, set up by ``distir.ccl.connect`` (run on every worker by
+socket endpoint, set up by ``distir.session.connect`` (run on every worker by
 :mod:`distir.tvm.workers`). Buffers may live on a device (a CUDA build run by several worker
 threads on one GPU): they are copied to the host, combined, and copied back. Sums of floats are
 taken in float64.
@@ -257,7 +257,7 @@ def cancel_event(directory: str) -> threading.Event:
 
 
 def _connect(directory: str, num_workers: int, num_groups: int, timeout: float) -> None:
-    """``distir.ccl.connect``, run on every worker of a ProcessSession: join the others' sockets.
+    """``distir.session.connect``, run on every worker of a ProcessSession: join the others' sockets.
     A failure is kept for :func:`_report` (raising would kill worker 0's thread, the caller)."""
     me = threading.get_ident()
     _disconnect()
@@ -271,7 +271,7 @@ def _connect(directory: str, num_workers: int, num_groups: int, timeout: float) 
 
 
 def _report(reset: int) -> str:
-    """``distir.ccl.report``: this worker's failures, collective calls and bytes as JSON (and reset the counts)."""
+    """``distir.session.report``: this worker's failures, collective calls and bytes as JSON (and reset the counts)."""
     me = threading.get_ident()
     ep = _BY_THREAD.get(me)
     errors = [_CONNECT_ERRORS[me]] if me in _CONNECT_ERRORS else []
@@ -285,7 +285,7 @@ def _report(reset: int) -> str:
 
 
 def _disconnect() -> None:
-    """``distir.ccl.disconnect``: close this worker's sockets (worker 0's, when the caller ends a session)."""
+    """``distir.session.disconnect``: close this worker's sockets (worker 0's, when the caller ends a session)."""
     ep = _BY_THREAD.pop(threading.get_ident(), None)
     if ep is not None:
         ep.close()
@@ -314,16 +314,16 @@ _registered = False
 
 
 def register() -> None:
-    """Register the collectives under Disco's names and distir's session functions (``distir.ccl.*``);
+    """Register the collectives under Disco's names and distir's session functions (``distir.session.*``);
     a worker needs them before it runs a collective."""
     global _registered
     if _registered:
         return
     for name in CCL_NAMES:
         tvm_ffi.register_global_func(_PREFIX + name, _FUNCS[name], override=True)
-    tvm_ffi.register_global_func("distir.ccl.connect", _connect, override=True)
-    tvm_ffi.register_global_func("distir.ccl.report", _report, override=True)
-    tvm_ffi.register_global_func("distir.ccl.disconnect", _disconnect, override=True)
+    tvm_ffi.register_global_func("distir.session.connect", _connect, override=True)
+    tvm_ffi.register_global_func("distir.session.report", _report, override=True)
+    tvm_ffi.register_global_func("distir.session.disconnect", _disconnect, override=True)
     _registered = True
 
 

@@ -226,7 +226,9 @@ def _weights_function(mod: IRModule, func: str | None) -> Function:
 def _num_input(f: Function, num_input: int | None) -> int:
     n = f.attrs.get(NUM_INPUT) if num_input is None else num_input
     if n is None:
-        raise WeightsError(f"@{f.name} has no '{NUM_INPUT}' attribute; say how many leading parameters are inputs with num_input=")
+        raise WeightsError(
+            f"@{f.name} has no '{NUM_INPUT}' attribute; say how many leading parameters are inputs with num_input="
+        )
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 0 <= int(n) <= len(f.params):
         raise WeightsError(f"num_input must count @{f.name}'s leading inputs (0 to {len(f.params)}), got {n!r}")
     return int(n)
@@ -301,7 +303,8 @@ def shard_weights(
     if num_input is not None and NUM_INPUT not in f.attrs:
         f = f.replace(attrs={**f.attrs, NUM_INPUT: n_in})
     arrays = weight_arguments(f, [np.empty(0)] * n_in, weights)[n_in:]
-    values = {symbol: count} if symbol in set().union(*(sym.free_vars(d) for m in local_mod.meshes() for d in m.shape)) else {}
+    mesh_sizes = set().union(*(sym.free_vars(d) for m in local_mod.meshes() for d in m.shape))
+    values = {symbol: count} if symbol in mesh_sizes else {}
     workers = session_workers(local_mod.meshes(), values)
     per_worker: list[dict[str, np.ndarray]] = [{} for _ in range(workers)]
     params = []
@@ -369,7 +372,8 @@ def _concrete_layout(t: Any, values: dict) -> tuple:
     """What decides the pieces of a weight at given sizes: mesh shape, devices and placement."""
     if not isinstance(t, DTensorType):
         return ("plain",)
-    return (concrete_mesh_shape(t.mesh, values), tuple(t.mesh.device_list(values)), str(concrete_placement(t.placement, values)))
+    placement = str(concrete_placement(t.placement, values))
+    return concrete_mesh_shape(t.mesh, values), tuple(t.mesh.device_list(values)), placement
 
 
 def check_set(s: ShardedSet, local_mod: IRModule, func: str, values: Mapping[str, int] | None = None,
@@ -385,7 +389,8 @@ def check_set(s: ShardedSet, local_mod: IRModule, func: str, values: Mapping[str
     values = dict(meta["sizes"]) if values is None else values
     if workers is not None and s.workers != workers:
         raise WeightsError(
-            f"{where} were saved for {meta['symbol']}={meta['count']} ({s.workers} Disco workers); this run has {workers}: re-shard them "
+            f"{where} were saved for {meta['symbol']}={meta['count']} ({s.workers} Disco workers); this run has "
+            f"{workers}: re-shard them "
             f"with distir.tvm.reshard_weights('{s.directory}', {values.get(meta['symbol'], workers)}, OUT_DIR)"
         )
     types = list(f.attrs.get(GLOBAL_PARAMS, [p.type for p in f.params]))

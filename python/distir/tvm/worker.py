@@ -3,7 +3,7 @@
 TVM's own entry point (``tvm.exec.disco_worker``) serves Disco with the functions TVM
 registers; a worker of a distir session also needs distir's collectives (Disco's builtins look
 up ``runtime.disco..allreduce`` and the rest in the worker's own process) and distir's session
-functions (``distir.ccl.connect``, ``report``, ``disconnect``). This registers them, then
+functions (``distir.session.connect``, ``report``, ``disconnect``). This registers them, then
 serves Disco until the session ends. Arguments (as TVM's pool passes them): worker id,
 number of workers, number of groups, the file descriptors to read commands from and to write
 replies to. A failure is one line on stderr (the caller reports it) and exit status 1.

@@ -13,8 +13,9 @@ A worker that dies or fails must give a ``DiscoRunError`` in the caller within s
 hang, and must not abort the caller. TVM 0.27's ``ProcessSession`` writes to every worker's pipe
 when it is destroyed and aborts the process when a write fails (a dead worker, or one that a
 ``shutdown()`` already ended), so: distir never calls ``shutdown()`` on it, and before dropping a
-session with a dead worker it points that worker's pipe at a sink, so that the destructor's
-writes succeed. The process pool is distir's (``distir.disco.create_process_pool``, given to
+session it points every worker's pipe at a sink that stays open until TVM has destroyed the
+session, so that the destructor's writes succeed (the workers see their pipe close and exit; the
+ones left are terminated). The process pool is distir's (``distir.disco.create_process_pool``, given to
 ``SessionProcess`` in place of TVM's), which keeps the workers' processes and pipes at hand.
 """
 
@@ -68,8 +69,8 @@ def load_disco():
 
 _POOL_FUNC = "distir.disco.create_process_pool"
 _ENTRY = "distir.tvm.worker"
-_CONNECT_TIMEOUT = 120.0  # seconds for every worker process to start (import TVM) and join the others
-_pending: dict[int, _Pool] = {}  # pools made by SessionProcess, claimed by the ProcessWorkers that asked
+_CONNECT_TIMEOUT = host_ccl.TIMEOUT  # seconds for the workers to start (load TVM) and join; then a collective's wait
+_pending: dict[int, "_Pool"] = {}  # pools made by SessionProcess, claimed by the ProcessWorkers that asked
 _pending_lock = threading.Lock()
 
 
@@ -187,10 +188,10 @@ def _status(code: int) -> str:
 class ProcessWorkers:
     """A Disco ProcessSession of ``num_workers`` workers joined by sockets (the module docstring)."""
 
-    def __init__(self, num_workers: int, num_groups: int = 1, *, timeout: float = host_ccl.TIMEOUT):
+    def __init__(self, num_workers: int, num_groups: int = 1):
         disco = load_disco()
         _register()
-        self.num_workers, self.num_groups, self.timeout = num_workers, num_groups, timeout
+        self.num_workers, self.num_groups = num_workers, num_groups
         self.closed = False
         try:
             self.sess = disco.ProcessSession.__new__(disco.ProcessSession)
@@ -205,7 +206,7 @@ class ProcessWorkers:
                 pool = _pending.pop(threading.get_ident(), None)
         self.pool = pool or _Pool(num_workers, num_groups, tempfile.mkdtemp(prefix="distir-workers-"))
         self.cancel = host_ccl.cancel_event(self.pool.directory)
-        connect = self.sess.get_global_func("distir.ccl.connect")
+        connect = self.sess.get_global_func("distir.session.connect")
         self.call(lambda: connect(self.pool.directory, num_workers, num_groups, _CONNECT_TIMEOUT))
         self._await_start()
         self.check(self.report(reset=True))
@@ -233,6 +234,13 @@ class ProcessWorkers:
         if message is not None or failure:
             self.close()
             raise DiscoRunError(f"Disco worker processes could not start: {message or failure[0]}")
+
+    def __del__(self):
+        # dropped without close(): at least forget worker 0's endpoint, kept by its OS thread's id,
+        # which a later thread may reuse (a dictionary entry only; TVM's destructor does the rest)
+        pool = getattr(self, "pool", None)
+        if pool is not None:
+            host_ccl.forget_session(pool.directory)
 
     # -------------------------------------------------------------- health
 
@@ -279,7 +287,7 @@ class ProcessWorkers:
 
     def report(self, reset: bool = False) -> list[dict]:
         """Every worker's failures, collective calls and bytes (see ``host_ccl._report``)."""
-        ref = self.call(lambda: self.sess.get_global_func("distir.ccl.report")(int(reset)))
+        ref = self.call(lambda: self.sess.get_global_func("distir.session.report")(int(reset)))
         return [json.loads(str(self.call(lambda w=w: ref.debug_get_from_remote(w)))) for w in range(self.num_workers)]
 
     def check(self, reports: list[dict]) -> None:
@@ -299,7 +307,7 @@ class ProcessWorkers:
         self.cancel.set()
         try:
             if not self.pool.dead():
-                self.sess.get_global_func("distir.ccl.disconnect")()
+                self.sess.get_global_func("distir.session.disconnect")()
                 self.sess._sync_worker(0)
         except Exception:  # noqa: BLE001 - a worker died meanwhile; what follows copes
             pass
