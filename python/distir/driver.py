@@ -14,7 +14,8 @@ written once::
     for w in (1, 2, 4, 8):
         r = d.run(inputs, w)                     # pipeline once, specialize, simulate, compare
         print(w, r.ok, r.max_diff, r.stats.summary(), r.timings)
-    r = d.run(inputs, 2, backend="tvm")          # exported once, built per count, run on Disco
+    r = d.run(inputs, 2, backend="tvm")          # exported and built per count, run on Disco threads
+    r = d.run(inputs, 2, backend="tvm", session="processes", target="llvm")
 
 - ``Driver(mod, func=, symbol=, pipeline=, bind=, time_passes=)``: ``symbol`` is the
   mesh size a count sets (``num_workers``); ``bind`` fixes other sizes right after the
@@ -27,24 +28,28 @@ written once::
   count is an int (the value of ``symbol``) or a mapping of sizes.
 - ``d.reference(inputs)``: the single-device run, the interpreter on ``mod`` (cached for
   the same inputs).
-- ``d.run(inputs, count, backend="sim" | "tvm", seed=, rtol=, atol=, absolute_atol=, weights=)``:
-  a :class:`CountResult` (outputs, simulator stats or Disco counts, the comparison,
-  timings); ``d.run_counts(inputs, counts)``: one per count. With ``weights=`` (a model
-  imported by ``distir.tvm.from_nn``: a name -> array dict or a list in order), ``inputs``
-  are the model's inputs and :meth:`Driver.arguments` appends the weights. The TVM backend
-  (:mod:`distir.tvm`) is imported only when asked for.
+- ``d.run(inputs, count, backend="sim" | "tvm", seed=, rtol=, atol=, absolute_atol=, weights=,
+  target=, session=)``: a :class:`CountResult` (outputs, simulator stats or Disco counts, the
+  comparison, timings); ``d.run_counts(inputs, counts)``: one per count. With ``weights=`` (a
+  model imported by ``distir.tvm.from_nn``: a name -> array dict or a list in order, or the
+  directory of a pre-sharded set that Disco's workers load themselves), ``inputs`` are the
+  model's inputs and :meth:`Driver.arguments` appends the weights. ``d.export(count)`` /
+  ``d.build(count, target)``: the TVM export of the module specialized to ``count`` and its
+  build (cached). The TVM backend (:mod:`distir.tvm`) is imported only when asked for.
 - :func:`compare` / :func:`compare_outputs`: the one comparison of outputs (of
   :func:`flat_outputs`); :func:`random_inputs`: inputs for a module's global signature;
   :func:`tvm_builder`: the per-count TVM build of ``distir sweep --build``;
-  :func:`run_disco`: a TVM build run on Disco threads from and to global arrays (the
-  simulator's cutting and reassembly around :mod:`distir.tvm`'s run of the pieces).
+  :func:`run_disco`: a TVM build run on Disco (threads or processes) from and to global
+  arrays (the simulator's cutting and reassembly around :mod:`distir.tvm`'s run of the pieces).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -186,12 +191,13 @@ def _import_tvm(missing: str):
         raise DistirError(missing) from None
 
 
-def tvm_builder() -> Callable[[IRModule, Mapping[str, int]], Any]:
+def tvm_builder(target: Any = "llvm") -> Callable[[IRModule, Mapping[str, int]], Any]:
     """``build(local, values)``: the TVM build of a symbolic local-view module at one count.
 
     Exports ``local`` once with ``distir.tvm.to_relax`` (``num_workers`` stays a symbolic
-    shape variable) and, per count, binds it and compiles (``distir.tvm.specialize_and_build``:
-    ``BindSymbolicVars`` then ``tvm.compile`` for the CPU). A clear error while
+    shape variable) and, per count, binds it and compiles for ``target``
+    (``distir.tvm.specialize_and_build``: ``BindSymbolicVars`` then ``tvm.compile``). An
+    unknown target is one line here, before any work; so is a clear error while
     ``distir.tvm`` is missing.
     """
     dtvm = _import_tvm(
@@ -202,13 +208,16 @@ def tvm_builder() -> Callable[[IRModule, Mapping[str, int]], Any]:
         to_relax, specialize_and_build = dtvm.to_relax, dtvm.specialize_and_build
     except AttributeError as err:
         raise DistirError(f"--build: this version of distir.tvm lacks what the sweep needs ({err})") from None
+    from .tvm.targets import parse_target
+
+    parse_target(target)
     exported: dict[int, tuple[IRModule, Any]] = {}
 
     def build(local: IRModule, values: Mapping[str, int]):
         hit = exported.get(id(local))
         if hit is None or hit[0] is not local:
             hit = exported[id(local)] = (local, to_relax(local))
-        return specialize_and_build(hit[1], dict(values))
+        return specialize_and_build(hit[1], dict(values), target)
 
     return build
 
@@ -224,23 +233,30 @@ def run_disco(
     stats: dict | None = None,
     rtol: float = 1e-5,
     atol: float = 1e-6,
+    session: str = "threads",
+    target: Any = "llvm",
+    weights: Any = None,
 ):
-    """Run a TVM build on Disco threads from and to global arrays, as the simulator takes them.
+    """Run a TVM build on Disco from and to global arrays, as the simulator takes them.
 
-    ``built`` is what ``tvm.compile`` made of ``distir.tvm.to_relax(local_mod)`` (bound to
-    ``num_workers`` or not); ``local_mod`` is the local-view module that was exported
-    (symbolic or specialized), whose recorded global signature says how to cut the inputs:
-    as :func:`distir.runtime.run_spmd` cuts them (a worker outside an input's mesh gets
-    zeros, since every Disco worker runs the program), and the outputs are reassembled as
-    it reassembles them. ``num_workers`` is the value of ``symbol``. Pass a dict as
-    ``stats`` to get Disco's session size and groups, collective calls and bytes sent.
-    Errors are DiscoRunError, raised before any worker thread starts where they can be.
+    ``built`` is what ``tvm.compile`` made of ``distir.tvm.to_relax(local_mod)`` for ``target``
+    (bound to ``num_workers`` or not); ``local_mod`` is the local-view module that was exported
+    (symbolic or specialized), whose recorded global signature says how to cut the inputs: as
+    :func:`distir.runtime.run_spmd` cuts them (a worker outside an input's mesh gets zeros, since
+    every Disco worker runs the program), and the outputs are reassembled as it reassembles
+    them. ``num_workers`` is the value of ``symbol``; ``session`` ``"threads"`` or
+    ``"processes"``. ``weights``: a pre-sharded set (a directory written by
+    ``distir.tvm.shard_weights``) that every worker loads its pieces of for the parameters after
+    the inputs; ``global_arrays`` are then the inputs only. Pass a dict as ``stats`` to get
+    Disco's session, the distributed program's collectives and bytes (``calls``, ``bytes_sent``:
+    distir's steps, as the simulator and the analysis count them) and what Disco's collectives
+    moved (``transport``). Errors are DiscoRunError, raised before any worker starts where they can be.
     """
     from .runtime.spmd import SpmdError, assemble_output
     from .transform.lower_to_local import GLOBAL_PARAMS, GLOBAL_RESULT
 
     dtvm = _import_tvm("run_disco needs distir.tvm and Apache TVM, which cannot be imported here")
-    from .tvm.disco import check_dtypes, run_pieces
+    from .tvm.disco import Presharded, check_dtypes, run_pieces
 
     if not isinstance(local_mod, IRModule):
         raise dtvm.DiscoRunError(
@@ -253,17 +269,53 @@ def run_disco(
     gparams = list(f.attrs.get(GLOBAL_PARAMS, [p.type for p in f.params]))
     gresult = f.attrs.get(GLOBAL_RESULT, f.result.type)
     arrays = [np.asarray(a) for a in global_arrays]
-    check_dtypes(gparams, arrays, [p.name for p in f.params])
+    wset = None
+    if weights is not None:
+        from .tvm.weights import read_set
+
+        wset = read_set(weights)
+    first = wset.num_input if wset is not None else len(gparams)
+    params = SimpleNamespace(name=f.name, params=f.params[:first])
+    check_dtypes(gparams[:first], arrays, [p.name for p in params.params])
     try:
-        arrays, values = bind_params(f, arrays, {symbol: int(num_workers)}, types=gparams)
+        arrays, values = bind_params(params, arrays, {symbol: int(num_workers)}, types=gparams[:first])
     except DistirError as err:  # a wrong rank or size
         raise dtvm.DiscoRunError(str(err)) from None
-    outputs = run_pieces(built, func, len(f.params), values,
-                         lambda total: _disco_pieces(f, gparams, arrays, values, total, seed), stats)
+
+    def pieces(total: int):
+        if wset is not None:
+            from .tvm.weights import check_set
+
+            check_set(wset, local_mod, func, values, total)
+        cut = _disco_pieces(params, gparams, arrays, values, total, seed)
+        return cut + [None] * (len(gparams) - first)
+
+    presharded = None if wset is None else Presharded(str(wset.json_path), wset.text, first)
+    info: dict = {}
+    outputs = run_pieces(built, func, len(f.params), values, pieces, info, session=session, target=target,
+                         presharded=presharded)
+    if stats is not None:
+        stats.update(info, **_step_accounting(local_mod, func, values))
     try:
         return assemble_output(gresult.substitute(values), outputs, values, f"the result of @{func}", rtol, atol)
     except SpmdError as err:
         raise dtvm.DiscoRunError(str(err)) from None
+
+
+def _step_accounting(local_mod: IRModule, func: str, values: Mapping[str, int]) -> dict:
+    """The steps the exported program runs at ``values``, named and counted as the simulator names and
+    counts them (the step kinds' own bytes: distir's cost model, which the analysis evaluates). A
+    re-planned redistribute counts as the steps the export wrote for it (see ``with_plans``)."""
+    from .analysis.comm import comm_volume
+    from .analysis.errors import AnalysisError
+    from .tvm.export import with_plans
+
+    ran = with_plans(local_mod)
+    try:
+        numbers = comm_volume(ran, func).evaluate(values)
+    except AnalysisError:  # bytes known only at concrete sizes (a transfer between meshes that may overlap)
+        numbers = comm_volume(specialize(ran, dict(values)), func).evaluate(values)
+    return {"calls": dict(numbers.counts), "bytes_sent": int(numbers.total_bytes)}
 
 
 def _disco_pieces(f, gparams, arrays, values, total: int, seed: int) -> list[dict[int, np.ndarray]]:
@@ -288,6 +340,11 @@ def _disco_pieces(f, gparams, arrays, values, total: int, seed: int) -> list[dic
             raise DiscoRunError(f"input '{p.name}': pieces do not have the local shape {want}")
         pieces.append(per)
     return pieces
+
+
+def _is_weight_set(weights: Any) -> bool:
+    """Weights given as the directory of a pre-sharded set (a path), not as arrays."""
+    return isinstance(weights, (str, os.PathLike))
 
 
 # ---------------------------------------------------------------- one count's result
@@ -336,6 +393,8 @@ class Driver:
         pipeline=None,
         bind: Mapping[str, int] | None = None,
         time_passes: bool = False,
+        target: Any = "llvm",
+        session: str = "threads",
     ):
         if func not in mod.functions:
             raise DistirError(f"the module has no function '{func}' (it has: {', '.join(mod.functions)})")
@@ -350,7 +409,11 @@ class Driver:
         self.pass_seconds: list[tuple[str, float]] = []
         self._specialized: dict[tuple, tuple[IRModule, float]] = {}
         self._reference: tuple | None = None  # (ids of the inputs, outputs, the inputs kept alive)
-        self._export: tuple[Any, float] | None = None
+        self.target = target  # what the TVM backend builds for (run(..., target=) overrides it)
+        self.session = session  # the TVM backend's Disco session: "threads" or "processes"
+        self._exports: dict[tuple, tuple[Any, float]] = {}  # sizes -> (the specialized module's export, seconds)
+        self._builds: dict[tuple, tuple[Any, float]] = {}  # (sizes, target) -> (tvm.compile's result, seconds)
+        self._weight_sets: dict[str, tuple[Any, list]] = {}  # a pre-sharded set's directory -> (its stamp, weights)
 
     # -- distribute once
 
@@ -418,12 +481,30 @@ class Driver:
     def arguments(self, inputs: Sequence[Any], weights: Sequence[Any] | Mapping[str, Any] | None = None) -> list:
         """Every argument of the function: ``inputs`` as they are when ``weights`` is None, else
         ``inputs`` followed by the weights (a model's: ``num_input`` convention, weights by name
-        or in order; see :func:`distir.transform.weights.weight_arguments`)."""
+        or in order; see :func:`distir.transform.weights.weight_arguments`; a pre-sharded set's
+        directory gives its weights put back together, for the single-device run)."""
         if weights is None:
             return list(inputs)
+        if _is_weight_set(weights):
+            return list(inputs) + self._set_weights(weights)
         from .transform.weights import weight_arguments
 
         return weight_arguments(self.mod[self.func], inputs, weights)
+
+    def _set_weights(self, directory) -> list:
+        """The global weights of a pre-sharded set, in order (cached while the set's files are unchanged)."""
+        from .tvm.weights import CACHE_JSON, assemble_weights, check_set, read_set
+
+        key = os.path.abspath(os.fspath(directory))
+        try:
+            stamp = os.stat(os.path.join(key, CACHE_JSON)).st_mtime_ns
+        except OSError:
+            stamp = None
+        hit = self._weight_sets.get(key)
+        if hit is None or hit[0] != stamp:
+            check_set(read_set(directory), self.local, self.func)
+            hit = self._weight_sets[key] = (stamp, list(assemble_weights(directory).values()))
+        return hit[1]
 
     def reference(self, inputs: Sequence[Any], weights: Sequence[Any] | Mapping[str, Any] | None = None) -> Any:
         """The single-device outputs on ``inputs``: the interpreter on the global-view module."""
@@ -443,16 +524,32 @@ class Driver:
         rtol: float = 1e-5,
         atol: float = 1e-5,
         absolute_atol: bool = False,
-        weights: Sequence[Any] | Mapping[str, Any] | None = None,
+        weights: Sequence[Any] | Mapping[str, Any] | str | os.PathLike | None = None,
+        target: Any = None,
+        session: str | None = None,
     ) -> CountResult:
         """Specialize to ``count``, run on ``backend``, compare with :meth:`reference`.
 
         ``seed`` draws the random split of partial inputs; ``rtol``/``atol`` as :func:`compare`.
         With ``weights`` (a model's global weights, by name or in order), ``inputs`` are the
         function's inputs only (see :meth:`arguments`); each worker is given its block of each.
+        ``weights`` may also be a directory written by ``distir.tvm.shard_weights`` (backend
+        "tvm"): each Disco worker loads its own pieces with TVM's ShardLoader, and the
+        single-device run compared with takes the set's pieces put back together.
+        ``target`` (default: the driver's, "llvm") and ``session`` ("threads" or "processes";
+        default: the driver's) choose the TVM backend's build and Disco session.
         """
         if backend not in BACKENDS:
             raise DistirError(f"unknown backend '{backend}' (known: {', '.join(BACKENDS)})")
+        weight_set = weights if _is_weight_set(weights) else None
+        if weight_set is not None and backend != "tvm":
+            raise DistirError("pre-sharded weights (a directory) are loaded by Disco's workers: run with backend='tvm'")
+        given = list(inputs)
+        if weight_set is not None:  # a set for another count is one line before anything is built
+            from .tvm.weights import check_set, read_set, session_workers
+
+            local = self._specialize(self.values(count))[0]
+            check_set(read_set(weight_set), self.local, self.func, self.values(count), session_workers(local.meshes(), {}))
         inputs = self.arguments(inputs, weights)
         expected = self.reference(inputs)
         values = self.values(count)
@@ -465,24 +562,56 @@ class Driver:
             result.timings["run"] = time.perf_counter() - t0
         else:
             n = values.get(self.symbol, 0) if isinstance(count, Mapping) else int(count)
-            result.outputs = self._run_disco(inputs, values, n, seed, result)
+            run_inputs = given if weight_set is not None else inputs
+            result.outputs = self._run_disco(run_inputs, values, n, seed, result, target, session, weight_set)
         result.comparison = compare(result.outputs, expected, rtol, atol, absolute_atol=absolute_atol)
         return result
 
-    def _run_disco(self, inputs, values: dict[str, int], n: int, seed: int, result: CountResult):
-        """Export the symbolic module once, bind and build this count, run it on Disco threads."""
+    def export(self, count: int | Mapping[str, int]):
+        """The module specialized to ``count``, exported to TVM Relax (cached). Exporting the specialized
+        module drops what moves nothing at this count (a re-blocking where the count divides) and
+        fixes the block exchanges' sizes."""
         dtvm = _import_tvm("the tvm backend needs distir.tvm and Apache TVM, which cannot be imported here")
-        if self._export is None:
+        key = tuple(sorted(self.values(count).items()))
+        hit = self._exports.get(key)
+        if hit is None:
+            local = self._specialize(dict(key))[0]
             t0 = time.perf_counter()
-            self._export = (dtvm.to_relax(self.local), time.perf_counter() - t0)
-        exported, result.timings["export"] = self._export
-        t0 = time.perf_counter()
-        built = dtvm.specialize_and_build(exported, values)
-        result.timings["build"] = time.perf_counter() - t0
+            hit = self._exports[key] = (dtvm.to_relax(local), time.perf_counter() - t0)
+        return hit[0]
+
+    def build(self, count: int | Mapping[str, int], target: Any = None):
+        """The TVM build of :meth:`export` ``(count)`` for ``target`` (default: the driver's) and the shared
+        library Disco's workers load, cached."""
+        dtvm = _import_tvm("the tvm backend needs distir.tvm and Apache TVM, which cannot be imported here")
+        values = self.values(count)
+        target = self.target if target is None else target
+        key = (tuple(sorted(values.items())), str(target))
+        built = self._builds.get(key)
+        if built is None:
+            exported = self.export(values)
+            t0 = time.perf_counter()
+            compiled = dtvm.specialize_and_build(exported, values, target)
+            from .tvm.disco import shared_library
+
+            shared_library(compiled)  # the library every worker loads, written once
+            built = self._builds[key] = (compiled, time.perf_counter() - t0)
+        return built[0]
+
+    def _run_disco(self, inputs, values: dict[str, int], n: int, seed: int, result: CountResult, target, session,
+                   weight_set):
+        """Export the module specialized to this count, build it (both cached), run it on Disco."""
+        target = self.target if target is None else target
+        session = self.session if session is None else session
+        cached = (tuple(sorted(values.items())), str(target)) in self._builds
+        built = self.build(values, target)
+        key = tuple(sorted(values.items()))
+        result.timings["export"] = self._exports[key][1]
+        result.timings["build"] = 0.0 if cached else self._builds[(key, str(target))][1]
         result.disco = {}
         t0 = time.perf_counter()
         out = run_disco(built, self.local, *inputs, num_workers=n, func=self.func, symbol=self.symbol,
-                        seed=seed, stats=result.disco)
+                        seed=seed, stats=result.disco, session=session, target=target, weights=weight_set)
         result.timings["run"] = time.perf_counter() - t0
         return out
 

@@ -2,8 +2,8 @@
 
 The module goes through the distribute pipeline once with its mesh sizes symbolic, then
 runs for ``--num-workers`` on the chosen backend: ``sim`` (distir's SPMD simulator) or
-``tvm`` (exported to Relax, specialized with ``BindSymbolicVars``, built with
-``tvm.compile`` and run on a Disco ThreadedSession with distir's CPU collectives). Inputs
+``tvm`` (specialized, exported to Relax, built with ``tvm.compile`` for ``--target`` and run
+on Disco: worker threads, or one process per worker with ``--session processes``). Inputs
 are random (``--seed``) or read from an ``.npz`` file. The result is compared with the
 single-device interpreter; exit status 0 when they match.
 """
@@ -20,18 +20,24 @@ import numpy as np
 from ..errors import DistirError
 from .args import MAX_DISCO_WORKERS, MAX_WORKERS
 
+MAX_DISCO_PROCESSES = 64  # --session processes starts a Python process (TVM loaded: ~200 MB) per worker
+
 HELP = "distribute a module, run it on N workers (simulator or TVM/Disco), compare with one device"
 DESCRIPTION = """\
 Run a global-view module through the distribute pipeline (num_workers symbolic), then on
 --num-workers workers, on random inputs or the arrays of an .npz file, and compare the
 result with the single-device interpreter. --backend sim uses distir's SPMD simulator;
---backend tvm exports to TVM Relax, specializes inside TVM (BindSymbolicVars), builds with
-tvm.compile for the CPU and runs on a Disco ThreadedSession. Exit status 0 when the results
-match, 1 when they do not (or on an error)."""
+--backend tvm exports the module specialized to the count to TVM Relax, builds it with
+tvm.compile for --target (default llvm, the CPU; cuda for a GPU) and runs it on Disco: a
+ThreadedSession (--session threads, the default) or a ProcessSession of one process per
+worker (--session processes). Exit status 0 when the results match, 1 when they do not (or
+on an error)."""
 EPILOG = """\
 examples:
   distir run model.py --num-workers 4                    simulate 4 workers
-  distir run model.py -n 4 --backend tvm                 build with TVM, run on Disco
+  distir run model.py -n 4 --backend tvm                 build with TVM, run on Disco threads
+  distir run model.py -n 4 --backend tvm --session processes   one process per worker
+  distir run model.py -n 4 --backend tvm --target cuda   all workers on the GPU
   distir run model.py -n 2 --inputs inputs.npz           arrays named like the parameters
   distir run model.py -n 8 --bind s=64 --seed 3          value of another symbolic dim
 
@@ -47,7 +53,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"value of num_workers (the symbolic mesh size), at most {MAX_WORKERS} "
                              f"({MAX_DISCO_WORKERS} with --backend tvm)")
     parser.add_argument("--backend", choices=("sim", "tvm"), default="sim",
-                        help="sim: distir's SPMD simulator (default); tvm: TVM build on Disco threads")
+                        help="sim: distir's SPMD simulator (default); tvm: TVM build run on Disco")
+    parser.add_argument("--target", metavar="TARGET",
+                        help="with --backend tvm: the TVM target to build for (default llvm, the CPU; cuda for a GPU)")
+    parser.add_argument("--session", choices=("threads", "processes"),
+                        help="with --backend tvm: Disco worker threads (default) or one process per worker "
+                             f"(at most {MAX_DISCO_PROCESSES})")
     parser.add_argument("--seed", type=seed, default=0,
                         help="seed (>= 0) of the random inputs and partial splits (default 0)")
     parser.add_argument("--inputs", metavar="NPZ", help="read the inputs from this .npz file instead")
@@ -161,6 +172,12 @@ def run_job(args: argparse.Namespace, out: TextIO) -> int:
             f"-n/--num-workers {args.num_workers} with --backend tvm: at most {MAX_DISCO_WORKERS} workers (Disco runs "
             f"a thread per worker); use --backend sim for up to {MAX_WORKERS}"
         )
+    for flag, given in (("--target", args.target), ("--session", args.session)):
+        if given is not None and args.backend != "tvm":
+            raise UsageError(f"{flag} is for --backend tvm")
+    if args.session == "processes" and args.num_workers > MAX_DISCO_PROCESSES:
+        raise UsageError(f"-n/--num-workers {args.num_workers} with --session processes: at most {MAX_DISCO_PROCESSES} "
+                         "workers (a process each); use --session threads")
     if args.symbol in dims:
         raise UsageError(
             f"--bind {args.symbol}={dims[args.symbol]}: {args.symbol} is the number of workers; set it with "
@@ -188,6 +205,8 @@ def run_job(args: argparse.Namespace, out: TextIO) -> int:
         )
     total = session_workers(mod, values) if args.backend == "tvm" else static_workers(mod, values)
     limit = MAX_DISCO_WORKERS if args.backend == "tvm" else MAX_WORKERS
+    if args.session == "processes":
+        limit = MAX_DISCO_PROCESSES
     if total is not None and total > limit:
         raise DistirError(
             f"the module's device meshes need {total} workers"
@@ -201,8 +220,13 @@ def run_job(args: argparse.Namespace, out: TextIO) -> int:
     else:
         inputs = _random_inputs(mod, args.func, dims, args.seed, symbols)
         source = f"random inputs (seed {args.seed})"
+    target, session = args.target or "llvm", args.session or "threads"
+    if args.backend == "tvm":
+        from ..tvm.targets import run_device
+
+        run_device(target)  # an unknown target, or a device this machine lacks: one line before any work
     # the other mesh sizes are fixed right after the pipeline: the backends take one symbolic size
-    driver = Driver(mod, func=args.func, symbol=args.symbol, bind=mesh_sizes)
+    driver = Driver(mod, func=args.func, symbol=args.symbol, bind=mesh_sizes, target=target, session=session)
     driver.reference(inputs)  # wrong inputs are reported by the single-device run, before any work
     with phase(f"distributing {args.file} ({args.symbol} symbolic)"):
         driver.distribute()
@@ -218,12 +242,16 @@ def run_job(args: argparse.Namespace, out: TextIO) -> int:
                   f"{stats.summary()}\n")
     else:
         info = result.disco
-        calls = ", ".join(f"{k} x{v}" for k, v in sorted(info["calls"].items())) or "no collectives"
+        steps = ", ".join(f"{k} x{v}" for k, v in sorted(info["calls"].items())) or "no collectives"
+        moved = info["transport"]
+        disco_calls = ", ".join(f"{k} x{v}" for k, v in sorted(moved["calls"].items())) or "none"
+        kind = "ThreadedSession" if info["session"] == "threads" else "ProcessSession"
+        ccl = "NCCL" if info["ccl"] == "nccl" else "distir's host collectives"
         out.write(
-            f"TVM: exported {t['export'] * 1e3:.0f} ms, BindSymbolicVars + tvm.compile {t['build'] * 1e3:.0f} ms; "
-            f"Disco ThreadedSession of {info['num_workers']} workers ({info['num_groups']} group(s)) "
-            f"ran in {t['run'] * 1e3:.0f} ms: {calls}; {info['bytes_sent'] / info['num_workers']:.0f} bytes sent per "
-            f"worker ({info['bytes_sent']} in all)\n"
+            f"TVM: exported {t['export'] * 1e3:.0f} ms, tvm.compile for {target} {t['build'] * 1e3:.0f} ms; "
+            f"Disco {kind} of {info['num_workers']} workers ({info['num_groups']} group(s), {ccl}) "
+            f"ran in {t['run'] * 1e3:.0f} ms: {steps}; {info['bytes_sent'] / info['num_workers']:.0f} bytes sent per "
+            f"worker ({info['bytes_sent']} in all); Disco's collectives: {disco_calls}, {moved['bytes_sent']} bytes\n"
         )
     verdict = "matches" if result.ok else "DOES NOT match"
     workers = total if total is not None else n

@@ -74,6 +74,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plot", metavar="PNG", type=image_file,
                         help="draw memory and communication against the count into this PNG (matplotlib)")
     parser.add_argument("--build", action="store_true", help="also compile each count with TVM (distir.tvm)")
+    parser.add_argument("--target", metavar="TARGET",
+                        help="with --build: the TVM target to compile for (default llvm; cuda compiles for a GPU, "
+                             "which this machine need not have)")
     parser.add_argument("--auto", action="store_true",
                         help="auto-shard the plain parameters for each count (the auto-shard pass), distribute and "
                              "specialize per count, and name the parameters whose layout changes between counts")
@@ -280,7 +283,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--bind {args.symbol}={bind[args.symbol]}: {args.symbol} is the swept size; give its "
                          f"values with -n/--num-workers")
     model = CommModel(latency=args.latency, bandwidth=args.bandwidth, axes=merge_axis_costs(args.axis_cost))
-    build = tvm_builder() if args.build else None
+    if args.target is not None and not args.build:
+        raise UsageError("--target is for --build")
+    build = tvm_builder(args.target or "llvm") if args.build else None
     mod = read_module(args.file)
     verify(mod)
     check_axis_costs(model.axes, mod)

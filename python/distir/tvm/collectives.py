@@ -16,8 +16,10 @@ collective runs over all workers or within the session's groups (see
   piece and concatenates them. Disco has no all-to-all; this moves (n-1) times the buffer
   per worker instead of (n-1)/n of it, and holds n buffers;
 - local_partial (sum): coordinate 0 keeps its value, the others multiply by zero;
-- exchange (a block exchange): distir's own ``distir.ccl.exchange`` (see :func:`emit_exchange`),
-  which moves exactly the elements each worker lacks;
+- regroup (a dim re-blocked in whole units): an allgather of the group's pieces and a slice of
+  the new block, or nothing where the blockings agree at the exported sizes;
+- exchange (a block exchange): an allgather of every worker's source storage, then each worker
+  takes its target block's elements by index arithmetic (see :func:`emit_exchange`);
 - transfer between two meshes (pipeline stages): an allgather over all workers, after
   which each worker rebuilds the tensor from one holder of every source block and slices
   its own target block (a partial value, which moves only between same-shaped meshes,
@@ -27,7 +29,8 @@ collective runs over all workers or within the session's groups (see
   target's piece for point-to-point sends.
 
 An axis whose groups Disco cannot express ("gather" in :mod:`distir.tvm.session`) gathers
-from all workers and takes its own group's pieces, then reduces or concatenates them.
+from all workers and takes its own group's pieces, then reduces or concatenates them. Every
+form calls Disco's own collectives only (``runtime.disco.*``), which NCCL runs.
 """
 
 from __future__ import annotations
@@ -271,11 +274,11 @@ def emit_local_partial(c: _Collective) -> relax.Expr:
 
 @_axis_collective
 def emit_regroup(c: _Collective) -> relax.Expr:
-    """Nothing when the two blockings agree at the sizes the module is exported for; otherwise an
-    all-gather and a slice of the new block when the sizes are known, and distir's own
-    ``distir.ccl.regroup`` (in :mod:`distir.tvm.cpu_ccl`: the same, moving nothing at counts that
-    divide) when they are symbolic: Disco's library has no such function, and Relax's dataflow
-    has no branch on sizes."""
+    """Nothing when the two blockings agree at the sizes the module is exported for; otherwise
+    Disco's allgather of the group's pieces, the dim cut to its extent and padded to the new
+    blocks, and a slice of this worker's new block. With symbolic sizes the blockings may agree
+    at some counts only, and Relax's dataflow has no branch on sizes: the gather then runs at
+    every count (export the specialized module to drop it where it moves nothing)."""
     from ..ops.collectives import regroup_blocks
 
     attrs = c.attrs
@@ -283,14 +286,11 @@ def emit_regroup(c: _Collective) -> relax.Expr:
     before, after = regroup_blocks(attrs)
     if sym.equal(before, after):
         return c.x
-    if isinstance(before, int) and isinstance(after, int) and isinstance(attrs["extent"], int):
-        gathered = c.ex.emit(c.merge(c.members(), axis, _with_extent(c.xt, axis, attrs["extent"])))
-        shape = list(c.xt.shape)
-        shape[axis] = attrs["extent"]
-        padded = c.pad(gathered, axis, shape, sym.mul(c.groups.size, after))
-        return c.own_block(padded, axis, after)
-    params = relax.ShapeExpr([axis, *(_p(d) for d in c.ex.dims([attrs["extent"], attrs["unit_from"], attrs["unit_to"]]))])
-    return relax.op.call_dps_packed("distir.ccl.regroup", [c.x, params, c.member_ids()], out_ty=c.ex.relax_type(c.out_t))
+    gathered = c.ex.emit(c.merge(c.members(), axis, _with_extent(c.xt, axis, attrs["extent"])))
+    shape = list(c.xt.shape)
+    shape[axis] = attrs["extent"]
+    padded = c.pad(gathered, axis, shape, sym.mul(c.groups.size, after))
+    return c.own_block(padded, axis, after)
 
 
 def exchange_codes(placement) -> list:
@@ -303,27 +303,138 @@ def exchange_codes(placement) -> list:
     return [0, *(spec.dim if isinstance(spec, Shard) else -1 for spec in placement.specs)]
 
 
+class _Index:
+    """Elementwise int64 arithmetic on index tensors of one exporter (sizes may be symbolic)."""
+
+    def __init__(self, ex: _FunctionExporter):
+        self.ex = ex
+
+    def _s(self, d):
+        """A tensor as is; a size (an int or a symbolic dim, which may name the worker id) as a 0-d tensor."""
+        return d if isinstance(getattr(d, "ty", None), relax.TensorType) else self.ex.scalar(d)
+
+    def add(self, a, b):
+        return self.ex.emit(relax.op.add(self._s(a), self._s(b)))
+
+    def mul(self, a, b):
+        if isinstance(b, int) and b == 1:
+            return a
+        return self.ex.emit(relax.op.multiply(self._s(a), self._s(b)))
+
+    def div(self, a, b):
+        if isinstance(b, int) and b == 1:
+            return a
+        return self.ex.emit(relax.op.floor_divide(self._s(a), self._s(b)))
+
+    def mod(self, a, b):
+        return self.ex.emit(relax.op.floor_mod(self._s(a), self._s(b)))
+
+    def less(self, a, b):
+        return self.ex.emit(relax.op.less(self._s(a), self._s(b)))
+
+    def both(self, a, b):
+        return b if a is None else self.ex.emit(relax.op.logical_and(a, b))
+
+    def unravel(self, flat, shape) -> list:
+        """The C-order coordinates of ``flat`` in ``shape``."""
+        out = []
+        for e in range(len(shape)):
+            q = self.div(flat, sym.product(shape[e + 1 :]))
+            out.append(q if e == 0 else self.mod(q, shape[e]))
+        return out
+
+    def ravel(self, coords, shape):
+        """The C-order flat index of ``coords`` in ``shape`` (``coords`` may be 0-d or 1-d tensors)."""
+        flat = None
+        for coord, n in zip(coords, shape):
+            flat = coord if flat is None else self.add(self.mul(flat, n), coord)
+        return flat if flat is not None else self.ex.scalar(0)
+
+
+def _exchange_target(ix: _Index, mesh, placement, shape, store, position):
+    """(global C-order flat index in ``shape`` of each element of this worker's target storage
+    ``store``, whether it is a real element)."""
+    ex = ix.ex
+    t = ex.emit(relax.op.arange(0, ex.dim(sym.product(store)), 1, "int64"))
+    local = ix.unravel(t, store)
+    valid = None
+    if placement.is_block:
+        from ..ir.layout import chunk_count, chunk_grid
+
+        block, grid = list(placement.block), list(chunk_grid(shape, placement.block))
+        chunk = ix.add(ix.mul(local[0], mesh.size), position)  # slot k holds chunk k * D + position
+        valid = ix.less(chunk, chunk_count(shape, block))
+        coords = []
+        for e, (q, r) in enumerate(zip(ix.unravel(chunk, grid), local[1:])):
+            g = ix.add(ix.mul(q, block[e]), r)
+            valid = ix.both(valid, ix.less(g, shape[e]))
+            coords.append(g)
+        return ix.ravel(coords, shape), valid
+    from ..ir.layout import block_start_expr, valid_length_expr
+
+    coords = []
+    for e, n in enumerate(shape):
+        coords.append(ix.add(local[e], block_start_expr(mesh, placement, e, n)) if placement.mesh_axes_of(e) else local[e])
+        if placement.mesh_axes_of(e):
+            valid = ix.both(valid, ix.less(local[e], valid_length_expr(mesh, placement, e, n)))
+    return ix.ravel(coords, shape), valid
+
+
+def _exchange_source(ix: _Index, mesh, placement, shape, store, flat, receiver_coords):
+    """(mesh position holding each element, its flat index in that position's storage ``store``):
+    in a block layout its chunk's home; else, along the mesh axes cutting ``shape``, the block it
+    lies in, and on the other axes the receiver's own coordinate (as distir.ir.exchange.gather_plan)."""
+    coords = ix.unravel(flat, shape)
+    if placement.is_block:
+        from ..ir.layout import chunk_grid
+
+        block, grid = list(placement.block), list(chunk_grid(shape, placement.block))
+        chunk = ix.ravel([ix.div(h, b) for h, b in zip(coords, block)], grid)
+        position = ix.mod(chunk, mesh.size)
+        inner = [ix.div(chunk, mesh.size), *(ix.mod(h, b) for h, b in zip(coords, block))]
+        return position, ix.ravel(inner, store)
+    from ..ir.layout import level_extents
+
+    holder = list(receiver_coords)
+    offsets = []
+    for d, n in enumerate(shape):
+        axes = placement.mesh_axes_of(d)
+        rest = coords[d]
+        for ax, block in zip(axes, level_extents(n, [mesh.shape[a] for a in axes])):
+            holder[ax] = ix.div(rest, block)
+            rest = ix.mod(rest, block)
+        offsets.append(rest)
+    return ix.ravel(holder, mesh.shape), ix.ravel(offsets, store)
+
+
 def emit_exchange(ex: _FunctionExporter, call: Call) -> relax.Expr:
-    """distir's own ``distir.ccl.exchange`` (in :mod:`distir.tvm.cpu_ccl`): every worker gets the
-    real elements of its target block it lacks, once, from the holder the simulator takes them
-    from; the sizes are passed at run time, so one symbolic export serves every count. Disco's
-    library has no all-to-all with worker-dependent pieces; its ``send_to_worker`` /
-    ``recv_from_worker`` move one buffer between two workers, and pieces whose sizes differ from
-    worker to worker cannot be typed in one SPMD Relax program (they would be padded to the
-    largest piece: ``(D - 1) * (largest piece)`` per worker). A GPU deployment implements
-    ``distir.ccl.exchange`` with NCCL's grouped send/recv (ncclGroupStart, one ncclSend and
-    ncclRecv per peer, ncclGroupEnd), which moves the same bytes."""
+    """A block exchange from Disco's allgather: every worker's source storage gathered from all
+    workers, then each worker takes, element by element, the real elements of its target storage
+    from the holder distir's simulator takes them from (:func:`distir.ir.exchange.gather_plan`),
+    with index arithmetic on tensors, so sizes may stay symbolic; padding is zero. Disco's
+    library has no all-to-all of worker-dependent pieces (NCCL's grouped send/recv would move
+    exactly what each worker lacks), so this moves (W - 1) source pieces to every worker."""
     attrs = call.op.full_attrs(call.attrs)
     mesh = attrs["device_mesh"]
     src_shape = list(attrs["shape"])
     dst_shape = src_shape if attrs.get("new_shape") is None else list(attrs["new_shape"])
-    values = [mesh.ndim, *mesh.shape, len(src_shape), *src_shape, len(dst_shape), *dst_shape,
-              *exchange_codes(attrs["src_placement"]), *exchange_codes(attrs["dst_placement"])]  # fmt: skip
-    params = relax.ShapeExpr([_p(d) for d in ex.dims(values)])
-    positions = ex.emit(relax.op.arange(0, ex.dim(mesh.size), 1, "int64"))
-    members = _device_ids_at(ex, mesh, positions)
-    x = ex.value(call.args[0])
-    return relax.op.call_dps_packed("distir.ccl.exchange", [x, params, members], out_ty=ex.relax_type(call.type))
+    x, xt, out_t = ex.value(call.args[0]), call.args[0].type, call.type
+    ix = _Index(ex)
+    worker = sym.var(WORKER_ID)
+    position = _clamped(ex, position_expr(mesh, worker), sym.sub(mesh.size, 1))
+    receiver = [_clamped(ex, coord_expr(mesh, a, worker), sym.sub(mesh.shape[a], 1)) for a in range(mesh.ndim)]
+    flat, valid = _exchange_target(ix, mesh, attrs["dst_placement"], dst_shape, list(out_t.shape), position)
+    holder, local = _exchange_source(ix, mesh, attrs["src_placement"], src_shape, list(xt.shape), flat, receiver)
+    piece = sym.product(xt.shape)
+    everyone = _gather_all(ex, x, xt)
+    pool = ex.emit(relax.op.reshape(everyone, relax.ShapeExpr([_p(ex.dim(sym.mul(ex.plan.total, piece)))])))
+    index = ix.add(ix.mul(_device_ids_at(ex, mesh, holder), piece), local)
+    if valid is not None:
+        index = ex.emit(relax.op.where(valid, index, ex.const(0, "int64")))
+    values = ex.emit(relax.op.take(pool, index, axis=0, mode="clip"))
+    if valid is not None:
+        values = ex.emit(relax.op.where(valid, values, ex.const(0, xt.dtype)))
+    return relax.op.reshape(values, relax.ShapeExpr([_p(d) for d in ex.dims(out_t.shape)]))
 
 
 def _with_extent(t: TensorType, axis: int, extent) -> TensorType:

@@ -1,61 +1,60 @@
-"""Build and run an exported module on TVM's Disco runtime.
+"""Build an exported module and run it on TVM's Disco runtime.
 
 :func:`run_pieces` takes what ``tvm.compile`` built from :func:`distir.tvm.to_relax`'s
-export (specialized with ``BindSymbolicVars``) and every worker's piece of every input,
-starts a Disco ``ThreadedSession`` with the CPU collectives of :mod:`distir.tvm.cpu_ccl`,
-scatters the pieces through Disco, calls the function on every worker and returns each
-worker's outputs. Cutting global arrays into pieces and reassembling the outputs is the
-simulator's (:mod:`distir.runtime.spmd`); :func:`distir.driver.run_disco` joins the two.
+export and every worker's piece of every input, and runs it on a Disco session of worker
+threads or worker processes (:mod:`distir.tvm.workers`), on the CPU or on the build target's
+device: scatters the pieces through Disco (or loads pre-sharded weights with Disco's
+``ShardLoader`` inside each worker, :mod:`distir.tvm.weights`), calls the function on every
+worker and returns each worker's outputs. The collectives are NCCL's where TVM has it and the
+workers have a GPU each, else distir's host collectives (:mod:`distir.tvm.host_ccl`). Cutting
+global arrays into pieces and reassembling the outputs is the simulator's
+(:mod:`distir.runtime.spmd`); :func:`distir.driver.run_disco` joins the two.
 
-An error inside a Disco worker thread aborts the whole process (TVM 0.27 does not catch
-it there), so everything that can be checked is checked first, in the caller's thread:
-the input shapes and dtypes, and the sizes the module was specialized for (by calling
-the module's ``distir_disco_layout`` function on a local VM).
+An error inside a Disco worker thread aborts the whole process (TVM 0.27 does not catch it
+there; worker 0 of a process session is such a thread too), so everything that can be checked
+is checked first, in the caller's thread: the input shapes and dtypes, and the sizes the
+module was specialized for (by calling the module's ``distir_disco_layout`` function on a
+local VM).
 """
 
 from __future__ import annotations
 
-import importlib
+import atexit
+import contextlib
+import itertools
 import os
+import shutil
 import tempfile
+import warnings
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import tvm
-import tvm_ffi
 from tvm import relax
 
 from ..ir.types import DTensorType, TensorType, Type
-from . import cpu_ccl
-from .errors import DiscoRunError
+from . import host_ccl
+from .workers import load_disco, process_workers
+from .errors import DiscoRunError, TargetError, tvm_message
 from .export import DISCO_LAYOUT_FUNC, SIZE_PREFIX
+from .targets import DEFAULT_TARGET, describe, has_nccl, is_host, parse_target, run_device
 
-__all__ = ["check_dtypes", "load_disco", "run_pieces", "specialize_and_build", "symbolic_var_names"]
+__all__ = [
+    "SESSIONS",
+    "Presharded",
+    "check_dtypes",
+    "load_disco",
+    "run_pieces",
+    "shared_library",
+    "specialize_and_build",
+    "symbolic_var_names",
+]
 
-_DISCO = None
-
-
-def load_disco():
-    """``tvm.runtime.disco``, loaded despite the 0.27 wheel's import order (docs/tvm.md).
-
-    ``import tvm`` imports ``tvm.runtime.disco`` before it loads ``libtvm_runtime_extra``
-    (where Disco's C++ functions live), so the import fails and ``tvm.runtime.disco`` is
-    None. Filling the FFI table again and importing the package once more fixes it.
-    """
-    global _DISCO
-    if _DISCO is not None:
-        return _DISCO
-    mod = getattr(tvm.runtime, "disco", None)
-    if mod is None or not hasattr(getattr(mod, "_ffi_api", None), "SessionThreaded"):
-        if tvm_ffi.get_global_func("runtime.disco.SessionThreaded", allow_missing=True) is None:
-            raise DiscoRunError("this TVM build has no Disco runtime (libtvm_runtime_extra is missing)")
-        tvm_ffi.init_ffi_api("runtime.disco", "tvm.runtime.disco._ffi_api")
-        mod = importlib.import_module("tvm.runtime.disco")
-        tvm.runtime.disco = mod
-    _DISCO = mod
-    return mod
-
+SESSIONS = ("threads", "processes")
+_COUNTER = itertools.count()
 
 def symbolic_var_names(tvm_mod: tvm.IRModule) -> set[str]:
     """Names of the symbolic shape variables of a Relax module's functions (what BindSymbolicVars can bind)."""
@@ -67,15 +66,21 @@ def symbolic_var_names(tvm_mod: tvm.IRModule) -> set[str]:
     return names
 
 
-def specialize_and_build(tvm_mod: tvm.IRModule, values: Mapping[str, int], target: str = "llvm"):
-    """``BindSymbolicVars(values)`` then ``tvm.compile``: one device count's build of a symbolic export.
+def specialize_and_build(tvm_mod: tvm.IRModule, values: Mapping[str, int], target: Any = DEFAULT_TARGET):
+    """``BindSymbolicVars(values)`` then ``tvm.compile`` for ``target``: one device count's build.
 
     Only the names the module has are bound: a module whose meshes are static has no
-    ``num_workers`` (TVM rejects a binding of a variable the module lacks)."""
+    ``num_workers`` (TVM rejects a binding of a variable the module lacks). An unknown target or
+    a failed build is one line (TargetError); building for a device the machine lacks is allowed
+    (cross-compiling), running it is not (:func:`distir.tvm.targets.run_device`)."""
+    tvm_target = parse_target(target)
     present = symbolic_var_names(tvm_mod)
     used = {k: int(v) for k, v in values.items() if k in present}
     bound = relax.transform.BindSymbolicVars(used)(tvm_mod) if used else tvm_mod
-    return tvm.compile(bound, target=target)
+    try:
+        return tvm.compile(bound, target=tvm_target)
+    except Exception as err:  # noqa: BLE001 - TVM's lowering and code generators raise many types
+        raise TargetError(f"tvm.compile for target '{describe(target)}' failed: {tvm_message(err)}") from None
 
 
 # ---------------------------------------------------------------- checks in the caller's thread
@@ -137,57 +142,204 @@ def _to_numpy(value: Any):
     return value
 
 
+@dataclass(frozen=True)
+class Presharded:
+    """Weights every worker loads itself with Disco's ShardLoader: the set's ``tensor-cache.json``
+    (path and text) for the function's parameters from ``first`` on (see :mod:`distir.tvm.weights`)."""
+
+    json_path: str
+    text: str
+    first: int
+
+
 def run_pieces(
     built,
     func: str,
     n_params: int,
     values: Mapping[str, int],
-    pieces_for: Callable[[int], Sequence[Mapping[int, np.ndarray]]],
+    pieces_for: Callable[[int], Sequence[Mapping[int, np.ndarray] | None]],
     stats: dict | None = None,
+    *,
+    session: str = "threads",
+    target: Any = DEFAULT_TARGET,
+    presharded: Presharded | None = None,
+    check_workers: Callable[[int], None] | None = None,
 ) -> dict[int, Any]:
-    """Run ``built``'s ``func`` on a Disco ThreadedSession; each worker's outputs.
+    """Run ``built``'s ``func`` on a Disco session; each worker's outputs.
 
-    ``values`` gives the sizes the build takes as parameters; ``pieces_for(total)`` gives,
-    per parameter, every worker's array of a session of ``total`` workers (known once the
-    build says its layout). Pass a dict as ``stats`` to get the collectives' call counts
-    and bytes sent.
+    ``values`` gives the sizes the build takes as parameters; ``pieces_for(total)`` gives, per
+    parameter, every worker's array of a session of ``total`` workers (known once the build
+    says its layout), or None for the parameters ``presharded`` loads. ``session`` is
+    ``"threads"`` (a ThreadedSession) or ``"processes"`` (a ProcessSession, kept for the next
+    run of its size); ``target`` the build's target, whose device every worker runs on.
+    ``check_workers(total)`` may refuse the session size before anything starts. Pass a dict as
+    ``stats`` to get the session, the collective library and what Disco's collectives moved.
     """
+    if session not in SESSIONS:
+        raise DiscoRunError(f"unknown session '{session}' (known: {', '.join(SESSIONS)})")
+    device = run_device(target)
     disco = load_disco()
-    with tempfile.TemporaryDirectory(prefix="distir-disco-") as tmp:
-        path = os.path.join(tmp, "module.so")
-        built.export_library(path)
-        # the local VM reads the shared library just written (no second code generation); it looks
-        # up distir's own functions (distir.ccl.*) as it loads
-        cpu_ccl.register()
-        vm = relax.VirtualMachine(tvm.runtime.load_module(path), tvm.cpu())
-        size_names = _size_params(vm, func, n_params)
-        total, groups = _layout(vm, values)
-        pieces = pieces_for(total)
-        with cpu_ccl.session(total, groups) as state:
-            sess = disco.ThreadedSession(total, groups)
-            try:
-                outputs = _call(sess, state, path, func, size_names, values, pieces, total)
-            finally:
-                sess.shutdown()
+    path = shared_library(built)
+    # the local VM reads the shared library (no second code generation)
+    vm = relax.VirtualMachine(tvm.runtime.load_module(path), device)
+    size_names = _size_params(vm, func, n_params)
+    total, groups = _layout(vm, values)
+    if check_workers is not None:
+        check_workers(total)
+    if groups < 1 or total % groups:
+        raise DiscoRunError(f"{total} workers cannot be split into {groups} equal groups")
+    pieces = pieces_for(total)
+    call = _Call(path, func, size_names, values, pieces, total, device, presharded)
+    nccl = not is_host(device) and has_nccl() and total <= _device_count(device)
+    info = {"num_workers": total, "num_groups": groups, "session": session,
+            "ccl": "nccl" if nccl else "host", "device": str(device)}  # fmt: skip
+    if not is_host(device) and not nccl:
+        info["fallback"] = _fallback_line(device, total)
+        warnings.warn(info["fallback"], stacklevel=2)
+    if session == "threads":
+        outputs, calls, sent = _run_threads(disco, call, total, groups, nccl)
+    else:
+        outputs, calls, sent = _run_processes(call, total, groups, nccl)
     if stats is not None:
-        stats.update(num_workers=total, num_groups=groups, calls=dict(state.calls), bytes_sent=state.bytes_sent)
+        stats.update(info, transport={"calls": calls, "bytes_sent": sent})
     return outputs
 
 
-def _call(sess, state, path: str, func: str, size_names, values, pieces, total: int) -> dict[int, Any]:
-    dmod = sess.load_vm_module(path)
-    make_shape = sess.get_global_func("ffi.Shape")
-    args = [make_shape(_size_value(n, values)) for n in size_names]
-    for per in pieces:
-        first = per[0]
-        stacked = np.ascontiguousarray(np.stack([per[w] for w in range(total)]))
-        dst = sess.empty(first.shape, str(first.dtype))
-        src = sess.copy_to_worker_0(tvm.runtime.tensor(stacked))
-        sess.scatter_from_worker0(src, dst, in_group=False)
-        args.append(dst)
-    for w in range(total):  # inputs in place: count only the function's own collectives from here
-        sess._sync_worker(w)
-    state.calls.clear()
-    state.bytes_sent = 0
-    result = dmod[func](*args)
-    return {w: _to_numpy(result.debug_get_from_remote(w)) for w in range(total)}
+_LIBRARIES: OrderedDict[int, tuple[Any, str]] = OrderedDict()  # id(built) -> (built, its shared library)
+_LIBRARY_DIR: str | None = None
+_KEEP_LIBRARIES = 16
+
+
+def shared_library(built) -> str:
+    """``built`` exported as a shared library that every worker loads (written once per build)."""
+    global _LIBRARY_DIR
+    hit = _LIBRARIES.get(id(built))
+    if hit is not None and hit[0] is built:
+        _LIBRARIES.move_to_end(id(built))
+        return hit[1]
+    if _LIBRARY_DIR is None:
+        _LIBRARY_DIR = tempfile.mkdtemp(prefix="distir-disco-")
+        atexit.register(shutil.rmtree, _LIBRARY_DIR, True)
+    path = os.path.join(_LIBRARY_DIR, f"module{next(_COUNTER)}.so")
+    built.export_library(path)
+    _LIBRARIES[id(built)] = (built, path)
+    while len(_LIBRARIES) > _KEEP_LIBRARIES:
+        _, (_, old) = _LIBRARIES.popitem(last=False)
+        with contextlib.suppress(OSError):
+            os.remove(old)
+    return path
+
+
+def _device_count(device) -> int:
+    n = 0
+    while tvm.runtime.Device(int(device.dlpack_device_type()), n).exist:
+        n += 1
+    return n
+
+
+def _fallback_line(device, total: int) -> str:
+    if not has_nccl():
+        return ("this TVM build has no NCCL (no runtime.disco.nccl.init_ccl): Disco's collectives run on distir's "
+                "host collectives, staging device buffers through host memory")
+    return (f"{total} workers and {_device_count(device)} {device.device_name if hasattr(device, 'device_name') else 'GPU'}"
+            " device(s): NCCL takes one device per worker, so Disco's collectives run on distir's host collectives, "
+            "staging device buffers through host memory")
+
+
+@dataclass
+class _Call:
+    """One function call on a session: the module, the arguments, the device."""
+
+    path: str
+    func: str
+    size_names: Sequence[str]
+    values: Mapping[str, int]
+    pieces: Sequence[Mapping[int, np.ndarray] | None]
+    total: int
+    device: Any
+    presharded: Presharded | None
+
+    def run(self, sess, *, default_device: bool) -> Any:
+        """Load, place the arguments, call; the result's DRef. ``default_device``: the workers' own
+        device is the build's (after NCCL's init), so nothing names it."""
+        dev = None if default_device else self.device
+        dmod = sess.load_vm_module(self.path, dev)
+        make_shape = sess.get_global_func("ffi.Shape")
+        args = [make_shape(_size_value(n, self.values)) for n in self.size_names]
+        for per in self.pieces:
+            if per is None:
+                continue
+            first = per[0]
+            stacked = np.ascontiguousarray(np.stack([per[w] for w in range(self.total)]))
+            dst = sess.empty(first.shape, str(first.dtype), dev)
+            src = sess.copy_to_worker_0(tvm.runtime.tensor(stacked))
+            sess.scatter_from_worker0(src, dst, in_group=False)
+            args.append(dst)
+        if self.presharded is not None:
+            args.extend(self._load_presharded(sess, default_device))
+        self.dmod = dmod
+        return args
+
+    def _load_presharded(self, sess, default_device: bool) -> list:
+        p = self.presharded
+        loader = sess.get_global_func("runtime.disco.ShardLoader")(p.json_path, p.text, "{}", None)
+        params = sess.get_global_func("runtime.disco.ShardLoaderLoadAllPresharded")(loader)
+        item = sess.get_global_func("ffi.ArrayGetItem")
+        to_device = sess.get_global_func("vm.builtin.to_device")
+        out = []
+        for i in range(len(self.pieces) - p.first):
+            ref = item(params, i)
+            if not default_device and not is_host(self.device):  # the loader reads into the worker's own device
+                ref = to_device(ref, int(self.device.dlpack_device_type()), int(self.device.index))
+            out.append(ref)
+        return out
+
+
+def _run_threads(disco, call: _Call, total: int, groups: int, nccl: bool):
+    if nccl:
+        sess = disco.ThreadedSession(total, groups)
+        try:
+            sess.init_ccl("nccl", *range(total))
+            args = call.run(sess, default_device=True)
+            result = call.dmod[call.func](*args)
+            return {w: _to_numpy(result.debug_get_from_remote(w)) for w in range(total)}, {}, 0
+        finally:
+            sess.shutdown()
+    with host_ccl.session(total, groups) as hub:
+        sess = disco.ThreadedSession(total, groups)
+        try:
+            args = call.run(sess, default_device=False)
+            for w in range(total):  # inputs in place: count only the function's own collectives from here
+                sess._sync_worker(w)
+            for ep in hub.endpoints:
+                ep.counters.calls.clear()
+                ep.counters.bytes_sent = 0
+            result = call.dmod[call.func](*args)
+            outputs = {w: _to_numpy(result.debug_get_from_remote(w)) for w in range(total)}
+        finally:
+            sess.shutdown()
+    calls, sent = host_ccl.hub_totals(hub)
+    return outputs, calls, sent
+
+
+def _run_processes(call: _Call, total: int, groups: int, nccl: bool):
+    workers = process_workers(total, groups)
+    if nccl and not getattr(workers, "nccl", False):
+        workers.call(lambda: workers.sess.init_ccl("nccl", *range(total)))
+        workers.nccl = True
+    args = workers.call(lambda: call.run(workers.sess, default_device=nccl))
+    workers.sync()
+    workers.check(workers.report(reset=True))  # inputs in place: count only the function's own collectives
+    result = workers.call(lambda: call.dmod[call.func](*args))
+    first = workers.call(lambda: _to_numpy(result.debug_get_from_remote(0)))
+    reports = workers.report(reset=True)
+    workers.check(reports)
+    outputs = {0: first}
+    for w in range(1, total):
+        outputs[w] = workers.call(lambda w=w: _to_numpy(result.debug_get_from_remote(w)))
+    del result, args
+    calls: dict[str, int] = {}
+    for r in reports:
+        for k, v in r["calls"].items():
+            calls[k] = calls.get(k, 0) + v
+    return outputs, calls, sum(r["bytes_sent"] for r in reports)

@@ -21,3 +21,7 @@ def tvm_message(err: Exception) -> str:
     """The last non-empty line of a TVM error (its message, without TVM's traceback)."""
     lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
     return lines[-1] if lines else type(err).__name__
+
+
+class TargetError(DistirError):
+    """A build target TVM does not know, a device the machine lacks, or a build that failed."""

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 import tvm
-from tvm import relax, tirx
+from tvm import relax, te, tirx
 
 from ..ir import sym
 from ..ir.expr import (
@@ -54,7 +54,7 @@ from ..ir.types import DTensorType, PrimType, ShapeType, TensorType, TupleType, 
 from .errors import TvmExportError, tvm_message
 from .session import SessionPlan
 
-__all__ = ["DISCO_LAYOUT_FUNC", "SIZE_PREFIX", "to_relax"]
+__all__ = ["DISCO_LAYOUT_FUNC", "SIZE_PREFIX", "to_relax", "with_plans"]
 
 DISCO_LAYOUT_FUNC = "distir_disco_layout"
 SIZE_PREFIX = "size_"
@@ -66,7 +66,7 @@ def to_relax(local_mod: IRModule) -> tvm.IRModule:
     from .ops import emit_op  # noqa: F401  (the op table, loaded before the first binding)
 
     check_local_view(local_mod)
-    local_mod = _with_plans(local_mod)
+    local_mod = with_plans(local_mod)
     plan = SessionPlan.for_module(local_mod)
     bb = relax.BlockBuilder()
     for func in local_mod.functions.values():
@@ -80,7 +80,7 @@ def to_relax(local_mod: IRModule) -> tvm.IRModule:
     return out
 
 
-def _with_plans(mod: IRModule) -> IRModule:
+def with_plans(mod: IRModule) -> IRModule:
     """Each ``R.ccl.replan`` (a redistribute planned for the bound count) as the steps of its plan:
     the plan for the module's sizes when they are concrete (specialize wrote those already), else
     the plan made for every count. Specialize before export to run the plan for the count."""
@@ -374,8 +374,13 @@ class _FunctionExporter:
         )
         self.worker_var = tirx.Var(WORKER_ID, "int64")
         self.bb.match_cast(shape, relax.ShapeType([self.worker_var]), name_hint="worker_shape")
-        # the id as a tensor too, from the shape value whose entries Relax does not know (a VM builtin)
-        ids = self.bb.emit(relax.op.shape_to_tensor(shape), name_hint="worker_ids")
+        # the id as a tensor too, written by a kernel of the build's target: a device kernel must not read a
+        # host tensor (R.shape_to_tensor makes one), and the kernel is opaque so that FuseOps leaves it alone
+        ids = self.bb.emit(
+            relax.call_tir(_worker_index_kernel(self.bb), [relax.prim_value(self.worker_var)],
+                           relax.TensorType([1], "int64")),
+            name_hint="worker_ids",
+        )
         self._worker_tensor = self.bb.emit(relax.op.reshape(ids, relax.ShapeExpr([])), name_hint="worker_index")
         for name in self.position_names:
             self._emit_position(name)
@@ -417,6 +422,22 @@ class _FunctionExporter:
                         self.bind(b, False)
             result = self.value(f.result)
             self.bb.emit_func_output(result)
+
+
+WORKER_INDEX_KERNEL = "distir_worker_index"
+_OPAQUE = 8  # relax.OpPatternKind.kOpaque: FuseOps never fuses the kernel (see docs/tvm.md, FuseTIR)
+
+
+def _worker_index_kernel(bb: relax.BlockBuilder):
+    """The module's ``distir_worker_index(worker: int64, out: (1,) int64)`` kernel (added once)."""
+    mod = bb.get()
+    for gv in mod.get_global_vars():
+        if gv.name_hint == WORKER_INDEX_KERNEL:
+            return gv
+    worker = tirx.Var("worker", "int64")
+    out = te.compute((1,), lambda _: worker, name="worker_index")
+    func = te.create_prim_func([worker, out]).with_attrs({"op_pattern": _OPAQUE, "global_symbol": WORKER_INDEX_KERNEL})
+    return bb.add_func(func, WORKER_INDEX_KERNEL)
 
 
 def _proves_same(have, want: Dim) -> bool:

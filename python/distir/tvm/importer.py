@@ -24,6 +24,10 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
+from .. import (
+    ops,  # noqa: F401  (declares every op, which the imported calls name)
+    script,  # noqa: F401  (the text format, so that imported modules print)
+)
 from ..errors import DistirError
 from ..ir import sym
 from ..ir.expr import (

@@ -23,7 +23,6 @@ from ..ir.expr import IRModule
 from ..ir.layout import ids_are_contiguous, mesh_start
 from ..ir.mesh import DeviceMesh, Range
 from ..ir.sym import Dim
-from .errors import TvmExportError
 
 
 @dataclass(frozen=True)
@@ -53,6 +52,9 @@ class SessionPlan:
 
     @staticmethod
     def for_module(mod: IRModule) -> SessionPlan:
+        """One worker per device id up to the largest: the mesh whose ids reach furthest, or, when
+        which one that is depends on the sizes (a static mesh beside a symbolic one), their
+        ``max``, which ``distir_disco_layout`` evaluates at the sizes it is given."""
         meshes = mod.meshes()
         if not meshes:
             return SessionPlan(1, ())
@@ -60,13 +62,11 @@ class SessionPlan:
         sizes = {name for m in meshes for d in m.shape for name in sym.free_vars(d)}
         with sym.assume_positive(sorted(sizes)):  # a mesh axis holds at least one device
             largest = next((c for c in stops if all(sym.prove_ge(c, s) for s in stops)), None)
-        if largest is not None:
-            return SessionPlan(sym.normalize(largest), tuple(meshes))
-        raise TvmExportError(
-            "cannot tell which device mesh is the largest (device ids end at "
-            + ", ".join(sym.to_str(s) for s in stops)
-            + "); Disco needs one number of workers for the whole module"
-        )
+            if largest is None:
+                largest = stops[0]
+                for s in stops[1:]:
+                    largest = sym.max_(largest, s)
+        return SessionPlan(sym.normalize(largest), tuple(meshes))
 
     @property
     def num_groups(self) -> Dim:

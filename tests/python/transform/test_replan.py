@@ -235,4 +235,4 @@ def test_disco_runs_the_plan_for_the_count_and_the_symbolic_export_the_plan_for_
     got = run_disco(specialize_and_build(to_relax(local), {"num_workers": count}), local, x, num_workers=count,
                     stats=stats)
     np.testing.assert_array_equal(got, x)
-    assert stats["calls"] == {"allgather": 1}
+    assert stats["calls"] == {"all_gather": 1} and stats["transport"]["calls"] == {"allgather": 1}

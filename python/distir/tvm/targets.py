@@ -1,0 +1,79 @@
+"""Build targets, the devices their builds run on, and whether TVM has NCCL: one line each when not.
+
+``target`` is what ``tvm.compile`` takes: ``"llvm"`` (the CPU, the default), ``"cuda"``, a
+tag such as ``"nvidia/nvidia-h100"``, or a JSON-style dict. A target TVM does not know, a
+device the machine lacks (a CUDA target without a GPU) and a build that fails are
+``TargetError``, one line naming the target.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any
+
+import tvm
+import tvm_ffi
+
+from .errors import TargetError, tvm_message
+
+__all__ = ["DEFAULT_TARGET", "describe", "has_nccl", "is_host", "parse_target", "run_device"]
+
+DEFAULT_TARGET = "llvm"
+_NCCL_INIT = "runtime.disco.nccl.init_ccl"
+
+
+def describe(target: Any) -> str:
+    return target if isinstance(target, str) else str(target)
+
+
+def parse_target(target: Any) -> tvm.target.Target:
+    """TVM's Target for ``target``; a target TVM does not know is one line."""
+    if isinstance(target, tvm.target.Target):
+        return target
+    try:
+        return tvm.target.Target(target)
+    except Exception as err:  # noqa: BLE001 - TVM raises ValueError or its own errors
+        raise TargetError(f"target '{describe(target)}': {tvm_message(err)} (e.g. 'llvm' or 'cuda')") from None
+
+
+@contextlib.contextmanager
+def _quiet_native_stderr():
+    """Hide what TVM's C++ side prints meanwhile (a CUDA target on a machine without a GPU logs that it
+    cannot detect the CUDA version; the one line that follows says so better)."""
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def run_device(target: Any) -> tvm.runtime.Device:
+    """The device a build for ``target`` runs on (device 0 of its kind); one line when the machine has none."""
+    with _quiet_native_stderr():
+        t = parse_target(target)
+    dev = tvm.runtime.Device(int(t.get_target_device_type()), 0)
+    if not dev.exist:
+        kind = t.kind.name
+        raise TargetError(
+            f"target '{describe(target)}' runs on {kind} devices, and TVM finds none on this machine"
+            + (" (no GPU, or no CUDA driver)" if kind == "cuda" else "")
+        )
+    return dev
+
+
+def is_host(device: tvm.runtime.Device) -> bool:
+    return int(device.dlpack_device_type()) == 1  # kDLCPU
+
+
+def has_nccl() -> bool:
+    """Whether this TVM build has Disco's NCCL library (``runtime.disco.nccl.init_ccl``), as MLC-LLM's
+    builds do; the ``apache-tvm`` 0.27 wheel says USE_NCCL=ON but registers none of it."""
+    return tvm_ffi.get_global_func(_NCCL_INIT, allow_missing=True) is not None

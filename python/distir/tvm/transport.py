@@ -1,0 +1,296 @@
+"""How Disco workers without NCCL reach each other: one FIFO channel per ordered pair of workers.
+
+distir's host collectives (:mod:`distir.tvm.host_ccl`) are written once over two operations of
+an :class:`Endpoint`, one per worker: ``post(dst, array)``, which never blocks, and
+``take(src)``, which waits for the next array ``src`` posted to this worker. Every worker runs
+the same program, so the arrays two workers exchange pair up in program order.
+
+- :class:`ThreadHub`: the workers of a ``ThreadedSession`` are threads of one process; the
+  channels are queues in memory.
+- :class:`SocketEndpoint`: the workers of a ``ProcessSession`` are processes (worker 0 a thread
+  of the caller); every pair is joined by a Unix-domain stream socket in a directory only the
+  user can enter. A thread per peer reads its socket into a queue, so a post never waits for
+  the receiver. A peer that dies closes its sockets: the kernel tells every other worker at
+  once (end of file), and a worker that fails closes its own, so a failure reaches every
+  worker within milliseconds instead of after a timeout.
+
+Nothing here raises into Disco: errors are :class:`ChannelError`, which the collectives turn
+into a recorded failure (a Python exception in a Disco worker thread aborts the process).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["Aborted", "ChannelError", "Endpoint", "SocketEndpoint", "ThreadHub", "connect_sockets"]
+
+_POLL = 0.05  # seconds between looks at the failure flag while waiting
+_HEADER = struct.Struct("<4sIQ")  # magic, length of the metadata, length of the payload
+_MAGIC = b"dsr1"
+
+
+class ChannelError(Exception):
+    """A channel failed: a peer is gone or a wait timed out."""
+
+
+class Aborted(ChannelError):
+    """The run already failed elsewhere; this worker stops waiting (nothing new to report)."""
+
+
+@dataclass
+class Counters:
+    """What one worker's collectives did: calls (counted by a group's first member) and bytes it sent."""
+
+    calls: dict[str, int] = field(default_factory=dict)
+    bytes_sent: int = 0
+
+    def count(self, name: str, nbytes: int, first: bool) -> None:
+        if first:
+            self.calls[name] = self.calls.get(name, 0) + 1
+        self.bytes_sent += int(nbytes)
+
+
+class Endpoint:
+    """One worker's side of the channels (see the module docstring)."""
+
+    worker: int
+    num_workers: int
+    num_groups: int
+    timeout: float
+    counters: Counters
+
+    @property
+    def group_size(self) -> int:
+        return self.num_workers // self.num_groups
+
+    def members(self, in_group: bool) -> tuple[int, ...]:
+        """The workers of this worker's group (``in_group``) or of the session, in order."""
+        if not in_group:
+            return tuple(range(self.num_workers))
+        first = self.worker // self.group_size * self.group_size
+        return tuple(range(first, first + self.group_size))
+
+    def post(self, dst: int, array: np.ndarray) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def take(self, src: int) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def fail(self, message: str) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @property
+    def errors(self) -> list[str]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _wait(self, q: queue.Queue, src: int, broken: threading.Event):
+        deadline = time.monotonic() + self.timeout
+        while True:
+            if broken.is_set() and q.empty():
+                raise Aborted("the run already failed")
+            try:
+                item = q.get(timeout=_POLL)
+            except queue.Empty:
+                if time.monotonic() > deadline:
+                    raise ChannelError(f"worker {self.worker} waited {self.timeout:.0f} s for worker {src}") from None
+                continue
+            if isinstance(item, ChannelError):
+                q.put(item)  # later takes see it too
+                raise item
+            return item
+
+
+# ---------------------------------------------------------------- threads of one process
+
+
+class ThreadHub:
+    """The channels of a ThreadedSession's workers: a queue per ordered pair, shared failures."""
+
+    def __init__(self, num_workers: int, num_groups: int, timeout: float):
+        self.num_workers, self.num_groups, self.timeout = num_workers, num_groups, timeout
+        self.queues = {(s, d): queue.Queue() for s in range(num_workers) for d in range(num_workers) if s != d}
+        self.broken = threading.Event()
+        self.lock = threading.Lock()
+        self.failures: list[str] = []
+        self.endpoints = [_ThreadEndpoint(self, w) for w in range(num_workers)]
+
+    def fail(self, message: str) -> None:
+        with self.lock:
+            self.failures.append(message)
+        self.broken.set()
+
+
+class _ThreadEndpoint(Endpoint):
+    def __init__(self, hub: ThreadHub, worker: int):
+        self.hub, self.worker = hub, worker
+        self.num_workers, self.num_groups, self.timeout = hub.num_workers, hub.num_groups, hub.timeout
+        self.counters = Counters()
+
+    def post(self, dst: int, array: np.ndarray) -> None:
+        if self.hub.broken.is_set():
+            raise Aborted("the run already failed")
+        self.hub.queues[(self.worker, dst)].put(array)
+
+    def take(self, src: int) -> np.ndarray:
+        return self._wait(self.hub.queues[(src, self.worker)], src, self.hub.broken)
+
+    def fail(self, message: str) -> None:
+        self.hub.fail(message)
+
+    @property
+    def errors(self) -> list[str]:
+        return list(self.hub.failures)
+
+
+# ---------------------------------------------------------------- processes: Unix-domain sockets
+
+
+def _send_frame(sock: socket.socket, array: np.ndarray) -> None:
+    array = np.ascontiguousarray(array)
+    meta = json.dumps([array.dtype.name, list(array.shape)]).encode()
+    payload = memoryview(array.reshape(-1).view(np.uint8)) if array.size else memoryview(b"")
+    sock.sendall(_HEADER.pack(_MAGIC, len(meta), payload.nbytes) + meta)
+    if payload.nbytes:
+        sock.sendall(payload)
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytearray:
+    buf = bytearray(n)
+    view, got = memoryview(buf), 0
+    while got < n:
+        k = sock.recv_into(view[got:], n - got)
+        if k == 0:
+            raise EOFError
+        got += k
+    return buf
+
+
+def _recv_frame(sock: socket.socket) -> np.ndarray:
+    magic, meta_len, nbytes = _HEADER.unpack(_recv_exact(sock, _HEADER.size))
+    if magic != _MAGIC:
+        raise ValueError("not a distir message")
+    dtype, shape = json.loads(bytes(_recv_exact(sock, meta_len)))
+    data = _recv_exact(sock, nbytes) if nbytes else bytearray()
+    return np.frombuffer(data, dtype=np.dtype(dtype)).reshape(shape)
+
+
+class SocketEndpoint(Endpoint):
+    """One worker of a ProcessSession, joined to every other worker by a socket."""
+
+    def __init__(self, worker: int, num_workers: int, num_groups: int, timeout: float, socks: dict[int, socket.socket]):
+        self.worker, self.num_workers, self.num_groups, self.timeout = worker, num_workers, num_groups, timeout
+        self.socks = socks
+        self.inbox = {peer: queue.Queue() for peer in socks}
+        self.broken = threading.Event()
+        self.failures: list[str] = []
+        self.counters = Counters()
+        self.send_lock = threading.Lock()
+        for peer, sock in socks.items():
+            threading.Thread(target=self._read, args=(peer, sock), name=f"distir-ccl-{worker}<{peer}", daemon=True).start()
+
+    def _read(self, peer: int, sock: socket.socket) -> None:
+        try:
+            while True:
+                self.inbox[peer].put(_recv_frame(sock))
+        except (EOFError, OSError, ValueError) as err:
+            why = "closed its connection (it exited or failed)" if isinstance(err, (EOFError, ConnectionError)) else str(err)
+            if not self.broken.is_set():
+                self.failures.append(f"worker {peer} {why}")
+            self.broken.set()
+            self.inbox[peer].put(ChannelError(f"worker {peer} {why}"))
+
+    def post(self, dst: int, array: np.ndarray) -> None:
+        if self.broken.is_set():
+            raise Aborted("the run already failed")
+        try:
+            with self.send_lock:
+                _send_frame(self.socks[dst], array)
+        except OSError as err:
+            raise ChannelError(f"worker {dst} cannot be reached ({err.strerror or err})") from None
+
+    def take(self, src: int) -> np.ndarray:
+        return self._wait(self.inbox[src], src, self.broken)
+
+    def fail(self, message: str) -> None:
+        """Record the failure and close every socket, so that every peer learns of it at once."""
+        self.failures.append(message)
+        self.broken.set()
+        self.close()
+
+    def close(self) -> None:
+        for sock in self.socks.values():
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+
+    @property
+    def errors(self) -> list[str]:
+        return list(self.failures)
+
+
+def socket_path(directory: str, worker: int) -> str:
+    return os.path.join(directory, f"w{worker}.sock")
+
+
+def connect_sockets(directory: str, worker: int, num_workers: int, num_groups: int, timeout: float,
+                    cancel: threading.Event | None = None) -> SocketEndpoint:
+    """Join worker ``worker`` to every other worker of the session through ``directory``.
+
+    Each worker listens on its own socket, connects to every lower id (retrying until that
+    worker listens) and accepts every higher one; a connection starts with the connecting
+    worker's id. No worker waits for a higher one, so all finish; ``cancel`` (set by the caller
+    when a worker process ended before joining) or ``timeout`` stops the waiting."""
+
+    def give_up(what: str) -> None:
+        if cancel is not None and cancel.is_set():
+            raise TimeoutError(f"{what}: the session was abandoned")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} within {timeout:.0f} s")
+
+    deadline = time.monotonic() + timeout
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(socket_path(directory, worker))
+    listener.listen(max(1, num_workers))
+    socks: dict[int, socket.socket] = {}
+    try:
+        for peer in range(worker):
+            while True:
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                try:
+                    s.connect(socket_path(directory, peer))
+                    break
+                except (FileNotFoundError, ConnectionRefusedError):
+                    s.close()
+                    give_up(f"worker {peer} did not listen")
+                    time.sleep(0.01)
+            s.sendall(struct.pack("<I", worker))
+            socks[peer] = s
+        listener.settimeout(0.1)
+        for _ in range(worker + 1, num_workers):
+            while True:
+                try:
+                    s, _addr = listener.accept()
+                    break
+                except socket.timeout:
+                    give_up("not every worker connected")
+            s.settimeout(None)
+            (peer,) = struct.unpack("<I", _recv_exact(s, 4))
+            socks[peer] = s
+    except BaseException:
+        for s in socks.values():
+            s.close()
+        raise
+    finally:
+        listener.close()
+    return SocketEndpoint(worker, num_workers, num_groups, timeout, socks)
