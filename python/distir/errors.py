@@ -24,6 +24,10 @@ class DistirError(Exception):
     """Base class of every error distir reports to users."""
 
 
+class PlacementError(DistirError):
+    """A placement is malformed or does not fit its mesh or tensor (or its dtype)."""
+
+
 class DiagnosticError(DistirError):
     """An error at a known place; ``str()`` shows the line with a caret under the place."""
 

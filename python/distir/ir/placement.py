@@ -24,14 +24,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..errors import DistirError
+from ..errors import DistirError, PlacementError
 from . import sym
 
 REDUCE_OPS = ("sum", "max", "min", "avg")
-
-
-class PlacementError(DistirError):
-    """A placement is malformed or does not fit its mesh or tensor."""
 
 
 class BlockLayoutError(PlacementError):

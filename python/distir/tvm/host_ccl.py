@@ -31,7 +31,7 @@ from contextlib import contextmanager
 import numpy as np
 import tvm_ffi
 
-from ..ir.combine import combine
+from ..partials import combine
 from .errors import DiscoRunError
 from .transport import Aborted, ChannelError, Endpoint, ThreadHub, connect_sockets
 
