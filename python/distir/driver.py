@@ -25,6 +25,8 @@ written once::
 - ``d.values(count)``: the sizes a count binds; ``d.specialize(count)``: the module at
   that count (cached, timed; SpecializeError when a sharded size does not divide). A
   count is an int (the value of ``symbol``) or a mapping of sizes.
+- ``d.for_function(name)``: a driver of another function of the module, sharing the
+  distribution, the specializations and the TVM builds (each covers the whole module).
 - ``d.reference(inputs)``: the single-device run, the interpreter on ``mod`` (cached for
   the same inputs).
 - ``d.run(inputs, count, backend="sim" | "tvm", seed=, rtol=, atol=, absolute_atol=, weights=)``:
@@ -42,6 +44,7 @@ written once::
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -350,7 +353,9 @@ class Driver:
         self.pass_seconds: list[tuple[str, float]] = []
         self._specialized: dict[tuple, tuple[IRModule, float]] = {}
         self._reference: tuple | None = None  # (ids of the inputs, outputs, the inputs kept alive)
-        self._export: tuple[Any, float] | None = None
+        # the TVM export ("export": (module, seconds)) and its builds by count ({values: built}), shared
+        # with the drivers of the module's other functions (:meth:`for_function`)
+        self._tvm: dict[str, Any] = {"builds": {}}
 
     # -- distribute once
 
@@ -389,6 +394,17 @@ class Driver:
             local = pipeline(self.mod)
         self.pipeline_seconds = time.perf_counter() - t0
         return specialize(local, self.bind) if self.bind else local
+
+    def for_function(self, func: str) -> Driver:
+        """A driver of another function of the same module. The pipeline, specialize, the TVM export
+        and build each treat the whole module, so the two share what either has done (a model's
+        ``prefill`` and ``decode`` are distributed, exported and built once per count)."""
+        if func not in self.mod.functions:
+            raise DistirError(f"the module has no function '{func}' (it has: {', '.join(self.mod.functions)})")
+        other = copy.copy(self)
+        other.func, other._reference = func, None
+        other._local = self.local  # distributed now, once for both
+        return other
 
     # -- per count
 
@@ -472,13 +488,15 @@ class Driver:
     def _run_disco(self, inputs, values: dict[str, int], n: int, seed: int, result: CountResult):
         """Export the symbolic module once, bind and build this count, run it on Disco threads."""
         dtvm = _import_tvm("the tvm backend needs distir.tvm and Apache TVM, which cannot be imported here")
-        if self._export is None:
+        if "export" not in self._tvm:
             t0 = time.perf_counter()
-            self._export = (dtvm.to_relax(self.local), time.perf_counter() - t0)
-        exported, result.timings["export"] = self._export
-        t0 = time.perf_counter()
-        built = dtvm.specialize_and_build(exported, values)
-        result.timings["build"] = time.perf_counter() - t0
+            self._tvm["export"] = (dtvm.to_relax(self.local), time.perf_counter() - t0)
+        exported, result.timings["export"] = self._tvm["export"]
+        key = tuple(sorted(values.items()))
+        if key not in self._tvm["builds"]:  # built once per count
+            t0 = time.perf_counter()
+            self._tvm["builds"][key] = (dtvm.specialize_and_build(exported, values), time.perf_counter() - t0)
+        built, result.timings["build"] = self._tvm["builds"][key]
         result.disco = {}
         t0 = time.perf_counter()
         out = run_disco(built, self.local, *inputs, num_workers=n, func=self.func, symbol=self.symbol,
