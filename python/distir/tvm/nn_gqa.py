@@ -126,9 +126,10 @@ def random_weights(model: GQALlama, seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def mesh(num_workers: int):
-    """The 1-D mesh of ``num_workers`` devices to lay a plan for that count out on (``ShardParams(plan,
-    mesh=...)``): the plan depends on the count, so each count is distributed for itself, and a static
-    mesh lets propagation see that the count divides the key/value heads."""
+    """The 1-D mesh of ``num_workers`` devices to lay out the plan of a count that cuts the key/value heads
+    (``ShardParams(tp_plan(config, n), mesh=mesh(n))``): on a static mesh propagation sees that the count
+    divides them (on a symbolic one it weighs counts that do not, and gathers them). The replicated plan
+    is the same at every count that does not divide them: laid out once, ``num_workers`` symbolic."""
     from ..ir import DeviceMesh
     from ..ir.mesh import Range
 

@@ -102,12 +102,16 @@ def gqa():
     inputs = [ids, *Q.rope_tables(s, config.head_dim)]
     vm, names = tvm_vm(model, Q.spec(config))
     expected = tvm_call(vm, names, "forward", inputs, weights)
-    drivers: dict[int, Driver] = {}
+    drivers: dict = {}
 
-    def driver(n: int) -> Driver:  # one per count: the plan is the count's
-        if n not in drivers:
-            drivers[n] = Driver(ShardParams(Q.tp_plan(config, n), mesh=Q.mesh(n))(mod), func="forward")
-        return drivers[n]
+    def driver(n: int) -> Driver:
+        # the plan is the count's: key/value heads cut on a mesh of that count (so that propagation sees the
+        # count divide them); replicated, the plan is the same for every such count, laid out once for all
+        cut = Q.kv_heads_cut(config, n)
+        key = n if cut else "replicated"
+        if key not in drivers:
+            drivers[key] = Driver(ShardParams(Q.tp_plan(config, n), mesh=Q.mesh(n) if cut else None)(mod), func="forward")
+        return drivers[key]
 
     return config, weights, inputs, expected, driver
 

@@ -108,3 +108,24 @@ def test_every_case_runs_on_disco(suite, workers):
     r = driver.run(inputs, workers, weights=weights, backend="tvm")
     assert r.ok, r.comparison.mismatch
     assert compare(r.outputs, expected).ok
+
+
+def test_relax_ops_outside_nn_op_import_and_match_tvm():
+    """tile, clip (clamp) and tril are Relax ops with no nn.op function: imported from Relax, cut, exact."""
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType([5, 4], "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            tiled = bb.emit(relax.op.tile(x, [1, 3]))
+            clamped = bb.emit(relax.op.clip(tiled, -0.5, 0.5))
+            y = bb.emit_output(relax.op.tril(clamped, 1))
+        bb.emit_func_output(y)
+    tvm_mod = bb.get()
+    data = np.random.default_rng(2).standard_normal((5, 4)).astype("float32")
+    vm = relax.VirtualMachine(tvm.compile(tvm_mod, target="llvm"), tvm.cpu())
+    expected = vm["main"](tvm.runtime.tensor(data)).numpy()
+    driver = Driver(ShardParams({"x": "S[0]"})(distir.tvm.from_relax(tvm_mod)))
+    assert compare(driver.reference([data]), expected).ok
+    for n in C.SIM_COUNTS:
+        r = driver.run([data], n)
+        assert r.ok, (n, r.comparison.mismatch)
