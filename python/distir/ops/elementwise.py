@@ -14,9 +14,9 @@ from ..errors import TypeInferenceError
 from ..ir import sym
 from ..ir.op import RelaxForm, ShardingDoc
 from ._common import (
-    ShardingRule,
     OpDef,
     Param,
+    ShardingRule,
     TensorType,
     as_compute,
     broadcast_rule,
@@ -24,6 +24,7 @@ from ._common import (
     expect_tensor,
     is_float_dtype,
     register_op,
+    shape_str,
 )
 from .docgen import partials_text
 
@@ -314,7 +315,7 @@ def _prelu_infer(types, attrs):
     if alpha.ndim != 1 or not (alpha.shape[0] == 1 or sym.equal(alpha.shape[0], x.shape[axis])):
         raise TypeInferenceError(
             f"R.nn.prelu: alpha must be 1-D with one slope per element of axis {axis} (size "
-            f"{x.shape[axis]}), got shape {tuple(alpha.shape)}"
+            f"{sym.to_str(x.shape[axis])}), got shape {shape_str(alpha.shape)}"
         )
     return x
 

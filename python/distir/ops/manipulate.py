@@ -658,7 +658,8 @@ def _repeat_rule(types, attrs, outs):
     x = types[0]
     ins = dims_factors(x.ndim)
     if attrs["axis"] is None:  # flattened: every dim whole
-        return ShardingRule(inputs=(ins,), outputs=(((("flat",),)),), blocked=frozenset({*(f[0] for f in ins), "flat"}),
+        flat = (("flat",),)
+        return ShardingRule(inputs=(ins,), outputs=(flat,), blocked=frozenset({*(f[0] for f in ins), "flat"}),
                             partial=LAYOUT_PARTIALS)
     axis = norm_axis(attrs["axis"], x.ndim, "repeat")
     # element i of the repeated dim becomes r elements: the output dim is (d_axis, copies), d_axis major,
@@ -685,8 +686,6 @@ def _repeat_localize(call, args, local_out, lower):
             "redistribute it onto one mesh axis first", call.span
         )
     r = attrs["repeats"]
-    shape = list(args[0].type.shape)
-    shape[axis] = sym.mul(shape[axis], r)
     local = lower.bind(f"{_hint(args[0])}_repeated", Call(call.op, args, call.attrs, call.span))
     regroup = {"num_workers": x.mesh.shape[axes[0]], "axis": axis, "extent": sym.mul(x.shape[axis], r),
                "unit_from": r, "unit_to": 1, "device_mesh": x.mesh, "mesh_axis": axes[0]}  # fmt: skip
@@ -696,7 +695,7 @@ def _repeat_localize(call, args, local_out, lower):
 register_op(
     OpDef(
         name="repeat",
-        params=(Param("x", "tensor"), Param("repeats", "int"), Param("axis", "axes", None)),
+        params=(Param("x", "tensor"), Param("repeats", "int"), Param("axis", "int", None)),
         infer=_repeat_infer,
         numpy=lambda xs, attrs, ctx: np.repeat(xs[0], attrs["repeats"], axis=attrs["axis"]),
         sharding=_repeat_rule,

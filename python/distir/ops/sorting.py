@@ -37,7 +37,8 @@ def _whole_axis_rule(axis_of):
         dims = dims_factors(x.ndim)
         axis = axis_of(x, attrs)
         if axis is None:  # flattened: everything whole
-            return ShardingRule(inputs=(dims,), outputs=((("flat",),),) * len(outs),
+            flat = (("flat",),)
+            return ShardingRule(inputs=(dims,), outputs=(flat,) * len(outs),
                                 blocked=frozenset({*(f[0] for f in dims), "flat"}))
         return ShardingRule(inputs=(dims,), outputs=(dims,) * len(outs), blocked=frozenset({f"d{axis}"}))
 
@@ -219,7 +220,7 @@ register_op(
         name="cumsum",
         params=(
             Param("data", "tensor"),
-            Param("axis", "axes", None),
+            Param("axis", "int", None),
             Param("dtype", "optional_dtype", None),
             Param("exclusive", "bool", None),
         ),
