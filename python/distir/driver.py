@@ -26,6 +26,8 @@ written once::
 - ``d.values(count)``: the sizes a count binds; ``d.specialize(count)``: the module at
   that count (cached, timed; SpecializeError when a sharded size does not divide). A
   count is an int (the value of ``symbol``) or a mapping of sizes.
+- ``d.for_function(name)``: a driver of another function of the module, sharing the
+  distribution, the specializations and the TVM builds (each covers the whole module).
 - ``d.reference(inputs)``: the single-device run, the interpreter on ``mod`` (cached for
   the same inputs).
 - ``d.run(inputs, count, backend="sim" | "tvm", seed=, rtol=, atol=, absolute_atol=, weights=,
@@ -45,6 +47,7 @@ written once::
 
 from __future__ import annotations
 
+import copy
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -452,6 +455,17 @@ class Driver:
             local = pipeline(self.mod)
         self.pipeline_seconds = time.perf_counter() - t0
         return specialize(local, self.bind) if self.bind else local
+
+    def for_function(self, func: str) -> Driver:
+        """A driver of another function of the same module. The pipeline, specialize, the TVM export
+        and build each treat the whole module, so the two share what either has done (a model's
+        ``prefill`` and ``decode`` are distributed, exported and built once per count)."""
+        if func not in self.mod.functions:
+            raise DistirError(f"the module has no function '{func}' (it has: {', '.join(self.mod.functions)})")
+        other = copy.copy(self)
+        other.func, other._reference = func, None
+        other._local = self.local  # distributed now, once for both
+        return other
 
     # -- per count
 

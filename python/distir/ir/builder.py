@@ -142,6 +142,8 @@ def _attr(op: OpDef, p: Param, value: Any, meshes: Sequence[DeviceMesh]) -> Any:
         return _placement(value)
     if kind in ("axes", "ints"):
         return tuple(int(v) for v in value) if isinstance(value, (list, tuple)) else int(value)
+    if kind == "floats":
+        return tuple(float(v) for v in value)
     if kind == "dims":
         return _dims(value)
     if kind == "dim":

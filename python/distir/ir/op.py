@@ -30,6 +30,7 @@ ATTR_KINDS = (
     "optional_dtype",
     "axes",  # None, an int, or a list of ints
     "ints",  # a list of ints
+    "floats",  # a list of numbers (R.image.resize2d's roi)
     "dims",  # a list of ints / symbolic expressions
     "dim",  # one int / symbolic expression
     "int_or_dims",  # an int, or a list of ints / symbolic expressions (R.split's indices_or_sections)

@@ -1,3 +1,3 @@
 """Op declarations. Importing this package registers every op (see distir.ir.op)."""
 
-from . import collectives, create, dist, elementwise, index, linalg, manipulate, nn, reduce  # noqa: F401
+from . import collectives, conv, create, dist, elementwise, index, linalg, manipulate, nn, reduce, sorting  # noqa: F401

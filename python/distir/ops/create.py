@@ -189,3 +189,45 @@ for _name, _fn in (("tril", np.tril), ("triu", np.triu)):
             ),
         )
     )
+
+
+# ---------------------------------------------------------------- arange
+
+
+def _arange_len(attrs, op: str = "arange"):
+    start, end, step = attrs["start"], attrs["end"], attrs["step"]
+    if not isinstance(step, int) or step == 0:
+        raise TypeInferenceError(f"R.{op}: step must be a nonzero integer constant, got {sym.to_str(step)}")
+    if isinstance(start, int) and isinstance(end, int):
+        return len(range(start, end, step))
+    # symbolic bounds are taken to be in order (start <= end for a positive step), as TVM takes them
+    return sym.ceildiv(sym.sub(end, start), step) if step > 0 else sym.ceildiv(sym.sub(start, end), -step)
+
+
+def _arange_infer(types, attrs):
+    if attrs["end"] is None:
+        raise TypeInferenceError("R.arange: needs an end (write R.arange(0, n) for arange(n))")
+    return TensorType((_arange_len(attrs),), attrs["dtype"])
+
+
+def _arange_numpy(xs, attrs, ctx):
+    start, end, step = (dim_value(ctx, attrs[k]) for k in ("start", "end", "step"))
+    dtype = np_dtype(attrs["dtype"])
+    n = len(range(start, end, step))
+    # as TVM computes it: start + i * step in the output type
+    return (np.asarray(start, dtype) + np.arange(n).astype(dtype) * np.asarray(step, dtype)).astype(dtype)
+
+
+register_op(
+    OpDef(
+        name="arange",
+        params=(Param("start", "dim", 0), Param("end", "dim", None), Param("step", "dim", 1), Param("dtype", "dtype")),
+        infer=_arange_infer,
+        numpy=_arange_numpy,
+        sharding=_create_rule,
+        doc="The integers start, start + step, ... below end (above it for a negative step), in `dtype`.",
+        relax=RelaxForm.same_name("arange", "start", "end", "step", "dtype"),
+        category="creation",
+        sharding_doc=ShardingDoc(passes="– (the output starts replicated; a worker slices its block)", partials=""),
+    )
+)

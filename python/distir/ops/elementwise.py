@@ -11,11 +11,13 @@ import math
 import numpy as np
 
 from ..errors import TypeInferenceError
+from ..ir import sym
 from ..ir.combine import exact_partials
 from ..ir.op import RelaxForm, ShardingDoc
 from ._common import (
     OpDef,
     Param,
+    ShardingRule,
     TensorType,
     as_compute,
     broadcast_rule,
@@ -23,6 +25,7 @@ from ._common import (
     expect_tensor,
     is_float_dtype,
     register_op,
+    shape_str,
 )
 from .docgen import partials_text
 
@@ -206,6 +209,7 @@ _UNARY = {
     "square": (np.square, {}, "x", "square x·x"),
     "negative": (np.negative, {"sum": "one", "avg": "one"}, "x", "negation -x"),
     "abs": (np.abs, {}, "x", "absolute value"),
+    "floor": (np.floor, _MONOTONE, "x", "floor, the largest integer not above x"),
 }
 
 
@@ -261,3 +265,102 @@ for _name, (_fn, _partial, _pname, _what) in _UNARY.items():
             ),
         )
     )
+
+
+# ---------------------------------------------------------------- ops with attributes or a second operand
+
+
+def _clip_infer(types, attrs):
+    x = expect_tensor(types[0], "clip")
+    if x.dtype == "bool":
+        raise TypeInferenceError("R.clip: does not apply to bool tensors")
+    return x
+
+
+def _clip_numpy(xs, attrs, ctx):
+    x = xs[0]
+    return np.clip(as_compute(x), attrs["min"], attrs["max"]).astype(x.dtype)
+
+
+register_op(
+    OpDef(
+        name="clip",
+        params=(Param("x", "tensor"), Param("min", "scalar"), Param("max", "scalar")),
+        infer=_clip_infer,
+        numpy=_clip_numpy,
+        sharding=_unary_rule(_MONOTONE),
+        doc="Elementwise clamp into [min, max] (nn.op.relu6 is clip(x, 0, 6)).",
+        relax=RelaxForm.same_name("clip", "min", "max"),
+        category="elementwise",
+        sharding_doc=ShardingDoc(passes="all", partials=partials_text(_MONOTONE, note="nondecreasing")),
+    )
+)
+
+
+def _softplus_numpy(xs, attrs, ctx):
+    x = xs[0]
+    x64, b = as_compute(x), attrs["beta"]
+    with np.errstate(over="ignore"):
+        soft = np.log1p(np.exp(b * x64)) / b
+    return np.where(b * x64 > attrs["threshold"], x64, soft).astype(x.dtype)
+
+
+register_op(
+    OpDef(
+        name="nn.softplus",
+        params=(Param("data", "tensor"), Param("beta", "float", 1.0), Param("threshold", "float", 20.0)),
+        infer=_unary_infer("nn.softplus"),
+        numpy=_softplus_numpy,
+        sharding=_unary_rule({}),
+        doc="Elementwise softplus log(1 + e^(beta·x)) / beta, x itself where beta·x > threshold; needs floats.",
+        relax=RelaxForm.same_name("nn.softplus", "beta", "threshold"),
+        category="elementwise",
+        sharding_doc=ShardingDoc(passes="all"),
+    )
+)
+
+
+def _prelu_infer(types, attrs):
+    x = expect_tensor(types[0], "nn.prelu", "data")
+    alpha = expect_tensor(types[1], "nn.prelu", "alpha")
+    if not is_float_dtype(x.dtype) or alpha.dtype != x.dtype:
+        raise TypeInferenceError(f"R.nn.prelu: needs floats of one dtype, got {x.dtype} and {alpha.dtype}")
+    axis = attrs["axis"] % x.ndim if x.ndim else 0
+    if alpha.ndim != 1 or not (alpha.shape[0] == 1 or sym.equal(alpha.shape[0], x.shape[axis])):
+        raise TypeInferenceError(
+            f"R.nn.prelu: alpha must be 1-D with one slope per element of axis {axis} (size "
+            f"{sym.to_str(x.shape[axis])}), got shape {shape_str(alpha.shape)}"
+        )
+    return x
+
+
+def _prelu_rule(types, attrs, outs):
+    x, alpha = types
+    axis = attrs["axis"] % x.ndim
+    f = tuple((f"d{i}",) for i in range(x.ndim))
+    a = ((),) if alpha.shape[0] == 1 else (f[axis],)
+    return ShardingRule(inputs=(f, a), outputs=(f,))
+
+
+def _prelu_numpy(xs, attrs, ctx):
+    x, alpha = xs
+    axis = attrs["axis"] % x.ndim
+    shape = [1] * x.ndim
+    shape[axis] = alpha.shape[0]
+    x64 = as_compute(x)
+    return np.where(x64 > 0, x64, x64 * as_compute(alpha).reshape(shape)).astype(x.dtype)
+
+
+register_op(
+    OpDef(
+        name="nn.prelu",
+        params=(Param("data", "tensor"), Param("alpha", "tensor"), Param("axis", "int", 1)),
+        infer=_prelu_infer,
+        numpy=_prelu_numpy,
+        sharding=_prelu_rule,
+        doc="Elementwise parametric ReLU: x where x > 0, else alpha[c]·x with c the index along `axis`.",
+        relax=RelaxForm.same_name("nn.prelu", "axis"),
+        category="elementwise",
+        sharding_doc=ShardingDoc(passes="all (alpha cut like `axis`)"),
+    )
+)

@@ -590,3 +590,171 @@ register_op(
         sharding_doc=ShardingDoc(passes="other dims, into every output", blocked="`axis`", partials=_LAYOUT),
     )
 )
+
+
+# ---------------------------------------------------------------- broadcast_to
+
+
+def _broadcast_to_infer(types, attrs):
+    x = expect_tensor(types[0], "broadcast_to")
+    shape_t = types[1]
+    if not isinstance(shape_t, ShapeType) or shape_t.values is None:
+        raise TypeInferenceError("R.broadcast_to: the target shape must be a shape value such as R.shape([4, n])")
+    target = tuple(shape_t.values)
+    off = len(target) - x.ndim
+    if off < 0:
+        raise TypeInferenceError(
+            f"R.broadcast_to: cannot broadcast {shape_str(x.shape)} to the lower rank {shape_str(target)}"
+        )
+    for i, d in enumerate(x.shape):
+        if not is_one(d) and not sym.equal(d, target[i + off]):
+            raise TypeInferenceError(
+                f"R.broadcast_to: dim {i} of {shape_str(x.shape)} is {sym.to_str(d)}, which broadcasts only to "
+                f"itself, not to {sym.to_str(target[i + off])} of {shape_str(target)}"
+            )
+    return TensorType(target, x.dtype)
+
+
+def _broadcast_to_rule(types, attrs, outs):
+    x, out = types[0], outs[0]
+    off = out.ndim - x.ndim
+    ins = tuple(() if is_one(d) else (f"d{i + off}",) for i, d in enumerate(x.shape))
+    # copies of elements: every partial passes (the sum of copies is the copy of the sum)
+    return ShardingRule(inputs=(ins,), outputs=(dims_factors(out.ndim),), partial=LAYOUT_PARTIALS)
+
+
+def _shape_arg_localize(call, args, local_out, lower=None):
+    """The target shape argument becomes the per-worker shape."""
+    return Call(call.op, (args[0], ShapeExpr(local_out.shape)), call.attrs, call.span)
+
+
+register_op(
+    OpDef(
+        name="broadcast_to",
+        params=(Param("x", "tensor"), Param("shape", "shape")),
+        infer=_broadcast_to_infer,
+        numpy=lambda xs, attrs, ctx: np.broadcast_to(xs[0], tuple(xs[1])).copy(),
+        sharding=lambda types, attrs, outs: _with_shape_input(_broadcast_to_rule(types[:1], attrs, outs)),
+        localize=_shape_arg_localize,
+        doc="Broadcast x to `shape` (numpy rules: new leading dims, size-1 dims stretched).",
+        relax=RelaxForm.same_name("broadcast_to"),
+        category="shape",
+        sharding_doc=ShardingDoc(
+            passes="every dim of x that is not 1 (renumbered)",
+            blocked="– (new and stretched dims come out replicated)",
+            partials=_LAYOUT,
+        ),
+    )
+)
+
+
+# ---------------------------------------------------------------- repeat / tile
+
+
+def _repeat_infer(types, attrs):
+    x = expect_tensor(types[0], "repeat")
+    r = attrs["repeats"]
+    if r < 1:
+        raise TypeInferenceError(f"R.repeat: repeats must be at least 1, got {r}")
+    if attrs["axis"] is None:
+        return TensorType((sym.mul(sym.product(x.shape), r),), x.dtype)
+    axis = norm_axis(attrs["axis"], x.ndim, "repeat")
+    return TensorType(tuple(sym.mul(d, r) if i == axis else d for i, d in enumerate(x.shape)), x.dtype)
+
+
+def _repeat_rule(types, attrs, outs):
+    x = types[0]
+    ins = dims_factors(x.ndim)
+    if attrs["axis"] is None:  # flattened: every dim whole
+        flat = (("flat",),)
+        return ShardingRule(inputs=(ins,), outputs=(flat,), blocked=frozenset({*(f[0] for f in ins), "flat"}),
+                            partial=LAYOUT_PARTIALS)
+    axis = norm_axis(attrs["axis"], x.ndim, "repeat")
+    # element i of the repeated dim becomes r elements: the output dim is (d_axis, copies), d_axis major,
+    # so a block of whole elements of x is a block of the output (re-blocked where the count does not divide)
+    out = tuple((f"d{i}", "copies") if i == axis else f for i, f in enumerate(ins))
+    return ShardingRule(inputs=(ins,), outputs=(out,), partial=LAYOUT_PARTIALS)
+
+
+def _repeat_localize(call, args, local_out, lower):
+    """Repeat each worker's block; where the count may not divide the repeated dim, the blocks of
+    whole repeated elements (ceil(n / W) * r) are re-blocked to the output's blocks (ceil(n * r / W))
+    with R.ccl.regroup, which specialize drops at counts that divide."""
+    x = call.args[0].type
+    attrs = call.op.full_attrs(call.attrs)
+    if not isinstance(x, DTensorType) or attrs["axis"] is None:
+        return Call(call.op, args, call.attrs, call.span)
+    axis = norm_axis(attrs["axis"], x.ndim, "repeat")
+    axes = x.placement.mesh_axes_of(axis)
+    if not axes or sym.prove_divisible(x.shape[axis], sym.product(x.mesh.shape[a] for a in axes)):
+        return Call(call.op, args, call.attrs, call.span)
+    if len(axes) > 1:
+        raise DiagnosticError(
+            f"R.repeat: the repeated dim {axis} is cut over {len(axes)} mesh axes, which may not divide it; "
+            "redistribute it onto one mesh axis first", call.span
+        )
+    r = attrs["repeats"]
+    local = lower.bind(f"{_hint(args[0])}_repeated", Call(call.op, args, call.attrs, call.span))
+    regroup = {"num_workers": x.mesh.shape[axes[0]], "axis": axis, "extent": sym.mul(x.shape[axis], r),
+               "unit_from": r, "unit_to": 1, "device_mesh": x.mesh, "mesh_axis": axes[0]}  # fmt: skip
+    return Call(get_op("ccl.regroup"), (local,), regroup, call.span)
+
+
+register_op(
+    OpDef(
+        name="repeat",
+        params=(Param("x", "tensor"), Param("repeats", "int"), Param("axis", "int", None)),
+        infer=_repeat_infer,
+        numpy=lambda xs, attrs, ctx: np.repeat(xs[0], attrs["repeats"], axis=attrs["axis"]),
+        sharding=_repeat_rule,
+        localize=_repeat_localize,
+        doc="Repeat each element `repeats` times along `axis` (the flattened tensor when None), as numpy.repeat.",
+        relax=RelaxForm.same_name("repeat", "repeats", "axis"),
+        category="shape",
+        sharding_doc=ShardingDoc(
+            passes="every dim, the repeated one in blocks of whole repeated elements (re-blocked with "
+            "`R.ccl.regroup` at counts that do not divide it)",
+            blocked="all dims when axis is None",
+            partials=_LAYOUT,
+        ),
+    )
+)
+
+
+def _tile_reps(x: TensorType, attrs) -> list[int]:
+    reps = list(attrs["repeats"])
+    if any(r < 1 for r in reps):
+        raise TypeInferenceError(f"R.tile: repeats must be at least 1, got {reps}")
+    return [1] * (x.ndim - len(reps)) + reps
+
+
+def _tile_infer(types, attrs):
+    x = expect_tensor(types[0], "tile")
+    reps = _tile_reps(x, attrs)
+    shape = (1,) * (len(reps) - x.ndim) + tuple(x.shape)
+    return TensorType(tuple(sym.mul(d, r) for d, r in zip(shape, reps)), x.dtype)
+
+
+def _tile_rule(types, attrs, outs):
+    x = types[0]
+    reps = _tile_reps(x, attrs)
+    off = len(reps) - x.ndim
+    ins = tuple((f"d{i + off}",) for i in range(x.ndim))
+    # a tiled dim holds the whole of x's dim again and again, so a block of it is not a block of the output
+    blocked = frozenset(f"d{i}" for i, r in enumerate(reps) if r > 1)
+    return ShardingRule(inputs=(ins,), outputs=(dims_factors(len(reps)),), blocked=blocked, partial=LAYOUT_PARTIALS)
+
+
+register_op(
+    OpDef(
+        name="tile",
+        params=(Param("x", "tensor"), Param("repeats", "ints")),
+        infer=_tile_infer,
+        numpy=lambda xs, attrs, ctx: np.tile(xs[0], tuple(attrs["repeats"])),
+        sharding=_tile_rule,
+        doc="Repeat the whole tensor `repeats[i]` times along dim i, as numpy.tile.",
+        relax=RelaxForm.same_name("tile", "repeats"),
+        category="shape",
+        sharding_doc=ShardingDoc(passes="dims tiled once", blocked="dims tiled more than once", partials=_LAYOUT),
+    )
+)

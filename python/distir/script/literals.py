@@ -439,6 +439,10 @@ def attr_from_ast(param: Param, node: ast.AST, meshes: MeshTable) -> Any:
         return int_from_ast(node, f"None, an integer or a list of integers for '{name}'")
     if kind == "ints":
         return _ints_from_ast(node, f"'{name}'")
+    if kind == "floats":
+        if not isinstance(node, (ast.List, ast.Tuple)):
+            raise FormError(f"expected '{name}' as a list of numbers, e.g. [0.0, 1.0]", node)
+        return tuple(float_from_ast(e, f"a number in '{name}'") for e in node.elts)
     if kind == "dims":
         return dims_from_ast(node, f"'{name}'")
     if kind == "dim":
@@ -475,6 +479,8 @@ def attr_text(param: Param, value: Any, meshes: MeshTable) -> str:
         return float_text(float(value))
     if kind in ("str", "dtype", "optional_dtype", "choice"):
         return quote(str(value))
+    if kind == "floats":
+        return _list_text(value, lambda v: float_text(float(v)))
     if kind in ("axes", "ints"):
         if isinstance(value, (list, tuple)):
             return _list_text(value, lambda v: str(int(v)))

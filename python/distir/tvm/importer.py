@@ -67,11 +67,39 @@ def _opaque_call_message(short: str, e) -> str:
     callee = e.args[0] if len(e.args) else None
     name = getattr(callee, "name_hint", None) or getattr(callee, "global_symbol", None) or str(callee)
     if short.startswith("call_tir"):
-        what = (f"R.{short} of the TIR function '{name}' (as nn.op.tensor_expr_op and nn.op.tensor_ir_op emit): "
+        emitters = "nn.op.tensor_ir_inplace_op emits" if short == "call_tir_inplace" else \
+            "nn.op.tensor_expr_op and nn.op.tensor_ir_op emit"
+        what = (f"R.{short} of the TIR function '{name}' (as {emitters}): "
                 "distir cannot see inside TIR, so it can neither shard it nor run it on one device")
     else:
         what = f"R.{short} of the packed function '{name}': distir cannot see inside it"
     return what + "; write the computation with Relax ops (nn.op.*) instead"
+
+
+_HAND_SHARDED = ("a collective of a hand-sharded program; write the single-device model and let a shard plan "
+                 "(ShardParams) place the collectives")
+# Relax ops distir has no counterpart for that nn.op functions emit: the function, and what to write instead.
+_NO_COUNTERPART = {
+    "builtin.alloc_tensor": ("nn.op.empty", "an uninitialised tensor has no value to compare; use nn.op.zeros"),
+    "ccl.allreduce": ("nn.op.ccl_allreduce", _HAND_SHARDED),
+    "ccl.allgather": ("nn.op.ccl_allgather", _HAND_SHARDED),
+    "ccl.broadcast_from_worker0": ("nn.op.ccl_broadcast_from_worker0", _HAND_SHARDED),
+    "nn.conv1d_transpose": ("nn.op.conv1d_transpose", "a transposed convolution is not modelled; upsample with "
+                            "nn.op.interpolate (or nn.op.repeat) and use nn.op.conv1d"),
+    "nn.conv2d_transpose": ("nn.Conv2DTranspose", "a transposed convolution is not modelled; upsample with "
+                            "nn.op.interpolate and use nn.op.conv2d"),
+    "multinomial_from_uniform": ("nn.op.multinomial_from_uniform", "sampling is not modelled; return the "
+                                 "probabilities (nn.op.softmax) and sample outside the model"),
+}
+
+
+def _no_counterpart_message(name: str) -> str:
+    short = name.removeprefix("relax.")
+    if short in _NO_COUNTERPART:
+        fn, advice = _NO_COUNTERPART[short]
+        return f"TVM op {name} (from {fn}) has no distir counterpart: {advice}"
+    return (f"TVM op {name} has no distir counterpart: write it with the nn.op functions distir imports "
+            "(the table of docs/frontend.md), or declare an OpDef for it in distir/ops (docs/ops.md)")
 
 
 def _attr_fields(attrs) -> set[str]:
@@ -221,7 +249,7 @@ class _Importer:
             raise self.fail(_opaque_call_message(short, e))
         op = get_op(short)
         if op is None:
-            raise self.fail(f"TVM op {name} has no distir counterpart")
+            raise self.fail(_no_counterpart_message(name))
         args, attrs = self.call_operands(op, e, env, name)
         try:
             call = Call(op, tuple(args), attrs)

@@ -112,9 +112,9 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config: LlamaConfig):
+    def __init__(self, config: LlamaConfig, attention: type[nn.Module] = Attention):
         self.input_layernorm = nn.RMSNorm(config.hidden_size, axes=-1, epsilon=config.rms_norm_eps, bias=False)
-        self.self_attn = Attention(config)
+        self.self_attn = attention(config)
         self.post_attention_layernorm = nn.RMSNorm(
             config.hidden_size, axes=-1, epsilon=config.rms_norm_eps, bias=False
         )
@@ -126,13 +126,14 @@ class DecoderLayer(nn.Module):
 
 
 class Llama(nn.Module):
-    """Embedding, ``num_layers`` decoder layers, final norm, LM head (see the module docstring)."""
+    """Embedding, ``num_layers`` decoder layers, final norm, LM head (see the module docstring);
+    ``attention`` is the layers' attention module (:mod:`distir.tvm.nn_gqa` gives its own)."""
 
-    def __init__(self, config: LlamaConfig | None = None):
+    def __init__(self, config: LlamaConfig | None = None, attention: type[nn.Module] = Attention):
         config = config or LlamaConfig()
         self.config = config
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList([DecoderLayer(config) for _ in range(config.num_layers)])
+        self.layers = nn.ModuleList([DecoderLayer(config, attention) for _ in range(config.num_layers)])
         self.norm = nn.RMSNorm(config.hidden_size, axes=-1, epsilon=config.rms_norm_eps, bias=False)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
 

@@ -283,3 +283,4 @@ def emit_shard_take(ex: _FunctionExporter, call: Call) -> relax.Expr:
     mask_shape = [1] * axis + list(it.shape) + [1] * (xt.ndim - axis - 1)
     mask = ex.emit(relax.op.reshape(mine, relax.ShapeExpr([_p(d) for d in ex.dims(mask_shape)])))
     return relax.op.where(mask, got, ex.const(0, xt.dtype))
+

@@ -232,20 +232,20 @@ def test_an_attribute_distir_does_not_model_is_an_import_error():
     from distir.testing import temporary_op
 
     toy = OpDef(
-        name="cumsum",
-        params=(Param("data", "tensor"), Param("axis", "int", None)),
+        name="nn.leakyrelu",
+        params=(Param("data", "tensor"),),
         infer=lambda types, attrs: types[0],
-        numpy=lambda xs, attrs, ctx: np.cumsum(xs[0], axis=attrs["axis"]),
-        doc="A toy cumsum without TVM's 'exclusive'.",
+        numpy=lambda xs, attrs, ctx: np.maximum(xs[0], 0),
+        doc="A toy leaky ReLU without TVM's 'alpha'.",
     )
     x = relax.Var("x", relax.TensorType([4, 4], "float32"))
     bb = relax.BlockBuilder()
     with bb.function("main", [x]):
         with bb.dataflow():
-            y = bb.emit_output(relax.op.cumsum(x, axis=0, exclusive=True))
+            y = bb.emit_output(relax.op.nn.leakyrelu(x, alpha=0.25))
         bb.emit_func_output(y)
-    with temporary_op(toy), pytest.raises(TvmImportError, match=r"relax.cumsum has attributes .*exclusive=True.* "
-                                          r"that distir's R.cumsum lacks"):
+    with temporary_op(toy), pytest.raises(TvmImportError, match=r"relax.nn.leakyrelu has attribute alpha=0.25 "
+                                          r"that distir's R.nn.leakyrelu lacks"):
         distir.tvm.from_relax(bb.get())
 
 

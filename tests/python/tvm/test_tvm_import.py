@@ -144,13 +144,15 @@ def test_unknown_op_is_an_error_naming_it():
 @I.ir_module
 class Module:
     @R.function
-    def main(x: R.Tensor((1, 3, 8, 8), "float32"), w: R.Tensor((4, 3, 3, 3), "float32")) -> R.Tensor((1, 4, 6, 6), "float32"):
+    def main(x: R.Tensor((1, 3, 8, 8), "float32"), w: R.Tensor((3, 4, 3, 3), "float32")) -> R.Tensor((1, 4, 10, 10), "float32"):
         with R.dataflow():
-            y = R.nn.conv2d(x, w)
+            y = R.nn.conv2d_transpose(x, w)
             R.output(y)
         return y
 '''
-    with pytest.raises(TvmImportError, match=r"@main, binding 'y': TVM op relax.nn.conv2d has no distir counterpart"):
+    with pytest.raises(TvmImportError, match=r"@main, binding 'y': TVM op relax.nn.conv2d_transpose \(from nn.Conv2DTranspose\) "
+                       r"has no distir counterpart: a transposed convolution is not modelled; upsample with "
+                       r"nn.op.interpolate and use nn.op.conv2d$"):
         from_relax(tvm_module(text))
 
 
