@@ -208,7 +208,7 @@ def _cumsum_numpy(xs, attrs, ctx):
     data = x.reshape(-1) if axis is None else x
     axis = 0 if axis is None else axis % x.ndim
     # integers add in their own type (wrapping as TVM's do); floats in float64, rounded once
-    acc = data.astype(compute_dtype(out_dtype) if not is_int_dtype(str(out_dtype)) else out_dtype)
+    acc = data.astype(compute_dtype(out_dtype) if not is_int_dtype(str(np.dtype(out_dtype))) else out_dtype)
     total = np.cumsum(acc, axis=axis, dtype=acc.dtype)
     if attrs["exclusive"]:
         total = total - acc

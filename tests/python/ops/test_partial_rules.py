@@ -24,7 +24,8 @@ from distir.ir.types import np_dtype
 
 FLOATS = ("float16", "bfloat16", "float32", "float64")
 DTYPES = ("int8", "int16", "int32", "int64", "uint8", "bool", *FLOATS)
-CATEGORIES = ("elementwise", "reduction", "creation", "indexing", "shape", "normalisation")
+CATEGORIES = ("elementwise", "reduction", "creation", "indexing", "shape", "normalisation", "convolution", "sorting",
+              "attention")
 LOCAL_ONLY = {"partial_mean", "mask_tail", "shard_take"}  # written by lowering, never partial in a program
 X = (3, 4)
 
@@ -60,6 +61,40 @@ def recipes(name: str, dtype: str, rng):
         return [(((3, 2), values(dtype, (), rng)), {})]
     if name in ("zeros", "ones"):
         return []  # no tensor argument: nothing is partial
+    if name == "nn.conv1d":
+        return [((values(dtype, (2, 3, 5), rng), values(dtype, (4, 3, 2), rng)), {})]
+    if name == "nn.conv2d":
+        return [((values(dtype, (1, 2, 4, 4), rng), values(dtype, (3, 2, 2, 2), rng)), {"padding": [1, 0, 0, 1]})]
+    if name == "nn.conv3d":
+        return [((values(dtype, (1, 2, 3, 3, 3), rng), values(dtype, (2, 2, 2, 2, 2), rng)), {})]
+    if name == "image.resize2d":
+        return [((values(dtype, (1, 2, 3, 3), rng), (5, 6)), {}), ((values(dtype, (1, 2, 3, 3), rng), (6, 6)),
+                                                                    {"method": "nearest_neighbor"})]
+    if name in ("nn.attention", "nn.attention_bias"):
+        q, k, v = (values(dtype, (1, 3, 2, 4), rng) for _ in range(3))
+        bias = (values(dtype, (1, 2, 3, 3), rng),) if name == "nn.attention_bias" else ()
+        return [((q, k, v, *bias), {}), ((q, k, v, *bias), {"causal_mask": "TopLeft"})]
+    if name in ("sort", "argsort", "cumsum"):
+        return [((x,), {"axis": 1}), ((x,), {"axis": 0})]
+    if name == "topk":
+        return [((x,), {"k": 2, "axis": 1})]
+    if name == "arange":
+        return []  # no tensor argument: nothing is partial
+    if name == "broadcast_to":
+        return [((values(dtype, (1, 4), rng), (3, 4)), {})]
+    if name == "clip":
+        return [((x,), {"min": -3, "max": 5})]
+    if name == "nn.prelu":
+        return [((x, values(dtype, (4,), rng)), {"axis": 1})]
+    if name == "nn.group_norm":
+        c = values(dtype, (4,), rng)
+        return [((values(dtype, (3, 4, 2), rng), c, c), {"num_groups": 2, "channel_axis": 1, "axes": [2]})]
+    if name == "nn.pad":
+        return [((x,), {"pad_width": [0, 0, 1, 2]}), ((x,), {"pad_width": [1, 0, 0, 1], "pad_value": 1.0})]
+    if name == "repeat":
+        return [((x,), {"repeats": 2, "axis": 1}), ((x,), {"repeats": 3})]
+    if name == "tile":
+        return [((x,), {"repeats": [2, 1]})]
     if name == "strided_slice":
         return [((x,), {"axes": [1], "begin": [1], "end": [4], "strides": [2]})]
     if name == "take":
