@@ -95,7 +95,7 @@ class DeviceMesh:
         return list(self.device_ids)
 
     def __eq__(self, other: object) -> bool:
-        return (
+        return self is other or (
             isinstance(other, DeviceMesh)
             and len(self.shape) == len(other.shape)
             and all(sym.equal(a, b) for a, b in zip(self.shape, other.shape))
@@ -104,8 +104,15 @@ class DeviceMesh:
         )
 
     def __hash__(self) -> int:
-        ids = self.device_ids if isinstance(self.device_ids, Range) else tuple(self.device_ids)
-        return hash((tuple(sym.key(s) for s in self.shape), ids, self.axis_names))
+        h = self.__dict__.get("_hash")
+        if h is None:  # immutable: hashed once
+            ids = self.device_ids if isinstance(self.device_ids, Range) else tuple(self.device_ids)
+            h = hash((tuple(sym.key(s) for s in self.shape), ids, self.axis_names))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self):  # the cached hash is not carried (another process hashes strings differently)
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
 
     def substitute(self, values) -> DeviceMesh:
         ids = self.device_ids

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import DistirError, TypeInferenceError
+from . import sym
+from .steps import steps_version
 from .types import DTensorType, TensorType, TupleType, Type
 
 REQUIRED = object()
@@ -185,12 +187,54 @@ class OpDef:
         return self.infer_from_types(arg_types, attrs)
 
     def infer_from_types(self, arg_types: list[Type], attrs: Mapping[str, Any]) -> Type:
-        attrs = self.full_attrs(attrs)
+        """The type of this op's result on inputs of ``arg_types``: a function of the types and
+        attrs alone, so a result is remembered (:data:`_INFERRED`; the layers of a model repeat
+        the same calls)."""
+        key = call_key(self, arg_types, attrs)
+        if key is not None:
+            hit = _INFERRED.get(key)
+            if hit is not None:
+                return hit
+        full = self.full_attrs(attrs)
         if self.dist_aware or not any(has_dtensor(t) for t in arg_types):
-            return self.infer(arg_types, attrs)
-        from .sharding import infer_dtensor_output
+            out = self.infer(arg_types, full)
+        else:
+            from .sharding import infer_dtensor_output
 
-        return infer_dtensor_output(self, arg_types, attrs)
+            out = infer_dtensor_output(self, arg_types, full)
+        if key is not None:
+            if len(_INFERRED) >= _INFERRED_LIMIT:
+                _INFERRED.clear()
+            _INFERRED[key] = out
+        return out
+
+
+# (op, argument types, attrs, step registry version) -> the result type (failures are not kept: their
+# message may name the call)
+_INFERRED: dict[tuple, Type] = {}
+_INFERRED_LIMIT = 1 << 15
+
+
+def call_key(op: OpDef, arg_types: Sequence[Type], attrs: Mapping[str, Any]) -> tuple | None:
+    """A hashable key of ``op`` applied to values of ``arg_types`` with ``attrs`` (what its type and
+    sharding rule depend on), or None where an attr or type cannot be keyed."""
+    try:
+        key = (op, tuple(arg_types), tuple(sorted((k, _frozen(v)) for k, v in attrs.items())), steps_version())
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _frozen(v: Any):
+    """``v`` as a hashable key that tells apart values Python calls equal across types (1, 1.0, True)."""
+    if isinstance(v, (list, tuple)):
+        return ("seq", tuple(_frozen(x) for x in v))
+    if isinstance(v, Mapping):
+        return ("map", tuple(sorted((k, _frozen(x)) for k, x in v.items())))
+    if sym.is_symbolic(v):
+        return sym.key(v)
+    return (type(v).__name__, v)
 
 
 def has_dtensor(t: Type) -> bool:

@@ -44,7 +44,9 @@ def dtype_bytes(dtype: str) -> int:
 
 
 def _shape_eq(a: tuple[Dim, ...], b: tuple[Dim, ...]) -> bool:
-    return len(a) == len(b) and all(sym.equal(x, y) for x, y in zip(a, b))
+    if a is b:
+        return True
+    return len(a) == len(b) and all(x is y or sym.equal(x, y) for x, y in zip(a, b))
 
 
 def _shape_key(s: tuple[Dim, ...]):
@@ -75,17 +77,24 @@ class TensorType(Type):
         return len(self.shape)
 
     def __eq__(self, other: object) -> bool:
-        return (
+        return self is other or (
             type(other) is TensorType
             and self.dtype == other.dtype
             and _shape_eq(self.shape, other.shape)
         )
 
     def __hash__(self) -> int:
-        return hash(("T", _shape_key(self.shape), self.dtype))
+        h = self.__dict__.get("_hash")
+        if h is None:  # immutable: hashed once (types key the inference and cost memos)
+            h = hash(("T", _shape_key(self.shape), self.dtype))
+            object.__setattr__(self, "_hash", h)
+        return h
 
     def __str__(self) -> str:
         return f"Tensor({shape_str(self.shape)}, \"{self.dtype}\")"
+
+    def __reduce__(self):  # the cached hash is not carried (another process hashes strings differently)
+        return TensorType, (self.shape, self.dtype)
 
     def substitute(self, values) -> TensorType:
         return TensorType(tuple(sym.substitute(d, values) for d in self.shape), self.dtype)
@@ -115,7 +124,7 @@ class DTensorType(Type):
         return DTensorType(self.shape, self.dtype, self.mesh, placement)
 
     def __eq__(self, other: object) -> bool:
-        return (
+        return self is other or (
             type(other) is DTensorType
             and self.dtype == other.dtype
             and _shape_eq(self.shape, other.shape)
@@ -124,10 +133,17 @@ class DTensorType(Type):
         )
 
     def __hash__(self) -> int:
-        return hash(("D", _shape_key(self.shape), self.dtype, self.mesh, self.placement))
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash(("D", _shape_key(self.shape), self.dtype, self.mesh, self.placement))
+            object.__setattr__(self, "_hash", h)
+        return h
 
     def __str__(self) -> str:
         return f"DTensor({shape_str(self.shape)}, \"{self.dtype}\", {self.mesh.shape_str()}, \"{self.placement}\")"
+
+    def __reduce__(self):
+        return DTensorType, (self.shape, self.dtype, self.mesh, self.placement)
 
     def substitute(self, values) -> DTensorType:
         return DTensorType(

@@ -26,7 +26,7 @@ from ..errors import DiagnosticError, DistirError
 from ..ir import sym
 from ..ir.expr import Binding, Block, Call, Expr, Function, IRModule, Tuple, TupleGetItem, Var
 from ..ir.layout import local_type, valid_length_expr
-from ..ir.op import get_op
+from ..ir.op import call_key, get_op
 from ..ir.types import DTensorType, TensorType, TupleType, Type, np_dtype
 from .pass_infra import FunctionPass, PassContext, register_pass
 
@@ -53,13 +53,35 @@ def _splits_evenly(t: DTensorType, dim: int) -> bool:
     return isinstance(n, int) and isinstance(count, int) and n % count == 0
 
 
-def _touches_block(call: Call) -> bool:
-    """Whether an op reads or writes a block layout (B[...])."""
-    types = [a.type for a in call.args] + [call.type]
+def _touches_block(call: Call, out: Type) -> bool:
+    """Whether an op reads or writes (its result typed ``out``) a block layout (B[...])."""
+    types = [a.type for a in call.args] + [out]
     flat = []
     for t in types:
         flat.extend(t.fields if isinstance(t, TupleType) else [t])
     return any(isinstance(t, DTensorType) and t.placement.is_block for t in flat)
+
+
+_RULES: dict[tuple, object] = {}  # call_key of the plain call -> its sharding rule
+
+
+def _plain_rule(op, types: list[Type], attrs):
+    """The sharding rule of ``op`` on the plain (global) forms of ``types`` (remembered: the layers
+    of a model ask for the same rules)."""
+    from ..ir.sharding import without_placement
+
+    plain = [without_placement(t) for t in types]
+    key = call_key(op, plain, attrs)
+    rule = _RULES.get(key) if key is not None else None
+    if rule is None:
+        full = op.full_attrs(attrs)
+        out = op.infer(plain, full)
+        rule = op.sharding(plain, full, list(out.fields) if isinstance(out, TupleType) else [out])
+        if key is not None:
+            if len(_RULES) >= 4096:
+                _RULES.clear()
+            _RULES[key] = rule
+    return rule
 
 
 def _shape_expr(shape):
@@ -120,13 +142,7 @@ class _Lowerer:
             return args
         if not all(isinstance(a.type, (DTensorType, TensorType)) for a in call.args):
             return args  # tuple inputs (concat) reduce over nothing
-        from ..ir.sharding import without_placement
-
-        plain = [without_placement(a.type) for a in call.args]
-        attrs = op.full_attrs(call.attrs)
-        out = op.infer(plain, attrs)
-        outs = list(out.fields) if isinstance(out, TupleType) else [out]
-        rule = op.sharding(plain, attrs, outs)
+        rule = _plain_rule(op, [a.type for a in call.args], call.attrs)
         new = list(args)
         for k, a in enumerate(call.args):
             t = a.type
@@ -235,7 +251,7 @@ class _Lowerer:
                     self.env[b.var] = args[0]  # one device on the axis: every block stays where it is
                     return None
                 new = kind.lower(value, args[0])
-            elif _touches_block(value):
+            elif _touches_block(value, gtype):
                 new = self.block_op(b, value, args)
             else:
                 args = self.masked(value, args, b.var.name)

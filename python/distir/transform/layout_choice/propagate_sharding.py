@@ -100,10 +100,11 @@ class _Materializer:
         self.primary: dict[int, Placement | None] = {}
         self.emitted: list[Binding] = []
         self.names = {p.name for p in graph.func.params} | {b.var.name for b in graph.func.bindings()}
-        self.memo: dict[tuple[int, Placement], Fraction] = {}
+        self.memo: dict[tuple[int, Placement, int], Fraction] = {}  # request costs, while one op is placed
         self.plain_versions: dict[tuple[int, int, Placement | None], Var] = {}  # plain slots laid out on a mesh
         self.redistribute = get_op("dist.redistribute")
         self.slot_by_id = {s.id: s for s in graph.slots}
+        self.candidate_memo: dict[tuple, list] = {}
 
     # -- sizes and costs ------------------------------------------------------------------
     def mesh(self, s: Slot) -> DeviceMesh:
@@ -120,14 +121,13 @@ class _Materializer:
         vs = self.versions[s.id]
         if q in vs or None in vs:  # a plain value is replicated: any layout is a local slice of it
             return Fraction(0)
-        key = (s.id, q)
-        if depth == 0 and key in self.memo:
+        key = (s.id, q, depth)  # nothing is emitted while one op weighs its candidates: the answer holds
+        if key in self.memo:
             return self.memo[key]
         cost = min(self.redistribute_cost(s, src, q) for src in vs)
         if cost > 0:
             cost = min(cost, self.recompute_plan(s, q, depth)[0])
-        if depth == 0:
-            self.memo[key] = cost
+        self.memo[key] = cost
         return cost
 
     def recompute_plan(self, s: Slot, q: Placement, depth: int) -> tuple[Fraction, tuple[Placement, ...] | None]:
@@ -187,8 +187,22 @@ class _Materializer:
                 unique.append(opt)
         return unique
 
-    def candidates(self, site: Site, out_hints):
-        """(input placements, output placements) pairs the op's rule accepts."""
+    def candidates(self, site: Site, out_hints) -> list:
+        """(input placements, output placements) pairs the op's rule accepts, in the order the greedy
+        choice breaks ties by. They depend on the site's structure and on the layouts its inputs
+        have, are preferred in, and exist in: alike sites in alike states (the layers of a stack)
+        share them."""
+        structure = site.structure
+        if structure is None:
+            return list(self._candidates(site, out_hints))
+        key = (structure, tuple(out_hints),
+               tuple((self.primary.get(s.id), self.prefs.placement(s), tuple(self.versions.get(s.id, ()))) for s in site.ins))
+        found = self.candidate_memo.get(key)
+        if found is None:
+            found = self.candidate_memo[key] = list(self._candidates(site, out_hints))
+        return found
+
+    def _candidates(self, site: Site, out_hints):
         ndim = site.mesh.ndim
         per_axis = [self.axis_options(site, a, out_hints) for a in range(ndim)]
         for combo in itertools.product(*per_axis):
@@ -223,6 +237,7 @@ class _Materializer:
             raise DiagnosticError(f"propagate-sharding: '{name}' does not type after propagation: {err}", span) from None
         var = Var(name, t, span)
         self.emitted.append(Binding(var, value, span))
+        self.memo.clear()  # a new version: request costs change
         return var
 
     def as_var(self, s: Slot, q: Placement | None) -> Expr:
