@@ -17,7 +17,6 @@ from typing import Any
 
 from ..errors import DistirError, TypeInferenceError
 from . import sym
-from .steps import steps_version
 from .types import DTensorType, TensorType, TupleType, Type
 
 REQUIRED = object()
@@ -209,7 +208,7 @@ class OpDef:
         return out
 
 
-# (op, argument types, attrs, step registry version) -> the result type (failures are not kept: their
+# (op, argument types, attrs) -> the result type (failures are not kept: their
 # message may name the call)
 _INFERRED: dict[tuple, Type] = {}
 _INFERRED_LIMIT = 1 << 15
@@ -219,7 +218,7 @@ def call_key(op: OpDef, arg_types: Sequence[Type], attrs: Mapping[str, Any]) -> 
     """A hashable key of ``op`` applied to values of ``arg_types`` with ``attrs`` (what its type and
     sharding rule depend on), or None where an attr or type cannot be keyed."""
     try:
-        key = (op, tuple(arg_types), tuple(sorted((k, _frozen(v)) for k, v in attrs.items())), steps_version())
+        key = (op, tuple(arg_types), tuple(sorted((k, _frozen(v)) for k, v in attrs.items())))
         hash(key)
     except TypeError:
         return None
