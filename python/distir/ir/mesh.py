@@ -94,8 +94,21 @@ class DeviceMesh:
             return list(range(start, stop))
         return list(self.device_ids)
 
+    @property
+    def key(self) -> tuple:
+        """Structural: meshes of equal keys are equal (and hash alike)."""
+        k = self.__dict__.get("_key")
+        if k is None:  # immutable: keyed once
+            r = self.device_ids
+            ids = ("range", sym.key(r.start), sym.key(r.stop)) if isinstance(r, Range) else tuple(r)
+            k = (tuple(sym.key(s) for s in self.shape), ids, self.axis_names)
+            object.__setattr__(self, "_key", k)
+        return k
+
     def __eq__(self, other: object) -> bool:
-        return self is other or (
+        if self is other or (isinstance(other, DeviceMesh) and self.key == other.key):
+            return True
+        return (
             isinstance(other, DeviceMesh)
             and len(self.shape) == len(other.shape)
             and all(sym.equal(a, b) for a, b in zip(self.shape, other.shape))
@@ -106,13 +119,12 @@ class DeviceMesh:
     def __hash__(self) -> int:
         h = self.__dict__.get("_hash")
         if h is None:  # immutable: hashed once
-            ids = self.device_ids if isinstance(self.device_ids, Range) else tuple(self.device_ids)
-            h = hash((tuple(sym.key(s) for s in self.shape), ids, self.axis_names))
+            h = hash(self.key)
             object.__setattr__(self, "_hash", h)
         return h
 
-    def __getstate__(self):  # the cached hash is not carried (another process hashes strings differently)
-        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+    def __getstate__(self):  # the cached hash and key are not carried (another process hashes strings differently)
+        return {k: v for k, v in self.__dict__.items() if k not in ("_hash", "_key")}
 
     def substitute(self, values) -> DeviceMesh:
         ids = self.device_ids

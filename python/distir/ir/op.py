@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from ..errors import DistirError, TypeInferenceError
@@ -217,12 +218,30 @@ _INFERRED_LIMIT = 1 << 15
 def call_key(op: OpDef, arg_types: Sequence[Type], attrs: Mapping[str, Any]) -> tuple | None:
     """A hashable key of ``op`` applied to values of ``arg_types`` with ``attrs`` (what its type and
     sharding rule depend on), or None where an attr or type cannot be keyed."""
+    hit = _FROZEN_ATTRS.get(id(attrs))
+    if hit is not None and hit[0] is attrs:
+        frozen = hit[1]
+    else:
+        try:
+            frozen = tuple(sorted((k, _frozen(v)) for k, v in attrs.items()))
+            hash(frozen)
+        except TypeError:
+            frozen = None
+        if isinstance(attrs, MappingProxyType):  # a call's own (immutable) attrs: calls rebuilt from one binding share them
+            if len(_FROZEN_ATTRS) >= _INFERRED_LIMIT:
+                _FROZEN_ATTRS.clear()
+            _FROZEN_ATTRS[id(attrs)] = (attrs, frozen)
+    if frozen is None:
+        return None
     try:
-        key = (op, tuple(arg_types), tuple(sorted((k, _frozen(v)) for k, v in attrs.items())))
+        key = (op, tuple(arg_types), frozen)
         hash(key)
     except TypeError:
         return None
     return key
+
+
+_FROZEN_ATTRS: dict[int, tuple[Mapping, tuple | None]] = {}  # id(attrs) -> (attrs, their key)
 
 
 def _frozen(v: Any):

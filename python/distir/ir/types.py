@@ -77,16 +77,26 @@ class TensorType(Type):
         return len(self.shape)
 
     def __eq__(self, other: object) -> bool:
-        return self is other or (
-            type(other) is TensorType
-            and self.dtype == other.dtype
-            and _shape_eq(self.shape, other.shape)
-        )
+        if self is other:
+            return True
+        if type(other) is not TensorType or self.dtype != other.dtype:
+            return False
+        if hash(self) == hash(other) and self._key == other._key:
+            return True  # structurally the same (the common case, and a cheap one)
+        return _shape_eq(self.shape, other.shape)
+
+    @property
+    def _key(self) -> tuple:
+        k = self.__dict__.get("_structure")
+        if k is None:  # immutable: keyed once (types key the inference and cost memos)
+            k = ("T", _shape_key(self.shape), self.dtype)
+            object.__setattr__(self, "_structure", k)
+        return k
 
     def __hash__(self) -> int:
         h = self.__dict__.get("_hash")
-        if h is None:  # immutable: hashed once (types key the inference and cost memos)
-            h = hash(("T", _shape_key(self.shape), self.dtype))
+        if h is None:
+            h = hash(self._key)
             object.__setattr__(self, "_hash", h)
         return h
 
@@ -124,18 +134,26 @@ class DTensorType(Type):
         return DTensorType(self.shape, self.dtype, self.mesh, placement)
 
     def __eq__(self, other: object) -> bool:
-        return self is other or (
-            type(other) is DTensorType
-            and self.dtype == other.dtype
-            and _shape_eq(self.shape, other.shape)
-            and self.mesh == other.mesh
-            and self.placement == other.placement
-        )
+        if self is other:
+            return True
+        if type(other) is not DTensorType or self.dtype != other.dtype or self.placement != other.placement:
+            return False
+        if hash(self) == hash(other) and self._key == other._key:
+            return True  # structurally the same (the common case, and a cheap one)
+        return _shape_eq(self.shape, other.shape) and self.mesh == other.mesh
+
+    @property
+    def _key(self) -> tuple:
+        k = self.__dict__.get("_structure")
+        if k is None:
+            k = ("D", _shape_key(self.shape), self.dtype, self.mesh.key, self.placement)
+            object.__setattr__(self, "_structure", k)
+        return k
 
     def __hash__(self) -> int:
         h = self.__dict__.get("_hash")
         if h is None:
-            h = hash(("D", _shape_key(self.shape), self.dtype, self.mesh, self.placement))
+            h = hash(self._key)
             object.__setattr__(self, "_hash", h)
         return h
 
