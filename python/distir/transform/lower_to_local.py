@@ -62,26 +62,45 @@ def _touches_block(call: Call, out: Type) -> bool:
     return any(isinstance(t, DTensorType) and t.placement.is_block for t in flat)
 
 
-_RULES: dict[tuple, object] = {}  # call_key of the plain call -> its sharding rule
+_MASKS: dict[tuple, tuple] = {}  # call_key of a call -> the masks its inputs need
 
 
-def _plain_rule(op, types: list[Type], attrs):
-    """The sharding rule of ``op`` on the plain (global) forms of ``types`` (remembered: the layers
-    of a model ask for the same rules)."""
+def _masks(op, types: list[Type], attrs) -> tuple[tuple[int, int, object, object], ...]:
+    """(input, dim, value, valid length) of each input dim whose padding ``op`` reads: cut unevenly
+    (or with sizes not known to divide), reduced over (filled with the reduction's identity) or
+    named by the rule's pad values. Remembered by the call's key: the layers of a model ask alike."""
+    key = call_key(op, types, attrs)
+    found = _MASKS.get(key) if key is not None else None
+    if found is None:
+        found = tuple(_find_masks(op, types, attrs))
+        if key is not None:
+            if len(_MASKS) >= 4096:
+                _MASKS.clear()
+            _MASKS[key] = found
+    return found
+
+
+def _find_masks(op, types: list[Type], attrs):
     from ..ir.sharding import without_placement
 
     plain = [without_placement(t) for t in types]
-    key = call_key(op, plain, attrs)
-    rule = _RULES.get(key) if key is not None else None
-    if rule is None:
-        full = op.full_attrs(attrs)
-        out = op.infer(plain, full)
-        rule = op.sharding(plain, full, list(out.fields) if isinstance(out, TupleType) else [out])
-        if key is not None:
-            if len(_RULES) >= 4096:
-                _RULES.clear()
-            _RULES[key] = rule
-    return rule
+    full = op.full_attrs(attrs)
+    out = op.infer(plain, full)
+    rule = op.sharding(plain, full, list(out.fields) if isinstance(out, TupleType) else [out])
+    for k, t in enumerate(types):
+        if not isinstance(t, DTensorType):
+            continue
+        for d in range(t.ndim):
+            if not t.placement.mesh_axes_of(d) or not rule.inputs[k][d] or _splits_evenly(t, d):
+                continue
+            factor = rule.inputs[k][d][0]
+            if factor in rule.reductions:
+                value = _identity(rule.reductions[factor], t.dtype)
+            elif k in rule.pad_values:
+                value = rule.pad_values[k]
+            else:
+                continue
+            yield k, d, value, valid_length_expr(t.mesh, t.placement, d, t.shape[d])
 
 
 def _shape_expr(shape):
@@ -142,25 +161,10 @@ class _Lowerer:
             return args
         if not all(isinstance(a.type, (DTensorType, TensorType)) for a in call.args):
             return args  # tuple inputs (concat) reduce over nothing
-        rule = _plain_rule(op, [a.type for a in call.args], call.attrs)
         new = list(args)
-        for k, a in enumerate(call.args):
-            t = a.type
-            if not isinstance(t, DTensorType):
-                continue
-            for d in range(t.ndim):
-                if not t.placement.mesh_axes_of(d) or not rule.inputs[k][d] or _splits_evenly(t, d):
-                    continue
-                factor = rule.inputs[k][d][0]
-                if factor in rule.reductions:
-                    value = _identity(rule.reductions[factor], t.dtype)
-                elif k in rule.pad_values:
-                    value = rule.pad_values[k]
-                else:
-                    continue
-                length = valid_length_expr(t.mesh, t.placement, d, t.shape[d])
-                mask = Call(get_op("mask_tail"), (new[k],), {"axis": d, "length": length, "value": value}, call.span)
-                new[k] = self.bind(f"{hint}_masked", mask)
+        for k, d, value, length in _masks(op, [a.type for a in call.args], call.attrs):
+            mask = Call(get_op("mask_tail"), (new[k],), {"axis": d, "length": length, "value": value}, call.span)
+            new[k] = self.bind(f"{hint}_masked", mask)
         return tuple(new)
 
     def block_op(self, b: Binding, call: Call, args: tuple) -> Expr:
