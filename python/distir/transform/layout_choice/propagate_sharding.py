@@ -114,6 +114,7 @@ class _Materializer:
         self.redistribute = get_op("dist.redistribute")
         self.slot_by_id = {s.id: s for s in graph.slots}
         self.candidate_memo: dict[tuple, list] = {}
+        self.choice_memo: dict[tuple, tuple] = {}
 
     # -- sizes and costs ------------------------------------------------------------------
     def mesh(self, s: Slot) -> DeviceMesh:
@@ -382,24 +383,7 @@ class _Materializer:
             choice = tuple(Placement.replicated(site.mesh.ndim) for _ in site.ins)
             outs = [Placement.replicated(site.mesh.ndim)] * len(site.outs)
         else:
-            hints = [s.fixed or self.prefs.placement(s) for s in site.outs]
-            best, choice, outs = None, None, None
-            for index, (placements, out_pls) in enumerate(self.candidates(site, hints)):
-                cost = sum((self.request_cost(s, p) for s, p in zip(site.ins, placements)), Fraction(0))
-                for s, p in zip(site.outs, out_pls):
-                    if s.fixed is not None and s.fixed != p:
-                        cost += self.redistribute_cost(s, p, s.fixed)
-                mismatch = sum(
-                    (p != h) * len(p) if h.is_block else sum(a != b for a, b in zip(p.specs, h.specs))
-                    for p, h in zip(out_pls, hints)
-                )
-                moved = sum(
-                    p != self.primary.get(s.id) if s.distributable else not p.is_replicated
-                    for s, p in zip(site.ins, placements)
-                )
-                key = (cost, mismatch, moved, index)
-                if best is None or key < best:
-                    best, choice, outs = key, placements, out_pls
+            choice, outs = self.greedy_choice(site)
             if choice is None:
                 raise DiagnosticError(
                     f"propagate-sharding: no layout of the inputs of R.{site.op.name} fits its sharding rule "
@@ -415,6 +399,43 @@ class _Materializer:
             if s.fixed is not None and self.primary[s.id] != s.fixed:
                 self.obtain(s, s.fixed, name=s.hinted_as)  # the hint's var names the value it asked for
                 self.primary[s.id] = s.fixed
+
+    def greedy_choice(self, site: Site) -> tuple:
+        """(input layouts, output layouts) the greedy choice takes for ``site``: the candidate that
+        moves the fewest bytes given what exists, then the fewest outputs unlike the preferences,
+        then the fewest inputs moved, then the first. It depends on the site's structure, its
+        outputs' hints and its inputs' neighborhoods and layouts: alike sites in alike states (the
+        layers of a stack) share it. (None, None): no candidate."""
+        hints = [s.fixed or self.prefs.placement(s) for s in site.outs]
+        key = None
+        if site.structure is not None:
+            key = (site.structure, tuple(hints),
+                   tuple((self.neighborhood(x, 0), self.primary.get(x.id), self.prefs.placement(x), x.distributable)
+                         for x in site.ins),
+                   tuple((s.fixed, self.cost.like(s)) for s in site.outs))
+            found = self.choice_memo.get(key)
+            if found is not None:
+                return found
+        best, choice, outs = None, None, None
+        for index, (placements, out_pls) in enumerate(self.candidates(site, hints)):
+            cost = sum((self.request_cost(s, p) for s, p in zip(site.ins, placements)), Fraction(0))
+            for s, p in zip(site.outs, out_pls):
+                if s.fixed is not None and s.fixed != p:
+                    cost += self.redistribute_cost(s, p, s.fixed)
+            mismatch = sum(
+                (p != h) * len(p) if h.is_block else sum(a != b for a, b in zip(p.specs, h.specs))
+                for p, h in zip(out_pls, hints)
+            )
+            moved = sum(
+                p != self.primary.get(s.id) if s.distributable else not p.is_replicated
+                for s, p in zip(site.ins, placements)
+            )
+            rank = (cost, mismatch, moved, index)
+            if best is None or rank < best:
+                best, choice, outs = rank, placements, out_pls
+        if key is not None:
+            self.choice_memo[key] = (choice, outs)
+        return choice, outs
 
     def block_site(self, site: Site) -> bool:
         """An op whose inputs are held in one block layout and that keeps it (elementwise, or a
