@@ -24,10 +24,10 @@ import warnings
 from distir.examples import llama_stack, load
 from distir.transform import PassContext, ShardParams, get_pass
 from distir.transform.layout_choice.cost_model import CostModel
-from distir.transform.layout_choice.windows import solve_layouts
-from distir.transform.pipelines import distribute_pipeline
 from distir.transform.layout_choice.propagate_sharding import ShardingAmbiguityWarning
 from distir.transform.layout_choice.sharding_graph import build_graph, preferred_placements
+from distir.transform.layout_choice.windows import solve_layouts
+from distir.transform.pipelines import distribute_pipeline
 
 
 def timed(run, mod, search: str) -> float:

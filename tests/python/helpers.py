@@ -12,8 +12,8 @@ from distir.ir.builder import FunctionBuilder, dtensor, mesh, module_of
 from distir.runtime import run
 from distir.runtime.spmd import SpmdStats, run_spmd
 from distir.transform import PassContext
-from distir.transform.pipelines import distribute_pipeline
 from distir.transform.layout_choice.propagate_sharding import ShardingAmbiguityWarning
+from distir.transform.pipelines import distribute_pipeline
 from distir.transform.specialize import specialize
 
 

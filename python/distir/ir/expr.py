@@ -140,7 +140,11 @@ class Call(Expr):
 
     @property
     def type(self) -> Type:
-        return self.op.infer_type(self.args, self.attrs)
+        t = self.__dict__.get("_type")
+        if t is None:  # the IR is immutable: a call's type is inferred once
+            t = self.op.infer_type(self.args, self.attrs)
+            object.__setattr__(self, "_type", t)
+        return t
 
 
 @dataclass(frozen=True, eq=False)

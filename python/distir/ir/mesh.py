@@ -105,7 +105,20 @@ class DeviceMesh:
             return list(range(start, stop))
         return list(self.device_ids)
 
+    @property
+    def key(self) -> tuple:
+        """Structural: meshes of equal keys are equal (and hash alike)."""
+        k = self.__dict__.get("_key")
+        if k is None:  # immutable: keyed once
+            r = self.device_ids
+            ids = ("range", sym.key(r.start), sym.key(r.stop)) if isinstance(r, Range) else tuple(r)
+            k = (tuple(sym.key(s) for s in self.shape), ids, self.axis_names)
+            object.__setattr__(self, "_key", k)
+        return k
+
     def __eq__(self, other: object) -> bool:
+        if self is other or (isinstance(other, DeviceMesh) and self.key == other.key):
+            return True
         return (
             isinstance(other, DeviceMesh)
             and len(self.shape) == len(other.shape)
@@ -115,8 +128,14 @@ class DeviceMesh:
         )
 
     def __hash__(self) -> int:
-        ids = self.device_ids if isinstance(self.device_ids, Range) else tuple(self.device_ids)
-        return hash((tuple(sym.key(s) for s in self.shape), ids, self.axis_names))
+        h = self.__dict__.get("_hash")
+        if h is None:  # immutable: hashed once
+            h = hash(self.key)
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self):  # the cached hash and key are not carried (another process hashes strings differently)
+        return {k: v for k, v in self.__dict__.items() if k not in ("_hash", "_key")}
 
     def substitute(self, values) -> DeviceMesh:
         ids = self.device_ids

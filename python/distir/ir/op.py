@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from ..errors import DistirError, TypeInferenceError
+from . import sym
 from .types import DTensorType, TensorType, TupleType, Type
 
 REQUIRED = object()
@@ -186,12 +188,72 @@ class OpDef:
         return self.infer_from_types(arg_types, attrs)
 
     def infer_from_types(self, arg_types: list[Type], attrs: Mapping[str, Any]) -> Type:
-        attrs = self.full_attrs(attrs)
+        """The type of this op's result on inputs of ``arg_types``: a function of the types and
+        attrs alone, so a result is remembered (:data:`_INFERRED`; the layers of a model repeat
+        the same calls)."""
+        key = call_key(self, arg_types, attrs)
+        if key is not None:
+            hit = _INFERRED.get(key)
+            if hit is not None:
+                return hit
+        full = self.full_attrs(attrs)
         if self.dist_aware or not any(has_dtensor(t) for t in arg_types):
-            return self.infer(arg_types, attrs)
-        from .sharding import infer_dtensor_output
+            out = self.infer(arg_types, full)
+        else:
+            from .sharding import infer_dtensor_output
 
-        return infer_dtensor_output(self, arg_types, attrs)
+            out = infer_dtensor_output(self, arg_types, full)
+        if key is not None:
+            if len(_INFERRED) >= _INFERRED_LIMIT:
+                _INFERRED.clear()
+            _INFERRED[key] = out
+        return out
+
+
+# (op, argument types, attrs) -> the result type (failures are not kept: their
+# message may name the call)
+_INFERRED: dict[tuple, Type] = {}
+_INFERRED_LIMIT = 1 << 15
+
+
+def call_key(op: OpDef, arg_types: Sequence[Type], attrs: Mapping[str, Any]) -> tuple | None:
+    """A hashable key of ``op`` applied to values of ``arg_types`` with ``attrs`` (what its type and
+    sharding rule depend on), or None where an attr or type cannot be keyed."""
+    hit = _FROZEN_ATTRS.get(id(attrs))
+    if hit is not None and hit[0] is attrs:
+        frozen = hit[1]
+    else:
+        try:
+            frozen = tuple(sorted((k, _frozen(v)) for k, v in attrs.items()))
+            hash(frozen)
+        except TypeError:
+            frozen = None
+        if isinstance(attrs, MappingProxyType):  # a call's own (immutable) attrs: calls rebuilt from one binding share them
+            if len(_FROZEN_ATTRS) >= _INFERRED_LIMIT:
+                _FROZEN_ATTRS.clear()
+            _FROZEN_ATTRS[id(attrs)] = (attrs, frozen)
+    if frozen is None:
+        return None
+    try:
+        key = (op, tuple(arg_types), frozen)
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+_FROZEN_ATTRS: dict[int, tuple[Mapping, tuple | None]] = {}  # id(attrs) -> (attrs, their key)
+
+
+def _frozen(v: Any):
+    """``v`` as a hashable key that tells apart values Python calls equal across types (1, 1.0, True)."""
+    if isinstance(v, (list, tuple)):
+        return ("seq", tuple(_frozen(x) for x in v))
+    if isinstance(v, Mapping):
+        return ("map", tuple(sorted((k, _frozen(x)) for k, x in v.items())))
+    if sym.is_symbolic(v):
+        return sym.key(v)
+    return (type(v).__name__, v)
 
 
 def has_dtensor(t: Type) -> bool:

@@ -89,20 +89,27 @@ class Placement:
     _specs: tuple[Spec, ...]
     block: tuple | None
     _strided: tuple  # (mesh axis, spec) of each strided shard, found once
+    _key: tuple  # what equality compares (symbolic shard sizes by structure: PrimExprs do not compare)
+    _hash: int
 
     def __init__(self, specs: tuple[Spec, ...] = (), block: tuple | None = None):
-        object.__setattr__(self, "_specs", tuple(specs) if block is None else ())
-        object.__setattr__(self, "block", None if block is None else tuple(sym.normalize(d) for d in block))
-        object.__setattr__(self, "_strided", tuple((i, s) for i, s in enumerate(self._specs) if isinstance(s, StridedShard)))
+        specs = tuple(specs) if block is None else ()
+        block = None if block is None else tuple(sym.normalize(d) for d in block)
+        object.__setattr__(self, "_specs", specs)
+        object.__setattr__(self, "block", block)
+        object.__setattr__(self, "_strided", tuple((i, s) for i, s in enumerate(specs) if isinstance(s, StridedShard)))
+        key = specs, None if block is None else tuple(sym.key(d) for d in block)
+        object.__setattr__(self, "_key", key)
+        object.__setattr__(self, "_hash", hash(key))
 
-    def _key(self) -> tuple:
-        return self._specs, None if self.block is None else tuple(sym.key(d) for d in self.block)
-
-    def __eq__(self, other) -> bool:  # symbolic shard sizes compare by structure (PrimExprs do not)
-        return isinstance(other, Placement) and self._key() == other._key()
+    def __eq__(self, other) -> bool:
+        return self is other or (isinstance(other, Placement) and self._hash == other._hash and self._key == other._key)
 
     def __hash__(self) -> int:
-        return hash(self._key())
+        return self._hash
+
+    def __reduce__(self):  # rebuilt, not copied: another process hashes strings differently
+        return Placement, (self._specs, self.block)
 
     @staticmethod
     def blocked(shard_shape) -> Placement:

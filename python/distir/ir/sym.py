@@ -118,10 +118,58 @@ def to_prim(x: Dim) -> PrimExpr:
     return x
 
 
+# Per expression object (kept alive by the entry, so that its id stays its own): its simplified
+# form and its key. Types are built from the same few dim objects again and again (every layer of a
+# stack has the same shapes), and simplifying or printing one costs far more than a lookup.
+_MEMO_LIMIT = 1 << 16
+_NORMAL: dict[int, tuple[PrimExpr, Dim]] = {}
+_KEYS: dict[int, tuple[PrimExpr, tuple]] = {}
+
+
+def _remember(memo: dict, x, value):
+    if len(memo) >= _MEMO_LIMIT:
+        memo.clear()
+    memo[id(x)] = (x, value)
+    return value
+
+
+_RESULTS: dict[tuple, object] = {}  # (operation, key of a, key of b) -> its result
+
+
+def _memo_clear() -> None:
+    """Forget every remembered result: the analyzer's knowledge changed (:class:`assume_positive`)."""
+    _NORMAL.clear()
+    _RESULTS.clear()
+
+
+def _remembered(fn):
+    """``fn(a, b)`` on dims, remembered by the dims' keys when one is symbolic (every layer of a model
+    asks for the same blocks and products; the analyzer takes far longer than a lookup)."""
+    name = fn.__name__
+
+    def memo(a, b):
+        if isinstance(a, int) and isinstance(b, int):
+            return fn(a, b)
+        k = (name, key(a), key(b))
+        hit = _RESULTS.get(k, _RESULTS)
+        if hit is _RESULTS:
+            hit = fn(a, b)
+            if len(_RESULTS) >= _MEMO_LIMIT:
+                _RESULTS.clear()
+            _RESULTS[k] = hit
+        return hit
+
+    memo.__name__, memo.__qualname__, memo.__doc__, memo.__wrapped__ = name, fn.__qualname__, fn.__doc__, fn
+    return memo
+
+
 def normalize(x: Dim) -> Dim:
     """An int stays an int; a PrimExpr is simplified and becomes an int if constant."""
     if isinstance(x, int) and not isinstance(x, bool):
         return x
+    hit = _NORMAL.get(id(x))
+    if hit is not None and hit[0] is x:
+        return hit[1]
     if isinstance(x, _pe.IntImm):
         return int(x.value)
     if isinstance(x, PrimExpr):
@@ -133,8 +181,9 @@ def normalize(x: Dim) -> Dim:
             lines = [ln for ln in str(err).splitlines() if ln.strip()]
             raise SymbolicError(f"cannot simplify {_fmt_safe(x)}: {lines[-1] if lines else type(err).__name__}") from None
         if isinstance(s, _pe.IntImm):
-            return int(s.value)
-        return s
+            return _remember(_NORMAL, x, int(s.value))
+        _remember(_NORMAL, s, s)  # simplified: a fixed point
+        return _remember(_NORMAL, x, s)
     raise SymbolicError(f"expected an integer or symbolic expression, got {x!r}")
 
 
@@ -148,24 +197,28 @@ def _fmt_safe(x) -> str:
         return str(x)
 
 
+@_remembered
 def add(a: Dim, b: Dim) -> Dim:
     if isinstance(a, int) and isinstance(b, int):
         return a + b
     return normalize(to_prim(a) + to_prim(b))
 
 
+@_remembered
 def sub(a: Dim, b: Dim) -> Dim:
     if isinstance(a, int) and isinstance(b, int):
         return a - b
     return normalize(to_prim(a) - to_prim(b))
 
 
+@_remembered
 def mul(a: Dim, b: Dim) -> Dim:
     if isinstance(a, int) and isinstance(b, int):
         return a * b
     return normalize(to_prim(a) * to_prim(b))
 
 
+@_remembered
 def mul_exact(a: Dim, b: Dim) -> Dim:
     """a * b for shape extents. In shapes every ``x // d`` is exact (specialization checks
     it), so ``(x // d) * (d * k)`` is ``x * k``: a gathered shard gets its full extent back.
@@ -196,6 +249,7 @@ def _cofactor(prod, q):
     return None
 
 
+@_remembered
 def floordiv(a: Dim, b: Dim) -> Dim:
     if isinstance(a, int) and isinstance(b, int):
         return a // b
@@ -204,18 +258,21 @@ def floordiv(a: Dim, b: Dim) -> Dim:
     return normalize(tirx.floordiv(to_prim(a), to_prim(b)))
 
 
+@_remembered
 def floormod(a: Dim, b: Dim) -> Dim:
     if isinstance(a, int) and isinstance(b, int):
         return a % b
     return normalize(tirx.floormod(to_prim(a), to_prim(b)))
 
 
+@_remembered
 def max_(a: Dim, b: Dim) -> Dim:
     if isinstance(a, int) and isinstance(b, int):
         return max(a, b)
     return normalize(tirx.max(to_prim(a), to_prim(b)))
 
 
+@_remembered
 def min_(a: Dim, b: Dim) -> Dim:
     if isinstance(a, int) and isinstance(b, int):
         return min(a, b)
@@ -229,6 +286,7 @@ def clamp(x: Dim, lo: Dim, hi: Dim) -> Dim:
     return normalize(tirx.min(tirx.max(to_prim(x), to_prim(lo)), to_prim(hi)))
 
 
+@_remembered
 def ceildiv(a: Dim, b: Dim) -> Dim:
     """The exact ceiling of ``a / b`` for a positive divisor ``b``.
 
@@ -265,6 +323,7 @@ def product(dims) -> Dim:
     return out
 
 
+@_remembered
 def equal(a: Dim, b: Dim) -> bool:
     """True when ``a`` and ``b`` are provably equal for every value of their variables."""
     if isinstance(a, int) and isinstance(b, int):
@@ -321,6 +380,7 @@ def prove(cond: PrimExpr) -> bool:
     return bool(_ANALYZER.can_prove(cond))
 
 
+@_remembered
 def prove_ge(a: Dim, b: Dim) -> bool:
     """True when ``a >= b`` for every value of their variables (all non-negative)."""
     if isinstance(a, int) and isinstance(b, int):
@@ -328,6 +388,7 @@ def prove_ge(a: Dim, b: Dim) -> bool:
     return bool(_ANALYZER.can_prove(to_prim(a) >= to_prim(b)))
 
 
+@_remembered
 def prove_le(a: Dim, b: Dim) -> bool:
     """True when ``a <= b`` for every value of their variables (all non-negative)."""
     if isinstance(a, int) and isinstance(b, int):
@@ -335,6 +396,7 @@ def prove_le(a: Dim, b: Dim) -> bool:
     return bool(_ANALYZER.can_prove(to_prim(a) <= to_prim(b)))
 
 
+@_remembered
 def prove_lt(a: Dim, b: Dim) -> bool:
     """True when ``a < b`` for every value of their variables (all non-negative)."""
     if isinstance(a, int) and isinstance(b, int):
@@ -342,6 +404,7 @@ def prove_lt(a: Dim, b: Dim) -> bool:
     return bool(_ANALYZER.can_prove(to_prim(a) < to_prim(b)))
 
 
+@_remembered
 def prove_equal(a: Dim, b: Dim) -> bool:
     """True when the analyzer proves ``a == b``: :func:`equal` without its reading of every
     ``//`` as exact, for comparing with expressions that are not distir shapes."""
@@ -364,6 +427,7 @@ class assume_positive:
         self._stack = contextlib.ExitStack()
 
     def __enter__(self):
+        _memo_clear()  # results simplified without the assumption are not those it gives, and back
         with contextlib.ExitStack() as stack:  # a failure part way leaves no scope entered
             for n in self._names:
                 stack.enter_context(_ANALYZER.constraint_scope(var(n) >= 1))
@@ -372,9 +436,11 @@ class assume_positive:
 
     def __exit__(self, *exc):
         self._stack.close()
+        _memo_clear()
         return False
 
 
+@_remembered
 def prove_divisible(a: Dim, b: Dim) -> bool:
     """True when ``b`` divides ``a`` for every value of their variables."""
     if isinstance(a, int) and isinstance(b, int):
@@ -386,7 +452,28 @@ def key(x: Dim):
     """A hashable key such that ``key(a) == key(b)`` when a and b are structurally equal."""
     if isinstance(x, int):
         return x
-    return ("sym", tvm_ffi.structural_hash(x), to_str(x))
+    hit = _KEYS.get(id(x))
+    if hit is not None and hit[0] is x:
+        return hit[1]
+    return _remember(_KEYS, x, _Key(x))
+
+
+class _Key:
+    """A symbolic dim as a dict key: its structural hash, compared structurally (nothing printed)."""
+
+    __slots__ = ("expr", "hash")
+
+    def __init__(self, expr: PrimExpr):
+        self.expr, self.hash = expr, tvm_ffi.structural_hash(expr)
+
+    def __hash__(self) -> int:
+        return self.hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Key) and self.hash == other.hash and bool(tvm_ffi.structural_equal(self.expr, other.expr))
+
+    def __repr__(self) -> str:
+        return f"key({to_str(self.expr)})"
 
 
 def structural_hash(x: Dim) -> int:

@@ -44,7 +44,9 @@ def dtype_bytes(dtype: str) -> int:
 
 
 def _shape_eq(a: tuple[Dim, ...], b: tuple[Dim, ...]) -> bool:
-    return len(a) == len(b) and all(sym.equal(x, y) for x, y in zip(a, b))
+    if a is b:
+        return True
+    return len(a) == len(b) and all(x is y or sym.equal(x, y) for x, y in zip(a, b))
 
 
 def _shape_key(s: tuple[Dim, ...]):
@@ -75,17 +77,34 @@ class TensorType(Type):
         return len(self.shape)
 
     def __eq__(self, other: object) -> bool:
-        return (
-            type(other) is TensorType
-            and self.dtype == other.dtype
-            and _shape_eq(self.shape, other.shape)
-        )
+        if self is other:
+            return True
+        if type(other) is not TensorType or self.dtype != other.dtype:
+            return False
+        if hash(self) == hash(other) and self._key == other._key:
+            return True  # structurally the same (the common case, and a cheap one)
+        return _shape_eq(self.shape, other.shape)
+
+    @property
+    def _key(self) -> tuple:
+        k = self.__dict__.get("_structure")
+        if k is None:  # immutable: keyed once (types key the inference and cost memos)
+            k = ("T", _shape_key(self.shape), self.dtype)
+            object.__setattr__(self, "_structure", k)
+        return k
 
     def __hash__(self) -> int:
-        return hash(("T", _shape_key(self.shape), self.dtype))
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash(self._key)
+            object.__setattr__(self, "_hash", h)
+        return h
 
     def __str__(self) -> str:
         return f"Tensor({shape_str(self.shape)}, \"{self.dtype}\")"
+
+    def __reduce__(self):  # the cached hash is not carried (another process hashes strings differently)
+        return TensorType, (self.shape, self.dtype)
 
     def substitute(self, values) -> TensorType:
         return TensorType(tuple(sym.substitute(d, values) for d in self.shape), self.dtype)
@@ -115,19 +134,34 @@ class DTensorType(Type):
         return DTensorType(self.shape, self.dtype, self.mesh, placement)
 
     def __eq__(self, other: object) -> bool:
-        return (
-            type(other) is DTensorType
-            and self.dtype == other.dtype
-            and _shape_eq(self.shape, other.shape)
-            and self.mesh == other.mesh
-            and self.placement == other.placement
-        )
+        if self is other:
+            return True
+        if type(other) is not DTensorType or self.dtype != other.dtype or self.placement != other.placement:
+            return False
+        if hash(self) == hash(other) and self._key == other._key:
+            return True  # structurally the same (the common case, and a cheap one)
+        return _shape_eq(self.shape, other.shape) and self.mesh == other.mesh
+
+    @property
+    def _key(self) -> tuple:
+        k = self.__dict__.get("_structure")
+        if k is None:
+            k = ("D", _shape_key(self.shape), self.dtype, self.mesh.key, self.placement)
+            object.__setattr__(self, "_structure", k)
+        return k
 
     def __hash__(self) -> int:
-        return hash(("D", _shape_key(self.shape), self.dtype, self.mesh, self.placement))
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash(self._key)
+            object.__setattr__(self, "_hash", h)
+        return h
 
     def __str__(self) -> str:
         return f"DTensor({shape_str(self.shape)}, \"{self.dtype}\", {self.mesh.shape_str()}, \"{self.placement}\")"
+
+    def __reduce__(self):
+        return DTensorType, (self.shape, self.dtype, self.mesh, self.placement)
 
     def substitute(self, values) -> DTensorType:
         return DTensorType(

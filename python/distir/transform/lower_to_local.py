@@ -27,7 +27,7 @@ from ..ir import sym
 from ..ir.expr import Binding, Block, Call, Expr, Function, IRModule, Tuple, TupleGetItem, Var
 from ..ir.combine import identity
 from ..ir.layout import local_type, valid_length_expr
-from ..ir.op import get_op
+from ..ir.op import call_key, get_op
 from ..ir.types import DTensorType, TensorType, TupleType, Type
 from .pass_infra import FunctionPass, PassContext, register_pass
 
@@ -54,13 +54,54 @@ def _splits_evenly(t: DTensorType, dim: int) -> bool:
     return isinstance(n, int) and isinstance(count, int) and n % count == 0
 
 
-def _touches_block(call: Call) -> bool:
-    """Whether an op reads or writes a block layout (B[...])."""
-    types = [a.type for a in call.args] + [call.type]
+def _touches_block(call: Call, out: Type) -> bool:
+    """Whether an op reads or writes (its result typed ``out``) a block layout (B[...])."""
+    types = [a.type for a in call.args] + [out]
     flat = []
     for t in types:
         flat.extend(t.fields if isinstance(t, TupleType) else [t])
     return any(isinstance(t, DTensorType) and t.placement.is_block for t in flat)
+
+
+_MASKS: dict[tuple, tuple] = {}  # call_key of a call -> the masks its inputs need
+
+
+def _masks(op, types: list[Type], attrs) -> tuple[tuple[int, int, object, object], ...]:
+    """(input, dim, value, valid length) of each input dim whose padding ``op`` reads: cut unevenly
+    (or with sizes not known to divide), reduced over (filled with the reduction's identity) or
+    named by the rule's pad values. Remembered by the call's key: the layers of a model ask alike."""
+    key = call_key(op, types, attrs)
+    found = _MASKS.get(key) if key is not None else None
+    if found is None:
+        found = tuple(_find_masks(op, types, attrs))
+        if key is not None:
+            if len(_MASKS) >= 4096:
+                _MASKS.clear()
+            _MASKS[key] = found
+    return found
+
+
+def _find_masks(op, types: list[Type], attrs):
+    from ..ir.sharding import op_rule, without_placement
+
+    plain = [without_placement(t) for t in types]
+    full = op.full_attrs(attrs)
+    out = op.infer(plain, full)
+    rule = op_rule(op, plain, full, list(out.fields) if isinstance(out, TupleType) else [out])
+    for k, t in enumerate(types):
+        if not isinstance(t, DTensorType):
+            continue
+        for d in range(t.ndim):
+            if not t.placement.mesh_axes_of(d) or not rule.inputs[k][d] or _splits_evenly(t, d):
+                continue
+            factor = rule.inputs[k][d][0]
+            if factor in rule.reductions:
+                value = identity(rule.reductions[factor], t.dtype)
+            elif k in rule.pad_values:
+                value = rule.pad_values[k]
+            else:
+                continue
+            yield k, d, value, valid_length_expr(t.mesh, t.placement, d, t.shape[d])
 
 
 def _shape_expr(shape):
@@ -104,31 +145,10 @@ class _Lowerer:
             return args
         if not all(isinstance(a.type, (DTensorType, TensorType)) for a in call.args):
             return args  # tuple inputs (concat) reduce over nothing
-        from ..ir.sharding import op_rule, without_placement
-
-        plain = [without_placement(a.type) for a in call.args]
-        attrs = op.full_attrs(call.attrs)
-        out = op.infer(plain, attrs)
-        outs = list(out.fields) if isinstance(out, TupleType) else [out]
-        rule = op_rule(op, plain, attrs, outs)
         new = list(args)
-        for k, a in enumerate(call.args):
-            t = a.type
-            if not isinstance(t, DTensorType):
-                continue
-            for d in range(t.ndim):
-                if not t.placement.mesh_axes_of(d) or not rule.inputs[k][d] or _splits_evenly(t, d):
-                    continue
-                factor = rule.inputs[k][d][0]
-                if factor in rule.reductions:
-                    value = identity(rule.reductions[factor], t.dtype)
-                elif k in rule.pad_values:
-                    value = rule.pad_values[k]
-                else:
-                    continue
-                length = valid_length_expr(t.mesh, t.placement, d, t.shape[d])
-                mask = Call(get_op("mask_tail"), (new[k],), {"axis": d, "length": length, "value": value}, call.span)
-                new[k] = self.bind(f"{hint}_masked", mask)
+        for k, d, value, length in _masks(op, [a.type for a in call.args], call.attrs):
+            mask = Call(get_op("mask_tail"), (new[k],), {"axis": d, "length": length, "value": value}, call.span)
+            new[k] = self.bind(f"{hint}_masked", mask)
         return tuple(new)
 
     def block_op(self, b: Binding, call: Call, args: tuple) -> Expr:
@@ -219,7 +239,7 @@ class _Lowerer:
                     self.env[b.var] = args[0]  # one device on the axis: every block stays where it is
                     return None
                 new = kind.lower(value, args[0])
-            elif _touches_block(value):
+            elif _touches_block(value, gtype):
                 new = self.block_op(b, value, args)
             else:
                 args = self.masked(value, args, b.var.name)

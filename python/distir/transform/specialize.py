@@ -16,7 +16,6 @@ only the nodes whose types or attributes change; nodes with static types are reu
 
 from __future__ import annotations
 
-import gc
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -41,7 +40,7 @@ from ..ir.mesh import DeviceMesh, MeshError
 from ..ir.placement import Placement
 from ..ir.types import DTensorType, PrimType, ShapeType, TensorType, TupleType, Type
 from .legalize_redistribute import expand_replans
-from .pass_infra import ModulePass, PassContext, register_pass
+from .pass_infra import ModulePass, PassContext, gc_paused, register_pass
 
 __all__ = ["Specialize", "drop_identities", "specialize"]
 
@@ -350,13 +349,8 @@ def specialize(mod: IRModule, values: Mapping[str, int]) -> IRModule:
             raise SpecializeError(f"specialize: {k} must be an integer, got {v!r}")
         if v < 1:
             raise SpecializeError(f"specialize: {k}={v}; sizes must be at least 1")
-    gc_was_on = gc.isenabled()
-    gc.disable()  # the rebuild allocates many small acyclic nodes; collections would cost more than the work
-    try:
+    with gc_paused():  # the rebuild allocates many small acyclic nodes; collections would cost more than the work
         return _specialize(mod, values)
-    finally:
-        if gc_was_on:
-            gc.enable()
 
 
 def _specialize(mod: IRModule, values: dict[str, int]) -> IRModule:

@@ -24,6 +24,7 @@ from distir.runtime.spmd import SpmdStats, run_spmd
 from distir.testing import assert_sharded_equivalent
 from distir.transform import PassContext, get_pass
 from distir.transform.layout_choice.cost_model import CostModel
+from distir.transform.layout_choice.sharding_graph import build_graph
 from distir.transform.legalize_redistribute import AXIS_COSTS_KEY
 from distir.transform.pipelines import distribute_pipeline
 from distir.transform.redistribute_plan import (
@@ -34,7 +35,6 @@ from distir.transform.redistribute_plan import (
     step_cost,
     timing_for,
 )
-from distir.transform.layout_choice.sharding_graph import build_graph
 from distir.transform.specialize import specialize
 from helpers import redistribute_module
 

@@ -17,9 +17,9 @@ from distir.testing import assert_sharded_equivalent
 from distir.transform import PassContext, get_pass
 from distir.transform.layout_choice import solution, windows
 from distir.transform.layout_choice.cost_model import CostModel
-from distir.transform.layout_choice.strategies import site_strategies
 from distir.transform.layout_choice.propagate_sharding import ShardingAmbiguityWarning
 from distir.transform.layout_choice.sharding_graph import build_graph, preferred_placements
+from distir.transform.layout_choice.strategies import site_strategies
 from helpers import assert_no_worse_than_greedy
 
 HEADER = '''
@@ -213,18 +213,20 @@ def test_bundled_models_send_no_more_than_greedy_at_every_size_and_count(name):
 
 
 def test_a_stack_is_solved_in_windows_alike_layers_once_with_the_whole_function_optimum(monkeypatch):
-    # 8 layers (324 ops): cut between layers into 4 windows, of which the middle ones are alike and
-    # solved once; the layout sends what the integer program of the whole function finds, at every
-    # sampled size (ties below one byte may be broken differently: the residual after attention is
-    # kept S[1] by the windows and R by the whole program, the same bytes either way)
+    # 8 layers (324 ops): cut at the same place of every layer (between its attention and its MLP)
+    # into a first window, 7 alike windows solved once, and the tail after the last cut; the layout
+    # sends what the integer program of the whole function finds, at every sampled size (ties below
+    # one byte may be broken differently: the residual after attention is kept S[1] by the windows
+    # and R by the whole program, the same bytes either way)
     mod = distir.examples.llama_stack(8)
     graph = build_graph(mod["main"])
     prefs = preferred_placements(graph)
     cuts = windows._windows(graph)
-    assert len(cuts) == 4 and sum(len(w) for w in cuts) == len(graph.sites)
+    assert [sum(not s.is_hint for s in w) for w in cuts] == [37] + [40] * 7 + [7]
+    assert sum(len(w) for w in cuts) == len(graph.sites)
     plan, solved = windows.solve_layouts(graph, prefs, CostModel(graph))
     assert len(solved) == 3
-    monkeypatch.setattr(windows, "WINDOW_OPS", 10**6)  # one window: the whole function
+    monkeypatch.setattr(windows, "WHOLE_OPS", 10**6)  # one window: the whole function
     whole, solved_whole = windows.solve_layouts(graph, prefs, CostModel(graph))
     assert len(solved_whole) == 1
     assert plan.bytes == whole.bytes == 8 * 98304  # one all-reduce per attention block and per MLP, at s = 64, 4 workers

@@ -96,6 +96,16 @@ def test_builtin_passes_are_registered_by_kebab_name():
         assert cls.__name__[0].isupper()
 
 
+def test_passes_of_a_subpackage_are_registered_and_reachable_by_name():
+    import distir.transform
+
+    auto_shard = list_passes()["auto-shard"]  # declared in distir.transform.layout_choice.auto_shard
+    assert auto_shard.__module__ == "distir.transform.layout_choice.auto_shard"
+    assert distir.transform.AutoShard is auto_shard
+    assert list_passes()["propagate-sharding"] is distir.transform.PropagateSharding
+    assert "layout_choice.shard_params" in distir.transform._submodules()
+
+
 def test_unknown_pass_name_suggests_the_closest():
     with pytest.raises(PassError) as info:
         get_pass("canonicalise")

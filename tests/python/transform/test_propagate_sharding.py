@@ -14,8 +14,8 @@ from distir.ir import assert_structural_equal
 from distir.runtime.spmd import SpmdStats, run_spmd
 from distir.testing import assert_sharded_equivalent
 from distir.transform import PassContext, get_pass
-from distir.transform.pipelines import distribute_pipeline
 from distir.transform.layout_choice.propagate_sharding import ShardingAmbiguityWarning
+from distir.transform.pipelines import distribute_pipeline
 from distir.transform.specialize import specialize
 
 HEADER = '''
@@ -530,3 +530,24 @@ def test_a_declared_dtensor_return_type_lays_out_a_plain_program():
     assert str(after["main"].result.type.placement) == "S[0]"
     x = np.random.default_rng(3).standard_normal((8, 8)).astype("float32")
     assert_sharded_equivalent(distir.parse(HEADER + src), [x], num_workers=(1, 3))
+
+
+@pytest.mark.parametrize("name", ["attention", "llama"])
+def test_drafts_typed_as_their_layouts_say_are_the_functions_typed_by_inference(name):
+    # propagation compares the solver's and the greedy layout as drafts (each binding typed as its
+    # layout says) and types only the one it keeps: the drafts must be the typed functions
+    from distir.transform.layout_choice import propagate_sharding as ps
+    from distir.transform.layout_choice.cost_model import CostModel
+    from distir.transform.layout_choice.sharding_graph import build_graph, preferred_placements
+    from distir.transform.layout_choice.windows import solve_layouts
+
+    func = distir.examples.load(name)["main"]
+    graph = build_graph(func)
+    prefs = preferred_placements(graph)
+    cost = CostModel(graph)
+    plan, _ = solve_layouts(graph, prefs, cost)
+    greedy_cost = CostModel(graph, dim_size=ps.GREEDY_DIM_SIZE, fit_count=ps.GREEDY_FIT_COUNT)
+    for chosen, c in ((plan, cost), (None, greedy_cost)):
+        draft = ps._Materializer(graph, prefs, c, chosen, typed=False).run()
+        typed = ps._Materializer(graph, prefs, c, chosen, typed=True).run()
+        assert_structural_equal(ps.typed_function(draft), typed)

@@ -432,8 +432,18 @@ def _report_env(func: Function, mesh: DeviceMesh, sizes: Mapping[str, int]) -> d
 
 
 def _bytes_at(t: TensorType, mesh: DeviceMesh, p: Placement, env: Mapping[str, int]) -> int:
-    """Bytes a device holds of a tensor laid out ``p`` (its largest block, padding included)."""
-    return int(sym.evaluate(local_bytes(DTensorType(t.shape, t.dtype, mesh, p)), env))
+    """Bytes a device holds of a tensor laid out ``p`` (its largest block, padding included);
+    remembered (the weights of the layers of a stack share their types)."""
+    key = (t, mesh, p, tuple(env.items()))
+    n = _HELD.get(key)
+    if n is None:
+        if len(_HELD) >= 1 << 14:
+            _HELD.clear()
+        n = _HELD[key] = int(sym.evaluate(local_bytes(DTensorType(t.shape, t.dtype, mesh, p)), env))
+    return n
+
+
+_HELD: dict[tuple, int] = {}
 
 
 def _devices(mesh: DeviceMesh, env: Mapping[str, int]) -> int:
@@ -469,7 +479,8 @@ class _Search:
         graph = build_graph(self.typed({i: p for i, p in layouts.items() if i in self.free}), self.mesh_names)
         choice = ParamChoice(lambda s: [], lambda decided: [], self.activation_limit())
         try:
-            plan, _ = solve_layouts(graph, None, CostModel(graph, self.hints, axis_costs=self.axis_costs), choice, WINDOW_OPS)
+            plan, _ = solve_layouts(graph, None, CostModel(graph, self.hints, axis_costs=self.axis_costs), choice, WINDOW_OPS,
+                                    2 * WINDOW_OPS, alike=False)
         except AutoShardError:
             return None
         return write_layouts(graph, plan, CostModel(graph, self.hints, axis_costs=self.axis_costs))
@@ -576,7 +587,7 @@ class _Search:
 
         choice = ParamChoice(lambda s: cands[index[s.id]], rows, self.activation_limit())
         for _ in range(_RETRIES):
-            plan, _solved = solve_layouts(graph, prefs, cost, choice, WINDOW_OPS)
+            plan, _solved = solve_layouts(graph, prefs, cost, choice, WINDOW_OPS, 2 * WINDOW_OPS, alike=False)
             laid = {}
             for sid, i in index.items():
                 p = plan.primary.get(sid)

@@ -50,10 +50,14 @@ class CostModel:
         self.dim_size, self.fit_count = dim_size, fit_count
         self._sizes: dict[int, tuple[int, ...]] = {}
         self._nbytes: dict[int, int] = {}
-        self._nbytes_at: dict[tuple[int, int, int], int] = {}
+        self._nbytes_at: dict[tuple[tuple, int, int], int] = {}
         self._hint_share: dict[tuple, Fraction | None] = {}
         self._share_cache: dict[tuple, tuple[Fraction, ...] | None] = {}
-        self._sampled: dict[tuple[int, Placement | None, Placement], Fraction] = {}
+        self._sampled: dict[tuple[tuple, Placement | None, Placement], Fraction] = {}
+        self._likes: dict[int, tuple] = {}
+        # an op's strategies depend on its structure and on which layouts fit (this model's sizes):
+        # programs built with this model remember them here (Program.op)
+        self.strategies: dict[tuple, list] = {}
 
     def mesh(self, s: Slot) -> DeviceMesh:
         return self.g.mesh_of[s.id]
@@ -79,10 +83,18 @@ class CostModel:
             n = self._nbytes[s.id] = self.nbytes_at(s, MESH_SIZE_HINT, self.dim_size)
         return n
 
+    def like(self, s: Slot) -> tuple:
+        """What the costs of ``s`` depend on: its type and mesh (alike values of the layers of a stack
+        share their costs)."""
+        key = self._likes.get(s.id)
+        if key is None:
+            key = self._likes[s.id] = (s.tensor, id(self.g.mesh_of.get(s.id)))
+        return key
+
     def nbytes_at(self, s: Slot, mesh_size: int, dim_size: int) -> int:
         """Bytes of ``s`` with symbolic mesh sizes at ``mesh_size`` and other symbolic dims at ``dim_size``
         (``size_hints`` first)."""
-        key = (s.id, mesh_size, dim_size)
+        key = (self.like(s), mesh_size, dim_size)
         if key in self._nbytes_at:
             return self._nbytes_at[key]
         mesh_names = set().union(*(sym.free_vars(d) for d in self.mesh(s).shape)) if s.id in self.g.mesh_of else set()
@@ -101,7 +113,7 @@ class CostModel:
             return Fraction(0)
         if src.is_block or dst.is_block:
             return self.block_cost(s, src, dst)
-        key = (s.id, src, dst)
+        key = (self.like(s), src, dst)
         if key in self._sampled:
             return self._sampled[key]
         if self.axis_costs is not None:

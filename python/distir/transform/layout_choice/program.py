@@ -222,7 +222,15 @@ class Program:
             strategies = [Strategy(tuple(Placement.replicated(ndim) for _ in site.ins),
                                    tuple(Placement.replicated(ndim) for _ in site.outs))]
         else:
-            strategies = site_strategies(site, self.cost, [self.partial_ops(s) for s in site.ins], self.keep)
+            partial = [self.partial_ops(s) for s in site.ins]
+            key = None if site.structure is None else (
+                site.structure, tuple(frozenset(x) for x in partial),
+                tuple(self.slot_by_id[self.rid(s)].fixed for s in (*site.ins, *site.outs)))
+            strategies = self.cost.strategies.get(key) if key is not None else None
+            if strategies is None:  # alike sites (the layers of a stack) share them: the cost model is one
+                strategies = site_strategies(site, self.cost, partial, self.keep)
+                if key is not None:
+                    self.cost.strategies[key] = strategies
         self.strategies[id(site)] = strategies  # a recomputation may read a hint's value in any layout
         # the op itself reads a hint's value in the hinted layout (TVM's meaning, and the greedy pass's)
         # (where its rule accepts that layout; else, as the greedy pass does, in one it accepts)

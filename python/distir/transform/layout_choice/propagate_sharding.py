@@ -53,7 +53,7 @@ from ...ir.op import get_op
 from ...ir.placement import Partial, Placement, Replicate, Shard
 from ...ir.sharding import forward
 from ...ir.structural import structural_equal
-from ...ir.types import DTensorType, TensorType, TupleType
+from ...ir.types import DTensorType, TensorType, TupleType, Type
 from ..legalize_redistribute import axis_costs_of, fuse_reshapes
 from ..pass_infra import FunctionPass, PassContext, register_pass
 from .cost_model import INF, CostModel
@@ -91,7 +91,11 @@ class _Materializer:
     """Writes the function with the chosen layouts: the solver's plan (``plan``), or, without one,
     today's greedy choice op by op (``propagate-sharding.search = "greedy"``)."""
 
-    def __init__(self, graph: Graph, prefs: Preferences, cost: CostModel, plan: LayoutPlan | None = None):
+    def __init__(self, graph: Graph, prefs: Preferences, cost: CostModel, plan: LayoutPlan | None = None,
+                 typed: bool = True):
+        """``typed``: infer the type of each binding written; else write each with the type its layout
+        gives (a draft: :func:`typed_function` infers them once, for the draft kept)."""
+        self.typed = typed
         self.g = graph
         self.prefs = prefs
         self.cost = cost
@@ -100,10 +104,17 @@ class _Materializer:
         self.primary: dict[int, Placement | None] = {}
         self.emitted: list[Binding] = []
         self.names = {p.name for p in graph.func.params} | {b.var.name for b in graph.func.bindings()}
-        self.memo: dict[tuple[int, Placement], Fraction] = {}
+        # request costs and recomputations by the neighborhood of the value asked for (they depend
+        # on nothing else); neighborhoods are numbered while nothing changes, and again after
+        self.request_memo: dict[tuple[int, Placement, int], Fraction] = {}
+        self.recompute_memo: dict[tuple[int, Placement, int], tuple] = {}
+        self.neighborhoods: dict[tuple[int, int], int] = {}
+        self.interned: dict[tuple, int] = {}
         self.plain_versions: dict[tuple[int, int, Placement | None], Var] = {}  # plain slots laid out on a mesh
         self.redistribute = get_op("dist.redistribute")
         self.slot_by_id = {s.id: s for s in graph.slots}
+        self.candidate_memo: dict[tuple, list] = {}
+        self.choice_memo: dict[tuple, tuple] = {}
 
     # -- sizes and costs ------------------------------------------------------------------
     def mesh(self, s: Slot) -> DeviceMesh:
@@ -115,33 +126,49 @@ class _Materializer:
     def redistribute_cost(self, s: Slot, src: Placement | None, dst: Placement) -> Fraction:
         return self.cost.redistribute_cost(s, src, dst)
 
+    def neighborhood(self, s: Slot, depth: int) -> int:
+        """A number for what :meth:`request_cost` and :meth:`recompute_plan` of ``s`` at ``depth``
+        depend on: its type and the layouts it exists in, and, up to ``RECOMPUTE_DEPTH``, its
+        producer's structure and its inputs' layouts (primary, preferred, existing) and
+        neighborhoods. Alike values in alike states (the layers of a stack) get the same number, so
+        what is worked out for one serves the others."""
+        key = (s.id, depth)
+        n = self.neighborhoods.get(key)
+        if n is None:
+            site, inner = s.producer, None
+            if depth < RECOMPUTE_DEPTH and site is not None and _recomputable(site):
+                inner = (site.structure or id(site), tuple(
+                    (self.primary.get(x.id), self.prefs.placement(x), self.neighborhood(x, depth + 1)) for x in site.ins))
+            whole = (self.cost.like(s), tuple(self.versions[s.id]), inner)
+            n = self.neighborhoods[key] = self.interned.setdefault(whole, len(self.interned))
+        return n
+
     def request_cost(self, s: Slot, q: Placement, depth: int = 0) -> Fraction:
         """Bytes to get slot ``s`` in layout ``q`` from what exists (without emitting anything)."""
         vs = self.versions[s.id]
         if q in vs or None in vs:  # a plain value is replicated: any layout is a local slice of it
             return Fraction(0)
-        key = (s.id, q)
-        if depth == 0 and key in self.memo:
-            return self.memo[key]
-        cost = min(self.redistribute_cost(s, src, q) for src in vs)
-        if cost > 0:
-            cost = min(cost, self.recompute_plan(s, q, depth)[0])
-        if depth == 0:
-            self.memo[key] = cost
+        key = (self.neighborhood(s, depth), q, depth)
+        cost = self.request_memo.get(key)
+        if cost is None:
+            cost = min(self.redistribute_cost(s, src, q) for src in vs)
+            if cost > 0:
+                cost = min(cost, self.recompute_plan(s, q, depth)[0])
+            self.request_memo[key] = cost
         return cost
 
     def recompute_plan(self, s: Slot, q: Placement, depth: int) -> tuple[Fraction, tuple[Placement, ...] | None]:
         """Cheapest input layouts that make ``s``'s producer compute ``s`` in layout ``q`` directly."""
         site = s.producer
-        if (
-            depth >= RECOMPUTE_DEPTH
-            or site is None
-            or site.rule is None
-            or site.rule.reductions
-            or len(site.outs) != 1
-            or not site.ins
-        ):
+        if depth >= RECOMPUTE_DEPTH or site is None or not _recomputable(site):
             return INF, None
+        key = (self.neighborhood(s, depth), q, depth)
+        found = self.recompute_memo.get(key)
+        if found is None:
+            found = self.recompute_memo[key] = self._recompute_plan(site, q, depth)
+        return found
+
+    def _recompute_plan(self, site: Site, q: Placement, depth: int) -> tuple[Fraction, tuple[Placement, ...] | None]:
         best: tuple[Fraction, tuple[Placement, ...] | None] = (INF, None)
         for placements, outs in self.candidates(site, [q]):
             if outs[0] != q:
@@ -187,8 +214,22 @@ class _Materializer:
                 unique.append(opt)
         return unique
 
-    def candidates(self, site: Site, out_hints):
-        """(input placements, output placements) pairs the op's rule accepts."""
+    def candidates(self, site: Site, out_hints) -> list:
+        """(input placements, output placements) pairs the op's rule accepts, in the order the greedy
+        choice breaks ties by. They depend on the site's structure and on the layouts its inputs
+        have, are preferred in, and exist in: alike sites in alike states (the layers of a stack)
+        share them."""
+        structure = site.structure
+        if structure is None:
+            return list(self._candidates(site, out_hints))
+        key = (structure, tuple(out_hints),
+               tuple((self.primary.get(s.id), self.prefs.placement(s), tuple(self.versions.get(s.id, ()))) for s in site.ins))
+        found = self.candidate_memo.get(key)
+        if found is None:
+            found = self.candidate_memo[key] = list(self._candidates(site, out_hints))
+        return found
+
+    def _candidates(self, site: Site, out_hints):
         ndim = site.mesh.ndim
         per_axis = [self.axis_options(site, a, out_hints) for a in range(ndim)]
         for combo in itertools.product(*per_axis):
@@ -215,20 +256,24 @@ class _Materializer:
         self.names.add(name)
         return name
 
-    def emit(self, name: str, value: Expr, span) -> Var:
-        """Bind ``value`` to a new var in the block being written."""
-        try:
-            t = value.type
-        except DistirError as err:
-            raise DiagnosticError(f"propagate-sharding: '{name}' does not type after propagation: {err}", span) from None
+    def emit(self, name: str, value: Expr, span, t: Type | None = None) -> Var:
+        """Bind ``value`` to a new var in the block being written, typed ``t`` in a draft (the type
+        its layout gives), else as inferred."""
+        if self.typed or t is None:
+            t = _inferred(name, value, span)
         var = Var(name, t, span)
         self.emitted.append(Binding(var, value, span))
+        self.neighborhoods.clear()  # a new version: the state changed
         return var
+
+    def laid(self, s: Slot, q: Placement, mesh: DeviceMesh | None = None) -> DTensorType:
+        """The type of ``s`` laid out ``q`` (on ``mesh``, by default its own)."""
+        return DTensorType(s.tensor.shape, s.tensor.dtype, mesh or self.mesh(s), q)
 
     def as_var(self, s: Slot, q: Placement | None) -> Expr:
         e = self.versions[s.id][q]
         if isinstance(e, TupleGetItem):
-            var = self.emit(self.fresh(s.name), e, s.span)
+            var = self.emit(self.fresh(s.name), e, s.span, e.type)
             self.versions[s.id][q] = var
             return var
         return e
@@ -258,7 +303,7 @@ class _Materializer:
         if placements is not None and (self.plan is not None or rc < cost):
             args = self.rebuild_args(site, placements, depth + 1)
             call = Call(site.op, args, site.binding.value.attrs, site.binding.span)
-            var = self.emit(name or self.fresh(f"{s.name}_{_tag(q)}"), call, site.binding.span)
+            var = self.emit(name or self.fresh(f"{s.name}_{_tag(q)}"), call, site.binding.span, self.laid(s, q))
             vs[q] = var
             return var
         if cost >= INF or src is None:
@@ -267,7 +312,7 @@ class _Materializer:
             )
         x = self.as_var(s, src)
         call = Call(self.redistribute, (x,), {"device_mesh": self.mesh(s), "placement": q}, s.span)
-        var = self.emit(name or self.fresh(f"{s.name}_{_tag(q)}"), call, s.span)
+        var = self.emit(name or self.fresh(f"{s.name}_{_tag(q)}"), call, s.span, self.laid(s, q))
         vs[q] = var
         return var
 
@@ -281,10 +326,12 @@ class _Materializer:
         if key not in self.plain_versions:
             rkey = (s.id, id(mesh), None)
             if rkey not in self.plain_versions:
+                whole = Placement.replicated(mesh.ndim)
                 call = Call(get_op("dist.replicate"), (plain,), {"device_mesh": mesh}, s.span)
-                self.plain_versions[rkey] = self.emit(self.fresh(f"{s.name}_{_tag(Placement.replicated(mesh.ndim))}"), call, s.span)
+                self.plain_versions[rkey] = self.emit(self.fresh(f"{s.name}_{_tag(whole)}"), call, s.span,
+                                                      self.laid(s, whole, mesh))
             call = Call(self.redistribute, (self.plain_versions[rkey],), {"device_mesh": mesh, "placement": q}, s.span)
-            self.plain_versions[key] = self.emit(name or self.fresh(f"{s.name}_{_tag(q)}"), call, s.span)
+            self.plain_versions[key] = self.emit(name or self.fresh(f"{s.name}_{_tag(q)}"), call, s.span, self.laid(s, q, mesh))
         return self.plain_versions[key]
 
     def rebuild_args(self, site: Site, placements, depth: int = 0) -> tuple[Expr, ...]:
@@ -318,7 +365,7 @@ class _Materializer:
         return None if p is None else self.cost.fitted(s, p, self.mesh(s))
 
     def op_site(self, site: Site) -> None:
-        self.memo.clear()
+        self.neighborhoods.clear()
         b = site.binding
         if not any(s.distributable for s in site.ins) and not any(s.fixed for s in site.outs):
             args = self.rebuild_args(site, [None] * len(site.ins))  # nothing distributed: kept as it is
@@ -336,24 +383,7 @@ class _Materializer:
             choice = tuple(Placement.replicated(site.mesh.ndim) for _ in site.ins)
             outs = [Placement.replicated(site.mesh.ndim)] * len(site.outs)
         else:
-            hints = [s.fixed or self.prefs.placement(s) for s in site.outs]
-            best, choice, outs = None, None, None
-            for index, (placements, out_pls) in enumerate(self.candidates(site, hints)):
-                cost = sum((self.request_cost(s, p) for s, p in zip(site.ins, placements)), Fraction(0))
-                for s, p in zip(site.outs, out_pls):
-                    if s.fixed is not None and s.fixed != p:
-                        cost += self.redistribute_cost(s, p, s.fixed)
-                mismatch = sum(
-                    (p != h) * len(p) if h.is_block else sum(a != b for a, b in zip(p.specs, h.specs))
-                    for p, h in zip(out_pls, hints)
-                )
-                moved = sum(
-                    p != self.primary.get(s.id) if s.distributable else not p.is_replicated
-                    for s, p in zip(site.ins, placements)
-                )
-                key = (cost, mismatch, moved, index)
-                if best is None or key < best:
-                    best, choice, outs = key, placements, out_pls
+            choice, outs = self.greedy_choice(site)
             if choice is None:
                 raise DiagnosticError(
                     f"propagate-sharding: no layout of the inputs of R.{site.op.name} fits its sharding rule "
@@ -361,12 +391,51 @@ class _Materializer:
                     b.span,
                 )
         args = self.rebuild_args(site, choice)
-        var = self.emit(b.var.name, Call(site.op, args, b.value.attrs, b.span), b.span)
+        laid = iter(outs)
+        t = _structured_type(b.var.type, lambda leaf: DTensorType(leaf.shape, leaf.dtype, site.mesh, next(laid)))
+        var = self.emit(b.var.name, Call(site.op, args, b.value.attrs, b.span), b.span, t)
         self.set_outputs(site, var, list(outs))
         for s in site.outs:
             if s.fixed is not None and self.primary[s.id] != s.fixed:
                 self.obtain(s, s.fixed, name=s.hinted_as)  # the hint's var names the value it asked for
                 self.primary[s.id] = s.fixed
+
+    def greedy_choice(self, site: Site) -> tuple:
+        """(input layouts, output layouts) the greedy choice takes for ``site``: the candidate that
+        moves the fewest bytes given what exists, then the fewest outputs unlike the preferences,
+        then the fewest inputs moved, then the first. It depends on the site's structure, its
+        outputs' hints and its inputs' neighborhoods and layouts: alike sites in alike states (the
+        layers of a stack) share it. (None, None): no candidate."""
+        hints = [s.fixed or self.prefs.placement(s) for s in site.outs]
+        key = None
+        if site.structure is not None:
+            key = (site.structure, tuple(hints),
+                   tuple((self.neighborhood(x, 0), self.primary.get(x.id), self.prefs.placement(x), x.distributable)
+                         for x in site.ins),
+                   tuple((s.fixed, self.cost.like(s)) for s in site.outs))
+            found = self.choice_memo.get(key)
+            if found is not None:
+                return found
+        best, choice, outs = None, None, None
+        for index, (placements, out_pls) in enumerate(self.candidates(site, hints)):
+            cost = sum((self.request_cost(s, p) for s, p in zip(site.ins, placements)), Fraction(0))
+            for s, p in zip(site.outs, out_pls):
+                if s.fixed is not None and s.fixed != p:
+                    cost += self.redistribute_cost(s, p, s.fixed)
+            mismatch = sum(
+                (p != h) * len(p) if h.is_block else sum(a != b for a, b in zip(p.specs, h.specs))
+                for p, h in zip(out_pls, hints)
+            )
+            moved = sum(
+                p != self.primary.get(s.id) if s.distributable else not p.is_replicated
+                for s, p in zip(site.ins, placements)
+            )
+            rank = (cost, mismatch, moved, index)
+            if best is None or rank < best:
+                best, choice, outs = rank, placements, out_pls
+        if key is not None:
+            self.choice_memo[key] = (choice, outs)
+        return choice, outs
 
     def block_site(self, site: Site) -> bool:
         """An op whose inputs are held in one block layout and that keeps it (elementwise, or a
@@ -390,6 +459,7 @@ class _Materializer:
         return True
 
     def set_outputs(self, site: Site, var: Var, placements) -> None:
+        self.neighborhoods.clear()
         if isinstance(var.type, TupleType):
             for i, (s, p) in enumerate(zip(site.outs, placements)):
                 self.versions[s.id] = {p: TupleGetItem(var, i)}
@@ -400,12 +470,13 @@ class _Materializer:
                 self.primary[s.id] = p
 
     def hint_site(self, site: Site) -> None:
+        self.neighborhoods.clear()
         b = site.binding
         x, y = site.ins[0], site.outs[0]
         if site.op.name == "dist.replicate":  # written by an earlier run: keep it
             q = Placement.replicated(self.mesh(y).ndim)
             value = self.obtain_plain(x, q, None, None) if not x.distributable else self.as_var(x, self.primary[x.id])
-            value = self.emit(b.var.name, Call(site.op, (value,), b.value.attrs, b.span), b.span)
+            value = self.emit(b.var.name, Call(site.op, (value,), b.value.attrs, b.span), b.span, self.laid(y, q))
             self.versions[y.id] = {q: value}
             self.primary[y.id] = q
             return
@@ -419,7 +490,7 @@ class _Materializer:
         if self.mesh(y) != self.mesh(x):  # a transfer to another mesh (pipeline stages): kept as written
             src = self.as_var(x, self.primary[x.id])
             call = Call(self.redistribute, (src,), {"device_mesh": self.mesh(y), "placement": q}, b.span)
-            value = self.emit(b.var.name, call, b.span)
+            value = self.emit(b.var.name, call, b.span, self.laid(y, q))
         else:
             value = self.obtain(x, q, name=b.var.name)
             if self.plan is not None and site.op.name == "dist.annotate_sharding":  # the hint's value is the
@@ -485,11 +556,46 @@ class _Materializer:
                     self.op_site(site)
             blocks.append((block, self.emitted))
         self.emitted = blocks[-1][1] if blocks else []  # the result's reductions join the last block
+        self.neighborhoods.clear()
         result = self.result(f.result, f.ret_type)
         if not blocks and self.emitted:
             blocks.append((None, self.emitted))
         ret_type = result.type if f.ret_type is not None else None  # a declared return type follows the layout
         return f.replace(params=tuple(params), blocks=_blocks(blocks, result), result=result, ret_type=ret_type)
+
+
+def _inferred(name: str, value: Expr, span) -> Type:
+    try:
+        return value.type
+    except DistirError as err:
+        raise DiagnosticError(f"propagate-sharding: '{name}' does not type after propagation: {err}", span) from None
+
+
+def _structured_type(t: Type, leaf) -> Type:
+    """``t`` with each tensor type in it replaced by ``leaf(tensor type)``, in order."""
+    if isinstance(t, TupleType):
+        return TupleType(tuple(_structured_type(f, leaf) for f in t.fields))
+    return leaf(t)
+
+
+class _Mistyped(Exception):
+    """A draft's type differs from the one inferred (a draft is then not to be trusted)."""
+
+
+def typed_function(func: Function) -> Function:
+    """A draft written with the types its layouts give (``_Materializer(typed=False)``), each binding's
+    type inferred: the function to keep. Raises the one-line error of a binding that does not type,
+    and :class:`_Mistyped` where an inferred type differs from the draft's."""
+    for b in func.bindings():
+        t = _inferred(b.var.name, b.value, b.span)
+        if t is not b.var.type and not (hash(t) == hash(b.var.type) and t == b.var.type):
+            raise _Mistyped(b.var.name)
+    return func
+
+
+def _recomputable(site: Site) -> bool:
+    """Whether the greedy choice may compute ``site``'s one output again in another layout."""
+    return site.rule is not None and not site.rule.reductions and len(site.outs) == 1 and bool(site.ins)
 
 
 def _structured(t, ret_type, leaf):
@@ -569,17 +675,35 @@ def lay_out(graph: Graph, ctx: PassContext) -> Function:
         _warn_ambiguities(graph, prefs)
         return new
     plan, solved = solve_layouts(graph, prefs, cost)
-    new = _Materializer(graph, prefs, cost, plan).run()
-    if guard:
+    guard_cost = greedy_cost if guard else None
+    try:  # drafts, typed as their layouts say: only the function kept is typed binding by binding
+        new, kept_greedy = _choose(graph, prefs, plan, cost, guard_cost, hints, axis_costs, draft=True)
+    except _Mistyped:  # a draft's types were not the inferred ones: compare typed functions
+        new, kept_greedy = _choose(graph, prefs, plan, cost, guard_cost, hints, axis_costs, draft=False)
+    if kept_greedy:
+        _warn_ambiguities(graph, prefs)
+    else:
+        _warn_ties(graph, prefs, plan, solved)
+    return new
+
+
+def _choose(graph: Graph, prefs: Preferences, plan: LayoutPlan, cost: CostModel, greedy_cost: CostModel | None,
+            hints, axis_costs, draft: bool) -> tuple[Function, bool]:
+    """(the function to keep, whether it is the greedy layout): the one ``plan`` lays out, unless the
+    greedy choice (given ``greedy_cost``: the guard) sends fewer bytes at some sampled size. Both are
+    written as drafts (``draft``) and compared; the one kept is typed."""
+    new = _Materializer(graph, prefs, cost, plan, typed=not draft).run()
+    if greedy_cost is not None:
         try:
-            greedy = _Materializer(graph, prefs, greedy_cost).run()
+            greedy = _Materializer(graph, prefs, greedy_cost, typed=not draft).run()
         except DiagnosticError:
             greedy = None  # the greedy choice cannot lay it out; the solver could
         if greedy is not None and not structural_equal(new, greedy) and not _no_worse(new, greedy, graph, hints, axis_costs):
-            _warn_ambiguities(graph, prefs)
-            return greedy
-    _warn_ties(graph, prefs, plan, solved)
-    return new
+            try:
+                return typed_function(greedy), True
+            except DiagnosticError:
+                pass  # the greedy layout does not type: the solver's is kept
+    return typed_function(new), False
 
 
 def write_layouts(graph: Graph, plan: LayoutPlan, cost: CostModel) -> Function:

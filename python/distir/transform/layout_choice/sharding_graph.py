@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from ...errors import DiagnosticError, DistirError, Span, TypeInferenceError
 from ...ir.expr import Binding, Call, Constant, Expr, Function, Tuple, TupleGetItem, Var
 from ...ir.mesh import DeviceMesh
-from ...ir.op import OpDef
+from ...ir.op import OpDef, call_key
 from ...ir.placement import Partial, Placement, Replicate, Shard, Spec, StridedShard, shard_spec
 from ...ir.sharding import ShardingRule, factor_at, forward, op_rule, spec_at, with_sizes, without_placement
 from ...ir.types import DTensorType, TensorType, TupleType, Type
@@ -42,6 +42,7 @@ __all__ = [
 ]
 
 HINT_OPS = ("dist.annotate_sharding", "dist.redistribute", "dist.replicate")  # they pin a layout
+_RULES: dict[tuple, ShardingRule] = {}  # call_key of (op, input and output tensors, attrs) -> its rule
 
 
 @dataclass(eq=False)
@@ -90,6 +91,19 @@ class Site:
     @property
     def name(self) -> str:
         return self.binding.var.name
+
+    @property
+    def structure(self) -> tuple | None:
+        """What the site's rule, strategies and costs depend on (the op, its attrs, its tensors'
+        types, its mesh, its strided cuts): alike sites (the layers of a stack) share it, and what
+        is worked out for one serves them all. None where an attr cannot be keyed."""
+        key = self.__dict__.get("_structure", self)
+        if key is self:
+            call = call_key(self.op, [s.tensor for s in self.ins], self.binding.value.attrs)
+            key = None if call is None else (call, tuple(s.tensor for s in self.outs), self.mesh,
+                                               tuple(self.strided_cuts))
+            self.__dict__["_structure"] = key
+        return key
 
     @property
     def is_hint(self) -> bool:
@@ -238,11 +252,18 @@ class _Builder:
                 ins[0].hinted_as = b.var.name
         elif op.sharding is not None and outs:
             tensors = [s.tensor for s in ins]
-            try:
-                outs_t = [s.tensor for s in outs]
-                site.rule = with_sizes(op_rule(op, tensors, dict(op.full_attrs(value.attrs)), outs_t), tensors, outs_t)
-            except (DistirError, IndexError) as err:
-                self.fail(b, f"the sharding rule of R.{op.name} does not apply here: {err}")
+            outs_t = [s.tensor for s in outs]
+            key = call_key(op, tensors + outs_t, value.attrs)
+            site.rule = _RULES.get(key) if key is not None else None
+            if site.rule is None:
+                try:
+                    site.rule = with_sizes(op_rule(op, tensors, dict(op.full_attrs(value.attrs)), outs_t), tensors, outs_t)
+                except (DistirError, IndexError) as err:
+                    self.fail(b, f"the sharding rule of R.{op.name} does not apply here: {err}")
+                if key is not None:
+                    if len(_RULES) >= 4096:
+                        _RULES.clear()
+                    _RULES[key] = site.rule
             site.lead_in = [_lead(d) for d in site.rule.inputs]
             site.lead_out = [_lead(d) for d in site.rule.outputs]
         for s in outs:
@@ -429,11 +450,15 @@ class Conflict:
 class Preferences:
     """Per slot and mesh axis: the spec propagation prefers (None: nothing known, i.e. R)."""
 
-    specs: dict[int, list[Spec | None]]
+    specs: dict[int, list[Spec | None]]  # settled: propagation is done when Preferences is made
     conflicts: list[Conflict]
+    _placements: dict[int, Placement] = field(default_factory=dict, repr=False)
 
     def placement(self, slot: Slot) -> Placement:
-        return Placement(tuple(s if s is not None else Replicate() for s in self.specs[slot.id]))
+        p = self._placements.get(slot.id)
+        if p is None:
+            p = self._placements[slot.id] = Placement(tuple(s if s is not None else Replicate() for s in self.specs[slot.id]))
+        return p
 
 
 class _Propagator:

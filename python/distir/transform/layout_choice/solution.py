@@ -6,6 +6,7 @@ explanations)."""
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -23,6 +24,17 @@ MEMORY_WEIGHT = Fraction(0)  # bytes held count only as a tie-break (W_MEMORY), 
 # HiGHS, exact (no gap). Presolve off: on these programs (a few thousand columns, mostly implied by a
 # few hundred strategy choices) it costs more than it saves (measured: frontend Llama 1.4 s -> 0.6 s)
 SOLVER_OPTIONS = {"mip_rel_gap": 0.0, "presolve": False}
+# HiGHS options scipy does not list (it passes them on with a warning). The feasibility-jump
+# heuristic looks for a first solution the root LP and its cuts find anyway on these programs:
+# without it each program takes half the time (measured on llama_stack(8)'s windows)
+HIGHS_OPTIONS = {"mip_heuristic_run_feasibility_jump": False}
+
+
+def _milp(c, **kw):
+    """``scipy.optimize.milp`` with :data:`SOLVER_OPTIONS` and :data:`HIGHS_OPTIONS`."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Unrecognized options detected", RuntimeWarning)
+        return milp(c, options={**SOLVER_OPTIONS, **HIGHS_OPTIONS}, **kw)
 
 
 class Infeasible(Exception):
@@ -86,8 +98,7 @@ def solve_program(model: Program, force: tuple[int, Placement] | None = None) ->
     if model.peak_cols:  # the least peak first: the activation limit is relative to it
         aim = np.zeros(n)
         aim[model.peak_cols] = 1.0
-        step = milp(aim, integrality=integrality, bounds=(np.array(model.lb), ub), constraints=constraints,
-                    options=SOLVER_OPTIONS)
+        step = _milp(aim, integrality=integrality, bounds=(np.array(model.lb), ub), constraints=constraints)
         if step.x is None:
             raise Infeasible()
         least_x = step.x
@@ -110,7 +121,7 @@ def solve_program(model: Program, force: tuple[int, Placement] | None = None) ->
             continue
         tie_break = aim is model.tb
         weights = np.array(aim) if tie_break else _units(aim)
-        step = milp(weights, integrality=integrality, bounds=bounds, constraints=constraints, options=SOLVER_OPTIONS)
+        step = _milp(weights, integrality=integrality, bounds=bounds, constraints=constraints)
         if res is None and step.x is None:
             raise Infeasible()
         # a later program's answer is kept only if it meets the optima before exactly (checked in

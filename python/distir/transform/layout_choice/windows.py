@@ -19,7 +19,8 @@ from .strategies import Strategy
 
 __all__ = ["Solved", "solve_layouts"]
 
-WINDOW_OPS = 48  # a function of more ops is solved in windows of at least this many (see solve_layouts)
+WHOLE_OPS = 96  # a function of at most this many ops is one program; a longer one is solved in windows
+WINDOW_OPS = 24  # of at least this many ops (about a layer of a transformer: alike layers are solved once)
 
 
 @dataclass
@@ -31,19 +32,20 @@ class Solved:
     decided: set[int]
 
 
-def solve_layouts(graph: Graph, prefs: Preferences | None, cost: CostModel,
-                  choice: ParamChoice | None = None, window_ops: int = 0) -> tuple[LayoutPlan, list[Solved]]:
+def solve_layouts(graph: Graph, prefs: Preferences | None, cost: CostModel, choice: ParamChoice | None = None,
+                  window_ops: int = 0, whole_ops: int = 0, alike: bool = True) -> tuple[LayoutPlan, list[Solved]]:
     """The cheapest layout of the function (see :mod:`.program`), and the programs solved (to
     ask what another layout of one value would cost, :func:`~.solution.alternative_cost`). ``choice``: the
-    layouts free parameters may take and limits on them (:class:`ParamChoice`); ``window_ops``, when
-    given, replaces ``WINDOW_OPS`` (smaller windows: a faster, less global search).
+    layouts free parameters may take and limits on them (:class:`ParamChoice`); ``window_ops`` and
+    ``whole_ops``, when given, replace ``WINDOW_OPS`` and ``WHOLE_OPS``; ``alike``: see :func:`_windows`.
 
-    A function of more than ``2 * WINDOW_OPS`` ops is cut into windows where the fewest values
-    computed before the cut are read after it (:func:`_windows`), each of at least ``WINDOW_OPS`` ops, and solved window by window: a window takes the values of
-    earlier ones as given, in the layouts they were made in. Windows alike (the same ops, types and
-    preferences, reading values given in the same layouts: the layers of a stack) are solved once.
-    Each window is optimal given the ones before it; the whole is not guaranteed to be."""
-    windows = _windows(graph, window_ops or WINDOW_OPS)
+    A function of more than ``WHOLE_OPS`` ops is cut into windows where the fewest values computed
+    before the cut are read after it (:func:`_windows`), each of at least ``WINDOW_OPS`` ops, and
+    solved window by window: a window takes the values of earlier ones as given, in the layouts they
+    were made in. Windows alike (the same ops, types and preferences, reading values given in the
+    same layouts: the layers of a stack) are solved once. Each window is optimal given the ones
+    before it; the whole is not guaranteed to be."""
+    windows = _windows(graph, window_ops or WINDOW_OPS, whole_ops or WHOLE_OPS, alike)
     if len(windows) == 1:
         model = Program(graph, prefs, cost, choice=choice)
         model.build()
@@ -151,13 +153,17 @@ def _carry_aliases(graph: Graph, sites: list[Site], root: dict[int, int], read_a
             read_as[y.id] = q
 
 
-def _windows(graph: Graph, window_ops: int = 0) -> list[list[Site]]:
+def _windows(graph: Graph, window_ops: int = 0, whole_ops: int = 0, alike: bool = True) -> list[list[Site]]:
     """The sites cut where fewest computed values cross (between the layers of a stack: the residual
     stream, and tables such as the rotary embedding's that every layer reads), in windows of
-    ``WINDOW_OPS`` ops or more."""
+    ``window_ops`` (``WINDOW_OPS``) ops or more; a function of at most ``whole_ops`` (``WHOLE_OPS``)
+    ops is one window. ``alike``: cut only before the op that most often follows such a place (in
+    a stack: the same place of every layer), and keep the tail after the last cut a window of its
+    own, so that the windows between are alike and solved once; else (auto-shard's windows) cut at
+    the first such place after ``window_ops`` ops, and join a short tail to the window before it."""
     sites = graph.sites
     window_ops = window_ops or WINDOW_OPS
-    if sum(1 for s in sites if not s.is_hint) <= 2 * window_ops:
+    if sum(1 for s in sites if not s.is_hint) <= (whole_ops or WHOLE_OPS):
         return [sites]
     end = len(sites)
     last_read: dict[int, int] = {}
@@ -173,19 +179,28 @@ def _windows(graph: Graph, window_ops: int = 0) -> list[list[Site]]:
         live.update(s.id for s in site.outs if last_read.get(s.id, -1) > i and s.id in graph.mesh_of)
         crossing.append(len(live))
     narrowest = min(crossing[window_ops : end - window_ops] or [0])  # the tail narrows as shared values die
+    cuts = [i for i in range(end - 1) if crossing[i] <= narrowest]
+    # of the narrowest places, those before the op that most often follows one (in a stack: the same
+    # place in every layer), so that the windows between them are alike
+    count: dict = {}
+    for i in cuts:
+        what = sites[i + 1].structure or id(sites[i + 1])
+        count[what] = count.get(what, 0) + 1
+    phase = max(count, key=lambda k: count[k]) if count else None  # the first of the most frequent
+    cuts_at = {i for i in cuts if not alike or (sites[i + 1].structure or id(sites[i + 1])) == phase}
     windows: list[list[Site]] = []
     cur: list[Site] = []
     ops = 0
     for i, site in enumerate(sites):
         cur.append(site)
         ops += not site.is_hint
-        if ops >= window_ops and crossing[i] <= narrowest and i < end - 1:
+        if ops >= window_ops and i in cuts_at:
             windows.append(cur)
             cur, ops = [], 0
     if cur:
-        if windows and sum(1 for s in cur if not s.is_hint) < window_ops:
+        if not alike and windows and sum(1 for s in cur if not s.is_hint) < window_ops:
             windows[-1].extend(cur)  # a short tail joins the window before it
-        else:
+        else:  # (alike: a window of its own, so that the windows before it stay alike)
             windows.append(cur)
     return windows
 
@@ -196,17 +211,18 @@ def _signature(graph: Graph, prefs: Preferences | None, w: Window) -> tuple[tupl
     local: dict[int, int] = {}
     root, read_as = dict(w.root), dict(w.read_as)
     items: list = []
+    inside = {id(site) for site in w.sites}
 
     def ref(s: Slot) -> int:
         if s.id not in local:
             local[s.id] = len(local)
             rid = root.get(s.id, s.id)
-            outside = s.producer is None or s.producer not in w.sites
+            outside = s.producer is None or id(s.producer) not in inside
             items.append((
-                "slot", local[s.id], str(s.tensor), s.distributable, str(s.fixed), graph.mesh_of.get(s.id) is not None,
-                tuple(sorted(map(str, w.frozen.get(rid, ())))) if outside else None,
-                str(read_as.get(s.id)), local.get(rid) if rid != s.id else None,
-                str(prefs.placement(s)) if prefs is not None and s.id in prefs.specs else None,
+                "slot", local[s.id], s.tensor, s.distributable, s.fixed, graph.mesh_of.get(s.id) is not None,
+                frozenset(w.frozen.get(rid, ())) if outside else None,
+                read_as.get(s.id), local.get(rid) if rid != s.id else None,
+                prefs.placement(s) if prefs is not None and s.id in prefs.specs else None,
             ))
         return local[s.id]
 
@@ -218,9 +234,11 @@ def _signature(graph: Graph, prefs: Preferences | None, w: Window) -> tuple[tupl
             root[y.id] = root.get(x.id, x.id)
             read_as[y.id] = q
         outs = tuple(ref(s) for s in site.outs)
-        mesh = site.mesh.shape_str() if site.mesh is not None else None
-        items.append(("site", site.op.name, repr(sorted(site.binding.value.attrs.items(), key=lambda kv: kv[0])), mesh,
-                      ins, outs))
+        what = site.structure  # the op, its attrs and types, its mesh and its strided cuts
+        if what is None:
+            mesh = site.mesh.shape_str() if site.mesh is not None else None
+            what = (site.op.name, repr(sorted(site.binding.value.attrs.items(), key=lambda kv: kv[0])), mesh)
+        items.append(("site", what, ins, outs))
     for s in result_slots(graph) if w.last else ():
         items.append(("result", ref(s)))
     return tuple(items), list(local)
