@@ -62,7 +62,7 @@ from ..ir.types import DTensorType, TupleType, dtype_bytes
 from .redistribute_plan import Timing, exchange_link, plan_cost, plan_redistribute, strided_share, timing_for
 from .sharding_graph import Graph, Preferences, Site, Slot, field_slots
 
-__all__ = ["ActivationLimit", "CostModel", "LayoutPlan", "ParamChoice", "Solved", "Strategy", "alternative",
+__all__ = ["ActivationLimit", "CostModel", "LayoutPlan", "NoLayoutError", "ParamChoice", "Solved", "Strategy", "alternative",
            "function_peak", "site_strategies",
            "solve_layouts", "visible_layouts"]
 
@@ -990,6 +990,10 @@ class _Infeasible(Exception):
     pass
 
 
+class NoLayoutError(DiagnosticError):
+    """No layout of the function meets its constraints (hints, or a caller's limits: auto-shard's budgets)."""
+
+
 @dataclass(frozen=True)
 class _Cost:
     objective: Fraction  # bytes each worker sends summed over the sampled sizes (results counted as gathered)
@@ -1107,7 +1111,7 @@ def _solve(model: _Model, graph: Graph) -> tuple[np.ndarray, _Cost]:
     try:
         return model.solve()
     except _Infeasible:
-        raise DiagnosticError("propagate-sharding: no layout of the function satisfies the hints", graph.func.span) from None
+        raise NoLayoutError("propagate-sharding: no layout of the function satisfies the hints", graph.func.span) from None
 
 
 def _given(graph: Graph) -> dict[int, Placement]:
