@@ -30,9 +30,9 @@ A ``replan`` (a redistribute planned when the mesh's sizes are bound) moves what
 steps' costs above; at given sizes (:meth:`CommVolume.evaluate`) it counts as those steps.
 
 The sums over workers are exactly what :class:`distir.runtime.spmd.SpmdStats` records for a
-run (``total_bytes``, ``bytes_by_kind``); bytes per worker are those sums over every
-worker the runtime starts (``bytes_per_worker``). With ``num_workers`` symbolic these are
-formulas; on a specialized module, numbers.
+run (``total_bytes``, ``bytes_by_kind``); bytes per worker are those sums over the devices
+of the module's meshes, each counted once (``bytes_per_worker``). With ``num_workers`` symbolic
+these are formulas; on a specialized module, numbers.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ class CommVolume:
 
     function: str
     collectives: tuple[CollectiveCost, ...]
-    devices: Dim  # workers the runtime starts (bytes per worker divide by this)
+    devices: Dim  # the devices of the module's meshes (bytes per worker divide by this)
     _cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -157,7 +157,7 @@ class CommVolume:
 
     @property
     def bytes_per_worker(self) -> Rational:
-        """Bytes each worker sends (and receives), averaged over every worker the runtime starts."""
+        """Bytes each worker sends (and receives), averaged over the devices of the module's meshes."""
         return Rational.of(self.total_bytes, self.devices)
 
     def per_worker_by_kind(self) -> dict[str, Rational]:

@@ -14,6 +14,9 @@ string): ``AXIS=LATENCY:BANDWIDTH``, entries separated by commas, e.g.
 ``0=5us:25GB/s,1=1us:300GB/s``. Latency units: ``s``, ``ms``, ``us``, ``ns``; bandwidth units:
 ``B/s``, ``KB/s``, ``MB/s``, ``GB/s``, ``TB/s`` (powers of 1000). Numbers are decimals. Numbers
 are kept as exact fractions, so a cost prints back as it was read and plans are deterministic.
+A latency is 0 or from 1 ps to 1 hour, a bandwidth from 1 B/s to 10^18 B/s (``LATENCY_RANGE``,
+``BANDWIDTH_RANGE``): a value beyond is a typo or a slipped unit (``1e400us``, ``1e-300GB/s``), and
+the times it gives would overflow the floats the layout solver weighs them in.
 """
 
 from __future__ import annotations
@@ -22,20 +25,45 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from typing import Any
 
 from ..errors import DistirError
 
-__all__ = ["DEFAULT_AXIS_COST", "AxisCost", "AxisCostError", "AxisCosts", "slowest"]
+__all__ = ["BANDWIDTH_RANGE", "DEFAULT_AXIS_COST", "LATENCY_RANGE", "AxisCost", "AxisCostError", "AxisCosts", "slowest"]
 
 LATENCY_UNITS = {"s": Fraction(1), "ms": Fraction(1, 10**3), "us": Fraction(1, 10**6), "ns": Fraction(1, 10**9)}
 BANDWIDTH_UNITS = {"B/s": Fraction(1), "KB/s": Fraction(10**3), "MB/s": Fraction(10**6), "GB/s": Fraction(10**9),
                    "TB/s": Fraction(10**12)}  # fmt: skip
 
 
+#: a link's latency, when not 0, and its bandwidth lie within these (seconds; bytes per second)
+LATENCY_RANGE = (Fraction(1, 10**12), Fraction(3600))
+BANDWIDTH_RANGE = (Fraction(1), Fraction(10**18))
+_MAX_EXPONENT = 40  # a decimal text whose exponent is beyond this is out of range in any unit (not expanded)
+_RANGE_TEXT = {"latency": "0, or from 1e-12 s (1 ps) to 3600 s", "bandwidth": "from 1 B/s to 1e18 B/s"}
+
+
 class AxisCostError(DistirError):
     """A malformed axis cost (the message names the entry and the problem)."""
+
+
+def _decimal(text: str) -> Fraction:
+    """The exact value of a decimal text; ValueError when it is not one or is out of every range (a
+    huge exponent is refused before it is expanded: ``1e999999999`` would take minutes)."""
+    try:
+        d = Decimal(text.strip())
+    except InvalidOperation:
+        raise ValueError(text) from None
+    if not d.is_finite() or (d != 0 and abs(d.adjusted()) > _MAX_EXPONENT):
+        raise ValueError(text)
+    return Fraction(d)
+
+
+def _short(q: Fraction) -> str:
+    """``q`` in a few significant digits (a value out of range may have hundreds)."""
+    return f"{Decimal(q.numerator) / Decimal(q.denominator):.3g}"
 
 
 def _number(value: Any, what: str) -> Fraction:
@@ -47,7 +75,14 @@ def _number(value: Any, what: str) -> Fraction:
             if not math.isfinite(value):
                 raise ValueError
             q = Fraction(repr(value))  # the decimal the float prints as (5e-06, not its binary expansion)
-        elif isinstance(value, (int, Fraction, str)):
+        elif isinstance(value, str):
+            try:
+                q = _decimal(value)
+            except ValueError:
+                if re.fullmatch(r"\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*", value):
+                    raise AxisCostError(f"{what} {value.strip()} is out of range: {_RANGE_TEXT[what]}") from None
+                raise
+        elif isinstance(value, (int, Fraction)):
             q = Fraction(value)
         else:
             raise TypeError
@@ -91,9 +126,9 @@ def _parse_quantity(text: str, units: Mapping[str, Fraction], what: str, entry: 
         shown = f"the unit '{unit}'" if unit else "no unit"
         raise AxisCostError(f"'{entry}': the {what} '{text}' has {shown}; use one of {', '.join(units)}")
     try:
-        value = Fraction(number)
+        value = _decimal(number)
     except ValueError:
-        raise AxisCostError(f"'{entry}': the {what} '{text}' is not a number with a unit") from None
+        raise AxisCostError(f"'{entry}': the {what} '{text}' is out of range: {_RANGE_TEXT[what]}") from None
     return value * units[unit]
 
 
@@ -110,9 +145,15 @@ class AxisCost:
         latency = _number(self.latency, "latency")
         bandwidth = _number(self.bandwidth, "bandwidth")
         if latency < 0:
-            raise AxisCostError(f"latency must be >= 0 seconds, got {_decimal_text(latency)}")
+            raise AxisCostError(f"latency must be >= 0 seconds, got {_short(latency)}")
         if bandwidth <= 0:
-            raise AxisCostError(f"bandwidth must be a positive number of bytes per second, got {_decimal_text(bandwidth)}")
+            raise AxisCostError(f"bandwidth must be a positive number of bytes per second, got {_short(bandwidth)}")
+        low, high = LATENCY_RANGE
+        if latency and not low <= latency <= high:
+            raise AxisCostError(f"latency {_short(latency)} s is out of range: {_RANGE_TEXT['latency']}")
+        low, high = BANDWIDTH_RANGE
+        if not low <= bandwidth <= high:
+            raise AxisCostError(f"bandwidth {_short(bandwidth)} B/s is out of range: {_RANGE_TEXT['bandwidth']}")
         object.__setattr__(self, "latency", latency)
         object.__setattr__(self, "bandwidth", bandwidth)
 

@@ -79,6 +79,9 @@ class StepKind:
     # (concrete sizes; raises SymbolicError otherwise; never a loop over devices: the planner prices
     # it on every edge). The planner weighs it by those elements.
     reaches: Callable | None = None
+    # ``reaches_by_time(state, target) -> placements``: more layouts to try when planning by time (a
+    # layout on the way, reached over a cheaper link), where by bytes going straight is the least
+    reaches_by_time: Callable | None = None
     volume: Callable | None = None
     global_op: Any = field(default=None, repr=False)  # R.dist.<name>, set by register_step
     local_op: Any = field(default=None, repr=False)  # R.ccl.<name>, set by register_step

@@ -142,7 +142,12 @@ def _local_shard(p, axis, dim, op, ms):
 
 def _local_partial(p, axis, dim, op, ms):
     _spec("local_partial", p, axis, Replicate)
-    return p.replace(axis, Partial(op or "sum"))
+    op = op or "sum"
+    other = sorted({s.op for s in p.specs if isinstance(s, Partial)} - {op})
+    if other:  # its parts would be combined in an order nothing fixes (and assembled as one reduction)
+        raise PlacementError(f"{_where('local_partial', p, axis)}: the value is partial under {other[0]}; "
+                             f"a value can be partial under one reduction only, not {op} too")
+    return p.replace(axis, Partial(op))
 
 
 # ---------------------------------------------------------------- costs: (numerator, denominator) of bytes sent
@@ -598,12 +603,30 @@ def _regroup_sent(n, before, after, piece):
 
 def _exchange_reaches(state: Placement, target: Placement) -> tuple[Placement, ...]:
     """From a layout without partials, straight to the target (its partial axes replicated: a
-    local_partial follows). A block layout (B[...]) is reached as it is."""
+    local_partial follows). A block layout (B[...]) is reached as it is. By bytes nothing more is
+    needed: the straight exchange moves the least any layout change can."""
     if state.has_partial:
         return ()
     if target.is_block:
         return (target,)
     return (Placement(tuple(Replicate() if isinstance(s, Partial) else s for s in target.specs)),)
+
+
+def _exchange_reaches_by_time(state: Placement, target: Placement) -> tuple[Placement, ...]:
+    """By time, also a layout with one mesh axis changed (to R, or to a cut of a dim either layout
+    cuts): an exchange confined to that axis's groups pays that axis's link alone, and with uneven
+    blocks moves no padding where a collective on the axis would (("S[0], S[0]" -> "R, R" of 5
+    elements on a (2, 2) mesh whose axis 0 is the slow one: an exchange on axis 1, then one on axis
+    0, beats an all-gather on axis 1 and then the exchange)."""
+    if state.has_partial or state.is_block or state.is_strided or target.is_block:
+        return ()
+    dims = sorted({s.dim for s in state.specs + target.specs if isinstance(s, Shard)})
+    out = []
+    for axis in range(len(state.specs)):
+        for spec in [Replicate()] + [Shard(d) for d in dims]:
+            if spec != state.specs[axis] and (one := state.replace(axis, spec)) not in out:
+                out.append(one)
+    return tuple(out)
 
 
 def _exchange_shapes(attrs) -> tuple[tuple, tuple]:
@@ -918,7 +941,7 @@ register_step(StepKind(
     "(alltoallv / collective-permute), over the whole mesh; with `shape`, the elements are read in C order as "
     "that shape (a reshape of sharded dims). Layouts without partials",
     apply=None, sent=None, rounds=_less_one, lower=_exchange_lower, point_to_point=_exchange_bytes,
-    reaches=_exchange_reaches, volume=_exchange_volume,
+    reaches=_exchange_reaches, reaches_by_time=_exchange_reaches_by_time, volume=_exchange_volume,
     global_params=(Param("x", "tensor"), Param("placement", "placement"), Param("shape", "dims", None)),
     global_infer=_exchange_global_infer,
     local_params=(

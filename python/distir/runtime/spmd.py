@@ -37,7 +37,8 @@ from the devices of the mesh in the recorded global result type, whichever mesh 
 (partials reduced, replicas checked to agree).
 
 Byte counts: ``stats.total_bytes`` is the sum over workers of bytes sent;
-``stats.bytes_per_worker`` divides it by D. On one mesh of D devices that is what the
+``stats.bytes_per_worker`` divides it by D, the devices of the module's meshes (each counted once;
+an id in no mesh is no device). On one mesh of D devices that is what the
 per-worker cost model of the step kinds (:mod:`distir.ops.collectives`) predicts; a redistribute between
 meshes is planned by total bytes (:func:`distir.transform.redistribute_plan.plan_cross_mesh`),
 which ``total_bytes`` measures. ``stats.simulated`` is the number of devices simulated.
@@ -106,7 +107,7 @@ class CollectiveRecord:
 class SpmdStats:
     """What the collectives of one run moved. Pass an instance as ``run_spmd(..., stats=s)``."""
 
-    num_workers: int = 0  # the session: 1 + the largest device id
+    num_workers: int = 0  # the devices of the module's meshes (ids in no mesh are not counted)
     records: list[CollectiveRecord] = field(default_factory=list)
     simulated: int = 0  # the devices of the module's meshes, which the simulator ran
 
@@ -563,8 +564,7 @@ def run_spmd(
     workers = _Workers(_program(f), devices, values, mod.meshes())
     workers.scatter(f.attrs[GLOBAL_PARAMS], inputs, values, np.random.default_rng(seed))
     if stats is not None:
-        stats.num_workers = devices[-1] + 1  # the session, as Disco runs it: ids in no mesh idle
-        stats.simulated = len(devices)
+        stats.num_workers = stats.simulated = len(devices)
         stats.records.clear()
     results = workers.run(stats, check)
     return assemble_output(f.attrs.get(GLOBAL_RESULT), results, values, f"the result of @{func}", rtol, atol)

@@ -121,13 +121,15 @@ def _layout_steps() -> list[StepKind]:
     return [k for k in all_steps().values() if k.reaches is not None]
 
 
-def _moves(state: Placement, ndim: int, target: Placement, mesh_shape, whole: bool = True):
+def _moves(state: Placement, ndim: int, target: Placement, mesh_shape, whole: bool = True, by_time: bool = False):
     """Single steps out of ``state``: every kind of step, on every mesh axis, with every target
     dim (or the target's reduction); and (``whole``) every whole-layout step (a block exchange)
-    to the layouts it reaches. Every layout is valid at every size (uneven cuts are padded)."""
+    to the layouts it reaches (``by_time``: also those it reaches when planning by time). Every
+    layout is valid at every size (uneven cuts are padded)."""
     if whole:
         for kind in _layout_steps():
-            for nxt in kind.reaches(state, target):
+            more = kind.reaches_by_time(state, target) if by_time and kind.reaches_by_time is not None else ()
+            for nxt in dict.fromkeys((*kind.reaches(state, target), *more)):
                 if nxt != state:
                     yield Step(kind.name, -1, placement=nxt), nxt
     kinds = _axis_steps()
@@ -293,7 +295,7 @@ def _dijkstra(
     timing: Timing | None = None,
 ) -> tuple[Step, ...]:
     def moves(state):
-        for step, nxt in _moves(state, ndim, dst, sizes):
+        for step, nxt in _moves(state, ndim, dst, sizes, by_time=timing is not None):
             yield step, nxt, _edge(step, state, sizes, extents, timing)
 
     plan = _shortest(src, dst, moves)

@@ -425,3 +425,39 @@ def test_transfer_between_meshes_sharing_devices_counts_only_what_moves():
     run_spmd(local, np.ones((8, 4), "float32"), stats=stats)
     assert_matches(comm_volume(local), {}, stats)
     assert stats.total_bytes == 4 * (2 * 4) * 4  # each device keeps its own (2, 4) quarter and receives another
+
+
+@pytest.mark.parametrize("meshes, devices", [
+    # a static mesh far from id 0: its two devices, not 1 + the largest id
+    ('R.device_mesh((2,), I.Range(100000000, 100000002))', {1: 2, 3: 2}),
+    # two meshes provably apart, with a gap: the sum of their sizes
+    ('R.device_mesh(("num_workers",), I.Range(3, "num_workers + 3")), R.device_mesh((2,), [0, 1])', {1: 3, 3: 5}),
+    # overlapping for some counts only: counted exactly at each count
+    ('R.device_mesh(("num_workers",), I.Range(1, "num_workers + 1")), R.device_mesh((2,), [0, 1])', {1: 2, 3: 4}),
+    # stages, and another grid of the same devices
+    ('R.device_mesh(("num_workers",), I.Range(0, "num_workers")), R.device_mesh((2, "num_workers"), '
+     'I.Range("num_workers", "3 * num_workers")), R.device_mesh(("num_workers", 2), I.Range("num_workers", "3 * num_workers"))',
+     {1: 3, 3: 9}),
+])
+def test_workers_are_the_devices_of_the_meshes(meshes, devices):
+    """Bytes per worker divide by the devices of the module's meshes (ids in no mesh are no devices),
+    in the simulator's statistics and the analysis alike."""
+    text = f'''
+@I.ir_module
+class Module:
+    I.module_global_infos({{"mesh": [{meshes}]}})
+
+    @R.function
+    def main(x: R.DTensor((12, 4), "float32", "mesh[0]", "S[0]")):
+        with R.dataflow():
+            y = R.dist.redistribute(x, device_mesh="mesh[0]", placement="R")
+            R.output(y)
+        return y
+'''
+    local = legalize_and_lower(distir.parse(text))
+    for w, n in devices.items():
+        stats = measured(local, [np.ones((12, 4), "float32")], w)
+        assert stats.num_workers == stats.simulated == n
+        assert stats.summary().startswith(f"{n} workers:")
+        assert_matches(comm_volume(local), {"num_workers": w}, stats)
+        assert stats.bytes_per_worker == Fraction(stats.total_bytes, n) > 0 or stats.total_bytes == 0

@@ -519,6 +519,11 @@ def test_opt_axis_cost_plans_by_time(tmp_path, capsys):
     (["--axis-cost", "a=1us:1GB/s"], "argument --axis-cost: 'a=1us:1GB/s': the mesh axis 'a' is not an integer"),
     (["--axis-cost", "0=1us:1GB/s", "--axis-cost", "0=2us:1GB/s"], "--axis-cost 0=2us:1GB/s: mesh axis 0 is given twice"),
     (["--axis-cost", "2=1us:1GB/s"], "--axis-cost 2=1us:1GB/s: mesh[0] (2, 4) has 2 axes (0 to 1)"),
+    # non-finite or absurd values: refused at the flag (they used to fail later, blaming hints)
+    (["--axis-cost", "0=1e400us:1GB/s"], "argument --axis-cost: '0=1e400us:1GB/s': the latency '1e400us' is out of range"),
+    (["--axis-cost", "0=1us:1e-300GB/s"], "'0=1us:1e-300GB/s': the bandwidth '1e-300GB/s' is out of range"),
+    (["--axis-cost", "0=2h:1GB/s"], "the latency '2h' has the unit 'h'"),
+    (["--axis-cost", "0=7200s:1GB/s"], "'0=7200s:1GB/s': latency 7.20e+3 s is out of range: 0, or from 1e-12 s"),
 ])
 def test_opt_axis_cost_errors_are_one_line(tmp_path, capsys, flags, fragment):
     path = tmp_path / "two_axes.py"

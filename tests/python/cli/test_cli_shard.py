@@ -97,6 +97,11 @@ def test_shard_without_the_pass_exits_2(model, capsys):
         ("plan.json", '{"mlp.gate*": "colwise"}', "pattern 'mlp.gate*' matches no plain tensor parameter"),
         ("plan.json", '{"norm.weight": "S[1]"}', "mesh axis 0 shards dim 1, but the tensor has rank 1"),
         ("plan.json", '{"mlp.*": "S[0]", "*up.w*": "S[1]"}', "match parameter 'mlp.up.weight' equally specifically"),
+        # deep nesting and huge numbers: one line, not a RecursionError or ValueError
+        ("plan.json", '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply; a plan is one flat object"),
+        ("plan.toml", "a = " + "[" * 100_000 + "]" * 100_000, "nested too deeply; a plan is one flat table"),
+        ("plan.json", '{"a": 1' + "0" * 5000 + "}", "not a plan (Exceeds the limit (4300 digits)"),
+        ("plan.json", '{"a": [[[1]]]}', "pattern 'a' maps to a list, not a placement"),
     ],
 )
 def test_plans_that_do_not_fit_exit_1(model, tmp_path, name, content, fragment, capsys):

@@ -4,9 +4,16 @@ weights within 10% of total/W, numbers equal to one device."""
 
 from __future__ import annotations
 
+import itertools
+import pathlib
+import sys
 from fractions import Fraction
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import distir
 
 from distir import examples
 from distir.analysis import comm_volume, memory_footprint
@@ -249,3 +256,50 @@ def test_axis_costs_are_read_and_the_layout_stays_exact(laid):
     with PassContext(config={AXIS_COSTS_KEY: "0=50us:1GB/s"}):
         auto = AutoShard()(plain)
         assert_sharded_equivalent(auto, random_inputs(auto, dims={"s": 12}), num_workers=(2, 3))
+
+
+# ---------------------------------------------------------------- random plain modules
+
+_SCRIPTS = pathlib.Path(__file__).resolve().parents[3] / "scripts"
+if str(_SCRIPTS) not in sys.path:
+    sys.path.insert(0, str(_SCRIPTS))
+import fuzz_auto_shard  # noqa: E402  (scripts/: the generator of plain modules on symbolic meshes)
+
+# mostly 1-D: auto-shard takes about 0.1 s on a small module there, 0.5-2 s on a 2-D mesh
+PLAIN_MESHES = [("num_workers",), ("num_workers",), ("num_workers",), (2, "num_workers"), (3, "num_workers")]
+COUNTS = (2, 3, 4, 8)  # the counts a symbolic mesh's budget holds at (layout_choice.measure.GUARD_MESH_SAMPLES)
+
+
+def _least_summed(t, mesh) -> dict[int, int]:
+    """Bytes per device of a weight at each count in its layout of the fewest bytes summed over the
+    counts (every layout: R or S[d] on each mesh axis), found here by trying every layout."""
+    best = None
+    for specs in itertools.product(["R"] + [f"S[{d}]" for d in range(len(t.shape))], repeat=mesh.ndim):
+        p = Placement.parse(", ".join(specs))
+        held = {w: int(sym.evaluate(local_bytes(DTensorType(t.shape, t.dtype, mesh, p)), {"num_workers": w}))
+                for w in COUNTS}
+        if best is None or sum(held.values()) < sum(best.values()):
+            best = held
+    return best
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10**6), st.sampled_from(["min", "min+10%"]))
+def test_every_plain_module_is_laid_out_within_the_min_budget(index, budget):
+    """Random plain modules on symbolic meshes (scripts/fuzz_auto_shard.py: sizes of 1, primes, sizes
+    below and not dividing the count) are always laid out under the `min` budgets (the weights' and
+    the default activations'), and the weights each device holds at each count are within the
+    budget: its margin over the bytes of the layout of the fewest bytes summed over the counts."""
+    prog = fuzz_auto_shard.plain_program(0, index, max_ops=4, mesh_shapes=[tuple(
+        fuzz_auto_shard.fuzz.NW if d == "num_workers" else d for d in m) for m in PLAIN_MESHES])
+    mod = distir.parse(prog.render())
+    out = AutoShard(memory_budget=budget)(mod)
+    func, mesh = out["main"], out.meshes()[0]
+    margin = MemoryBudget.parse(budget).value
+    weights = [p for p in func.params if not any(sym.is_symbolic(d) for d in p.type.shape)]
+    least = [_least_summed(TensorType(p.type.shape, p.type.dtype), mesh) for p in weights]
+    for w in COUNTS:
+        held = sum(int(sym.evaluate(local_bytes(p.type), {"num_workers": w})) for p in weights)
+        assert held <= margin * sum(h[w] for h in least), (prog.render(), w)
+    if index % 3 == 0:  # the numbers too, at a count that divides little
+        assert_sharded_equivalent(out, random_inputs(mod, dims=prog.dim_values), num_workers=(3,))

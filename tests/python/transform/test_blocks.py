@@ -320,7 +320,6 @@ def test_a_per_axis_step_on_a_block_layout_is_a_type_error():
     ((3, 7, 5), "B[2, 2, 2]", "B[1, 7, 5]", 2),
 ])
 def test_block_exchanges_on_disco_move_what_the_simulator_moves(shape, src, dst, workers):
-    pytest.importorskip("tvm")
     from distir.driver import run_disco
     from distir.tvm import specialize_and_build, to_relax
 
@@ -460,7 +459,6 @@ def test_reductions_over_the_cut_dim_are_local_until_the_combine(case):
 
 
 def test_the_batch_reduction_on_disco():
-    pytest.importorskip("tvm")
     body = "        y = R.exp(x)\n        z = R.sum(y, axis=[0])\n        return z"
     mod = distir.parse(MODULE.format(mesh='("num_workers",)', ids='0, "num_workers"', shape="(5, 3, 4, 2)",
                                      placement="B[2, 3, 4, 2]", body=body))

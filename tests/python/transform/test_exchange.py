@@ -131,7 +131,6 @@ def test_issue_bounds_are_the_bound():
 
 @pytest.mark.parametrize("case", [c for c in ISSUE if c[3] <= 4], ids=lambda c: f"{c[0]}-{c[3]}")
 def test_issue_layout_changes_on_disco(case, distributed):
-    pytest.importorskip("tvm")
     from distir.driver import run_disco
     from distir.tvm import specialize_and_build, to_relax
 

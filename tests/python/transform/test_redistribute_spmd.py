@@ -1,14 +1,18 @@
 """Every redistribute, legalized once with symbolic mesh sizes, lowered, specialized and
-simulated, returns its input unchanged and moves exactly the bytes of the cost model's optimum."""
+simulated, returns its input unchanged and moves exactly the bytes of the cost model's plan, and
+on small meshes no more than any sequence of up to three steps, each run on the simulator
+(:mod:`plan_oracle`, which shares nothing with the planner's search)."""
 
 from __future__ import annotations
 
+from fractions import Fraction
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from distir.errors import DistirError
 from distir.ir import (
     Call,
     DeviceMesh,
@@ -25,16 +29,10 @@ from distir.ir.types import dtype_bytes
 from distir.runtime.spmd import SpmdStats, run_spmd
 from distir.transform import get_pass
 from distir.transform.legalize_redistribute import expand_replans
-from distir.transform.redistribute_plan import (
-    REPLAN_SIZES,
-    is_optimal_everywhere,
-    needs_replan,
-    optimal_cost,
-    plan_cost,
-    plan_redistribute,
-)
+from distir.transform.redistribute_plan import needs_replan, plan_cost, plan_redistribute
 from distir.transform.specialize import specialize
 from helpers import redistribute_module
+from plan_oracle import MAX_STEPS, least
 
 W = sym.var("num_workers")
 
@@ -76,7 +74,7 @@ def cases(draw):
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases(), st.integers(0, 2**16))
-def test_every_redistribute_moves_the_data_and_the_optimal_bytes(case, seed):
+def test_every_redistribute_moves_the_data_and_the_planned_bytes(case, seed):
     mesh_shape, workers, sizes, shape, dtype, src, dst = case
     lowered = legalize_and_lower(redistribute_module(mesh_shape, shape, src, dst, dtype=dtype))
     local = specialize(lowered, {"num_workers": workers})
@@ -90,17 +88,65 @@ def test_every_redistribute_moves_the_data_and_the_optimal_bytes(case, seed):
     tol = 1e-4 if dtype == "float32" else 1e-10
     np.testing.assert_allclose(y, x, rtol=tol, atol=tol)
     nbytes = int(np.prod(shape)) * dtype_bytes(dtype)
-    # the simulator moves exactly the exact optimum at the specialized sizes: legalize keeps the plan made
-    # for every count where it is that optimum at every count of REPLAN_SIZES, and leaves the others to
-    # specialize (R.ccl.replan), which plans for the count it binds (N-D transitions where no plan is the
-    # cheapest at every count, and symbolic axes specialized to 1, included)
-    assert workers in REPLAN_SIZES
-    best = optimal_cost(sizes, len(shape), src, dst, tuple(shape))
-    assert stats.bytes_per_worker == best * nbytes, (str(src), str(dst), sizes, stats.summary())
+    # where legalize keeps the plan made for every count (it is the optimum at every count of
+    # REPLAN_SIZES), the simulator moves what the cost model says it moves
     global_mesh = redistribute_module(mesh_shape, shape, src, dst, dtype=dtype).meshes()[0]
     if not needs_replan(global_mesh, len(shape), src, dst, shape):
         plan = plan_redistribute(global_mesh, len(shape), src, dst)
         assert stats.bytes_per_worker == plan_cost(plan, src, sizes) * nbytes
+
+
+def _planned(mesh_shape, workers: int, shape, src, dst, dtype: str) -> tuple[int, int]:
+    """(bytes all workers send, steps) of the redistribute legalized once with the mesh symbolic and
+    specialized to ``workers``, run on the simulator (whose numbers must equal the input)."""
+    local = specialize(legalize_and_lower(redistribute_module(mesh_shape, shape, src, dst, dtype=dtype)),
+                       {"num_workers": workers})
+    x = np.random.default_rng(0).integers(-50, 50, size=shape).astype(dtype)
+    stats = SpmdStats()
+    np.testing.assert_allclose(run_spmd(local, x, stats=stats), x, rtol=1e-6)
+    steps = sum(b.value.op.name.startswith("ccl.") for b in local["main"].bindings())
+    return stats.total_bytes, steps
+
+
+def _against_the_oracle(mesh_shape, workers: int, ndim: int, src, dst, dtype: str, k: int = 1) -> None:
+    """The planner's bytes are at most the least of any sequence of up to MAX_STEPS steps, and equal
+    to it where its plan has at most MAX_STEPS steps. Shapes divide the mesh (k blocks a device), so
+    bytes per byte of the tensor do not depend on k: the oracle prices k = 1, once per mesh."""
+    sizes = tuple(sym.evaluate(d, {"num_workers": workers}) for d in mesh_shape)
+    unit = tuple(int(np.prod(sizes)) for _ in range(ndim))
+    shape = tuple(k * n for n in unit)
+    sent, steps = _planned(mesh_shape, workers, shape, src, dst, dtype)
+    best = least(sizes, unit, src, dst)
+    scale = Fraction(int(np.prod(shape)) * dtype_bytes(dtype), int(np.prod(unit)) * 8)
+    case = (str(src), str(dst), sizes, dtype)
+    if best is not None:
+        assert sent <= best[0] * scale, (case, sent, best)
+    if steps <= MAX_STEPS:
+        assert best is not None and sent == best[0] * scale, (case, sent, steps, best)
+
+
+# small meshes, the counts and the largest rank drawn on each (the oracle runs every step out of every
+# layout once per mesh and rank: 0.3 s on a 2-D mesh at rank 2, 4 s on a 3-D one, so rank 1 there)
+SMALL_MESHES = [((W,), (1, 2, 3, 4, 5), 2), ((2, W), (1, 2), 2), ((W, 3), (1, 2), 2), ((2, W, 2), (1,), 1)]
+
+
+@st.composite
+def small_cases(draw):
+    mesh_shape, counts, rank = draw(st.sampled_from(SMALL_MESHES))
+    workers = draw(st.sampled_from(counts))
+    ndim = draw(st.integers(1, rank))
+    dtype = draw(st.sampled_from(["float32", "int32"]))
+    op = draw(st.sampled_from(["sum", "max", "min"] + (["avg"] if dtype != "int32" else [])))
+    spec = st.one_of(st.just(Replicate()), st.builds(Shard, st.integers(0, ndim - 1)), st.just(Partial(op)))
+    src = Placement(tuple(draw(spec) for _ in mesh_shape))
+    dst = Placement(tuple(draw(spec) for _ in mesh_shape))
+    return mesh_shape, workers, ndim, src, dst, dtype, draw(st.integers(1, 2))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_cases())
+def test_plans_send_no_more_than_any_sequence_of_three_steps(case):
+    _against_the_oracle(*case)
 
 
 def test_plans_for_the_issue_examples():
@@ -121,12 +167,15 @@ def test_plans_for_the_issue_examples():
     assert [s.kind for s in plan_redistribute(mesh, 2, P("P, R"), P("S[1], R"))] == ["reduce_scatter"]
 
 
-def test_one_d_plans_are_optimal_everywhere():
-    mesh = DeviceMesh((W,), Range(0, W))
+@pytest.mark.parametrize("workers", [2, 3, 4, 8])
+def test_one_d_plans_are_optimal_at_every_count(workers):
+    """On a 1-D mesh the plan made once for every count sends, at each count, the least of any
+    sequence of up to three steps (every pair of R, S[0], S[1], P, P[max])."""
     specs = ["R", "S[0]", "S[1]", "P", "P[max]"]
     for a in specs:
         for b in specs:
-            assert is_optimal_everywhere(mesh, 2, Placement.parse(a), Placement.parse(b)), (a, b)
+            if a != b:
+                _against_the_oracle((W,), workers, 2, Placement.parse(a), Placement.parse(b), "float32")
 
 
 def test_legalize_is_idempotent():

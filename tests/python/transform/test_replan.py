@@ -216,7 +216,6 @@ def test_specialize_writes_the_plan_planned_for_the_count():
 
 @pytest.mark.parametrize("count", [3, 4])
 def test_disco_runs_the_plan_for_the_count_and_the_symbolic_export_the_plan_for_every_count(count):
-    pytest.importorskip("tvm")
     from distir.driver import run_disco
     from distir.tvm import specialize_and_build, to_relax
 

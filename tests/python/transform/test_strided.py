@@ -236,7 +236,6 @@ def test_ops_that_reduce_a_strided_dim_redistribute_first():
 
 @pytest.mark.parametrize("workers", [2, 3, 4])
 def test_fused_qkv_on_disco_equals_one_device(workers):
-    pytest.importorskip("tvm")
     mod = distir.parse(DECLARED)
     d = Driver(mod)
     inputs = random_inputs(mod, seed=3)
@@ -248,7 +247,6 @@ def test_fused_qkv_on_disco_equals_one_device(workers):
 
 @pytest.mark.parametrize("src, dst", [("S[1/3]", "R"), ("P", "S[1/3]"), ("S[1]", "S[1/3]")])
 def test_redistributes_on_disco(src, dst):
-    pytest.importorskip("tvm")
     mod = redistribute_module((W,), (4, 24), src, dst)
     d = Driver(mod)
     for w in (3, 4):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import test_runtime_sharded_ops as sharded
-from distir.driver import run_disco
+from distir.driver import Driver, compare, run_disco
 from distir.runtime import run
 from distir.transform.pipelines import distribute_pipeline
 from distir.tvm import specialize_and_build, to_relax
@@ -18,17 +18,24 @@ from distir.tvm import specialize_and_build, to_relax
 COUNTS = (1, 2, 4)
 
 
-def tvm_equivalent(mod, inputs, rtol=1e-5, atol=1e-6, **_):
-    """assert_sharded_equivalent, on TVM: one symbolic export, bound, built and run per count."""
-    expected = run(mod, *inputs)
-    expected = expected if isinstance(expected, tuple) else (expected,)
-    local = distribute_pipeline()(mod)
-    exported = to_relax(local)
-    for w in COUNTS:
-        got = run_disco(specialize_and_build(exported, {"num_workers": w}), local, *inputs, num_workers=w, seed=w)
-        got = got if isinstance(got, tuple) else (got,)
-        for g, e in zip(got, expected):
-            np.testing.assert_allclose(np.asarray(g, np.float64), np.asarray(e, np.float64), rtol=rtol, atol=atol)
+def tvm_equivalent(mod, inputs, num_workers=COUNTS, *, func="main", symbol="num_workers", pipeline=None, rtol=1e-5,
+                   atol=None, seed=0):
+    """assert_sharded_equivalent, with its arguments (none dropped), on TVM: the pipeline once, one
+    symbolic export, bound, built and run on Disco per count (the driver's TVM backend), compared
+    with the interpreter by the driver's comparison (the number of outputs too)."""
+    d = Driver(mod, func=func, symbol=symbol, pipeline=pipeline)
+    for w in num_workers:
+        r = d.run(inputs, {symbol: w}, backend="tvm", seed=seed + w, rtol=rtol, atol=rtol if atol is None else atol,
+                  absolute_atol=atol is not None)
+        assert r.ok, f"{symbol}={w}: {r.comparison.mismatch}"
+
+
+def test_the_comparison_counts_outputs():
+    """A result with an output more or less than one device's is a mismatch, whatever the outputs hold."""
+    x = np.ones(3, "float32")
+    assert compare((x, x), (x, x)).ok
+    assert compare((x, x), (x,)).mismatch == "2 outputs, expected 1"
+    assert compare((x,), ((x, x),)).mismatch == "1 outputs, expected 2"
 
 
 SHARDED_PROGRAMS = [

@@ -34,6 +34,9 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, ClassVar
 
+import numpy as np
+from scipy.optimize import LinearConstraint, milp
+
 from ...errors import DistirError, PassError
 from ...ir import sym
 from ...ir.builder import mesh as make_mesh
@@ -52,7 +55,7 @@ from .measure import GUARD_MESH_SAMPLES, function_bytes, function_peak
 from .plan import ActivationLimit, ParamChoice
 from .propagate_sharding import write_layouts
 from .sharding_graph import Slot, build_graph
-from .windows import solve_layouts
+from .windows import NoLayoutError, solve_layouts
 
 __all__ = ["AutoShard", "AutoShardError", "AutoShardReport", "MemoryBudget", "parse_activation_budget", "strip_layouts"]
 
@@ -84,9 +87,10 @@ class MemoryBudget:
     - ``2GB``, ``1.5GiB``, ``300000``: bytes (decimal or binary units);
     - ``25%``: a share of the replicated size (every weight, or every value, whole on every device);
     - ``1.1/W``: that factor times the replicated size over the device count W;
-    - ``min``, ``min+10%``: the smallest any layout reaches (weights: every one cut as finely as
-      its dims allow; activations: the least peak the solver finds), plus a margin. Always
-      achievable; the defaults, ``min+10%`` (weights) and ``min+25%`` (activations).
+    - ``min``, ``min+10%``: the smallest one layout reaches (weights: each in its layout of the
+      fewest bytes summed over the budget's counts, one layout for every count; activations: the
+      least peak the solver finds), plus a margin. Always achievable; the defaults, ``min+10%``
+      (weights) and ``min+25%`` (activations).
     """
 
     kind: str  # "bytes", "share", "per_device", "min"
@@ -128,8 +132,8 @@ class MemoryBudget:
         )
 
     def bound(self, replicated: int, smallest: int, devices: int) -> Fraction:
-        """The budget in bytes per device, given the weights' replicated size, the smallest any
-        layout reaches, and the number of devices of the mesh."""
+        """The budget in bytes per device, given the weights' replicated size, the smallest one layout
+        reaches (the reference of ``min``), and the number of devices of the mesh."""
         if self.kind == "bytes":
             return self.value
         if self.kind == "share":
@@ -450,6 +454,64 @@ def _devices(mesh: DeviceMesh, env: Mapping[str, int]) -> int:
     return math.prod(d if isinstance(d, int) else int(sym.evaluate(d, env)) for d in mesh.shape)
 
 
+@dataclass(frozen=True)
+class _Limit:
+    """The weights' budget at one budget env: bytes per device (``bound``), those of weights whose
+    layout is given (``fixed``), and per free weight its smallest and its reference layout's bytes."""
+
+    bound: Fraction
+    fixed: int
+    smallest: dict[int, int]
+    reference: dict[int, int]
+
+    @property
+    def free(self) -> Fraction:
+        """The bytes the free weights may hold."""
+        return self.bound - self.fixed
+
+
+def _shape_text(t) -> str:
+    return "(" + ", ".join(sym.to_str(d) if not isinstance(d, int) else str(d) for d in t.shape) + ")"
+
+
+def _least_weights(weights: list[int], cands: Mapping[int, list[Placement]], held, bounds: list[Fraction],
+                   k: int) -> dict[int, Placement] | None:
+    """One layout per weight (from ``cands``) holding at most ``bounds[j]`` bytes at budget env ``j`` (by
+    ``held(i, q, j)``), and of the fewest bytes at env ``k``; None when none exists. A small integer
+    program; its answer is checked in integers, and the rows tightened where the solver's tolerance let
+    a bound be passed by a hair."""
+    cols = [(i, q) for i in weights for q in cands[i]]
+    if not weights:
+        return {}
+    if not cols or any(not cands[i] for i in weights):
+        return None
+    one = np.zeros((len(weights), len(cols)))
+    for c, (i, _) in enumerate(cols):
+        one[weights.index(i), c] = 1
+    aim = np.array([float(held(i, q, k)) for i, q in cols])
+    scale = [Fraction(1)] * len(bounds)
+    for _ in range(_RETRIES):
+        rows = [LinearConstraint(one, 1, 1)]
+        for j, b in enumerate(bounds):
+            if b <= 0:
+                return None
+            rows.append(LinearConstraint(np.array([[float(held(i, q, j) / (b * scale[j])) for i, q in cols]]), -np.inf, 1))
+        res = milp(aim / max(aim.max(), 1.0), integrality=np.ones(len(cols)), bounds=(0, 1), constraints=rows,
+                   options={"mip_rel_gap": 0.0})
+        if res.x is None:
+            return None
+        got = {i: q for (i, q), x in zip(cols, res.x) if x > 0.5}
+        over = False
+        for j, b in enumerate(bounds):
+            used = sum(held(i, q, j) for i, q in got.items())
+            if used > b:
+                scale[j] *= Fraction(b, used) * Fraction(999_999, 1_000_000)
+                over = True
+        if not over:
+            return got
+    return None
+
+
 class _Search:
     """One function's parameter layouts: the integer program with the budget's rows."""
 
@@ -458,6 +520,7 @@ class _Search:
         self.func, self.mesh, self.budget, self.sizes, self.mesh_names = func, mesh, budget, sizes, mesh_names
         self.activations = activations
         self._held: dict[tuple, int] = {}  # bytes a device holds, per (parameter or type, layout, sizes)
+        self._reference: dict[int, Placement] = {}
         self.hints = dict(ctx.config.get("propagate-sharding.size_hints", {}) or {})
         self.hints.update(sizes)
         self.axis_costs = axis_costs_of(ctx)  # with axis costs, the least time instead of the fewest bytes
@@ -481,39 +544,82 @@ class _Search:
         try:
             plan, _ = solve_layouts(graph, None, CostModel(graph, self.hints, axis_costs=self.axis_costs), choice, WINDOW_OPS,
                                     2 * WINDOW_OPS, alike=False)
-        except AutoShardError:
+        except (AutoShardError, NoLayoutError):
             return None
         return write_layouts(graph, plan, CostModel(graph, self.hints, axis_costs=self.axis_costs))
 
-    def fits(self, i: int, q: Placement, limits: list[tuple[Fraction, dict[int, int]]]) -> bool:
+    def fits(self, i: int, q: Placement, limits: list[_Limit]) -> bool:
         """Whether parameter ``i`` laid out ``q`` leaves room for every other weight at its smallest, at
         each budget env (a layout that cannot fit is not offered: fewer choices, a faster search)."""
         if i not in self.weights:
             return True
-        for k, (free_bound, smallest) in enumerate(limits):
-            if self.held(i, q, self.envs[k]) - smallest[i] > free_bound - sum(smallest.values()):
+        for k, limit in enumerate(limits):
+            if self.held(i, q, self.envs[k]) - limit.smallest[i] > limit.free - sum(limit.smallest.values()):
                 return False
         return True
 
-    def limits_at(self, k: int) -> tuple[Fraction, dict[int, int]]:
-        """At budget env ``k``: the bytes the free weights may hold, and each free weight's smallest."""
+    def reference(self, i: int) -> Placement:
+        """Weight ``i``'s layout of the fewest bytes summed over the budget's sizes (ties: by name). One
+        layout at every count: the ``min`` budget is these layouts' bytes at each count, so it is met
+        by construction (the smallest at each count alone may take a layout per count: ``S[0]`` at 8
+        workers, ``S[1]`` at 3)."""
+        if i not in self._reference:
+            layouts = candidate_layouts(self.func.params[i].type.ndim, self.mesh)
+            self._reference[i] = min(layouts, key=lambda q: (sum(self.held(i, q, env) for env in self.envs), str(q)))
+        return self._reference[i]
+
+    def limits_at(self, k: int) -> _Limit:
+        """At budget env ``k``: the bytes the free weights may hold, each free weight's smallest, and
+        its bytes in its reference layout."""
         env = self.envs[k]
         fixed = sum(self.held(i, self.func.params[i].type.placement, env)
                     for i in self.weights if isinstance(self.func.params[i].type, DTensorType))
         smallest = {i: min(self.held(i, p, env) for p in candidate_layouts(self.func.params[i].type.ndim, self.mesh))
                     for i in self.weights if i in self.free}
+        reference = {i: self.held(i, self.reference(i), env) for i in smallest}
         replicated = sum(_bytes_at(without_placement(self.func.params[i].type), self.mesh,
                                    Placement.replicated(self.mesh.ndim), env) for i in self.weights)
         least = fixed + sum(smallest.values())
-        bound = self.budget.bound(replicated, least, _devices(self.mesh, env))
+        bound = self.budget.bound(replicated, fixed + sum(reference.values()), _devices(self.mesh, env))
         if bound < least:
-            at = ", ".join(f"{n}={v}" for n, v in env.items() if n in _mesh_names(self.mesh)) or "its static size"
             raise AutoShardError(
                 f"auto-shard: memory budget '{self.budget.text}' ({_human(bound)} of weights per device) is below the "
-                f"smallest any layout reaches at {at}: {_human(least)} (every weight cut as finely as its dims allow); "
-                "raise the budget"
+                f"smallest any layout reaches at {self.count_text(env)}: {_human(least)} (every weight cut as finely "
+                "as its dims allow); raise the budget"
             )
-        return bound - fixed, smallest
+        return _Limit(bound, fixed, smallest, reference)
+
+    def count_text(self, env: Mapping[str, int]) -> str:
+        return ", ".join(f"{n}={v}" for n, v in env.items() if n in _mesh_names(self.mesh)) or "its static size"
+
+    def joint_weights(self, limits: list[_Limit]) -> dict[int, Placement]:
+        """One layout per free weight within the budget at every budget env, found by a small integer
+        program over the weights alone (exact: checked in integers). When none exists, the error names
+        the budget, the first count no layout meeting it at the counts before can meet, and the weight
+        that holds the most there (at the first count alone the budget is met: ``limits_at``)."""
+        weights = [i for i in self.free if i in self.weights]
+        cands = {i: candidate_layouts(self.func.params[i].type.ndim, self.mesh) for i in weights}
+        for k in range(len(self.envs)):
+            got = _least_weights(weights, cands, lambda i, q, j: self.held(i, q, self.envs[j]),
+                                 [limit.free for limit in limits[:k + 1]], k)
+            if got is None:
+                least = _least_weights(weights, cands, lambda i, q, j: self.held(i, q, self.envs[j]),
+                                       [limit.free for limit in limits[:k]], k)
+                env = self.envs[k]
+                used = {i: self.held(i, q, env) for i, q in least.items()}
+                top = max(used, key=lambda i: (used[i], -i))
+                p = self.func.params[top]
+                names = _mesh_names(self.mesh)
+                before = (f"{names[0]}=" + ", ".join(str(e[names[0]]) for e in self.envs[:k]) if len(names) == 1
+                          else "; ".join(self.count_text(e) for e in self.envs[:k]))
+                raise AutoShardError(
+                    f"auto-shard: memory budget '{self.budget.text}' ({_human(limits[k].bound)} of weights per device "
+                    f"at {self.count_text(env)}) cannot be met there by weights laid out to meet it at {before}: "
+                    f"the least such hold {_human(limits[k].fixed + sum(used.values()))} at {self.count_text(env)}, "
+                    f"'{p.name}' {_shape_text(p.type)} the most ({_human(used[top])} laid out \"{least[top]}\"); "
+                    "raise the budget or give the device count"
+                )
+        return got
 
     def activation_limit(self) -> ActivationLimit | None:
         """The activation budget as the solver's limit on the peak, at each budget env."""
@@ -568,44 +674,68 @@ class _Search:
         limits = [self.limits_at(k) for k in range(len(self.envs))]
         cands = {i: [q for q in candidate_layouts(self.func.params[i].type.ndim, self.mesh) if self.fits(i, q, limits)]
                  for i in self.free}
+        # the weights' budget split between the solver's windows in proportion to the reference layouts'
+        # bytes: the reference layouts (within the budget whenever they are at every count: the `min`
+        # budgets) then fit every window's share
+        ref_total = [sum(limit.reference.values()) for limit in limits]
 
         def rows(decided: list[tuple[Slot, list[Placement]]]):
             out = []
             for k, env in enumerate(self.envs):
-                free_bound, smallest = limits[k]
-                mine = [(s, qs) for s, qs in decided if index.get(s.id) in smallest]
+                limit = limits[k]
+                mine = [(s, qs) for s, qs in decided if index.get(s.id) in limit.reference]
                 if not mine:
                     continue
-                total_least = sum(smallest.values())
-                share = Fraction(sum(smallest[index[s.id]] for s, _ in mine), total_least) if total_least else Fraction(1)
-                bound = free_bound * share * self.scale[k]
+                share = (Fraction(sum(limit.reference[index[s.id]] for s, _ in mine), ref_total[k]) if ref_total[k]
+                         else Fraction(1))
+                bound = limit.free * share * self.scale[k]
                 if bound <= 0:
                     bound = Fraction(1)
                 coefs = {(s.id, q): float(Fraction(self.held(index[s.id], q, env)) / bound) for s, qs in mine for q in qs}
                 out.append((coefs, 1.0))
             return out
 
-        choice = ParamChoice(lambda s: cands[index[s.id]], rows, self.activation_limit())
-        for _ in range(_RETRIES):
-            plan, _solved = solve_layouts(graph, prefs, cost, choice, WINDOW_OPS, 2 * WINDOW_OPS, alike=False)
-            laid = {}
-            for sid, i in index.items():
-                p = plan.primary.get(sid)
-                if p is None:  # unused: the least memory
-                    p = min(cands[i], key=lambda q: (self.held(i, q, self.envs[0]), str(q)))
-                laid[i] = p
-            over = False
-            for k, env in enumerate(self.envs):
-                used = sum(self.held(i, laid[i], env) for i in self.weights if i in laid)
-                if used > limits[k][0]:  # the solver's float tolerance let it through: tighten and solve again
-                    self.scale[k] *= Fraction(limits[k][0], used) * Fraction(999_999, 1_000_000)
-                    over = True
-            if not over:
+        def solve(offered: dict[int, list[Placement]], budget_rows) -> tuple[dict[int, Placement], Function] | None:
+            """The weights within the budget at every env exactly, or None (no layout, or the solver's
+            tolerance kept passing the budget by a hair)."""
+            choice = ParamChoice(lambda s: offered[index[s.id]], budget_rows, self.activation_limit())
+            for _ in range(_RETRIES):
+                try:
+                    plan, _solved = solve_layouts(graph, prefs, cost, choice, WINDOW_OPS, 2 * WINDOW_OPS, alike=False)
+                except NoLayoutError:
+                    return None
+                laid = {}
                 for sid, i in index.items():
-                    plan.primary.setdefault(sid, laid[i])
-                return laid, write_layouts(graph, plan, cost)
-        raise AutoShardError("auto-shard: the solver could not keep the weights within the memory budget exactly; "
-                             "raise the budget slightly")
+                    p = plan.primary.get(sid)
+                    if p is None:  # unused: its reference layout if offered, else the least memory
+                        p = self.reference(i) if self.reference(i) in offered[i] else min(
+                            offered[i], key=lambda q: (self.held(i, q, self.envs[0]), str(q)))
+                    laid[i] = p
+                over = False
+                for k, env in enumerate(self.envs):
+                    used = sum(self.held(i, laid[i], env) for i in self.weights if i in laid)
+                    if used > limits[k].free:  # the solver's float tolerance let it through: tighten and solve again
+                        self.scale[k] *= Fraction(limits[k].free, used) * Fraction(999_999, 1_000_000)
+                        over = True
+                if not over:
+                    for sid, i in index.items():
+                        plan.primary.setdefault(sid, laid[i])
+                    return laid, write_layouts(graph, plan, cost)
+            return None
+
+        got = solve(cands, rows)
+        if got is None:
+            # the windows' shares (or the solver's tolerance) ruled out what the budget allows: lay the
+            # weights out by the weights' own program (it names the count and the weight when nothing
+            # fits), then the values around them, the weights given
+            joint = self.joint_weights(limits)
+            fixed = {i: [joint[i]] if i in joint else cands[i] for i in self.free}
+            got = solve(fixed, lambda decided: [])
+        if got is None:
+            raise AutoShardError("auto-shard: no layout of the values meets the activation budget "
+                                 f"'{self.activations.text if self.activations else NO_LIMIT}' with the weights "
+                                 "within the memory budget; raise the activation budget")
+        return got
 
 
 def _report(search: _Search, fname: str, laid: dict[int, Placement], written: Function | None, explain: bool,
@@ -625,7 +755,7 @@ def _report(search: _Search, fname: str, laid: dict[int, Placement], written: Fu
 
     replicated = sum(held(i, Placement.replicated(mesh.ndim)) for i in weights if i in layout)
     devices = _devices(mesh, env)
-    least = sum(min(held(i, q) for q in candidate_layouts(func.params[i].type.ndim, mesh)) for i in weights if i in layout)
+    least = sum(held(i, search.reference(i) if i in search.free else layout[i]) for i in weights if i in layout)
     bound = search.budget.bound(replicated, least, devices)
     sent = _sent(written, mesh, env) if written is not None else None
     peak = function_peak(written, env) if written is not None else None

@@ -140,6 +140,11 @@ def load_shard_plan(path: str | os.PathLike) -> dict[str, str]:
             plan = json.loads(text)
         except json.JSONDecodeError as err:
             raise ShardPlanError(f"shard plan '{p}': not JSON (line {err.lineno}, column {err.colno}: {err.msg})") from None
+        except RecursionError:
+            raise ShardPlanError(f"shard plan '{p}': nested too deeply; a plan is one flat object of "
+                                 "pattern: placement") from None
+        except ValueError as err:  # an integer of thousands of digits
+            raise ShardPlanError(f"shard plan '{p}': not a plan ({str(err).split(':')[0]})") from None
         if not isinstance(plan, dict):
             raise ShardPlanError(f"shard plan '{p}': expected a JSON object of pattern: placement, got a {type(plan).__name__}")
     else:
@@ -151,6 +156,11 @@ def load_shard_plan(path: str | os.PathLike) -> dict[str, str]:
             plan = tomllib.loads(text)
         except tomllib.TOMLDecodeError as err:
             raise ShardPlanError(f"shard plan '{p}': not TOML ({err})") from None
+        except RecursionError:
+            raise ShardPlanError(f"shard plan '{p}': nested too deeply; a plan is one flat table of "
+                                 "\"pattern\" = \"placement\"") from None
+        except ValueError as err:  # an integer of thousands of digits
+            raise ShardPlanError(f"shard plan '{p}': not a plan ({str(err).split(':')[0]})") from None
     for key, value in plan.items():
         if isinstance(value, dict):
             raise ShardPlanError(
@@ -158,7 +168,8 @@ def load_shard_plan(path: str | os.PathLike) -> dict[str, str]:
                 f"(\"{key}.*\" = \"S[0]\")"
             )
         if not isinstance(value, str):
-            raise ShardPlanError(f"shard plan '{p}': pattern '{key}' maps to {value!r}, not a placement or strategy name")
+            shown = f"a {type(value).__name__}" if isinstance(value, (list, tuple)) else repr(value)[:40]
+            raise ShardPlanError(f"shard plan '{p}': pattern '{key}' maps to {shown}, not a placement or strategy name")
         try:
             check_plan_value(value)
         except ShardPlanError as err:

@@ -17,7 +17,7 @@ from .sharding_graph import Graph, Preferences, Site, Slot
 from .solution import Infeasible, ProgramCost, plan_of, solve_program
 from .strategies import Strategy
 
-__all__ = ["Solved", "solve_layouts"]
+__all__ = ["NoLayoutError", "Solved", "solve_layouts"]
 
 WHOLE_OPS = 96  # a function of at most this many ops is one program; a longer one is solved in windows
 WINDOW_OPS = 24  # of at least this many ops (about a layer of a transformer: alike layers are solved once)
@@ -110,11 +110,15 @@ def solve_layouts(graph: Graph, prefs: Preferences | None, cost: CostModel, choi
     return plan, solved
 
 
+class NoLayoutError(DiagnosticError):
+    """No layout of the function meets its constraints (hints, or a caller's limits: auto-shard's budgets)."""
+
+
 def _solve(model: Program, graph: Graph) -> tuple[np.ndarray, ProgramCost]:
     try:
         return solve_program(model)
     except Infeasible:
-        raise DiagnosticError("propagate-sharding: no layout of the function satisfies the hints", graph.func.span) from None
+        raise NoLayoutError("propagate-sharding: no layout of the function satisfies the hints", graph.func.span) from None
 
 
 def _given(graph: Graph) -> dict[int, Placement]:
