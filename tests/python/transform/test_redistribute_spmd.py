@@ -103,7 +103,7 @@ def _planned(mesh_shape, workers: int, shape, src, dst, dtype: str) -> tuple[int
                        {"num_workers": workers})
     x = np.random.default_rng(0).integers(-50, 50, size=shape).astype(dtype)
     stats = SpmdStats()
-    np.testing.assert_allclose(run_spmd(local, x, stats=stats), x, rtol=1e-6)
+    np.testing.assert_allclose(run_spmd(local, x, stats=stats), x, rtol=1e-6, atol=1e-4)  # partial parts round
     steps = sum(b.value.op.name.startswith("ccl.") for b in local["main"].bindings())
     return stats.total_bytes, steps
 
