@@ -59,6 +59,7 @@ from ..ir.placement import Partial, Placement, Replicate, Shard, StridedShard
 from ..ir.sharding import forward
 from ..ir.steps import get_step
 from ..ir.types import DTensorType, TupleType, dtype_bytes
+from ..quiet import native_output_silenced
 from .redistribute_plan import Timing, exchange_link, plan_cost, plan_redistribute, strided_share, timing_for
 from .sharding_graph import Graph, Preferences, Site, Slot, field_slots
 
@@ -932,8 +933,9 @@ class _Model:
         if self.peak_cols:  # the least peak first: the activation limit is relative to it
             aim = np.zeros(n)
             aim[self.peak_cols] = 1.0
-            step = milp(aim, integrality=integrality, bounds=(np.array(self.lb), ub), constraints=constraints,
-                        options=SOLVER_OPTIONS)
+            with native_output_silenced():  # HiGHS may print to fd 1 from C++, past its display option
+                step = milp(aim, integrality=integrality, bounds=(np.array(self.lb), ub), constraints=constraints,
+                            options=SOLVER_OPTIONS)
             if step.x is None:
                 raise _Infeasible()
             least_x = step.x
@@ -956,7 +958,9 @@ class _Model:
                 continue
             tie_break = aim is self.tb
             weights = np.array(aim) if tie_break else _units(aim)
-            step = milp(weights, integrality=integrality, bounds=bounds, constraints=constraints, options=SOLVER_OPTIONS)
+            with native_output_silenced():
+                step = milp(weights, integrality=integrality, bounds=bounds, constraints=constraints,
+                            options=SOLVER_OPTIONS)
             if res is None and step.x is None:
                 raise _Infeasible()
             # a later program's answer is kept only if it meets the optima before exactly (checked in
