@@ -4,6 +4,10 @@ Hypothesis runs derandomized by default, so a test run is repeatable (CI gives t
 verdict for the same commit). To explore new random cases, run with
 ``HYPOTHESIS_PROFILE=explore`` (random seeds, more examples per test via each test's own
 knobs, e.g. ``PROP_EXAMPLES`` for the propagation property test).
+
+TVM builds run at LLVM optimization level 0 (``DISTIR_LLVM_OPT_LEVEL``, about 4x faster than the
+default; set it to 3 to test fully optimized builds): what distir hands TVM is the same, only the
+machine code is optimized less.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from __future__ import annotations
 import os
 
 from hypothesis import settings
+
+os.environ.setdefault("DISTIR_LLVM_OPT_LEVEL", "0")  # inherited by the processes tests start
 
 settings.register_profile("repeatable", derandomize=True)
 settings.register_profile("explore", derandomize=False)

@@ -31,9 +31,10 @@ from . import cpu_ccl
 from .errors import DiscoRunError
 from .export import DISCO_LAYOUT_FUNC, SIZE_PREFIX
 
-__all__ = ["check_dtypes", "load_disco", "run_pieces", "specialize_and_build", "symbolic_var_names"]
+__all__ = ["check_dtypes", "default_target", "load_disco", "run_pieces", "specialize_and_build", "symbolic_var_names"]
 
 _DISCO = None
+OPT_LEVEL_ENV = "DISTIR_LLVM_OPT_LEVEL"
 
 
 def load_disco():
@@ -67,15 +68,28 @@ def symbolic_var_names(tvm_mod: tvm.IRModule) -> set[str]:
     return names
 
 
-def specialize_and_build(tvm_mod: tvm.IRModule, values: Mapping[str, int], target: str = "llvm"):
+def default_target() -> tvm.target.Target:
+    """The CPU target of distir's builds: LLVM at its default optimization level, or at the level
+    the environment variable ``DISTIR_LLVM_OPT_LEVEL`` names (0 builds about 4x faster; the
+    test suite sets it, since how well LLVM optimizes the machine code is not distir's to check)."""
+    level = os.environ.get(OPT_LEVEL_ENV, "").strip()
+    if not level:
+        return tvm.target.Target("llvm")
+    if level not in ("0", "1", "2", "3"):
+        raise DiscoRunError(f"{OPT_LEVEL_ENV}={level!r}: expected an LLVM optimization level, 0 to 3")
+    return tvm.target.Target({"kind": "llvm", "opt-level": int(level)})
+
+
+def specialize_and_build(tvm_mod: tvm.IRModule, values: Mapping[str, int], target=None):
     """``BindSymbolicVars(values)`` then ``tvm.compile``: one device count's build of a symbolic export.
 
     Only the names the module has are bound: a module whose meshes are static has no
-    ``num_workers`` (TVM rejects a binding of a variable the module lacks)."""
+    ``num_workers`` (TVM rejects a binding of a variable the module lacks). ``target``:
+    :func:`default_target` unless given."""
     present = symbolic_var_names(tvm_mod)
     used = {k: int(v) for k, v in values.items() if k in present}
     bound = relax.transform.BindSymbolicVars(used)(tvm_mod) if used else tvm_mod
-    return tvm.compile(bound, target=target)
+    return tvm.compile(bound, target=default_target() if target is None else target)
 
 
 # ---------------------------------------------------------------- checks in the caller's thread

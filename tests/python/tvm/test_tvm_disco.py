@@ -137,3 +137,15 @@ def test_a_module_built_from_another_export_is_refused(mlp):
     built = specialize_and_build(to_relax(other), {"num_workers": 2})
     with pytest.raises(DiscoRunError, match="do not fit the distir function"):
         run_disco(built, local, *inputs, num_workers=2)
+
+
+def test_the_build_target_follows_distir_llvm_opt_level(monkeypatch):
+    from distir.tvm.disco import OPT_LEVEL_ENV, default_target
+
+    monkeypatch.delenv(OPT_LEVEL_ENV, raising=False)
+    assert str(default_target().kind.name) == "llvm" and "opt-level" not in default_target().attrs
+    monkeypatch.setenv(OPT_LEVEL_ENV, "2")
+    assert int(default_target().attrs["opt-level"]) == 2
+    monkeypatch.setenv(OPT_LEVEL_ENV, "fast")
+    with pytest.raises(DiscoRunError, match=r"DISTIR_LLVM_OPT_LEVEL='fast': expected an LLVM optimization level, 0 to 3"):
+        default_target()
