@@ -21,3 +21,17 @@ os.environ.setdefault("DISTIR_LLVM_OPT_LEVEL", "0")  # inherited by the processe
 settings.register_profile("repeatable", derandomize=True)
 settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
+
+
+# The folders whose test modules take longest first: the workers (pytest-xdist, a module each at a
+# time) then end together instead of one running a long module alone at the end.
+LONGEST_FIRST = ("tvm", "transform", "cli", "system", "analysis", "script")
+
+
+def pytest_collection_modifyitems(items):
+    def folder_rank(item) -> int:
+        folder = item.path.parent.name
+        return LONGEST_FIRST.index(folder) if folder in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=folder_rank)  # stable: the order within a folder and a module stays
+

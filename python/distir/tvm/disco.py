@@ -18,6 +18,8 @@ from __future__ import annotations
 import importlib
 import os
 import tempfile
+import threading
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -31,9 +33,13 @@ from . import cpu_ccl
 from .errors import DiscoRunError
 from .export import DISCO_LAYOUT_FUNC, SIZE_PREFIX
 
-__all__ = ["check_dtypes", "default_target", "load_disco", "run_pieces", "specialize_and_build", "symbolic_var_names"]
+__all__ = ["check_dtypes", "default_target", "load_disco", "run_pieces", "shared_library", "specialize_and_build",
+           "symbolic_var_names"]
 
 _DISCO = None
+_LIBRARIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # build -> (its directory, the .so path)
+_LIBRARIES_LOCK = threading.Lock()
+_UNCACHED: list = []  # directories of builds that cannot be weakly referenced
 OPT_LEVEL_ENV = "DISTIR_LLVM_OPT_LEVEL"
 
 
@@ -167,25 +173,44 @@ def run_pieces(
     and bytes sent.
     """
     disco = load_disco()
-    with tempfile.TemporaryDirectory(prefix="distir-disco-") as tmp:
-        path = os.path.join(tmp, "module.so")
-        built.export_library(path)
-        # the local VM reads the shared library just written (no second code generation); it looks
-        # up distir's own functions (distir.ccl.*) as it loads
-        cpu_ccl.register()
-        vm = relax.VirtualMachine(tvm.runtime.load_module(path), tvm.cpu())
-        size_names = _size_params(vm, func, n_params)
-        total, groups = _layout(vm, values)
-        pieces = pieces_for(total)
-        with cpu_ccl.session(total, groups) as state:
-            sess = disco.ThreadedSession(total, groups)
-            try:
-                outputs = _call(sess, state, path, func, size_names, values, pieces, total)
-            finally:
-                sess.shutdown()
+    path = shared_library(built)
+    # the local VM reads the shared library (no second code generation); it looks up distir's own
+    # functions (distir.ccl.*) as it loads
+    cpu_ccl.register()
+    vm = relax.VirtualMachine(tvm.runtime.load_module(path), tvm.cpu())
+    size_names = _size_params(vm, func, n_params)
+    total, groups = _layout(vm, values)
+    pieces = pieces_for(total)
+    with cpu_ccl.session(total, groups) as state:
+        sess = disco.ThreadedSession(total, groups)
+        try:
+            outputs = _call(sess, state, path, func, size_names, values, pieces, total)
+        finally:
+            sess.shutdown()
     if stats is not None:
         stats.update(num_workers=total, num_groups=groups, calls=dict(state.calls), bytes_sent=state.bytes_sent)
     return outputs
+
+
+def shared_library(built) -> str:
+    """The path of ``built`` exported as a shared library, which Disco's workers load: written
+    once per build (writing it is LLVM's code generation, most of a build's cost), in a
+    temporary directory removed with the build."""
+    with _LIBRARIES_LOCK:
+        try:
+            hit = _LIBRARIES.get(built)
+        except TypeError:  # not weakly referable: exported each time, kept until the process ends
+            hit = None
+        if hit is None:
+            tmp = tempfile.TemporaryDirectory(prefix="distir-disco-")
+            path = os.path.join(tmp.name, "module.so")
+            built.export_library(path)
+            hit = (tmp, path)
+            try:
+                _LIBRARIES[built] = hit
+            except TypeError:
+                _UNCACHED.append(tmp)
+        return hit[1]
 
 
 def _call(sess, state, path: str, func: str, size_names, values, pieces, total: int) -> dict[int, Any]:

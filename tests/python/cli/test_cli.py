@@ -269,8 +269,8 @@ def test_usage_error_exits_2(capsys):
     assert info.value.code == 2 and "usage:" in capsys.readouterr().err
 
 
-# -- a real process: the exit status and streams of the console command (the demo's process
-# is in system/test_package.py, piping into a file in system/test_quiet.py)
+# -- a real process: the exit status and streams of the console command (exit 0 with the output
+# piped into a file: system/test_quiet.py); everything else calls main([...]) in process
 
 
 def test_distir_command_as_a_process(tmp_path):

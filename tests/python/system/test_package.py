@@ -119,17 +119,19 @@ def normalized_demo_lines(text: str) -> list[str]:
     return [line.rstrip() for line in text.strip().splitlines()]
 
 
-def test_readme_demo_output_is_what_the_demo_prints():
+def test_readme_demo_output_is_what_the_demo_prints(capsys):
+    """In process (the console command's exit status and streams are tests/python/cli/test_cli.py's
+    process test, piping its output into a file tests/python/system/test_quiet.py's)."""
+    from distir.cli import main as distir_main
 
     text = (ROOT / "README.md").read_text()
     section = text.split("## Quick start", 1)[1].split("## From Python", 1)[0]
     shown = re.findall(r"```\n(distir demo:.*?)```", section, re.DOTALL)
     assert shown, "README quick start shows no demo output"
-    proc = subprocess.run(
-        [sys.executable, "-m", "distir.cli.main", "demo"], capture_output=True, text=True, timeout=300, check=False
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert normalized_demo_lines(proc.stdout) == normalized_demo_lines(shown[0])
+    assert distir_main.main(["demo"]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert normalized_demo_lines(out) == normalized_demo_lines(shown[0])
 
 
 # What each step imports, in one fresh interpreter (a process of its own per check would cost a

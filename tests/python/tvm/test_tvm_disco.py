@@ -104,13 +104,18 @@ def mlp():
     return mod, local, to_relax(local), random_inputs(mod, seed=0)
 
 
-def test_one_symbolic_build_runs_at_every_count(mlp):
-    """Not binding at all: num_workers is passed at run time (a size parameter of the build)."""
+def test_one_symbolic_build_runs_at_every_count(mlp, monkeypatch):
+    """Not binding at all: num_workers is passed at run time (a size parameter of the build); its
+    shared library is written once for all the runs."""
     mod, local, exported, inputs = mlp
-    built = tvm.compile(exported, target="llvm")
+    built = tvm.compile(exported, target="llvm")  # LLVM's default optimization here, as users build
+    written = []
+    export = built.export_library
+    monkeypatch.setattr(built, "export_library", lambda path, **kw: (written.append(path), export(path, **kw)))
     expected = run(mod, *inputs)
     for workers in COUNTS:
         assert_matches(run_disco(built, local, *inputs, num_workers=workers), expected)
+    assert len(written) == 1
 
 
 def test_a_build_for_other_sizes_is_refused_before_running(mlp):
