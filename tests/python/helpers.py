@@ -76,12 +76,14 @@ GUARANTEE_SEQ = (1, 10, 64, 512)
 GUARANTEE_COUNTS = (2, 3, 4, 8)
 
 
-def bytes_over_sizes(mod, search: str, func: str = "main"):
+def bytes_over_sizes(mod, search: str, func: str = "main", local=None):
     """The distributed module for ``search`` and its bytes per worker (the analysis' formula, which
-    tests/python/analysis checks against the simulator) at every sequence length and count above."""
-    with warnings.catch_warnings(), PassContext(config={"propagate-sharding.search": search}):
-        warnings.simplefilter("ignore", ShardingAmbiguityWarning)
-        local = distribute_pipeline()(mod)
+    tests/python/analysis checks against the simulator) at every sequence length and count above.
+    ``local``: that module when the caller has it already."""
+    if local is None:
+        with warnings.catch_warnings(), PassContext(config={"propagate-sharding.search": search}):
+            warnings.simplefilter("ignore", ShardingAmbiguityWarning)
+            local = distribute_pipeline()(mod)
     volume = comm_volume(local, func)
     names = volume.free_vars() - {"num_workers"}
     return local, {
@@ -91,8 +93,9 @@ def bytes_over_sizes(mod, search: str, func: str = "main"):
     }
 
 
-def assert_no_worse_than_greedy(mod, func: str = "main", dims=None):
-    local, chosen = bytes_over_sizes(mod, "auto", func)
+def assert_no_worse_than_greedy(mod, func: str = "main", dims=None, local=None):
+    """``local``: ``mod`` distributed by the default search ("auto"), when the caller has it."""
+    local, chosen = bytes_over_sizes(mod, "auto", func, local)
     _, greedy = bytes_over_sizes(mod, "greedy", func)
     worse = {k: (chosen[k], greedy[k]) for k in chosen if chosen[k] > greedy[k]}
     assert not worse, worse

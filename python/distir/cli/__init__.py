@@ -12,7 +12,6 @@ import os
 import sys
 import warnings
 from collections.abc import Callable
-from pathlib import Path
 from typing import TextIO
 
 from ..errors import DistirError
@@ -43,6 +42,8 @@ def write_text(text: str, output: str | None, stream: TextIO | None = None) -> N
     if not text.endswith("\n"):
         text += "\n"
     if output and output != "-":
+        from pathlib import Path
+
         try:
             Path(output).write_text(text)
         except OSError as err:

@@ -10,7 +10,6 @@ status 2) when two arguments contradict each other.
 from __future__ import annotations
 
 import argparse
-import difflib
 import math
 from collections.abc import Iterable, Mapping
 
@@ -296,6 +295,8 @@ def check_bind_names(bind: Mapping[str, int], symbols: set[str], mesh_symbol: st
     """Every name bound must be a symbolic size of the module (a typo is an error, not ignored).
 
     ``mesh_symbol`` (set by ``-n``, not ``--bind``) is left out of the names offered."""
+    import difflib
+
     allowed = symbols - {mesh_symbol} if mesh_symbol else set(symbols)
     for name, value in bind.items():
         if name not in allowed:

@@ -13,12 +13,13 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import TextIO
-
-import numpy as np
+from typing import TYPE_CHECKING, TextIO
 
 from ..errors import DistirError
 from .args import MAX_DISCO_WORKERS, MAX_WORKERS
+
+if TYPE_CHECKING:
+    import numpy as np
 
 MAX_DISCO_PROCESSES = 64  # --session processes starts a Python process (TVM loaded: ~200 MB) per worker
 
@@ -93,6 +94,8 @@ def load_inputs(path: str, names: Sequence[str]) -> list[np.ndarray]:
         )
     if not head.startswith(_ZIP_MAGIC):
         raise DistirError(f"--inputs '{path}' is not an .npz archive (numpy.savez writes one)")
+    import numpy as np
+
     try:
         with np.load(path, allow_pickle=False) as data:
             files = dict(data.items())

@@ -10,7 +10,6 @@ with the devices that hold them: in colour on a terminal, in plain text otherwis
 from __future__ import annotations
 
 import argparse
-import difflib
 import sys
 
 HELP = "draw a tensor's layout over the device mesh (blocks labelled with the devices holding them)"
@@ -97,6 +96,8 @@ def run(args: argparse.Namespace) -> int:
         names = []
         for n in args.tensor:
             if n not in by_name:
+                import difflib
+
                 close = difflib.get_close_matches(n, list(by_name), n=1)
                 hint = f"; did you mean '{close[0]}'?" if close else ""
                 raise AnalysisError(

@@ -8,12 +8,13 @@ optionally a PNG plot and TVM build times. See docs/analysis.md.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from fractions import Fraction
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from ..errors import DistirError
+
+if TYPE_CHECKING:
+    from fractions import Fraction
 
 HELP = "memory and communication per device count, as formulas in num_workers and a table"
 DESCRIPTION = """\
@@ -319,6 +320,8 @@ def run(args: argparse.Namespace) -> int:
             result = sweep(mod, counts, symbol=args.symbol, bind=bind, model=model, func=args.func, build=build,
                            on_row=on_row)
     if args.json:
+        import json
+
         sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
     else:
         if args.auto:

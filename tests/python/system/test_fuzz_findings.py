@@ -37,11 +37,16 @@ def test_finding_replays_and_matches_one_device(path):
     assert res.outcomes and not _bad(res.outcomes, path), f"{path.name}: " + "; ".join(_bad(res.outcomes, path))
 
 
-@pytest.mark.parametrize("path", [p for p in FINDINGS if p.stem.split("-")[0] in ON_TVM], ids=lambda p: p.stem.split("-")[0])
-def test_finding_replays_on_disco(path):
+@pytest.fixture(scope="module")
+def tvm_runner():
+    """One child process for every finding (the fuzzer's own: a Disco crash kills the child, not
+    pytest; the runner starts a new child after one dies)."""
     runner = fuzz.TvmRunner(per_count=True)
-    try:
-        outcomes = runner.run(_case(path), fuzz.Options())
-    finally:
-        runner.close()
+    yield runner
+    runner.close()
+
+
+@pytest.mark.parametrize("path", [p for p in FINDINGS if p.stem.split("-")[0] in ON_TVM], ids=lambda p: p.stem.split("-")[0])
+def test_finding_replays_on_disco(path, tvm_runner):
+    outcomes = tvm_runner.run(_case(path), fuzz.Options())
     assert outcomes and all(o.cls == "OK" for o in outcomes), f"{path.name}: " + "; ".join(o.line() for o in outcomes)

@@ -7,6 +7,10 @@ must match, with the simulator's bytes equal to the cost model's; only a documen
 limitation may be refused (``fuzz.KNOWN_LIMITATIONS``). A failing case names the command
 that re-runs it (``python scripts/fuzz.py --seed SEED --only I``) and shows a shrunk
 reproducer.
+
+The test suite runs the first QUICK_CASES (and QUICK_STRIDED_CASES); the rest of the slice is
+a sweep, marked ``sweep`` and deselected by default: ``python -m pytest -q tests/python -m sweep``
+runs it (docs/architecture.md, "How it is checked").
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import pytest
 
 SEED = 0
 CASES = 80
+QUICK_CASES = 24  # run by default; the others are marked sweep
 
 _PATH = pathlib.Path(__file__).resolve().parents[3] / "scripts" / "fuzz.py"
 
@@ -54,21 +59,26 @@ def _report(res, bad) -> str:
     return "\n".join(lines)
 
 
-@pytest.mark.parametrize("index", range(CASES))
+def _cases(count: int, quick: int) -> list:
+    return [i if i < quick else pytest.param(i, marks=pytest.mark.sweep) for i in range(count)]
+
+
+@pytest.mark.parametrize("index", _cases(CASES, QUICK_CASES))
 def test_fuzz_case_matches_one_device(index):
     res = _result(index)
     bad = [o for o in res.outcomes if o.cls not in ("OK", "CLEAN-REFUSAL")]
     assert not bad, _report(res, bad)
 
 
-def test_the_slice_runs_programs_end_to_end():
+@pytest.mark.parametrize("count", [QUICK_CASES, pytest.param(CASES, marks=pytest.mark.sweep)])
+def test_the_slice_runs_programs_end_to_end(count):
     """The slice is worth something: the generator's programs parse and most run to the end."""
-    results = [_result(i) for i in range(CASES)]
+    results = [_result(i) for i in range(count)]
     invalid = [r.case.origin for r in results if r.cls == "INVALID"]
-    assert len(invalid) <= CASES // 20, f"the generator wrote programs the parser rejects: {invalid}"
+    assert len(invalid) <= count // 20, f"the generator wrote programs the parser rejects: {invalid}"
     ran = sum(1 for r in results if any(o.stage in ("simulate", "cost") for o in r.outcomes))
-    assert ran >= CASES // 2, f"only {ran} of {CASES} cases reached the simulator"
-    assert sum(len(r.case.program.binds) for r in results) >= 2 * CASES
+    assert ran >= count // 2, f"only {ran} of {count} cases reached the simulator"
+    assert sum(len(r.case.program.binds) for r in results) >= 2 * count
 
 
 def test_generation_is_deterministic():
@@ -81,6 +91,7 @@ def test_generation_is_deterministic():
 # strided shards and time costs (scripts/fuzz.py --strided --axis-costs): programs with S[d/k]
 # parameters, hints and redistributes, fused-QKV chains, and 2-D meshes planned by random axis costs
 STRIDED_CASES = 24
+QUICK_STRIDED_CASES = 8
 _STRIDED_RESULTS: dict = {}
 
 
@@ -91,18 +102,19 @@ def _strided_result(index: int):
     return _STRIDED_RESULTS[index]
 
 
-@pytest.mark.parametrize("index", range(STRIDED_CASES))
+@pytest.mark.parametrize("index", _cases(STRIDED_CASES, QUICK_STRIDED_CASES))
 def test_strided_fuzz_case_matches_one_device(index):
     res = _strided_result(index)
     bad = [o for o in res.outcomes if o.cls not in ("OK", "CLEAN-REFUSAL")]
     assert not bad, _report(res, bad)
 
 
-def test_the_strided_slice_has_strided_layouts_and_costs():
-    results = [_strided_result(i) for i in range(STRIDED_CASES)]
+@pytest.mark.parametrize("count", [QUICK_STRIDED_CASES, pytest.param(STRIDED_CASES, marks=pytest.mark.sweep)])
+def test_the_strided_slice_has_strided_layouts_and_costs(count):
+    results = [_strided_result(i) for i in range(count)]
     strided = [r for r in results if re.search(r'"[^"]*S\[\d+/\d+\][^"]*"', r.case.text)]
     costs = [r for r in results if r.case.program.costs]
-    assert len(strided) >= STRIDED_CASES // 3 and len(costs) >= 2, (len(strided), len(costs))
+    assert len(strided) >= count // 3 and len(costs) >= 2, (len(strided), len(costs))
     ran = [r for r in strided if any(o.stage in ("simulate", "cost") for o in r.outcomes)]
     assert len(ran) >= len(strided) // 2
 

@@ -85,19 +85,17 @@ def test_version():
     assert distir.__version__ == metadata.version("distir")
 
 
-def test_readme_python_example_runs(tmp_path):
+def test_readme_python_example_runs(capsys):
     """The README's "From Python" block is real: it runs and prints one summary per device count."""
 
     text = (ROOT / "README.md").read_text()
     section = text.split("## From Python", 1)[1]
     block = re.search(r"```python\n(.*?)```", section, re.DOTALL)
     assert block, "README has no Python example"
-    script = tmp_path / "readme_example.py"
-    script.write_text(block.group(1))
-    proc = subprocess.run([sys.executable, str(script)], check=False, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
+    exec(compile(block.group(1), "README.md (From Python)", "exec"), {"__name__": "__main__"})
+    out = capsys.readouterr().out
     for w in (1, 2, 4, 8):
-        assert f"{w} worker{'' if w == 1 else 's'}: all_reduce x2" in proc.stdout
+        assert f"{w} worker{'' if w == 1 else 's'}: all_reduce x2" in out
 
 
 def test_imports_follow_the_layers():
@@ -121,46 +119,64 @@ def normalized_demo_lines(text: str) -> list[str]:
     return [line.rstrip() for line in text.strip().splitlines()]
 
 
-def test_readme_demo_output_is_what_the_demo_prints():
+def test_readme_demo_output_is_what_the_demo_prints(capsys):
+    """In process (the console command's exit status and streams are tests/python/cli/test_cli.py's
+    process test, piping its output into a file tests/python/system/test_quiet.py's)."""
+    from distir.cli import main as distir_main
 
     text = (ROOT / "README.md").read_text()
     section = text.split("## Quick start", 1)[1].split("## From Python", 1)[0]
     shown = re.findall(r"```\n(distir demo:.*?)```", section, re.DOTALL)
     assert shown, "README quick start shows no demo output"
-    proc = subprocess.run(
-        [sys.executable, "-m", "distir.cli.main", "demo"], capture_output=True, text=True, timeout=300, check=False
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert normalized_demo_lines(proc.stdout) == normalized_demo_lines(shown[0])
+    assert distir_main.main(["demo"]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert normalized_demo_lines(out) == normalized_demo_lines(shown[0])
 
 
-def test_subpackages_are_attributes_of_distir():
-    """``import distir`` then ``distir.transform`` works, as ``tvm.relax`` does after ``import tvm``."""
+# What each step imports, in one fresh interpreter (a process of its own per check would cost a
+# second or more each): the checks run in the order that keeps each meaningful.
+FIRST_USE = """
+import contextlib, io, sys
+from distir.cli import main as distir_main, opt
+for command in (distir_main.main, opt.main):
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+        command(["--help"])
+heavy = sorted({"numpy", "scipy", "tvm", "rich", "distir.transform", "distir.script"} & set(sys.modules))
+assert not heavy, f"--help imports {heavy}"
 
-    code = (
-        "import sys, distir; assert 'tvm' not in sys.modules, 'import distir imports TVM';"
-        "print(distir.transform.PropagateSharding.__name__, distir.runtime.__name__, distir.tvm.__name__)"
-    )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["PropagateSharding", "distir.runtime", "distir.tvm"]
-    with pytest.raises(AttributeError, match="no attribute 'tranform'"):
-        distir.tranform  # noqa: B018
+import distir
+assert "tvm" not in sys.modules, "import distir imports TVM"
+
+# IR built without the parser prints too: the IR layer loads distir.script by name when asked
+from distir.ir.builder import FunctionBuilder, dtensor, mesh, module_of
+m = mesh(("num_workers",))
+b = FunctionBuilder("main", meshes=[m])
+x = b.param("x", dtensor((8,), "float32", m, "S[0]"))
+b.ret(x)
+mod = module_of(b)
+assert "distir.script" not in sys.modules, "the builder imports the text format"
+print(mod.script())
+
+from distir import examples
+from distir.driver import Driver, random_inputs
+mlp = examples.load("mlp")
+assert Driver(mlp).run(random_inputs(mlp), 2).ok
+assert "distir.tvm" not in sys.modules, "the driver's simulator run imports distir.tvm"
+
+# import distir, then distir.transform works, as tvm.relax does after import tvm
+print(distir.transform.PropagateSharding.__name__, distir.runtime.__name__, distir.tvm.__name__)
+"""
 
 
-def test_printing_loads_the_text_format_on_first_use():
-    # IR built without the parser prints too: the IR layer loads distir.script by name when asked
-    code = (
-        "import sys\n"
-        "from distir.ir.builder import FunctionBuilder, dtensor, mesh, module_of\n"
-        "m = mesh(('num_workers',))\n"
-        "b = FunctionBuilder('main', meshes=[m])\n"
-        "x = b.param('x', dtensor((8,), 'float32', m, 'S[0]'))\n"
-        "b.ret(x)\n"
-        "mod = module_of(b)\n"
-        "assert 'distir.script' not in sys.modules\n"
-        "print(mod.script())\n"
-    )
-    proc = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=300)
+def test_imports_happen_on_first_use():
+    """``distir --help`` and ``distir-opt --help`` import no numpy, TVM or passes (they start fast,
+    scripts/bench_startup.py); ``import distir`` no TVM; printing loads the text format; the driver
+    loads distir.tvm only for the tvm backend; subpackages are attributes of ``distir``."""
+    proc = subprocess.run([sys.executable, "-c", FIRST_USE], capture_output=True, text=True, timeout=300,
+                          check=False)
     assert proc.returncode == 0, proc.stderr
     assert 'R.DTensor((8,), "float32", "mesh[0]", "S[0]")' in proc.stdout
+    assert proc.stdout.split()[-3:] == ["PropagateSharding", "distir.runtime", "distir.tvm"]
+    with pytest.raises(AttributeError, match="no attribute 'tranform'"):
+        distir.tranform  # noqa: B018

@@ -106,13 +106,18 @@ def mlp():
     return mod, local, to_relax(local), random_inputs(mod, seed=0)
 
 
-def test_one_symbolic_build_runs_at_every_count(mlp):
-    """Not binding at all: num_workers is passed at run time (a size parameter of the build)."""
+def test_one_symbolic_build_runs_at_every_count(mlp, monkeypatch):
+    """Not binding at all: num_workers is passed at run time (a size parameter of the build); its
+    shared library is written once for all the runs."""
     mod, local, exported, inputs = mlp
-    built = tvm.compile(exported, target="llvm")
+    built = tvm.compile(exported, target="llvm")  # LLVM's default optimization here, as users build
+    written = []
+    export = built.export_library
+    monkeypatch.setattr(built, "export_library", lambda path, **kw: (written.append(path), export(path, **kw)))
     expected = run(mod, *inputs)
     for workers in COUNTS:
         assert_matches(run_disco(built, local, *inputs, num_workers=workers), expected)
+    assert len(written) == 1
 
 
 def test_a_build_for_other_sizes_is_refused_before_running(mlp):
@@ -139,3 +144,15 @@ def test_a_module_built_from_another_export_is_refused(mlp):
     built = specialize_and_build(to_relax(other), {"num_workers": 2})
     with pytest.raises(DiscoRunError, match="do not fit the distir function"):
         run_disco(built, local, *inputs, num_workers=2)
+
+
+def test_the_build_target_follows_distir_llvm_opt_level(monkeypatch):
+    from distir.tvm.disco import OPT_LEVEL_ENV, default_target
+
+    monkeypatch.delenv(OPT_LEVEL_ENV, raising=False)
+    assert str(default_target().kind.name) == "llvm" and "opt-level" not in default_target().attrs
+    monkeypatch.setenv(OPT_LEVEL_ENV, "2")
+    assert int(default_target().attrs["opt-level"]) == 2
+    monkeypatch.setenv(OPT_LEVEL_ENV, "fast")
+    with pytest.raises(DiscoRunError, match=r"DISTIR_LLVM_OPT_LEVEL='fast': expected an LLVM optimization level, 0 to 3"):
+        default_target()

@@ -19,6 +19,7 @@ from distir.ir import Binding, Block, Call, Function, IRModule, OpDef, Param, Te
 from distir.runtime import run
 from distir.transform.pipelines import distribute_pipeline
 from distir.tvm import DISCO_LAYOUT_FUNC, TvmExportError, specialize_and_build, to_relax
+from distir.tvm.targets import default_target
 from distir.tvm.ops import SUPPORTED_OPS
 
 MESH_1D = 'I.module_global_infos({"mesh": [R.device_mesh(("num_workers",), I.Range(0, "num_workers"))]})'
@@ -155,20 +156,24 @@ def test_worker_id_comes_from_disco_and_collectives_are_composed():
 
 @pytest.mark.parametrize("text", [MLP, KITCHEN_SINK], ids=["mlp", "kitchen_sink"])
 def test_tvm_single_device_passes_on_the_symbolic_module_then_specialize_build_and_run(text):
-    """The seed discussion's flow: TVM's passes once on the symbolic module, then bind and build per count."""
+    """The seed discussion's flow: TVM's passes once on the symbolic module, then bind and build per count.
+
+    Two builds: the optimized module still symbolic (it builds, and runs at every count with
+    num_workers passed at run time), and bound to one count (BindSymbolicVars after the passes)."""
     mod = distir.parse(text)
     local = distribute_pipeline()(mod)
     exported = to_relax(local)
-    tvm.compile(exported, target="llvm")  # the symbolic module builds as exported
     optimized = tvm.transform.Sequential(TVM_SINGLE_DEVICE_PASSES)(exported)
     relax.analysis.well_formed(optimized)
     fused = [gv.name_hint for gv in optimized.get_global_vars() if gv.name_hint.startswith("fused_")]
     assert fused, "FuseOps should group some of the legalized kernels"
     inputs = random_inputs(mod, seed=1, int_high=64)
     expected = run(mod, *inputs)
+    symbolic = tvm.compile(optimized, target=default_target())
     for w in (1, 2, 4):
-        built = tvm.compile(relax.transform.BindSymbolicVars({"num_workers": w})(optimized), target="llvm")
-        assert_matches(run_disco(built, local, *inputs, num_workers=w, seed=w), expected)
+        assert_matches(run_disco(symbolic, local, *inputs, num_workers=w, seed=w), expected)
+    bound = tvm.compile(relax.transform.BindSymbolicVars({"num_workers": 3})(optimized), target=default_target())
+    assert_matches(run_disco(bound, local, *inputs, num_workers=3, seed=3), expected)
 
 
 def test_every_local_view_op_has_a_relax_form():

@@ -46,6 +46,7 @@ from ...ir.mesh import DeviceMesh
 from ...ir.placement import Placement, Replicate, Shard
 from ...ir.sharding import without_placement
 from ...ir.types import DTensorType, TensorType
+from ...quiet import native_output_silenced
 from ..legalize_redistribute import axis_costs_of, fuse_reshapes
 from ..pass_infra import ModulePass, PassContext, register_pass
 from ..rewrite import map_bindings
@@ -496,8 +497,9 @@ def _least_weights(weights: list[int], cands: Mapping[int, list[Placement]], hel
             if b <= 0:
                 return None
             rows.append(LinearConstraint(np.array([[float(held(i, q, j) / (b * scale[j])) for i, q in cols]]), -np.inf, 1))
-        res = milp(aim / max(aim.max(), 1.0), integrality=np.ones(len(cols)), bounds=(0, 1), constraints=rows,
-                   options={"mip_rel_gap": 0.0})
+        with native_output_silenced():
+            res = milp(aim / max(aim.max(), 1.0), integrality=np.ones(len(cols)), bounds=(0, 1), constraints=rows,
+                       options={"mip_rel_gap": 0.0})
         if res.x is None:
             return None
         got = {i: q for (i, q), x in zip(cols, res.x) if x > 0.5}

@@ -15,6 +15,7 @@ from scipy.optimize import LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
 from ...ir.placement import Placement
+from ...quiet import native_output_silenced
 from .plan import LayoutPlan
 from .program import Program, result_slots
 
@@ -32,7 +33,7 @@ HIGHS_OPTIONS = {"mip_heuristic_run_feasibility_jump": False}
 
 def _milp(c, **kw):
     """``scipy.optimize.milp`` with :data:`SOLVER_OPTIONS` and :data:`HIGHS_OPTIONS`."""
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), native_output_silenced():  # HiGHS may print to fd 1 from C++, past its display option
         warnings.filterwarnings("ignore", "Unrecognized options detected", RuntimeWarning)
         return milp(c, options={**SOLVER_OPTIONS, **HIGHS_OPTIONS}, **kw)
 
