@@ -293,7 +293,7 @@ def run_disco(
         cut = _disco_pieces(params, gparams, arrays, values, total, seed)
         return cut + [None] * (len(gparams) - first)
 
-    presharded = None if wset is None else Presharded(str(wset.json_path), wset.text, first)
+    presharded = None if wset is None else Presharded(str(wset.json_path.resolve()), wset.text, first)  # workers may run elsewhere
     info: dict = {}
     outputs = run_pieces(built, func, len(f.params), values, pieces, info, session=session, target=target,
                          presharded=presharded)

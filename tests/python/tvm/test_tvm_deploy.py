@@ -71,7 +71,8 @@ def weight_sets(tmp_path_factory, nn_llama, llama):
 
 @pytest.mark.parametrize("workers", COUNTS)
 @pytest.mark.parametrize("model", ["nn_llama", "llama"])
-def test_worker_processes_equal_one_device_from_global_and_presharded_weights(model, workers, request, weight_sets):
+def test_worker_processes_equal_one_device_from_global_and_presharded_weights(model, workers, request, weight_sets,
+                                                                               monkeypatch):
     driver, inputs, weights = request.getfixturevalue(model)
     # the frontend model names its weights (num_input); the bundled llama takes them as arguments
     args, named = (inputs, {"weights": weights}) if model == "nn_llama" else (inputs + weights, {})
@@ -82,8 +83,10 @@ def test_worker_processes_equal_one_device_from_global_and_presharded_weights(mo
     # one count of bytes: the same steps and bytes as the simulator, and Disco's all-reduces move them
     assert got.disco["calls"] == sim.stats.counts and got.disco["bytes_sent"] == sim.stats.total_bytes
     assert got.disco["transport"]["bytes_sent"] == sim.stats.total_bytes
-    # each worker loads its own pieces (TVM's ShardLoader); the set for 1, 2, 3 was re-cut from the set for 4
-    pre = driver.run(inputs, workers, weights=str(weight_sets[model][workers]), backend="tvm", session="processes")
+    # each worker loads its own pieces (TVM's ShardLoader); the set for 1, 2, 3 was re-cut from the set for 4;
+    # named relative to a directory the worker processes (started above) were not started in
+    monkeypatch.chdir(weight_sets[model][workers].parent)
+    pre = driver.run(inputs, workers, weights=weight_sets[model][workers].name, backend="tvm", session="processes")
     assert pre.ok, pre.comparison.mismatch
     np.testing.assert_array_equal(pre.outputs, got.outputs)  # the same pieces, the same program
 
