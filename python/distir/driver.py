@@ -340,7 +340,7 @@ def _step_accounting(local_mod: IRModule, func: str, values: Mapping[str, int]) 
         numbers = comm_volume(ran, func).evaluate(values)
     except AnalysisError:  # bytes known only at concrete sizes (a transfer between meshes that may overlap)
         numbers = comm_volume(specialize(ran, dict(values)), func).evaluate(values)
-    return {"calls": dict(numbers.counts), "bytes_sent": int(numbers.total_bytes)}
+    return {"calls": dict(numbers.counts), "bytes_sent": int(numbers.total_bytes), "devices": int(numbers.num_workers)}
 
 
 def _disco_pieces(f, gparams, arrays, values, total: int, seed: int) -> list[dict[int, np.ndarray]]:
@@ -394,6 +394,16 @@ class CountResult:
     @property
     def max_diff(self) -> float:
         return self.comparison.max_diff
+
+    def summary(self) -> str:
+        """What the steps moved, in one line that is the same for both backends at the same count
+        (``4 workers: all_reduce x2; 61440 bytes sent per worker (245760 in all)``): the steps as
+        the simulator names and counts them, bytes as docs/analysis.md defines them."""
+        if self.stats is not None:
+            return self.stats.summary()
+        from .runtime.spmd import steps_summary
+
+        return steps_summary(self.disco["devices"], self.disco["calls"], self.disco["bytes_sent"])
 
     @property
     def workers(self) -> int:
