@@ -111,3 +111,18 @@ def test_help_states_the_default_tolerances():
     assert DEFAULT_TOLERANCES["float16"] == DEFAULT_TOLERANCES["bfloat16"] and FLOAT_TOLERANCE[0] == FLOAT_TOLERANCE[1]
     assert TOLERANCE_HELP == (f"float16 and bfloat16 {fmt(lo)} (atol {fmt(hi)}), float32 and float64 "
                               f"{fmt(FLOAT_TOLERANCE[0])}, integers and bool exact")
+
+
+def test_a_float16_model_matches_at_its_default_tolerance():
+    """CountResult.ok of a float16 model cut over workers: sums rounded in another order differ
+    from one device's by more than float32's 1e-5, within float16's default."""
+    import distir
+    from distir.driver import Driver, random_inputs
+    from distir.transform import ShardParams
+
+    mod = ShardParams(PLAN)(distir.parse(NN_MLP.replace("float32", "float16")))
+    driver = Driver(mod)
+    inputs = random_inputs(mod, dims={"s": 12}, seed=3)
+    r = driver.run(inputs, 3)
+    assert r.ok, r.comparison.mismatch
+    assert r.max_diff > 0 and not driver.run(inputs, 3, rtol=1e-5, atol=1e-5).ok
