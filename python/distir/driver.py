@@ -133,12 +133,31 @@ class Comparison:
     mismatch: str | None = None  # "output 1 differs ...", in words
 
 
-def compare(got, expected, rtol: float = 1e-5, atol: float = 1e-5, *, absolute_atol: bool = False) -> Comparison:
+#: (rtol, atol) a comparison uses by default, by the expected output's dtype: half precision
+#: rounds at about 1e-3 per operation, so a sum cut over workers differs from one device's by more
+#: than float32's tolerance; integers and bools must be equal. Other dtypes: ``FLOAT_TOLERANCE``.
+DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
+    "float16": (1e-2, 2e-2),
+    "bfloat16": (1e-2, 2e-2),
+    **{t: (0.0, 0.0) for t in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool")},
+}
+FLOAT_TOLERANCE = (1e-5, 1e-5)  # float32 and float64
+
+
+def default_tolerance(dtype) -> tuple[float, float]:
+    """The (rtol, atol) of :data:`DEFAULT_TOLERANCES` for ``dtype`` (float32 and float64: 1e-5, 1e-5)."""
+    return DEFAULT_TOLERANCES.get(str(np.dtype(dtype)) if not isinstance(dtype, str) else dtype, FLOAT_TOLERANCE)
+
+
+def compare(got, expected, rtol: float | None = None, atol: float | None = None, *,
+            absolute_atol: bool = False) -> Comparison:
     """Compare outputs (nested tuples flattened in order) with ``np.allclose`` (NaNs equal).
 
     ``atol`` is relative to the largest expected magnitude of each output (sharded sums add
     in another order, so float32 results differ by rounding relative to their scale),
     unless ``absolute_atol``. Booleans must be equal; their difference counts elements.
+    ``rtol``/``atol`` left None take each output's dtype's :func:`default_tolerance` (integers
+    exact, float16 and bfloat16 looser than float32).
     """
     got, expected = flat_outputs(got), flat_outputs(expected)
     ok, worst = len(got) == len(expected), 0.0
@@ -151,11 +170,14 @@ def compare(got, expected, rtol: float = 1e-5, atol: float = 1e-5, *, absolute_a
             diff, scale = float(np.count_nonzero(g != e)), 1.0
             good = diff == 0
         else:
+            d_rtol, d_atol = default_tolerance(e.dtype)
+            r = d_rtol if rtol is None else rtol
+            a = d_atol if atol is None else atol
             g64, e64 = g.astype(np.float64), e.astype(np.float64)
             scale = float(np.max(np.abs(e64))) if e64.size else 0.0
             diff = float(np.max(np.abs(g64 - e64))) if e64.size else 0.0
-            tol = atol if absolute_atol else atol * max(scale, 1e-30)
-            good = bool(np.allclose(g64, e64, rtol=rtol, atol=tol, equal_nan=True))
+            tol = a if absolute_atol else a * max(scale, 1e-30)
+            good = bool(np.allclose(g64, e64, rtol=r, atol=tol, equal_nan=True))
         if not good and first is None:
             first = (
                 f"output {i} differs from the single-device result (max abs difference {diff:g}, "
@@ -166,7 +188,7 @@ def compare(got, expected, rtol: float = 1e-5, atol: float = 1e-5, *, absolute_a
     return Comparison(ok, worst, first)
 
 
-def compare_outputs(got, expected, rtol: float = 1e-5, atol: float = 1e-5) -> tuple[bool, float]:
+def compare_outputs(got, expected, rtol: float | None = None, atol: float | None = None) -> tuple[bool, float]:
     """(every output matches, largest absolute difference); ``atol`` scales with the largest expected value."""
     c = compare(got, expected, rtol, atol)
     return c.ok, c.max_diff
@@ -318,7 +340,7 @@ def _step_accounting(local_mod: IRModule, func: str, values: Mapping[str, int]) 
         numbers = comm_volume(ran, func).evaluate(values)
     except AnalysisError:  # bytes known only at concrete sizes (a transfer between meshes that may overlap)
         numbers = comm_volume(specialize(ran, dict(values)), func).evaluate(values)
-    return {"calls": dict(numbers.counts), "bytes_sent": int(numbers.total_bytes)}
+    return {"calls": dict(numbers.counts), "bytes_sent": int(numbers.total_bytes), "devices": int(numbers.num_workers)}
 
 
 def _disco_pieces(f, gparams, arrays, values, total: int, seed: int) -> list[dict[int, np.ndarray]]:
@@ -372,6 +394,16 @@ class CountResult:
     @property
     def max_diff(self) -> float:
         return self.comparison.max_diff
+
+    def summary(self) -> str:
+        """What the steps moved, in one line that is the same for both backends at the same count
+        (``4 workers: all_reduce x2; 61440 bytes sent per worker (245760 in all)``): the steps as
+        the simulator names and counts them, bytes as docs/analysis.md defines them."""
+        if self.stats is not None:
+            return self.stats.summary()
+        from .runtime.spmd import steps_summary
+
+        return steps_summary(self.disco["devices"], self.disco["calls"], self.disco["bytes_sent"])
 
     @property
     def workers(self) -> int:
@@ -535,8 +567,8 @@ class Driver:
         *,
         backend: str = "sim",
         seed: int = 0,
-        rtol: float = 1e-5,
-        atol: float = 1e-5,
+        rtol: float | None = None,
+        atol: float | None = None,
         absolute_atol: bool = False,
         weights: Sequence[Any] | Mapping[str, Any] | str | os.PathLike | None = None,
         target: Any = None,
@@ -544,7 +576,7 @@ class Driver:
     ) -> CountResult:
         """Specialize to ``count``, run on ``backend``, compare with :meth:`reference`.
 
-        ``seed`` draws the random split of partial inputs; ``rtol``/``atol`` as :func:`compare`.
+        ``seed`` draws the random split of partial inputs; ``rtol``/``atol`` as :func:`compare` (None: by dtype).
         With ``weights`` (a model's global weights, by name or in order), ``inputs`` are the
         function's inputs only (see :meth:`arguments`); each worker is given its block of each.
         ``weights`` may also be a directory written by ``distir.tvm.shard_weights`` (backend

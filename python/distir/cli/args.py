@@ -349,7 +349,8 @@ def check_mesh_symbol(mod, symbol: str, num_workers: int | None, *, option: str 
         return True
     if not mod.meshes():
         raise DistirError(
-            "the module has no device mesh, so there is nothing to distribute; declare one with "
+            "the module has no device mesh, so there is nothing to distribute; lay out its parameters by name with "
+            "--shard PATTERN=PLACEMENT or --shard-plan FILE (a 1-D mesh of num_workers is made), or declare one with "
             'I.module_global_infos({"mesh": [R.device_mesh(("num_workers",), I.Range(0, "num_workers"))]})'
         )
     if names:

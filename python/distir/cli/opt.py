@@ -54,7 +54,8 @@ def parse_binding(text: str) -> dict[str, int]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of distir-opt, shared by ``distir opt``."""
-    from .args import activation_budget, axis_cost, memory_budget, non_negative_int, shard_entry
+    from .args import activation_budget, axis_cost, memory_budget, non_negative_int
+    from .models import add_shard_arguments
 
     parser.add_argument("file", metavar="FILE", help="module to read ('-' for stdin)")
     parser.add_argument(
@@ -65,15 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--bind", action="append", default=[], type=parse_binding, metavar="NAME=INT",
         help="specialize a symbolic size at the end, e.g. num_workers=4 (repeatable; runs the 'specialize' pass)",
     )
-    parser.add_argument(
-        "--shard", action="append", default=[], type=shard_entry, metavar="PATTERN=PLACEMENT",
-        help="for -p shard-params: lay out the parameters whose names match the glob PATTERN as PLACEMENT "
-        "(S[0], R, ...) or a strategy (colwise, rowwise, vocab, replicate); repeatable",
-    )
-    parser.add_argument(
-        "--shard-plan", metavar="FILE",
-        help="for -p shard-params: the plan as a .json object or .toml table of PATTERN: PLACEMENT",
-    )
+    add_shard_arguments(parser, prefix="for -p shard-params: ")
     parser.add_argument(
         "--memory-budget", type=memory_budget, metavar="BUDGET",
         help="for -p auto-shard: bytes of weights each device may hold: bytes (2GB, 512MiB, 300000), a share of "
@@ -167,26 +160,16 @@ class OptOptions:
 def _shard_plan(args: argparse.Namespace, passes: Sequence[str]) -> dict[str, str] | None:
     """The plan of ``--shard-plan`` and ``--shard`` (its entries added to the file's), or None without them."""
     from .args import UsageError
+    from .models import read_shard_plan
 
-    entries = list(getattr(args, "shard", []) or [])
-    path = getattr(args, "shard_plan", None)
-    if not entries and path is None:
+    given = "--shard-plan" if getattr(args, "shard_plan", None) is not None else "--shard" if getattr(args, "shard", None) else None
+    if given is None:
         if "shard-params" in passes:
             raise UsageError("-p shard-params needs a plan: --shard PATTERN=PLACEMENT (repeatable) or --shard-plan FILE")
         return None
     if "shard-params" not in passes:
-        given = "--shard-plan" if path is not None else "--shard"
         raise UsageError(f"{given} lays out parameters for the shard-params pass; add it, e.g. -p shard-params,distribute")
-    plan: dict[str, str] = {}
-    if path is not None:
-        from ..transform.layout_choice.shard_params import load_shard_plan
-
-        plan.update(load_shard_plan(path))
-    for pattern, value in entries:
-        if pattern in plan:
-            raise UsageError(f"--shard {pattern}={value}: pattern '{pattern}' is given twice (as {plan[pattern]})")
-        plan[pattern] = value
-    return plan
+    return read_shard_plan(args)
 
 
 def specialize_pass(values: dict[str, int]):

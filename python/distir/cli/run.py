@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, TextIO
 
 from ..errors import DistirError
@@ -20,6 +20,10 @@ from .args import MAX_DISCO_WORKERS, MAX_WORKERS
 
 if TYPE_CHECKING:
     import numpy as np
+
+#: the default tolerances, as distir.driver.DEFAULT_TOLERANCES sets them (written out here so that
+#: --help imports no numpy; a test keeps the two equal)
+TOLERANCE_HELP = "float16 and bfloat16 1e-2 (atol 2e-2), float32 and float64 1e-5, integers and bool exact"
 
 MAX_DISCO_PROCESSES = 64  # --session processes starts a Python process (TVM loaded: ~200 MB) per worker
 
@@ -48,6 +52,7 @@ An .npz file holds one array per parameter, named like the parameter (or arr_0, 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from .args import non_negative_float, parse_binding, seed, workers
+    from .models import add_shard_arguments
 
     parser.add_argument("file", metavar="FILE", help="global-view module to run ('-' for stdin)")
     parser.add_argument("-n", "--num-workers", type=workers, required=True, metavar="N",
@@ -65,19 +70,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--inputs", metavar="NPZ", help="read the inputs from this .npz file instead")
     parser.add_argument("--bind", action="append", default=[], type=parse_binding, metavar="NAME=INT",
                         help="value of another symbolic dim for random inputs, e.g. s=64 (default 16)")
-    parser.add_argument("--func", default="main", help="function to run (default main)")
+    parser.add_argument("--func", metavar="NAME", help="function to run (default: main, or the module's only function)")
     parser.add_argument("--symbol", default="num_workers", help="the mesh size variable (default num_workers)")
-    parser.add_argument("--rtol", type=non_negative_float, default=1e-5, help="relative tolerance (default 1e-5)")
-    parser.add_argument("--atol", type=non_negative_float, default=1e-5,
-                        help="absolute tolerance, relative to the largest expected magnitude (default 1e-5)")
+    parser.add_argument("--rtol", type=non_negative_float, default=None,
+                        help=f"relative tolerance (default by the output's dtype: {TOLERANCE_HELP})")
+    parser.add_argument("--atol", type=non_negative_float, default=None,
+                        help="absolute tolerance, relative to the largest expected magnitude (default by the output's "
+                             "dtype, as --rtol)")
+    add_shard_arguments(parser)
 
 
 _NPY_MAGIC = b"\x93NUMPY"
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a zip with members, an empty zip
 
 
-def load_inputs(path: str, names: Sequence[str]) -> list[np.ndarray]:
-    """Arrays for the parameters ``names`` from an .npz file (by name, else arr_0, arr_1, ...)."""
+def load_inputs(path: str, names: Sequence[str], aliases: Mapping[str, str] | None = None) -> list[np.ndarray]:
+    """Arrays for the parameters ``names`` from an .npz file (by name, else arr_0, arr_1, ...).
+
+    ``aliases`` maps other names of a parameter to its name (a model's state-dict names,
+    ``wte.weight`` for ``wte_weight``): an array may be stored under either."""
     try:
         with open(path, "rb") as fh:
             head = fh.read(6)
@@ -104,15 +115,23 @@ def load_inputs(path: str, names: Sequence[str]) -> list[np.ndarray]:
         if "allow_pickle" in msg:
             msg = "it holds Python objects (pickled arrays), which are not read"
         raise DistirError(f"cannot read '{path}' as an .npz archive: {msg}") from None
+    other = {}
+    for alias, name in (aliases or {}).items():
+        other.setdefault(name, []).append(alias)
     out, used = [], set()
     for i, name in enumerate(names):
-        for key in (name, f"arr_{i}"):
+        keys = [name, *other.get(name, ())]
+        given = [k for k in keys if k in files]
+        if len(given) > 1:
+            raise DistirError(f"'{path}' has two arrays for parameter '{name}': {' and '.join(map(repr, given))}")
+        for key in (*keys, f"arr_{i}"):
             if key in files:
                 out.append(files[key])
                 used.add(key)
                 break
         else:
-            raise DistirError(f"'{path}' has no array for parameter '{name}' (it has: {', '.join(files) or 'none'})")
+            also = f" or '{other[name][0]}'" if name in other else ""
+            raise DistirError(f"'{path}' has no array for parameter '{name}'{also} (it has: {', '.join(files) or 'none'})")
     extra = [k for k in files if k not in used]
     if extra:  # a misspelt name would otherwise be ignored
         raise DistirError(
@@ -157,6 +176,7 @@ def _check_global_view(mod, func: str, file: str) -> None:
 def run_job(args: argparse.Namespace, out: TextIO) -> int:
     from ..driver import Driver
     from . import phase, read_module
+    from .models import apply_shard_plan, function_name, parameter_aliases
     from .args import (
         UsageError,
         check_bind_names,
@@ -187,12 +207,12 @@ def run_job(args: argparse.Namespace, out: TextIO) -> int:
             f"-n/--num-workers (now {args.num_workers})"
         )
     mod = read_module(args.file)
-    if args.func not in mod.functions:
-        raise DistirError(f"the module has no function '{args.func}' (it has: {', '.join(mod.functions)})")
-    _check_global_view(mod, args.func, args.file)
+    func = function_name(mod, args.func)
+    _check_global_view(mod, func, args.file)
     from ..ir.verify import verify
 
     verify(mod)  # as distir-opt, show and sweep do: a bad placement is named where it is written
+    mod = apply_shard_plan(mod, args)
     n = args.num_workers
     symbolic = check_mesh_symbol(mod, args.symbol, n)
     symbols = module_symbols(mod) - {args.symbol}
@@ -216,12 +236,12 @@ def run_job(args: argparse.Namespace, out: TextIO) -> int:
             f"{' at ' + ', '.join(f'{k}={v}' for k, v in values.items()) if values else ''}; "
             f"--backend {args.backend} runs at most {limit}"
         )
-    params = [p.name for p in mod[args.func].params]
+    params = [p.name for p in mod[func].params]
     if args.inputs:
-        inputs = load_inputs(args.inputs, params)
+        inputs = load_inputs(args.inputs, params, parameter_aliases(mod[func]))
         source = f"inputs from {args.inputs}"
     else:
-        inputs = _random_inputs(mod, args.func, dims, args.seed, symbols)
+        inputs = _random_inputs(mod, func, dims, args.seed, symbols)
         source = f"random inputs (seed {args.seed})"
     target, session = args.target or "llvm", args.session or "threads"
     if args.backend == "tvm":
@@ -229,7 +249,7 @@ def run_job(args: argparse.Namespace, out: TextIO) -> int:
 
         run_device(target)  # an unknown target, or a device this machine lacks: one line before any work
     # the other mesh sizes are fixed right after the pipeline: the backends take one symbolic size
-    driver = Driver(mod, func=args.func, symbol=args.symbol, bind=mesh_sizes, target=target, session=session)
+    driver = Driver(mod, func=func, symbol=args.symbol, bind=mesh_sizes, target=target, session=session)
     driver.reference(inputs)  # wrong inputs are reported by the single-device run, before any work
     with phase(f"distributing {args.file} ({args.symbol} symbolic)"):
         driver.distribute()
@@ -245,16 +265,16 @@ def run_job(args: argparse.Namespace, out: TextIO) -> int:
                   f"{stats.summary()}\n")
     else:
         info = result.disco
-        steps = ", ".join(f"{k} x{v}" for k, v in sorted(info["calls"].items())) or "no collectives"
         moved = info["transport"]
         disco_calls = ", ".join(f"{k} x{v}" for k, v in sorted(moved["calls"].items())) or "none"
         kind = "ThreadedSession" if info["session"] == "threads" else "ProcessSession"
         ccl = "NCCL" if info["ccl"] == "nccl" else "distir's host collectives"
+        # the steps and bytes as the simulator counts them (docs/analysis.md); then how Disco carried them
         out.write(
             f"TVM: exported {t['export'] * 1e3:.0f} ms, tvm.compile for {target} {t['build'] * 1e3:.0f} ms; "
             f"Disco {kind} of {info['num_workers']} workers ({info['num_groups']} group(s), {ccl}) "
-            f"ran in {t['run'] * 1e3:.0f} ms: {steps}; {info['bytes_sent'] / info['num_workers']:.0f} bytes sent per "
-            f"worker ({info['bytes_sent']} in all); Disco's collectives: {disco_calls}, {moved['bytes_sent']} bytes\n"
+            f"ran in {t['run'] * 1e3:.0f} ms: {result.summary()}; carried by Disco's collectives {disco_calls}, "
+            f"{moved['bytes_sent']} bytes on the wire\n"
         )
     verdict = "matches" if result.ok else "DOES NOT match"
     workers = total if total is not None else n

@@ -29,19 +29,22 @@ DEFAULT_WORKERS = 4
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from .args import MAX_WORKERS, image_file, parse_binding, workers
+    from .models import add_shard_arguments
 
     parser.add_argument("file", metavar="FILE", help="module to read ('-' for stdin)")
     parser.add_argument("--tensor", action="append", default=[], metavar="NAME",
-                        help="a parameter or binding to draw (repeatable; default: the parameters and the result)")
+                        help="a parameter (its state-dict name, like wte.weight, works too) or binding to draw "
+                             "(repeatable; default: the parameters and the result)")
     parser.add_argument("-n", "--num-workers", type=workers, default=None, metavar="N",
                         help=f"mesh size to draw at (default {DEFAULT_WORKERS}, at most {MAX_WORKERS})")
     parser.add_argument("--symbol", default="num_workers", metavar="NAME", help="the mesh size variable (default num_workers)")
     parser.add_argument("--bind", action="append", default=[], type=parse_binding, metavar="NAME=INT",
                         help="values of other symbolic sizes, for the block shapes (repeatable)")
-    parser.add_argument("--func", metavar="NAME", help="function to read (default: main)")
+    parser.add_argument("--func", metavar="NAME", help="function to read (default: main, or the module's only function)")
     parser.add_argument("--png", metavar="PNG", type=image_file,
                         help="also draw the grids into this PNG file (matplotlib; .svg, .pdf ... work too)")
     parser.add_argument("--plain", action="store_true", help="plain ASCII even on a terminal")
+    add_shard_arguments(parser)
 
 
 def layouts(mod, func: str | None = None) -> tuple[list[tuple[str, object]], str | None]:
@@ -76,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
     from ..ir.verify import verify
     from . import read_module
     from .args import UsageError, check_bind_names, check_mesh_symbol, module_symbols
+    from .models import apply_shard_plan, parameter_aliases
 
     values: dict[str, int] = {}
     for b in args.bind:
@@ -85,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
                          f"-n/--num-workers")
     mod = read_module(args.file)
     verify(mod)
+    mod = apply_shard_plan(mod, args)
     check_bind_names(values, module_symbols(mod), args.symbol)
     # a static mesh is drawn as it is (a -n given for it must agree with it)
     if mod.meshes() and check_mesh_symbol(mod, args.symbol, args.num_workers):
@@ -92,9 +97,11 @@ def run(args: argparse.Namespace) -> int:
     f = pick_function(mod, args.func)
     tensors, result = layouts(mod, args.func)
     by_name = dict(tensors)
+    aliases = parameter_aliases(f)
     if args.tensor:
         names = []
         for n in args.tensor:
+            n = aliases.get(n, n) if n not in by_name else n
             if n not in by_name:
                 import difflib
 

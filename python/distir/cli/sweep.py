@@ -49,6 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         positive_float,
         sweep_counts,
     )
+    from .models import add_shard_arguments
 
     parser.add_argument("file", metavar="FILE", help="global-view module to distribute ('-' for stdin)")
     parser.add_argument(
@@ -60,7 +61,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--bind", action="append", default=[], type=parse_binding, metavar="NAME=INT",
         help="fix another symbolic size first, e.g. s=2048 for a sequence length (repeatable)",
     )
-    parser.add_argument("--func", metavar="NAME", help="function to analyse (default: main)")
+    parser.add_argument("--func", metavar="NAME", help="function to analyse (default: main, or the module's only function)")
+    add_shard_arguments(parser)
     parser.add_argument("--symbol", default="num_workers", metavar="NAME", help="the swept size (default num_workers)")
     parser.add_argument("--latency", type=non_negative_float, default=5e-6, metavar="SECONDS",
                         help="alpha: seconds per ring step (default 5e-6)")
@@ -274,6 +276,7 @@ def run(args: argparse.Namespace) -> int:
     from ..driver import tvm_builder
     from ..ir.verify import verify
     from . import EXIT_ERROR, EXIT_OK, read_module
+    from .models import apply_shard_plan
     from .args import UsageError, check_axis_costs, check_bind_names, merge_axis_costs, mesh_symbols, module_symbols
 
     counts = args.num_workers
@@ -289,6 +292,7 @@ def run(args: argparse.Namespace) -> int:
     build = tvm_builder(args.target or "llvm") if args.build else None
     mod = read_module(args.file)
     verify(mod)
+    mod = apply_shard_plan(mod, args)
     check_axis_costs(model.axes, mod)
     symbols = module_symbols(mod)
     if args.symbol not in symbols:
@@ -303,14 +307,24 @@ def run(args: argparse.Namespace) -> int:
 
     err_console = Console(file=sys.stderr)
     progress = Progress(
-        TextColumn("specializing {task.fields[count]}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        TextColumn("{task.fields[doing]} {task.fields[count]}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         console=err_console, transient=True, disable=not err_console.is_terminal,
     )
     with progress:
-        task = progress.add_task("sweep", total=len(counts), count="")
+        # what runs before the first row is the layout solver: the pipeline once, or auto-shard per count
+        solving = f"auto-shard: solving layouts per count, at {args.symbol}=" if args.auto else \
+            f"distributing: solving layouts ({args.symbol} symbolic)"
+        task = progress.add_task("sweep", total=len(counts), doing=solving,
+                                 count=str(counts[0]) if args.auto else "")
 
         def on_row(row) -> None:
-            progress.update(task, advance=1, count=f"{args.symbol}={row.num_workers}")
+            i = counts.index(row.num_workers) + 1 if row.num_workers in counts else len(counts)
+            upcoming = str(counts[i]) if i < len(counts) else ""
+            if args.auto:
+                progress.update(task, advance=1, count=upcoming)
+            else:
+                progress.update(task, advance=1, doing="specializing to",
+                                count=f"{args.symbol}={upcoming}" if upcoming else "")
 
         if args.auto:
             result = auto_sweep(mod, counts, symbol=args.symbol, bind=bind, model=model, func=args.func,

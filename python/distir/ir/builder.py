@@ -173,8 +173,10 @@ def _call(op_name: str | OpDef, args: Sequence, kwargs: dict, meshes: Sequence[D
     """The call the text ``R.<op>(*args, **kwargs)`` would parse to."""
     op = op_name if isinstance(op_name, OpDef) else get_op(op_name)
     if op is None:
-        empty = not all_ops()  # the IR does not import the ops: the layers above it do
-        raise BuilderError(f"unknown op 'R.{op_name}'" + ("; no op is declared yet: import distir.ops" if empty else ""))
+        import difflib
+
+        close = difflib.get_close_matches(str(op_name), list(all_ops()), n=1)  # get_op declared the built-in ops
+        raise BuilderError(f"unknown op 'R.{op_name}'" + (f"; did you mean 'R.{close[0]}'?" if close else ""))
     params = op.params
     if len(args) > len(params):
         raise BuilderError(f"R.{op.name} takes {len(params)} arguments ({', '.join(p.name for p in params)}), got {len(args)}")

@@ -277,6 +277,26 @@ def tensor_inputs(arg_types: Sequence[Type]) -> list[Type]:
 
 _REGISTRY: dict[str, OpDef] = {}
 
+# The package that declares the built-in ops and step kinds when imported. The IR names it only as
+# text and loads it on the first look-up (as the printer is loaded on the first print), so that
+# ``import distir`` alone is enough for the builder and every API above it, while ``import distir``
+# and the CLI's ``--help`` stay free of it (it imports numpy and TVM's arithmetic).
+DECLARATIONS_PACKAGE = "distir.ops"
+_DECLARED = [False]
+
+
+def ensure_declared() -> None:
+    """Import :data:`DECLARATIONS_PACKAGE` once (it fills this registry and the step kinds')."""
+    if not _DECLARED[0]:
+        _DECLARED[0] = True  # first: its own look-ups while it imports must not import it again
+        import importlib
+
+        try:
+            importlib.import_module(DECLARATIONS_PACKAGE)
+        except BaseException:
+            _DECLARED[0] = False
+            raise
+
 
 def register_op(op: OpDef) -> OpDef:
     if op.name in _REGISTRY:
@@ -302,9 +322,13 @@ def get_op(name: str) -> OpDef | None:
     """The op called ``name`` (``"matmul"``, ``"nn.softmax"``), or None.
 
     The registry holds the ops that have been declared: importing :mod:`distir.ops` declares
-    them all, and every layer above the IR (the parser, the passes, the runners) imports it."""
+    them all; it is imported on the first look-up (:func:`ensure_declared`)."""
+    if not _DECLARED[0]:
+        ensure_declared()
     return _REGISTRY.get(name)
 
 
 def all_ops() -> dict[str, OpDef]:
+    if not _DECLARED[0]:
+        ensure_declared()
     return dict(_REGISTRY)

@@ -146,6 +146,9 @@ def unregister_step(name: str) -> None:
 
 
 def get_step(name: str) -> StepKind:
+    from .op import ensure_declared
+
+    ensure_declared()
     kind = _STEPS.get(name)
     if kind is None:
         raise DistirError(f"unknown redistribution step '{name}' (known: {', '.join(_STEPS)})")
@@ -154,7 +157,10 @@ def get_step(name: str) -> StepKind:
 
 def all_steps() -> Mapping[str, StepKind]:
     """Every step kind, in declaration order (the planner's order of preference on ties);
-    importing :mod:`distir.ops` declares the built-in ones."""
+    importing :mod:`distir.ops` declares the built-in ones (on the first look-up)."""
+    from .op import ensure_declared
+
+    ensure_declared()
     return dict(_STEPS)
 
 

@@ -156,6 +156,14 @@ x = b.param("x", dtensor((8,), "float32", m, "S[0]"))
 b.ret(x)
 mod = module_of(b)
 assert "distir.script" not in sys.modules, "the builder imports the text format"
+# the ops are declared on their first look-up: the builder's calls need only `import distir`
+assert "distir.ops" not in sys.modules, "import distir imports the op declarations"
+c = FunctionBuilder("main", meshes=[m])
+cx = c.param("x", dtensor((8, "s"), "float32", m, "S[0]"))
+with c.dataflow():
+    cy = c.call("dist.redistribute", cx, device_mesh=m, placement="R", name="y")
+c.ret(cy)
+assert "distir.ops" in sys.modules and module_of(c)["main"].result.type.placement.is_replicated
 print(mod.script())
 
 from distir import examples

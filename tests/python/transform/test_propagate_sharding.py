@@ -551,3 +551,18 @@ def test_drafts_typed_as_their_layouts_say_are_the_functions_typed_by_inference(
         draft = ps._Materializer(graph, prefs, c, chosen, typed=False).run()
         typed = ps._Materializer(graph, prefs, c, chosen, typed=True).run()
         assert_structural_equal(ps.typed_function(draft), typed)
+
+
+def test_a_model_from_nn_is_told_to_use_its_shard_plan_not_internal_names():
+    """A relax.frontend.nn import names its weights (distir.param_names); its bindings are TVM's,
+    which its user never wrote: the warning points to a shard-plan entry instead of a hint."""
+    attrs = '        R.func_attr({"num_input": 0, "distir.param_names": ["blocks.0.x", "a.weight", "b.weight"]})\n'
+    as_param = CONFLICT.replace("        with R.dataflow():\n", attrs + "        with R.dataflow():\n", 1)
+    with pytest.warns(ShardingAmbiguityWarning, match=r"give the weight 'blocks\.0\.x' a layout in the shard plan") as got:
+        propagate(distir.parse(HEADER + as_param))
+    assert "annotate_sharding" not in str(got[0].message)
+    inner = as_param.replace("def main(x: ", "def main(x0: ").replace(
+        "            y = R.add(x, a)", "            x = R.abs(x0)\n            y = R.add(x, a)")
+    with pytest.warns(ShardingAmbiguityWarning, match="lay out the weights it is computed from in the shard plan") as got:
+        propagate(distir.parse(HEADER + inner))
+    assert all("annotate_sharding" not in str(w.message) for w in got)

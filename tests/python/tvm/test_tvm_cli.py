@@ -22,7 +22,7 @@ def test_run_reports_a_match_and_the_largest_difference(backend, capsys):
     assert "largest difference" in out
     if backend == "tvm":
         assert "tvm.compile for llvm" in out and "Disco ThreadedSession of 2 workers" in out
-        assert "all_reduce x1" in out and "Disco's collectives: allreduce x1" in out
+        assert "all_reduce x1" in out and "carried by Disco's collectives allreduce x1" in out
 
 
 def test_run_reads_inputs_from_npz_by_parameter_name(tmp_path, capsys):

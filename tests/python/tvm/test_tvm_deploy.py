@@ -137,7 +137,7 @@ def test_distir_run_on_worker_processes(capsys):
     assert distir_main.main(["run", str(examples.path("mlp")), "-n", "2", "--backend", "tvm", "--session", "processes"]) == 0
     out = capsys.readouterr().out
     assert "Disco ProcessSession of 2 workers (1 group(s), distir's host collectives)" in out
-    assert "all_reduce x1; 131072 bytes sent per worker (262144 in all); Disco's collectives: allreduce x1, 262144 bytes" in out
+    assert "2 workers: all_reduce x1; 131072 bytes sent per worker (262144 in all); carried by Disco's collectives allreduce x1, 262144 bytes on the wire" in out
     assert distir_main.main(["run", str(examples.path("mlp")), "-n", "2", "--session", "processes"]) == 2
     assert "--session is for --backend tvm" in capsys.readouterr().err
 

@@ -56,6 +56,7 @@ from ...ir.structural import structural_equal
 from ...ir.types import DTensorType, TensorType, TupleType, Type
 from ..legalize_redistribute import axis_costs_of, fuse_reshapes
 from ..pass_infra import FunctionPass, PassContext, register_pass
+from ..weights import PARAM_NAMES
 from .cost_model import INF, CostModel
 from .measure import function_bytes, sample_envs
 from .plan import LayoutPlan
@@ -745,6 +746,22 @@ def _bytes(x: Fraction) -> str:
     return f"{int(x):,} B" if x.denominator == 1 else f"{float(x):,.1f} B"
 
 
+def _remedy(graph: Graph, name: str) -> str:
+    """What the user can do to choose: in IR they write, a hint on the value; in a model imported from
+    ``relax.frontend.nn`` (its weights' names recorded) the bindings are TVM's, out of reach, so a
+    shard-plan entry on a weight instead (the parameter's own, or those of the weights it is made of)."""
+    hint = f"add R.dist.annotate_sharding on '{name}' to choose"
+    recorded = graph.func.attrs.get(PARAM_NAMES)
+    if recorded is None or len(recorded) != len(graph.func.params):
+        return hint
+    by_param = {p.name: str(n) for p, n in zip(graph.func.params, recorded)}
+    if name in by_param:
+        return (f"to choose, give the weight '{by_param[name]}' a layout in the shard plan "
+                f"(ShardParams({{'{by_param[name]}': ...}}) or --shard '{by_param[name]}=...')")
+    return ("to choose, lay out the weights it is computed from in the shard plan (ShardParams, --shard "
+            "PATTERN=PLACEMENT), or give the sizes it is weighed at (propagate-sharding.size_hints)")
+
+
 def _warn_ties(graph: Graph, prefs: Preferences, plan: LayoutPlan, solved: list[Solved]) -> None:
     """Warn where propagation met two layouts for a tensor that really cost the same: the same
     bytes sent (the solver's objective, summed over the sampled sizes), and a difference the user
@@ -779,7 +796,7 @@ def _warn_ties(graph: Graph, prefs: Preferences, plan: LayoutPlan, solved: list[
         warnings.warn(
             f"propagate-sharding: '{root.name}'{where} costs the same laid out {p} ({_bytes(chosen.sent)} sent, "
             f"{_bytes(chosen.held)} held per worker) or {alt} ({_bytes(alt_cost.sent)} sent, {_bytes(alt_cost.held)} "
-            f"held), at the size hints; it was laid out {p}: add R.dist.annotate_sharding on '{root.name}' to choose",
+            f"held), at the size hints; it was laid out {p}: {_remedy(graph, root.name)}",
             ShardingAmbiguityWarning,
             stacklevel=3,
         )
@@ -805,7 +822,7 @@ def _warn_ambiguities(graph: Graph, prefs: Preferences) -> None:
             why = f"'{c.site.name}' would make it {c.offered}"
         warnings.warn(
             f"propagate-sharding: '{c.slot.name}'{where} was laid out {c.kept} on mesh axis {c.mesh_axis}, but {why}; "
-            f"add R.dist.annotate_sharding on '{c.slot.name}' to choose",
+            f"{_remedy(graph, c.slot.name)}",
             ShardingAmbiguityWarning,
             stacklevel=2,
         )
