@@ -324,6 +324,7 @@ def _run_threads(disco, call: _Call, total: int, groups: int, nccl: bool):
 
 def _run_processes(call: _Call, total: int, groups: int, nccl: bool):
     workers = process_workers(total, groups)
+    workers.check_alive()
     if nccl and not getattr(workers, "nccl", False):
         workers.call(lambda: workers.sess.init_ccl("nccl", *range(total)))
         workers.nccl = True

@@ -298,6 +298,14 @@ def worker0_errors(directory: str) -> list[str]:
     return ep.errors if ep is not None else []
 
 
+def unreachable_workers(directory: str, timeout: float) -> list[int]:
+    """The workers of the session served from ``directory`` that worker 0 (a thread of this process)
+    can no longer reach (see :meth:`SocketEndpoint.unreachable`)."""
+    me = _THREAD_OF.get(directory)
+    ep = _BY_THREAD.get(me) if me is not None else None
+    return ep.unreachable(timeout) if ep is not None and hasattr(ep, "unreachable") else []
+
+
 def forget_session(directory: str) -> None:
     """The caller ended the session served from ``directory``: drop its worker 0's endpoint and cancel flag
     (a later thread may reuse the OS thread's id)."""

@@ -174,11 +174,21 @@ def _recv_exact(sock: socket.socket, n: int) -> bytearray:
     return buf
 
 
-def _recv_frame(sock: socket.socket) -> np.ndarray:
+_PING, _PONG = "distir.ping", "distir.pong"  # a liveness probe and its answer, handled by the reader threads
+
+
+def _send_signal(sock: socket.socket, what: str) -> None:
+    meta = json.dumps([what, []]).encode()
+    sock.sendall(_HEADER.pack(_MAGIC, len(meta), 0) + meta)
+
+
+def _recv_frame(sock: socket.socket) -> np.ndarray | str:
     magic, meta_len, nbytes = _HEADER.unpack(_recv_exact(sock, _HEADER.size))
     if magic != _MAGIC:
         raise ValueError("not a distir message")
     dtype, shape = json.loads(bytes(_recv_exact(sock, meta_len)))
+    if dtype in (_PING, _PONG):
+        return dtype
     data = _recv_exact(sock, nbytes) if nbytes else bytearray()
     return np.frombuffer(data, dtype=np.dtype(dtype)).reshape(shape)
 
@@ -194,19 +204,53 @@ class SocketEndpoint(Endpoint):
         self.failures: list[str] = []
         self.counters = Counters()
         self.send_lock = threading.Lock()
+        self.pongs = {peer: queue.Queue() for peer in socks}
         for peer, sock in socks.items():
             threading.Thread(target=self._read, args=(peer, sock), name=f"distir-ccl-{worker}<{peer}", daemon=True).start()
 
     def _read(self, peer: int, sock: socket.socket) -> None:
         try:
             while True:
-                self.inbox[peer].put(_recv_frame(sock))
+                frame = _recv_frame(sock)
+                if isinstance(frame, str) and frame == _PING:
+                    with self.send_lock:
+                        _send_signal(sock, _PONG)
+                elif isinstance(frame, str):
+                    self.pongs[peer].put(frame)
+                else:
+                    self.inbox[peer].put(frame)
         except (EOFError, OSError, ValueError) as err:
             why = "closed its connection (it exited or failed)" if isinstance(err, (EOFError, ConnectionError)) else str(err)
             if not self.broken.is_set():
                 self.failures.append(f"worker {peer} {why}")
             self.broken.set()
             self.inbox[peer].put(ChannelError(f"worker {peer} {why}"))
+            self.pongs[peer].put(ChannelError(f"worker {peer} {why}"))
+
+    def unreachable(self, timeout: float) -> list[int]:
+        """The peers that are gone, asked before a run: each live one answers a ping from its reader
+        thread (even while it computes); one that was killed can no longer answer, and its end of file
+        comes instead once the kernel has torn it down. A peer silent for ``timeout`` seconds is taken
+        as alive (slow, not gone: a run that needs it reports it if it is not)."""
+        asked = []
+        for peer, sock in self.socks.items():
+            try:
+                with self.send_lock:
+                    _send_signal(sock, _PING)
+                asked.append(peer)
+            except OSError:
+                pass
+        gone = [peer for peer in self.socks if peer not in asked]
+        deadline = time.monotonic() + timeout
+        for peer in asked:
+            try:
+                answer = self.pongs[peer].get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                continue
+            if isinstance(answer, ChannelError):
+                self.pongs[peer].put(answer)  # later probes see it too
+                gone.append(peer)
+        return sorted(gone)
 
     def post(self, dst: int, array: np.ndarray) -> None:
         if self.broken.is_set():

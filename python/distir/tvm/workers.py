@@ -69,6 +69,7 @@ def load_disco():
 
 _POOL_FUNC = "distir.disco.create_process_pool"
 _ENTRY = "distir.tvm.worker"
+_PROBE_TIMEOUT = 10.0  # seconds a live worker has to answer the ping before a run (it answers in milliseconds)
 _CONNECT_TIMEOUT = host_ccl.TIMEOUT  # seconds for the workers to start (load TVM) and join; then a collective's wait
 _pending: dict[int, "_Pool"] = {}  # pools made by SessionProcess, claimed by the ProcessWorkers that asked
 _pending_lock = threading.Lock()
@@ -269,7 +270,17 @@ class ProcessWorkers:
         self.close()
         raise DiscoRunError(f"a Disco worker process failed: {message}")
 
-    def _why(self, err: Exception) -> str:
+    def check_alive(self) -> None:
+        """Before a run: a worker that died since the last one (killed between runs) is a DiscoRunError
+        now, not a write into its closed pipe in the middle of TVM's next call (which aborts the caller)."""
+        gone = host_ccl.unreachable_workers(self.pool.directory, _PROBE_TIMEOUT)
+        if not gone:
+            return
+        message = self._why(None)
+        self.close()
+        raise DiscoRunError(f"a Disco worker process failed: {message}")
+
+    def _why(self, err: Exception | None) -> str:
         """Why talking to the workers failed: a worker that ended (give a killed one a moment to be
         seen as such), else what worker 0 saw, else TVM's own message."""
         deadline = time.monotonic() + 2.0
@@ -279,7 +290,9 @@ class ProcessWorkers:
                 return message
             time.sleep(0.05)
         seen = host_ccl.worker0_errors(self.pool.directory)
-        return "; ".join(seen) if seen else f"the Disco session failed: {tvm_message(err)}"
+        if seen:
+            return "; ".join(seen)
+        return f"the Disco session failed: {tvm_message(err)}" if err is not None else "a worker cannot be reached"
 
     def sync(self) -> None:
         for w in range(self.num_workers):
