@@ -51,7 +51,7 @@ from ...ir import sym
 from ...ir.expr import Binding, Block, Call, Constant, Expr, Function, IRModule, Tuple, TupleGetItem, Var
 from ...ir.mesh import DeviceMesh
 from ...ir.op import get_op
-from ...ir.placement import Partial, Placement, Replicate, Shard
+from ...ir.placement import Partial, Placement, Replicate, Shard, StridedShard
 from ...ir.sharding import forward
 from ...ir.structural import structural_equal
 from ...ir.types import DTensorType, TensorType, TupleType, Type
@@ -204,9 +204,13 @@ class _Materializer:
                 d = site.input_dim(k, f)
                 specs.append(Shard(d) if d is not None else Replicate())
             options.append(tuple(specs))
-        for f, q in site.strided_cuts:  # strided shards (docs/strided.md), offered where they are grounded
-            if f not in site.rule.blocked:
-                options.append(tuple(site.input_spec(k, f, q) for k in range(n)))
+        for f, q in site.strided_cuts:  # a strided shard (docs/strided.md) an input already holds: kept, not made
+            opt = tuple(site.input_spec(k, f, q) for k in range(n))
+            if f not in site.rule.blocked and any(
+                    isinstance(spec, StridedShard) and any(p is not None and not p.is_block and p.specs[a] == spec
+                                                           for p in [self.primary.get(s.id), *self.versions.get(s.id, {})])
+                    for spec, s in zip(opt, site.ins)):
+                options.append(opt)
         partial = []
         for s in site.ins:
             p = self.primary.get(s.id)

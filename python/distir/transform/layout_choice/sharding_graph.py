@@ -444,6 +444,13 @@ def find_strided_cuts(graph: Graph) -> None:
     grounded = dict(fixed)
     for sid in free & wants.keys():
         grounded.setdefault(sid, set()).update(wants[sid])
+    # a split into equal sections reads its input per section: no reshape to fuse an exchange with, so
+    # the conversion into the strided layout is offered, where it is one block exchange (static shapes;
+    # with a run-time dim it is a regroup and an all-to-all, which the costs do not see)
+    for site in sites:
+        if site.op.name == "split" and site.ins and site.ins[0].distributable and all(
+                isinstance(d, int) for d in site.ins[0].tensor.shape):
+            grounded.setdefault(site.ins[0].id, set()).update(asked.get(site.ins[0].id, ()))
     spread(grounded, offer=True)
 
 
