@@ -6,7 +6,8 @@
 Two GPT-2 blocks written with ``relax.frontend.nn`` (fused QKV with bias, 4 heads of 16, MLP
 colwise/rowwise): ``split`` (q, k, v cut off the fused projection by ``op.split``, as
 ``scripts/bench_pipeline.py`` writes it) and ``reshape`` (the projection reshaped to
-``(b, s, 3, heads, head_dim)`` first, as ``distir.tvm.nn_gpt2`` writes it). Each is laid out by
+``(b, s, 3, heads, head_dim)`` first, as ``distir.tvm.nn_gpt2.GPT2`` writes it), both
+``distir.tvm.nn_gpt2.block_module``. Each is laid out by
 the plain colwise plan (``c_attn`` ``S[0]``) and by the strided one (``S[0/3]``), distributed, run
 on the simulator at each count and compared with one device; the bytes each worker sends are
 printed. The numbers in docs/strided.md come from here. Nothing is timed.
@@ -23,71 +24,20 @@ import numpy as np
 from distir.testing import assert_sharded_equivalent
 from distir.transform import PassContext, ShardParams
 
-HIDDEN, HEADS = 64, 4
-MLP_PLAN = {"h.*.attn.c_proj.weight": "S[1]", "h.*.mlp.c_fc.weight": "S[0]", "h.*.mlp.c_fc.bias": "S[0]",
-            "h.*.mlp.c_proj.weight": "S[1]"}
+HIDDEN, HEADS = 64, 4  # distir.tvm.nn_gpt2.GPT2Config's
 
 
-def block(form: str, n_layers: int = 1):
-    """``n_layers`` GPT-2 blocks imported from ``relax.frontend.nn``, without a layout."""
-    from tvm.relax.frontend import nn
-    from tvm.relax.frontend.nn import op
+def block(form: str):
+    """One GPT-2 block alone, without a layout (``distir.tvm.nn_gpt2.block_module``)."""
+    from distir.tvm.nn_gpt2 import block_module
 
-    from distir.tvm import from_nn
-
-    hidden, heads, head_dim = HIDDEN, HEADS, HIDDEN // HEADS
-
-    class Attention(nn.Module):
-        def __init__(self):
-            self.c_attn = nn.Linear(hidden, 3 * hidden, bias=True)
-            self.c_proj = nn.Linear(hidden, hidden, bias=True)
-
-        def forward(self, x):
-            b, s = x.shape[0], x.shape[1]
-            if form == "split":
-                q, k, v = (op.reshape(t, (b, s, heads, head_dim)) for t in op.split(self.c_attn(x), 3, axis=2))
-            else:
-                qkv = op.reshape(self.c_attn(x), (b, s, 3, heads, head_dim))
-                q, k, v = (op.reshape(t, (b, s, heads, head_dim)) for t in op.split(qkv, 3, axis=2))
-            q = op.permute_dims(q, [0, 2, 1, 3])
-            k = op.permute_dims(k, [0, 2, 3, 1])
-            v = op.permute_dims(v, [0, 2, 1, 3])
-            scores = op.matmul(q, k) * (1.0 / math.sqrt(head_dim))
-            mask = op.triu(op.full((s, s), -1e9, dtype="float32"), diagonal=1)
-            ctx = op.permute_dims(op.matmul(op.softmax(scores + mask, axis=-1), v), [0, 2, 1, 3])
-            return self.c_proj(op.reshape(ctx, (b, s, hidden)))
-
-    class MLP(nn.Module):
-        def __init__(self):
-            self.c_fc = nn.Linear(hidden, 4 * hidden, bias=True)
-            self.c_proj = nn.Linear(4 * hidden, hidden, bias=True)
-
-        def forward(self, x):
-            return self.c_proj(op.gelu(self.c_fc(x)))
-
-    class Block(nn.Module):
-        def __init__(self):
-            self.ln_1, self.attn = nn.LayerNorm(hidden), Attention()
-            self.ln_2, self.mlp = nn.LayerNorm(hidden), MLP()
-
-        def forward(self, x):
-            x = x + self.attn(self.ln_1(x))
-            return x + self.mlp(self.ln_2(x))
-
-    class GPT2(nn.Module):
-        def __init__(self):
-            self.h = nn.ModuleList([Block() for _ in range(n_layers)])
-
-        def forward(self, x):
-            for b in self.h:
-                x = b(x)
-            return x
-
-    return from_nn(GPT2(), {"forward": {"x": nn.spec.Tensor(["b", "s", hidden], "float32")}})
+    return block_module(form)
 
 
 def plan(qkv: str) -> dict[str, str]:
-    return {"h.*.attn.c_attn.weight": qkv, "h.*.attn.c_attn.bias": qkv, **MLP_PLAN}
+    from distir.tvm.nn_gpt2 import BLOCK_COLWISE_PLAN
+
+    return {**BLOCK_COLWISE_PLAN, "h.*.attn.c_attn.weight": qkv, "h.*.attn.c_attn.bias": qkv}
 
 
 def inputs(mod, batch: int, seq: int, seed: int = 0) -> list[np.ndarray]:
