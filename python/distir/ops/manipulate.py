@@ -598,7 +598,8 @@ register_op(
         relax=RelaxForm.same_name("split", "indices_or_sections", "axis"),
         category="shape",
         sharding_doc=ShardingDoc(passes="other dims, into every output; into n equal sections, `S[axis/n]` (a worker's block "
-                                 "of every section) gives every output `S[axis]`", blocked="`axis` otherwise", partials=_LAYOUT),
+                                 "of every section) gives every output `S[axis]`",
+                                 blocked="`axis`, except into n equal sections from `S[axis/n]`", partials=_LAYOUT),
     )
 )
 
