@@ -224,8 +224,8 @@ def run_opt(mod, opts: OptOptions, log=None):
         from .args import check_bind_names, module_symbols
 
         symbols = module_symbols(mod)
-        if "shard-params" in opts.passes and not mod.meshes():
-            symbols |= {"num_workers"}  # the size of the mesh shard-params declares
+        if ("shard-params" in opts.passes or "auto-shard" in opts.passes) and not mod.meshes():
+            symbols |= {"num_workers"}  # the size of the mesh shard-params and auto-shard declare
         check_bind_names(opts.bind, symbols)
         passes.append(specialize_pass(opts.bind))
     if not passes:

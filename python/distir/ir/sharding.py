@@ -49,8 +49,9 @@ class ShardingRule:
 
 
 def with_sizes(rule: ShardingRule, ins: Sequence[Type], outs: Sequence[Type]) -> ShardingRule:
-    """``rule`` with the size of every factor that is alone in a dim of the given tensors."""
-    sizes: dict[str, Any] = {}
+    """``rule`` with the size of every factor that is alone in a dim of the given tensors (and the
+    sizes the rule gives itself)."""
+    sizes: dict[str, Any] = dict(rule.sizes)
     for factors, t in [*zip(rule.inputs, ins), *zip(rule.outputs, outs)]:
         shape = getattr(t, "shape", None)
         if shape is None or len(shape) != len(factors):

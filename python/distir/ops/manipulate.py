@@ -559,9 +559,19 @@ def _split_infer(types, attrs):
 
 
 def _split_rule(types, attrs, outs):
+    """The split axis is whole, except that a split into ``n`` equal sections views it as ``(n, size / n)``
+    (as a reshape would): the sections factor stays whole and the inner one may be cut, so an input
+    laid out ``S[axis/n]`` (each worker holding its block of every section, docs/strided.md) gives
+    every output ``S[axis]`` with no communication: a fused QKV projection split into q, k and v."""
     x = types[0]
     axis = norm_axis(attrs["axis"], x.ndim, "split")
     f = dims_factors(x.ndim)
+    n = attrs["indices_or_sections"]
+    if isinstance(n, int) and n > 1 and sym.prove_divisible(x.shape[axis], n):
+        part, inner = f"p{axis}", f"d{axis}"
+        ins = tuple((part, inner) if d == axis else fs for d, fs in enumerate(f))
+        return ShardingRule(inputs=(ins,), outputs=(f,) * len(outs), blocked=frozenset({part}), partial=LAYOUT_PARTIALS,
+                            sizes={part: n})
     return ShardingRule(inputs=(f,), outputs=(f,) * len(outs), blocked=frozenset({f"d{axis}"}), partial=LAYOUT_PARTIALS)
 
 
@@ -587,7 +597,9 @@ register_op(
         doc="Split along `axis` into n sections or at the given indices; a tuple of tensors. The axis must be whole.",
         relax=RelaxForm.same_name("split", "indices_or_sections", "axis"),
         category="shape",
-        sharding_doc=ShardingDoc(passes="other dims, into every output", blocked="`axis`", partials=_LAYOUT),
+        sharding_doc=ShardingDoc(passes="other dims, into every output; into n equal sections, `S[axis/n]` (a worker's block "
+                                 "of every section) gives every output `S[axis]`",
+                                 blocked="`axis`, except into n equal sections from `S[axis/n]`", partials=_LAYOUT),
     )
 )
 

@@ -25,7 +25,7 @@ import numpy as np
 from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import op
 
-__all__ = ["GPT2", "TP_PLAN", "GPT2Config", "random_weights", "spec"]
+__all__ = ["BLOCK_COLWISE_PLAN", "GPT2", "TP_PLAN", "GPT2Config", "block_module", "random_weights", "spec"]
 
 
 @dataclass(frozen=True)
@@ -133,3 +133,64 @@ def random_weights(model: GPT2, seed: int = 0) -> dict[str, np.ndarray]:
             a = rng.standard_normal(shape) / np.sqrt(shape[-1])
         out[name] = a.astype(p.dtype)
     return out
+
+
+class _BlockAttention(nn.Module):
+    """Attention with q, k and v cut off the fused projection by ``op.split`` (``form="split"``) or
+    after reshaping it to ``(b, s, 3, heads, head_dim)`` (``form="reshape"``), a causal mask added."""
+
+    def __init__(self, config: GPT2Config, form: str):
+        self.n_head, self.head_dim, self.form = config.n_head, config.head_dim, form
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=True)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=True)
+
+    def forward(self, x: nn.Tensor) -> nn.Tensor:
+        b, s, c = x.shape
+        shape = (b, s, self.n_head, self.head_dim)
+        if self.form == "split":
+            q, k, v = (op.reshape(t, shape) for t in op.split(self.c_attn(x), 3, axis=2))
+        else:
+            qkv = op.reshape(self.c_attn(x), (b, s, 3, self.n_head, self.head_dim))
+            q, k, v = (op.reshape(t, shape) for t in op.split(qkv, 3, axis=2))
+        q, k, v = op.permute_dims(q, [0, 2, 1, 3]), op.permute_dims(k, [0, 2, 3, 1]), op.permute_dims(v, [0, 2, 1, 3])
+        scores = op.matmul(q, k) * (1.0 / float(self.head_dim) ** 0.5)
+        mask = op.triu(op.full((s, s), -1e9, dtype="float32"), diagonal=1)
+        ctx = op.permute_dims(op.matmul(op.softmax(scores + mask, axis=-1), v), [0, 2, 1, 3])
+        return self.c_proj(op.reshape(ctx, (b, s, c)))
+
+
+class _Block(nn.Module):
+    def __init__(self, config: GPT2Config, form: str):
+        self.ln_1, self.attn = nn.LayerNorm(config.n_embd), _BlockAttention(config, form)
+        self.ln_2, self.mlp = nn.LayerNorm(config.n_embd), GPT2MLP(config)
+
+    def forward(self, x: nn.Tensor) -> nn.Tensor:
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class _Blocks(nn.Module):
+    def __init__(self, config: GPT2Config, form: str):
+        self.h = nn.ModuleList([_Block(config, form) for _ in range(config.n_layer)])
+
+    def forward(self, x: nn.Tensor) -> nn.Tensor:
+        for block in self.h:
+            x = block(x)
+        return x
+
+
+def block_module(form: str = "split", config: GPT2Config | None = None):
+    """``config.n_layer`` GPT-2 blocks alone (no embeddings, no head; input ``(b, s, n_embd)``), q, k and
+    v cut by ``split`` or ``reshape``, imported into distir without a layout (``@forward``): the block
+    the layout benchmarks and tests measure (scripts/bench_strided_qkv.py, docs/strided.md)."""
+    from .frontend import from_nn
+
+    config = config or GPT2Config(n_layer=1)
+    return from_nn(_Blocks(config, form), {"forward": {"x": nn.spec.Tensor(["b", "s", config.n_embd], "float32")}})
+
+
+# the blocks' Megatron plan with a plain (colwise) fused QKV; TP_PLAN's strided c_attn is the alternative
+BLOCK_COLWISE_PLAN: dict[str, str] = {
+    "h.*.attn.c_attn.weight": "S[0]", "h.*.attn.c_attn.bias": "S[0]", "h.*.attn.c_proj.weight": "S[1]",
+    "h.*.mlp.c_fc.weight": "S[0]", "h.*.mlp.c_fc.bias": "S[0]", "h.*.mlp.c_proj.weight": "S[1]",
+}

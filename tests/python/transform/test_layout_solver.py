@@ -94,7 +94,7 @@ def test_head_split_reshape_moves_the_bound_with_no_hint():
 
 
 # the seed's reshape, five elementwise ops deep: a replicated parameter, needed both sharded (e4_s)
-# and, after one more op, replicated (a_r)
+# and, after one more op on the value (not on the hint, whose readers read it sharded), replicated (a_r)
 DEEP_RECOMPUTE = HEADER + '''    def main(p0: R.DTensor((16, 16), "float32", "mesh[0]", "R")):
         with R.dataflow():
             r = R.reshape(p0, R.shape([256]))
@@ -103,7 +103,7 @@ DEEP_RECOMPUTE = HEADER + '''    def main(p0: R.DTensor((16, 16), "float32", "me
             e3 = R.negative(e2)
             e4 = R.sin(e3)
             e4_s = R.dist.annotate_sharding(e4, device_mesh="mesh[0]", placement="S[0]")
-            a = R.abs(e4_s)
+            a = R.abs(e4)
             a_r = R.dist.annotate_sharding(a, device_mesh="mesh[0]", placement="R")
             R.output(e4_s, a_r)
         return (e4_s, a_r)
@@ -304,3 +304,67 @@ def test_the_same_module_gets_the_same_layout_whatever_the_hash_seed():
         assert text in child
     with pytest.warns(ShardingAmbiguityWarning, match=r"'x' .*costs the same laid out S\[0\] \(.* B sent.*or S\[1\] \(.* B sent"):
         get_pass("propagate-sharding")(distir.parse(TIE))
+
+
+# a replicated input and a hint on an intermediate: the hinted value is made S[0] and its readers read it
+# there (before, the solver computed every reader again from a replicated copy: all replicated)
+HINT_ON_INTERMEDIATE = HEADER + '''    def main(x: R.DTensor((64, 32), "float32", "mesh[0]", "R")):
+        with R.dataflow():
+            a = R.exp(x)
+            a_s = R.dist.annotate_sharding(a, device_mesh="mesh[0]", placement="S[0]")
+            b = R.exp(a_s)
+            c = R.sum(b, axis=[1])
+            R.output(c)
+        return c
+'''
+
+HINT_IN_MLP = HEADER + '''    def main(x: R.DTensor((64, 32), "float32", "mesh[0]", "R"), w1: R.Tensor((32, 48), "float32"), w2: R.Tensor((48, 32), "float32")):
+        with R.dataflow():
+            h = R.matmul(x, w1)
+            h_s = R.dist.annotate_sharding(h, device_mesh="mesh[0]", placement="S[1]")
+            a = R.nn.gelu(h_s)
+            y = R.matmul(a, w2)
+            R.output(y)
+        return y
+'''
+
+
+@pytest.mark.parametrize("src, reader, hinted", [(HINT_ON_INTERMEDIATE, "b", "S[0]"), (HINT_IN_MLP, "a", "S[1]")],
+                         ids=["replicated-input", "mlp"])
+@pytest.mark.parametrize("search", ["auto", "milp"])
+def test_a_hint_on_an_intermediate_is_kept(src, reader, hinted, search):
+    with PassContext(config={"propagate-sharding.search": search}):
+        after = get_pass("propagate-sharding")(distir.parse(src))
+    bindings = {b.var.name: b for b in after["main"].bindings()}
+    read = bindings[reader]
+    # the reader reads the hinted value in the hinted layout, and it is the only such op (no replicated copy)
+    assert [str(a.type.placement) for a in read.value.args] == [hinted]
+    assert str(read.var.type.placement) == hinted
+    assert not [n for n in bindings if n.startswith(reader + "_")], after.script()
+    _run(src, search, workers=(2, 3))  # the numbers equal one device's
+
+
+# a fused projection cut into q, k and v by R.split, each wanted S[1]: the split reads its input
+# S[1/3] (each worker's block of every third), so the one exchange is the head-split reshape's
+# (HEAD_SPLIT), at the bound; before, the split axis had to be whole (4,608 B at 4, 2.25x)
+QKV_SPLIT = HEADER + '''    def main(x: R.DTensor((64, 48), "float32", "mesh[0]", "S[1]")):
+        with R.dataflow():
+            parts = R.split(x, indices_or_sections=3, axis=1)
+            q = parts[0]
+            k = parts[1]
+            v = parts[2]
+            q_s = R.dist.annotate_sharding(q, device_mesh="mesh[0]", placement="S[1]")
+            k_s = R.dist.annotate_sharding(k, device_mesh="mesh[0]", placement="S[1]")
+            v_s = R.dist.annotate_sharding(v, device_mesh="mesh[0]", placement="S[1]")
+            R.output(q_s, k_s, v_s)
+        return (q_s, k_s, v_s)
+'''
+
+
+def test_split_of_a_fused_projection_moves_what_the_reshape_moves():
+    split, _ = _run(QKV_SPLIT, workers=(2, 4, 8))
+    reshape, _ = _run(HEAD_SPLIT, workers=(2, 4, 8))
+    for n, bound in ((2, 2048), (4, 2048), (8, 1280)):
+        assert split[n].bytes_per_worker == reshape[n].bytes_per_worker == bound, n
+        assert split[n].counts == {"exchange": 1}, (n, split[n].counts)
+    _run(QKV_SPLIT, workers=(3, 5, 6, 7))  # thirds of 16 cut unevenly: the numbers equal one device's

@@ -369,13 +369,19 @@ def parse_activation_budget(text: str | int | MemoryBudget | None) -> MemoryBudg
     return MemoryBudget.parse(text)
 
 
-def _check_sizes(sizes: Mapping[str, int], func: Function, mesh: DeviceMesh) -> None:
-    """Every name in ``sizes`` must be a symbolic size of the function or the mesh (a typo is not ignored)."""
+def _symbols(func: Function, mesh: DeviceMesh) -> set[str]:
+    """The symbolic sizes of the function and the mesh."""
     known = set(_mesh_names(mesh))
     for t in [p.type for p in func.params] + [b.var.type for b in func.bindings()]:
         for d in getattr(without_placement(t), "shape", None) or ():
             if not isinstance(d, int):
                 known |= sym.free_vars(d)
+    return known
+
+
+def _check_sizes(sizes: Mapping[str, int], func: Function, mesh: DeviceMesh) -> None:
+    """Every name in ``sizes`` must be a symbolic size of the function or the mesh (a typo is not ignored)."""
+    known = _symbols(func, mesh)
     unknown = sorted(set(sizes) - known)
     if unknown:
         close = difflib.get_close_matches(unknown[0], sorted(known), n=1)
@@ -523,12 +529,14 @@ class _Search:
         self.activations = activations
         self._held: dict[tuple, int] = {}  # bytes a device holds, per (parameter or type, layout, sizes)
         self._reference: dict[int, Placement] = {}
+        # the sizes planned for: the given ones (--bind) over propagation's size hints; only the rest is sampled
         self.hints = dict(ctx.config.get("propagate-sharding.size_hints", {}) or {})
         self.hints.update(sizes)
+        self.sizes = {k: v for k, v in self.hints.items() if k in sizes or k in _symbols(func, mesh)}
         self.axis_costs = axis_costs_of(ctx)  # with axis costs, the least time instead of the fewest bytes
         self.weights = weight_indices(func)
         self.free = [i for i, p in enumerate(func.params) if isinstance(p.type, TensorType)]
-        self.envs = _budget_envs(func, mesh, sizes)
+        self.envs = _budget_envs(func, mesh, self.sizes)
         self.scale = [Fraction(1)] * len(self.envs)  # tightened when the solver's tolerance overshoots
 
     def held(self, i: int, p: Placement, env) -> int:

@@ -16,7 +16,7 @@ from ...ir.layout import local_bytes
 from ...ir.placement import Partial, Placement, Replicate
 from ...ir.steps import get_step
 from ...ir.types import DTensorType, TupleType, dtype_bytes
-from ..redistribute_plan import Timing, exchange_link, plan_cost, plan_redistribute, timing_for
+from ..redistribute_plan import Timing, exchange_link, plan_cost, plan_redistribute, strided_share, timing_for
 
 __all__ = ["function_bytes", "function_peak", "sample_envs"]
 
@@ -76,8 +76,14 @@ def function_bytes(func, env: Mapping[str, int], axis_costs: AxisCosts | None = 
                                      timing_for(axis_costs, t.mesh, t.shape, dtype_bytes(t.dtype)))
             timing = Timing(axis_costs.for_mesh(t.mesh.ndim), math.prod(shape) * dtype_bytes(t.dtype))
             return plan_cost(plan, src, sizes, shape, timing)
-        plan = plan_redistribute(t.mesh, t.ndim, src, dst, t.shape)
-        return plan_cost(plan, src, sizes, shape) * math.prod(shape) * dtype_bytes(t.dtype) * math.prod(sizes)
+        if src.is_strided or dst.is_strided:  # the plans between expanded forms legalize writes (docs/strided.md)
+            if axis_costs is not None:
+                timing = Timing(axis_costs.for_mesh(t.mesh.ndim), math.prod(shape) * dtype_bytes(t.dtype))
+                return strided_share(t.mesh, t.ndim, src, dst, sizes, timing)
+            share = strided_share(t.mesh, t.ndim, src, dst, sizes)
+        else:
+            share = plan_cost(plan_redistribute(t.mesh, t.ndim, src, dst, t.shape), src, sizes, shape)
+        return share * math.prod(shape) * dtype_bytes(t.dtype) * math.prod(sizes)
 
     sent = gathers = Fraction(0)
     try:

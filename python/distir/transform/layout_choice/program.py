@@ -11,7 +11,7 @@ The problem (Alpa's formulation, as XLA's auto-sharding uses it), over the graph
   its *primary*: the producer's chosen output, or for a parameter its given layout or, when
   free, a binary choice among the layouts its consumers read;
 - a consumer that reads a value in layout ``q`` *needs* it in ``q``; an op reading a hint
-  reads it in the hinted layout (a recomputation may read the annotated value in any); each needed layout is
+  reads it in the hinted layout (a recomputation of that op too); each needed layout is
   supplied once (later readers reuse it) from the primary by a redistribute, costed by the
   planner (:func:`~distir.transform.redistribute_plan.plan_redistribute`, bytes per worker),
   or by recomputing the producer from inputs in matching layouts (reshape, permute,
@@ -231,11 +231,12 @@ class Program:
                 strategies = site_strategies(site, self.cost, partial, self.keep)
                 if key is not None:
                     self.cost.strategies[key] = strategies
-        self.strategies[id(site)] = strategies  # a recomputation may read a hint's value in any layout
-        # the op itself reads a hint's value in the hinted layout (TVM's meaning, and the greedy pass's)
+        # the op reads a hint's value in the hinted layout (TVM's meaning, XLA's and the greedy pass's),
+        # and so does every recomputation of it: the hinted value is read nowhere in another layout
         # (where its rule accepts that layout; else, as the greedy pass does, in one it accepts)
         strategies = [st for st in strategies
                       if all(self.read_as.get(s.id, p) == p for s, p in zip(site.ins, st.ins))] or strategies
+        self.strategies[id(site)] = strategies
         if not strategies:
             raise DiagnosticError(
                 f"propagate-sharding: no layout of the inputs of R.{site.op.name} fits its sharding rule "

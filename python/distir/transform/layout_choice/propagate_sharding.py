@@ -41,6 +41,7 @@ settles the choice.
 from __future__ import annotations
 
 import itertools
+import math
 import warnings
 from fractions import Fraction
 from typing import Any, ClassVar
@@ -50,17 +51,18 @@ from ...ir import sym
 from ...ir.expr import Binding, Block, Call, Constant, Expr, Function, IRModule, Tuple, TupleGetItem, Var
 from ...ir.mesh import DeviceMesh
 from ...ir.op import get_op
-from ...ir.placement import Partial, Placement, Replicate, Shard
+from ...ir.placement import Partial, Placement, Replicate, Shard, StridedShard
 from ...ir.sharding import forward
 from ...ir.structural import structural_equal
 from ...ir.types import DTensorType, TensorType, TupleType, Type
 from ..legalize_redistribute import axis_costs_of, fuse_reshapes
 from ..pass_infra import FunctionPass, PassContext, register_pass
 from ..weights import PARAM_NAMES
-from .cost_model import INF, CostModel
+from .cost_model import DIM_SIZE_HINT, INF, MESH_SIZE_HINT, CostModel
 from .measure import function_bytes, sample_envs
 from .plan import LayoutPlan
-from .sharding_graph import Graph, Preferences, Site, Slot, build_graph, field_slots, preferred_placements
+from .sharding_graph import (Graph, Preferences, Site, Slot, build_graph, field_slots, plain_placement, preferred_placements,
+                             strided_params)
 from .solution import alternative, visible_layouts
 from .windows import Solved, solve_layouts
 
@@ -203,6 +205,13 @@ class _Materializer:
                 d = site.input_dim(k, f)
                 specs.append(Shard(d) if d is not None else Replicate())
             options.append(tuple(specs))
+        for f, q in site.strided_cuts:  # a strided shard (docs/strided.md) an input already holds: kept, not made
+            opt = tuple(site.input_spec(k, f, q) for k in range(n))
+            if f not in site.rule.blocked and any(
+                    isinstance(spec, StridedShard) and any(p is not None and not p.is_block and p.specs[a] == spec
+                                                           for p in [self.primary.get(s.id), *self.versions.get(s.id, {})])
+                    for spec, s in zip(opt, site.ins)):
+                options.append(opt)
         partial = []
         for s in site.ins:
             p = self.primary.get(s.id)
@@ -640,10 +649,53 @@ class PropagateSharding(FunctionPass):
     name: ClassVar[str] = "propagate-sharding"
 
     def transform_function(self, func: Function, mod: IRModule, ctx: PassContext) -> Function:
-        graph = build_graph(func, {m: f"mesh[{i}]" for i, m in enumerate(mod.meshes())})
+        names = {m: f"mesh[{i}]" for i, m in enumerate(mod.meshes())}
+        graph = build_graph(func, names)
         if not graph.is_distributed:
             return func  # nothing is distributed
-        return lay_out(graph, ctx)
+        new = lay_out(graph, ctx)
+        declared = strided_params(func)
+        if declared and ctx.config.get("propagate-sharding.search", "auto") != "greedy":
+            _compare_with_plain(func, new, declared, names, ctx)
+        return new
+
+
+class StridedLayoutWarning(UserWarning):
+    """A parameter declared with a strided shard makes the function send more than the plain shard."""
+
+
+def _compare_with_plain(func: Function, new: Function, declared, names, ctx: PassContext) -> None:
+    """Lay ``func`` out again (greedily) with its strided parameters declared plain (``S[d/k]`` as ``S[d]``) and
+    warn, naming them, where that plain twin sends fewer bytes per worker at the size hints (each
+    symbolic mesh size 4, other symbolic dims 64, or ``size_hints``): the declared layout is the
+    caller's and is kept. A strided layout the solver chooses needs no such check: the plain one is
+    among the columns it compares."""
+    with warnings.catch_warnings(), PassContext(config={**ctx.config, "propagate-sharding.search": "greedy"}) as plain:
+        warnings.simplefilter("ignore")  # the twin laid out by the greedy choice: fast, and never better than the solver's
+        twin = lay_out(build_graph(func, names, plain_params=True), plain)
+    hints = dict(ctx.config.get("propagate-sharding.size_hints", {}) or {})
+    mesh_names, symbols = set(), set()
+    for v in [*new.params, *(b.var for b in new.bindings())]:
+        for t in (v.type.fields if isinstance(v.type, TupleType) else (v.type,)):
+            if isinstance(t, DTensorType):
+                mesh_names |= set().union(set(), *(sym.free_vars(d) for d in t.mesh.shape if not isinstance(d, int)))
+            symbols |= set().union(set(), *(sym.free_vars(d) for d in getattr(t, "shape", ()) if not isinstance(d, int)))
+    env = {n: hints.get(n, MESH_SIZE_HINT if n in mesh_names else DIM_SIZE_HINT) for n in sorted(symbols | mesh_names)}
+    axis_costs = axis_costs_of(ctx)
+    a = function_bytes(fuse_reshapes(new, costs=axis_costs), env, axis_costs)
+    b = function_bytes(fuse_reshapes(twin, costs=axis_costs), env, axis_costs)
+    if a is None or b is None or sum(a) <= sum(b):
+        return
+    mesh = next(t.mesh for t in (p.type for p in func.params) if isinstance(t, DTensorType))
+    workers = math.prod(d if isinstance(d, int) else int(sym.evaluate(d, env)) for d in mesh.shape)
+    at = (" at " + ", ".join(f"{k}={v}" for k, v in sorted(env.items()))) if env else ""
+    which = ", ".join(f"'{n}' {p}" for n, p in declared)
+    plain = ", ".join(f"'{n}' {plain_placement(p)}" for n, p in declared)
+    warnings.warn(
+        f"propagate-sharding: {which} makes @{func.name} send "
+        f"{_bytes(sum(a) / workers)} per worker against {_bytes(sum(b) / workers)} with {plain}{at}; "
+        f"declare the plain layout, or give the sizes you run at (size_hints)",
+        StridedLayoutWarning, stacklevel=2)
 
 
 SEARCHES = ("auto", "milp", "greedy")

@@ -350,13 +350,31 @@ class _Builder:
         return mesh_of
 
 
-def build_graph(func: Function, mesh_names: dict | None = None) -> Graph:
+def build_graph(func: Function, mesh_names: dict | None = None, plain_params: bool = False) -> Graph:
     """Slots and sites of ``func``; DiagnosticError for what propagation cannot handle.
 
-    ``mesh_names`` (mesh -> "mesh[i]") makes errors name meshes as the text does."""
+    ``mesh_names`` (mesh -> "mesh[i]") makes errors name meshes as the text does. ``plain_params``:
+    each parameter declared with a strided shard ``S[d/k]`` is taken as declared ``S[d]`` (the plain
+    twin a strided plan is compared with, docs/strided.md)."""
     graph = _Builder(func, mesh_names).build()
+    if plain_params:
+        for p in func.params:
+            for slot in graph.var_slots.get(p, []):
+                if slot.fixed is not None and not slot.fixed.is_block and slot.fixed.is_strided:
+                    slot.fixed = plain_placement(slot.fixed)
     find_strided_cuts(graph)
     return graph
+
+
+def strided_params(func: Function) -> list[tuple[str, Placement]]:
+    """(name, declared placement) of each parameter declared with a strided shard."""
+    return [(p.name, p.type.placement) for p in func.params
+            if isinstance(p.type, DTensorType) and not p.type.placement.is_block and p.type.placement.is_strided]
+
+
+def plain_placement(p: Placement) -> Placement:
+    """``p`` with each strided shard ``S[d/k]`` replaced by the plain ``S[d]``."""
+    return Placement(tuple(Shard(x.dim) if isinstance(x, StridedShard) else x for x in p.specs))
 
 
 def _cut_spec(rule: ShardingRule, dims, factor: str, q: int) -> Spec:
@@ -426,6 +444,13 @@ def find_strided_cuts(graph: Graph) -> None:
     grounded = dict(fixed)
     for sid in free & wants.keys():
         grounded.setdefault(sid, set()).update(wants[sid])
+    # a split into equal sections reads its input per section: no reshape to fuse an exchange with, so
+    # the conversion into the strided layout is offered, where it is one block exchange (static shapes;
+    # with a run-time dim it is a regroup and an all-to-all, which the costs do not see)
+    for site in sites:
+        if site.op.name == "split" and site.ins and site.ins[0].distributable and all(
+                isinstance(d, int) for d in site.ins[0].tensor.shape):
+            grounded.setdefault(site.ins[0].id, set()).update(asked.get(site.ins[0].id, ()))
     spread(grounded, offer=True)
 
 
