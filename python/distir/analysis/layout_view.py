@@ -537,7 +537,9 @@ def _draw_slices(ax, g: LayoutGrid, Rectangle) -> None:
     for i, (heading, cells) in enumerate(slices):
         x0 = i * (width + gap)
         xs = _spans(g.col_extents[:k], k, MAX_COLS) if heading != ELIDED else [(0.0, 1.0)]
-        ax.text(x0 + width / 2, 1.02, heading, ha="center", va="bottom", fontsize=7)
+        heading_size = min(7.0, width * PANEL_INCHES[0] * 72 / (0.62 * max(1, len(heading))))  # fits its slice
+        if heading_size >= 4:
+            ax.text(x0 + width / 2, 1.02, heading, ha="center", va="bottom", fontsize=heading_size)
         for r, row in enumerate(cells):
             y0, h = ys[r] if r < len(ys) else (0.0, 1.0)
             for c, label in enumerate(row):
@@ -550,8 +552,10 @@ def _draw_slices(ax, g: LayoutGrid, Rectangle) -> None:
     ax.set_ylim(0, 1.08)
     ax.set_xticks([])
     ax.set_yticks([])
-    ax.set_title(g.title(), fontsize=9)
-    ax.set_xlabel("\n".join(g.notes()), fontsize=7)
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+    ax.set_title(textwrap.fill(g.title(), TITLE_CHARS), fontsize=9)
+    ax.set_xlabel("\n".join(textwrap.fill(n, TITLE_CHARS + 20) for n in g.notes()), fontsize=7)
 
 
 def _box(g: LayoutGrid) -> tuple[float, float]:
