@@ -9,6 +9,10 @@ whole program says so on the line before its fence:
 - ``<!-- not run: why -->``: a block that cannot run in a test (installing the package, the whole
   test suite, a benchmark of minutes); there must be few of them.
 
+A block after ``<!-- output -->`` shows what the page's Python block before it prints; each of its
+lines must be printed (whitespace collapsed; a float in exponent notation, a last-digit rounding
+difference, matches any such float).
+
 Shell blocks (```` ```bash ````, and blocks whose lines start with ``$ ``) run command by command:
 ``distir`` and ``distir-opt`` in process through their ``main([...])``, ``python -c`` in process,
 with ``|``, ``<`` and ``>`` handled here. After a ``$ `` command the shown output must appear in
@@ -41,7 +45,7 @@ import distir.ops  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[3]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-MARKER = re.compile(r"^<!--\s*(fragment|not run):\s*(.+?)\s*-->\s*$")
+MARKER = re.compile(r"^<!--\s*(fragment|not run|output)(?::\s*(.+?))?\s*-->\s*$")
 FENCE = re.compile(r"^(\s*)```(\S*)\s*$")
 # A timing in shown output (``86.5 ms``, ``2.3 s``, ``104 µs``): such a line differs from run to run.
 TIMING = re.compile(r"\d(\.\d+)?\s?(ms|µs|us|s)\b|\d+(\.\d+)?s\b")
@@ -52,7 +56,7 @@ MAX_NOT_RUN = 6
 class Block:
     page: Path
     line: int  # of the opening fence, 1-based
-    lang: str  # "python", "bash", "console" (lines starting with "$ ") or another
+    lang: str  # "python", "bash", "console" (lines starting with "$ "), "output" (marked) or another
     text: str
     marker: str | None  # "fragment", "not run" or None
     reason: str | None
@@ -78,6 +82,8 @@ def blocks_of(page: Path) -> list[Block]:
         if not lang and text.startswith("$ "):
             lang = "console"
         marked = MARKER.match(lines[i - 1].strip()) if i else None
+        if marked and marked.group(1) == "output":
+            lang, marked = "output", None
         out.append(Block(page, i + 1, lang, text, *(marked.groups() if marked else (None, None))))
         i = j + 1
     return out
@@ -93,6 +99,7 @@ def test_blocks_found_and_few_not_run():
     not_run = [b.id for b in CODE if b.marker == "not run"]
     assert len(not_run) <= MAX_NOT_RUN, not_run
     stray = [b.id for b in ALL if b.marker and b.lang not in ("python", "bash", "console")]
+    assert OUTPUT, "no <!-- output --> block"
     assert not stray, f"markers on blocks that are not code: {stray}"
 
 
@@ -156,6 +163,7 @@ class Session:
         self.module.__file__ = str(self.file)
         self.source: list[str] = []
         self.done: set[int] = set()
+        self.printed: dict[int, str] = {}  # what each Python block printed, by its line
 
     def run(self, block: Block) -> str:
         offset = block.line  # the block's first line is the fence's line + 1
@@ -194,7 +202,7 @@ def sessions(workdir, tmp_path_factory):
 
 def run_block(block: Block, session: Session) -> None:
     if block.lang == "python":
-        session.run(block)
+        session.printed[block.line] = session.run(block)
         session.done.add(block.line)
     elif block.lang == "bash":
         for command in commands_of(block.text):
@@ -218,6 +226,20 @@ def test_python_block(block, sessions):
         return
     assert block.marker is None, f"{block.id}: a Python block is run or parsed: {block.reason}"
     run_block(block, sessions(block))
+
+
+OUTPUT = [b for b in ALL if b.lang == "output"]
+FLOAT = re.compile(r"\d+(\.\d+)?e[-+]\d+")
+
+
+@pytest.mark.parametrize("block", OUTPUT, ids=[b.id for b in OUTPUT])
+def test_shown_output_is_printed(block, sessions):
+    session = sessions(block)
+    before = [line for line in session.printed if line < block.line]
+    assert before, f"{block.id}: an output block with no Python block before it"
+    printed = {FLOAT.sub("<float>", normalized(x)) for x in session.printed[max(before)].split("\n")}
+    missing = [x for x in block.text.split("\n") if x.strip() and FLOAT.sub("<float>", normalized(x)) not in printed]
+    assert not missing, f"{block.id}: the block before no longer prints:\n" + "\n".join(missing)
 
 
 @pytest.mark.parametrize("block", SHELL, ids=[b.id for b in SHELL])
