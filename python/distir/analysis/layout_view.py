@@ -564,8 +564,9 @@ def _box(g: LayoutGrid) -> tuple[float, float]:
     height, width = sum(g.row_extents) or 1, sum(g.col_extents) or 1
     if g.summarized or len(g.grid_dims) < 2:
         height = width / 4 if len(g.grid_dims) == 1 else width
-    ratio = min(4.0, max(0.25, (height / width) * PANEL_INCHES[0] / PANEL_INCHES[1]))  # box height / width, in panel units
-    return (1.0, ratio) if ratio <= 1.0 else (1.0 / ratio, 1.0)
+    aspect = min(4.0, max(0.25, height / width))  # the box's height / width, on paper
+    box_width = min(PANEL_INCHES[0], PANEL_INCHES[1] / aspect)  # inches: as large as the panel allows
+    return box_width / PANEL_INCHES[0], box_width * aspect / PANEL_INCHES[1]
 
 
 def write_png(grids: list[LayoutGrid], path: str) -> None:
@@ -611,13 +612,13 @@ def write_png(grids: list[LayoutGrid], path: str) -> None:
                 points = (w * bw * PANEL_INCHES[0] * 72, h * bh * PANEL_INCHES[1] * 0.8 * 72)  # the cell, in points
                 size = max(5, min(12, int(points[0] / (0.65 * max(1, len(label)))), int(points[1] * 0.6)))
                 ax.text(x_off + (x + w / 2) * bw, y_off + (1.0 - y0 - h / 2) * bh, label, ha="center", va="center",
-                        fontsize=size, bbox={"facecolor": "white", "alpha": 0.7, "linewidth": 0, "pad": 1}
+                        fontsize=size, bbox={"facecolor": "white", "alpha": 0.95, "linewidth": 0, "pad": 2}
                         if hatch else None)
         ax.set_xlim(0, 1)
         ax.set_ylim(0, 1)
         ax.set_xticks([])
         ax.set_yticks([])
-        ax.set_aspect("auto")
+        ax.set_box_aspect(PANEL_INCHES[1] / PANEL_INCHES[0])  # so a box of the tensor's aspect looks it
         for spine in ax.spines.values():
             spine.set_visible(False)
         ax.set_title(textwrap.fill(g.title(), TITLE_CHARS), fontsize=9)

@@ -302,6 +302,24 @@ def test_png_of_a_whole_module_is_a_grid_that_fits_a_screen(tmp_path, capsys):
     assert width > 1.2 * height  # panels side by side
 
 
+def test_a_box_takes_its_tensors_shape_and_uneven_blocks_are_drawn_to_scale():
+    from distir.analysis.layout_view import PANEL_INCHES, _box, _spans
+
+    mesh = DeviceMesh((3,), Range(0, 3))
+
+    def box(shape, placement):
+        w, h = _box(layout_grid("x", DTensorType(shape, "float32", mesh, Placement.parse(placement)), {}))
+        return w * PANEL_INCHES[0], h * PANEL_INCHES[1]  # inches
+
+    wide, tall, square = box((64, 256), "S[1]"), box((256, 64), "S[0]"), box((128, 128), "S[0]")
+    assert wide[0] / wide[1] == pytest.approx(4) and tall[1] / tall[0] == pytest.approx(4)
+    assert square[0] == pytest.approx(square[1])
+    assert box((8, 1000), "S[1]")[0] / box((8, 1000), "S[1]")[1] == pytest.approx(4)  # kept at 4:1
+    g = layout_grid("x", DTensorType((4, 10), "float32", mesh, Placement.parse("S[1]")), {})
+    widths = [w for _, w in _spans(g.col_extents, g.cols, 16)]
+    assert g.col_extents == (4, 4, 2) and widths == pytest.approx([0.4, 0.4, 0.2])  # 4, 4 and 2 columns
+
+
 def test_replicas_and_partials_get_colours_of_their_own_and_devices_keep_theirs():
     from distir.analysis.layout_view import PARTIAL, REPLICATED, _colour_map, holder_kind
 
