@@ -147,12 +147,13 @@ def test_a_module_built_from_another_export_is_refused(mlp):
 
 
 def test_the_build_target_follows_distir_llvm_opt_level(monkeypatch):
-    from distir.tvm.disco import OPT_LEVEL_ENV, default_target
+    from distir.tvm.errors import TargetError
+    from distir.tvm.targets import OPT_LEVEL_ENV, default_target
 
     monkeypatch.delenv(OPT_LEVEL_ENV, raising=False)
     assert str(default_target().kind.name) == "llvm" and "opt-level" not in default_target().attrs
     monkeypatch.setenv(OPT_LEVEL_ENV, "2")
     assert int(default_target().attrs["opt-level"]) == 2
     monkeypatch.setenv(OPT_LEVEL_ENV, "fast")
-    with pytest.raises(DiscoRunError, match=r"DISTIR_LLVM_OPT_LEVEL='fast': expected an LLVM optimization level, 0 to 3"):
+    with pytest.raises(TargetError, match=r"DISTIR_LLVM_OPT_LEVEL='fast': expected an LLVM optimization level, 0 to 3"):
         default_target()
