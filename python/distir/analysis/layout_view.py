@@ -21,6 +21,7 @@ ones with ``...`` between.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -39,6 +40,10 @@ MAX_ROWS = 32  # rows of blocks drawn; more are elided in the middle
 MAX_COLS = 16  # columns of blocks drawn
 MAX_LABEL = 40  # characters of a cell's label drawn
 MAX_SLICES = 12  # 2-D slices of a 3-D block layout drawn
+PNG_COLUMNS = 4  # panels per row of the PNG
+PANEL_INCHES = (4.2, 2.9)  # one panel; at PNG_DPI four across are 1680 pixels
+PNG_DPI = 100
+TITLE_CHARS = 52  # a panel's title is wrapped at this width (9 pt: readable at 100%)
 ELIDED = "..."
 EMPTY = "(empty)"  # appended to the holders of a block with no elements (a count above the size)
 
@@ -273,7 +278,10 @@ class LayoutGrid:
 
 
 _PALETTE = ("#8dd3c7", "#ffffb3", "#bebada", "#fb8072", "#80b1d3", "#fdb462", "#b3de69", "#fccde5",
-            "#d9d9d9", "#bc80bd", "#ccebc5", "#ffed6f")
+            "#bc80bd", "#ccebc5", "#ffed6f")  # device d: _PALETTE[d % 11], the same in every panel
+REPLICATED = "#d9d9d9"  # a block several devices hold whole: grey, in no device's colour
+PARTIAL = "#ffffff"  # a block held as partial values: white, hatched in the PNG
+_ANSI_REPLICATED, _ANSI_PARTIAL = "bright_black", "bright_white"
 
 
 _ANSI_PALETTE = ("cyan", "yellow", "magenta", "green", "white", "bright_cyan", "bright_yellow", "bright_magenta",
@@ -316,13 +324,35 @@ def _clip(label: str) -> str:
     return (head.rsplit(sep, 1)[0] if sep in head else head) + sep + ELIDED
 
 
+def holder_kind(label: str) -> str:
+    """"device" (one device holds the block), "replicated" (several hold it whole) or
+    "partial" (it is the sum of their partial values)."""
+    label = label.removesuffix(EMPTY).strip()
+    if label.isdigit():
+        return "device"
+    return "partial" if "(" in label else "replicated"
+
+
 def _colour_map(cells, palette=_PALETTE) -> dict[str, str]:
+    """A colour per label: a device keeps its colour across tensors (device d: palette[d]);
+    replicated and partial blocks get colours of their own, so replicas never look like device 0."""
+    ansi = palette is _ANSI_PALETTE
     out: dict[str, str] = {}
     for row in cells:
         for c in row:
-            if c not in out and c != ELIDED:
-                out[c] = palette[len(out) % len(palette)]
+            if c in out or c == ELIDED:
+                continue
+            kind = holder_kind(c)
+            if kind == "device":
+                out[c] = palette[int(c.removesuffix(EMPTY).strip()) % len(palette)]
+            elif kind == "replicated":
+                out[c] = _ANSI_REPLICATED if ansi else REPLICATED
+            else:
+                out[c] = _ANSI_PARTIAL if ansi else PARTIAL
     return out
+
+
+_HATCH = {"partial": "\\\\", "replicated": None, "device": None}
 
 
 def _as_dtensor(t, mesh, what: str) -> DTensorType:
@@ -507,7 +537,9 @@ def _draw_slices(ax, g: LayoutGrid, Rectangle) -> None:
     for i, (heading, cells) in enumerate(slices):
         x0 = i * (width + gap)
         xs = _spans(g.col_extents[:k], k, MAX_COLS) if heading != ELIDED else [(0.0, 1.0)]
-        ax.text(x0 + width / 2, 1.02, heading, ha="center", va="bottom", fontsize=7)
+        heading_size = min(7.0, width * PANEL_INCHES[0] * 72 / (0.62 * max(1, len(heading))))  # fits its slice
+        if heading_size >= 4:
+            ax.text(x0 + width / 2, 1.02, heading, ha="center", va="bottom", fontsize=heading_size)
         for r, row in enumerate(cells):
             y0, h = ys[r] if r < len(ys) else (0.0, 1.0)
             for c, label in enumerate(row):
@@ -520,12 +552,28 @@ def _draw_slices(ax, g: LayoutGrid, Rectangle) -> None:
     ax.set_ylim(0, 1.08)
     ax.set_xticks([])
     ax.set_yticks([])
-    ax.set_title(g.title(), fontsize=9)
-    ax.set_xlabel("\n".join(g.notes()), fontsize=7)
+    for spine in ax.spines.values():
+        spine.set_visible(False)
+    ax.set_title(textwrap.fill(g.title(), TITLE_CHARS), fontsize=9)
+    ax.set_xlabel("\n".join(textwrap.fill(n, TITLE_CHARS + 20) for n in g.notes()), fontsize=7)
+
+
+def _box(g: LayoutGrid) -> tuple[float, float]:
+    """Width and height of the tensor's box in its panel (fractions): its shape's aspect, rows
+    by columns, kept between 1:4 and 4:1 so that a long tensor stays legible."""
+    height, width = sum(g.row_extents) or 1, sum(g.col_extents) or 1
+    if g.summarized or len(g.grid_dims) < 2:
+        height = width / 4 if len(g.grid_dims) == 1 else width
+    aspect = min(4.0, max(0.25, height / width))  # the box's height / width, on paper
+    box_width = min(PANEL_INCHES[0], PANEL_INCHES[1] / aspect)  # inches: as large as the panel allows
+    return box_width / PANEL_INCHES[0], box_width * aspect / PANEL_INCHES[1]
 
 
 def write_png(grids: list[LayoutGrid], path: str) -> None:
-    """Draw each grid as coloured blocks labelled with their holders, one panel per tensor."""
+    """Draw each grid as coloured blocks labelled with their holders, one panel per tensor, the
+    panels in a grid of PNG_COLUMNS columns (a screen's width at 100%). Each box takes its
+    tensor's aspect; a device has one colour in every panel; replicas are grey, partial values
+    white and hatched."""
     from ..errors import DistirError
 
     try:
@@ -537,14 +585,20 @@ def write_png(grids: list[LayoutGrid], path: str) -> None:
     except ImportError:
         raise DistirError("--png needs matplotlib (pip install matplotlib)") from None
     n = len(grids)
-    fig, axes = plt.subplots(n, 1, figsize=(6.4, 3.2 * n), squeeze=False)
-    for ax, g in zip(axes[:, 0], grids):
+    cols = min(PNG_COLUMNS, n)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(PANEL_INCHES[0] * cols, PANEL_INCHES[1] * rows), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.axis("off")
+    for ax, g in zip(axes.flat, grids):
         if g.slices and not g.summarized:
             _draw_slices(ax, g, Rectangle)
             continue
         cells = g.shown() if not g.summarized else [[f"{g.rows * g.cols} blocks, not drawn"]]
         colours = _colour_map(cells)
-        rows, cols = len(cells), len(cells[0])
+        rows_, cols_ = len(cells), len(cells[0])
+        bw, bh = (0.94 * v for v in _box(g))  # a margin, so the outer lines are not cut
+        x_off, y_off = (1.0 - bw) / 2, (1.0 - bh) / 2
         xs = _spans(g.col_extents, g.cols, MAX_COLS) if not g.summarized else [(0.0, 1.0)]
         ys = _spans(g.row_extents, g.rows, MAX_ROWS) if not g.summarized else [(0.0, 1.0)]
         for r, row in enumerate(cells):
@@ -552,23 +606,28 @@ def write_png(grids: list[LayoutGrid], path: str) -> None:
             y = 1.0 - y0 - h
             for c, label in enumerate(row):
                 x, w = xs[c]
-                colour = colours.get(label, "white")
-                hatch = "//" if label.endswith(EMPTY) else None
-                ax.add_patch(Rectangle((x, y), w, h, facecolor=colour, edgecolor="black", linewidth=1.2, hatch=hatch))
-                size = max(6, min(14, int(70 / max(cols, rows) / max(1, len(label) / 6))))
-                ax.text(x + w / 2, y + h / 2, label, ha="center", va="center", fontsize=size)
+                hatch = "//" if label.endswith(EMPTY) else _HATCH[holder_kind(label)]
+                ax.add_patch(Rectangle((x_off + x * bw, y_off + y * bh), w * bw, h * bh, facecolor=colours.get(label, "white"),
+                                       edgecolor="black", linewidth=1.0, hatch=hatch))
+                points = (w * bw * PANEL_INCHES[0] * 72, h * bh * PANEL_INCHES[1] * 0.8 * 72)  # the cell, in points
+                size = max(5, min(12, int(points[0] / (0.65 * max(1, len(label)))), int(points[1] * 0.6)))
+                ax.text(x_off + (x + w / 2) * bw, y_off + (1.0 - y0 - h / 2) * bh, label, ha="center", va="center",
+                        fontsize=size, bbox={"facecolor": "white", "alpha": 0.95, "linewidth": 0, "pad": 2}
+                        if hatch else None)
         ax.set_xlim(0, 1)
         ax.set_ylim(0, 1)
         ax.set_xticks([])
         ax.set_yticks([])
-        ax.set_aspect("auto")
-        ax.set_title(g.title(), fontsize=9)
+        ax.set_box_aspect(PANEL_INCHES[1] / PANEL_INCHES[0])  # so a box of the tensor's aspect looks it
+        for spine in ax.spines.values():
+            spine.set_visible(False)
+        ax.set_title(textwrap.fill(g.title(), TITLE_CHARS), fontsize=9)
         notes = g.notes()
         if notes:
-            ax.set_xlabel("; ".join(notes), fontsize=8)
+            ax.set_xlabel(textwrap.fill("; ".join(notes), TITLE_CHARS + 10), fontsize=8)
     fig.tight_layout()
     try:
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=PNG_DPI)
     except (OSError, ValueError) as err:  # ValueError: a format matplotlib cannot write
         raise DistirError(f"cannot write '{path}': {err}") from None
     finally:

@@ -133,17 +133,34 @@ def human_seconds(s: float | None) -> str:
 
 
 def _collectives(counts: dict[str, int]) -> str:
-    return ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "none"
+    return ", ".join(f"{k} x{v}" for k, v in sorted(counts.items())) or "none"
 
 
-def print_formulas(result, source: str, out: TextIO) -> None:
+WIDTH = 80  # columns of the formulas and the table when stdout is not a terminal
+
+
+def print_formulas(result, source: str, out: TextIO, width: int = WIDTH) -> None:
+    """The formulas, each wrapped to ``width`` columns under its name; 0/1 factors written as the
+    conditions they are (``(a != b) * ...``: 1 where a differs from b, else 0)."""
+    from ..ir import sym
+
+    with sym.readable_conditions():
+        _print_formulas(result, source, out, width)
+
+
+def _print_formulas(result, source: str, out: TextIO, width: int) -> None:
+    import textwrap
+
     from ..analysis.formula import to_str
 
     bound = ", ".join(f"{k} = {v}" for k, v in result.bound.items())
-    out.write(
-        f"distir sweep {source}: pipeline {human_seconds(result.pipeline_seconds)}, "
-        f"formulas {human_seconds(result.analysis_seconds)}{'; ' + bound if bound else ''}\n"
-    )
+    head = f"distir sweep {source}:"
+    rest = (f"pipeline {human_seconds(result.pipeline_seconds)}, formulas {human_seconds(result.analysis_seconds)}"
+            f"{'; ' + bound if bound else ''}")
+    if len(head) + 1 + len(rest) <= width:
+        out.write(f"{head} {rest}\n")
+    else:  # the file name alone on the first line, the timings under it
+        out.write(head + "\n" + textwrap.fill(rest, width, initial_indent="  ", subsequent_indent="  ") + "\n")
     out.write(f"per-worker formulas in {result.symbol}:\n")
     rows = [("parameters", to_str(result.memory.param_bytes))]
     peak = result.memory.peak_bytes
@@ -158,13 +175,17 @@ def print_formulas(result, source: str, out: TextIO) -> None:
     for kind, r in result.volume.per_worker_by_kind().items():
         rows.append((f"  {kind} x{counts[kind]}", to_str(r)))
     rows.append(("comm time", str(result.time)))
-    width = max(len(k) for k, _ in rows)
-    out.writelines(f"  {k.ljust(width)}  {v}\n" for k, v in rows)
-    out.write(
-        f"  (bytes each worker sends, which it also receives; time by ring algorithms with latency "
+    name_width = max(len(k) for k, _ in rows)
+    indent = " " * (name_width + 4)
+    for k, v in rows:
+        out.write(textwrap.fill(v, width, initial_indent=f"  {k.ljust(name_width)}  ", subsequent_indent=indent,
+                                break_on_hyphens=False) + "\n")
+    conditions = "; (a != b) and (x > 0) are 1 where they hold, else 0" if "!= " in "".join(v for _, v in rows) or " > 0)" in "".join(v for _, v in rows) else ""
+    out.write(textwrap.fill(
+        f"(bytes each worker sends, which it also receives; time by ring algorithms with latency "
         f"{human_seconds(result.model.latency)} per step, bandwidth {human_rate(result.model.bandwidth)}"
-        + (f"; mesh axes {result.model.axes}, planned by time" if result.model.axes is not None else "") + ")\n"
-    )
+        + (f"; mesh axes {result.model.axes}, planned by time" if result.model.axes is not None else "")
+        + conditions + ")", width, initial_indent="  ", subsequent_indent="  ") + "\n")
 
 
 MAX_CHANGES_SHOWN = 4  # parameters named per row in the layout-changes column
@@ -176,15 +197,21 @@ def _changes(row) -> str:
     return ", ".join(names[:MAX_CHANGES_SHOWN]) + (f" (+{more} more)" if more > 0 else "") if names else "none"
 
 
-def print_auto_header(result, source: str, out: TextIO) -> None:
+def print_auto_header(result, source: str, out: TextIO, width: int = WIDTH) -> None:
     """What --auto did, and the layouts of the first count that laid out (the table names the changes)."""
+    import textwrap
+
     bound = ", ".join(f"{k} = {v}" for k, v in result.bound.items())
-    out.write(f"distir sweep {source} --auto: auto-shard, distribute and specialize per count "
-              f"(memory budget {result.budget}, activation budget {result.activation_budget}) in {human_seconds(result.seconds)}{'; ' + bound if bound else ''}\n")
+    out.write(textwrap.fill(
+        f"distir sweep {source} --auto: auto-shard, distribute and specialize per count "
+        f"(memory budget {result.budget}, activation budget {result.activation_budget}) in "
+        f"{human_seconds(result.seconds)}{'; ' + bound if bound else ''}", width, subsequent_indent="  ",
+        break_on_hyphens=False) + "\n")
     first = next((r for r in result.rows if r.layouts), None)
     if first is not None:
         shown = ", ".join(f"{k} {v}" for k, v in first.layouts.items())
-        out.write(f"layouts at {result.symbol} = {first.num_workers}: {shown}\n")
+        out.write(textwrap.fill(f"layouts at {result.symbol} = {first.num_workers}: {shown}", width,
+                                subsequent_indent="  ") + "\n")
 
 
 def table(result):
@@ -192,16 +219,16 @@ def table(result):
     from rich import box
     from rich.table import Table
 
-    t = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     build = any(r.build_seconds is not None for r in result.rows)
     auto = any(r.layouts for r in result.rows)
-    for name in ("workers", "params/worker", "imbalance", "peak activations", "sent/worker", "collectives", "est. comm time",
-                 "specialize") + (("build",) if build else ()) + (("layout changes",) if auto else ()):
-        t.add_column(name, justify="left" if name in ("collectives", "layout changes") else "right")
+    for name in ("W", "params", "imbal.", "peak act.", "sent", "comm", "spec.") + (("build",) if build else ()) + (
+            "collectives",):
+        t.add_column(name, justify="left" if name in ("collectives", "layout changes") else "right",
+                     no_wrap=name not in ("collectives", "layout changes"), min_width=15 if name == "collectives" else None)
     for r in result.rows:
         if r.error is not None:
-            cells = [str(r.num_workers), "-", "-", "-", "-", "does not specialize (see below)", "-",
-                     human_seconds(r.specialize_seconds)]
+            cells = [str(r.num_workers), "-", "-", "-", "-", "-", human_seconds(r.specialize_seconds)]
         else:
             cells = [
                 str(r.num_workers),
@@ -209,17 +236,42 @@ def table(result):
                 f"{float(r.param_imbalance):.2f}x",
                 human_bytes(r.peak_bytes),
                 human_bytes(r.comm_bytes_per_worker),
-                _collectives(r.collectives),
                 human_seconds(r.comm_seconds),
                 human_seconds(r.specialize_seconds),
             ]
         if build:
             cells.append(human_seconds(r.build_seconds))
-        if auto:
-            first = r is next(x for x in result.rows if x.layouts) if r.layouts else False
-            cells.append("(first count)" if first else _changes(r) if r.layouts else "-")
+        cells.append("see error below" if r.error is not None else _collectives(r.collectives))
         t.add_row(*cells)
     return t
+
+
+def print_layout_changes(result, out: TextIO, width: int = WIDTH) -> None:
+    """With --auto: per count, the parameters whose layout changed since the count before
+    (below the table, so that the table keeps to ``width`` columns)."""
+    import textwrap
+
+    laid_out = [r for r in result.rows if r.layouts]
+    if not laid_out:
+        return
+    out.write("layout changes (since the count before; the first count's layouts are above):\n")
+    for r in laid_out[1:]:
+        out.write(textwrap.fill(_changes(r), width, initial_indent=f"  {result.symbol} = {r.num_workers}: ",
+                                subsequent_indent="    ") + "\n")
+
+
+LEGEND = (
+    "W: workers; params: parameter bytes per worker (its largest block); imbal.: the most parameter "
+    "elements a device holds against the mean; peak act.: peak live activations per worker; sent: bytes "
+    "each worker sends; comm: estimated communication time; spec.: time to specialize"
+)
+
+
+def legend(build: bool, width: int = WIDTH) -> str:
+    import textwrap
+
+    text = LEGEND + ("; build: TVM build time" if build else "")
+    return textwrap.fill(text, width, initial_indent="  ", subsequent_indent="  ") + "\n"
 
 
 def write_plot(result, path: str) -> None:
@@ -338,12 +390,14 @@ def run(args: argparse.Namespace) -> int:
 
         sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
     else:
+        console = Console(file=sys.stdout, highlight=False, width=None if sys.stdout.isatty() else WIDTH)
         if args.auto:
-            print_auto_header(result, args.file, sys.stdout)
+            print_auto_header(result, args.file, sys.stdout, console.width)
         else:
-            print_formulas(result, args.file, sys.stdout)
-        console = Console(file=sys.stdout, highlight=False, width=None if sys.stdout.isatty() else 200)
+            print_formulas(result, args.file, sys.stdout, console.width)
         console.print(table(result))
+        print_layout_changes(result, sys.stdout, console.width)
+        sys.stdout.write(legend(any(r.build_seconds is not None for r in result.rows), console.width))
     if args.plot:
         write_plot(result, args.plot)
         if not args.json:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import contextvars
 from collections.abc import Callable, Mapping, Sequence
 
 import tvm_ffi
@@ -68,6 +69,7 @@ __all__ = [
     "prove_ge",
     "prove_le",
     "prove_lt",
+    "readable_conditions",
     "simplify",
     "structural_hash",
     "sub",
@@ -508,6 +510,40 @@ def to_str(x: Dim) -> str:
     return _fmt(x, 0)
 
 
+_readable = contextvars.ContextVar("distir_sym_readable_conditions", default=False)
+
+
+@contextlib.contextmanager
+def readable_conditions():
+    """Within it, :func:`to_str` writes a 0/1 factor as the condition it is, for people to read:
+    ``T.min(1, T.max(a - b, b - a))`` as ``(a != b)`` and ``T.min(1, T.max(x, 0))`` as ``(x > 0)``
+    (both 1 where the condition holds, else 0, for integers). Display only: :func:`parse` does
+    not read it back."""
+    token = _readable.set(True)
+    try:
+        yield
+    finally:
+        _readable.reset(token)
+
+
+def _as_condition(e) -> str | None:
+    """The condition a 0/1 factor ``min(1, max(u, v))`` of integers stands for, or None."""
+    if type(e) is not _pe.Min:
+        return None
+    one, inner = (e.a, e.b) if isinstance(e.a, _pe.IntImm) else (e.b, e.a)
+    if not (isinstance(one, _pe.IntImm) and int(one.value) == 1 and type(inner) is _pe.Max):
+        return None
+    u, v = inner.a, inner.b
+    for x, y in ((u, v), (v, u)):
+        if isinstance(y, _pe.IntImm) and int(y.value) == 0:  # min(1, max(x, 0)) = (x >= 1)
+            return f"({_fmt(x, 0)} > 0)"
+    if not _is_zero(normalize(u + v)):  # min(1, max(d, -d)) = min(1, |d|) = (d != 0)
+        return None
+    if type(u) is _pe.Sub:
+        return f"({_fmt(u.a, 0)} != {_fmt(u.b, 0)})"
+    return f"({_fmt(u, 0)} != 0)"
+
+
 def _as_ceildiv(e):
     """``(a, b)`` when ``e`` is the simplifier's form of ``ceil(a / b)``, ``(a - 1) // b + 1``
     with a constant or ``x - 1`` numerator (how block sizes of uneven splits print)."""
@@ -601,6 +637,10 @@ def _fmt(e, prec: int) -> str:
         op, p = _BINOPS[t]
         text = f"{_fmt(e.a, p)} {op} {_fmt(e.b, p + 1)}"
         return f"({text})" if p < prec else text
+    if t is _pe.Min and _readable.get():
+        condition = _as_condition(e)
+        if condition is not None:
+            return condition
     if t in (_pe.Min, _pe.Max):
         name = "T.min" if t is _pe.Min else "T.max"
         return f"{name}({_fmt(e.a, 0)}, {_fmt(e.b, 0)})"

@@ -207,7 +207,8 @@ def read_set(directory: str | os.PathLike) -> ShardedSet:
     want = len(meta["params"]) * int(meta["workers"])
     if len(records) != want:
         raise WeightsError(f"{where}: {CACHE_JSON} lists {len(records)} records, not {want} (the set is incomplete)")
-    return ShardedSet(d, text, meta, records)
+    # absolute: Disco's worker processes may have been started in another working directory
+    return ShardedSet(d.absolute(), text, meta, records)
 
 
 def _weights_function(mod: IRModule, func: str | None) -> Function:

@@ -185,7 +185,7 @@ def test_rich_rendering_colours_each_holder():
     console.print(grid.rich())
     out = console.file.getvalue()
     assert "sum(0,2), sum(1,3)" in out and "\x1b[" in out and "┌" in out
-    assert "48;2;141;211;199" in out  # the first palette colour as the block's background
+    assert "48;2;255;255;255" in out  # partial values: white (PARTIAL), in no device's colour
 
 
 def test_png(tmp_path, capsys):
@@ -290,6 +290,45 @@ def test_show_is_registered_with_the_cli(capsys):
 
 def test_examples_exist():
     assert Path(examples.path("llama")).exists()
+
+
+def test_png_of_a_whole_module_is_a_grid_that_fits_a_screen(tmp_path, capsys):
+    from PIL import Image
+
+    png = tmp_path / "llama.png"
+    assert distir_main.main(["show", str(examples.path("llama")), "--png", str(png)]) == 0
+    width, height = Image.open(png).size
+    assert width <= 1920 and height <= 1200, (width, height)  # was a 704 x 4576 strip
+    assert width > 1.2 * height  # panels side by side
+
+
+def test_a_box_takes_its_tensors_shape_and_uneven_blocks_are_drawn_to_scale():
+    from distir.analysis.layout_view import PANEL_INCHES, _box, _spans
+
+    mesh = DeviceMesh((3,), Range(0, 3))
+
+    def box(shape, placement):
+        w, h = _box(layout_grid("x", DTensorType(shape, "float32", mesh, Placement.parse(placement)), {}))
+        return w * PANEL_INCHES[0], h * PANEL_INCHES[1]  # inches
+
+    wide, tall, square = box((64, 256), "S[1]"), box((256, 64), "S[0]"), box((128, 128), "S[0]")
+    assert wide[0] / wide[1] == pytest.approx(4) and tall[1] / tall[0] == pytest.approx(4)
+    assert square[0] == pytest.approx(square[1])
+    assert box((8, 1000), "S[1]")[0] / box((8, 1000), "S[1]")[1] == pytest.approx(4)  # kept at 4:1
+    g = layout_grid("x", DTensorType((4, 10), "float32", mesh, Placement.parse("S[1]")), {})
+    widths = [w for _, w in _spans(g.col_extents, g.cols, 16)]
+    assert g.col_extents == (4, 4, 2) and widths == pytest.approx([0.4, 0.4, 0.2])  # 4, 4 and 2 columns
+
+
+def test_replicas_and_partials_get_colours_of_their_own_and_devices_keep_theirs():
+    from distir.analysis.layout_view import PARTIAL, REPLICATED, _colour_map, holder_kind
+
+    colours = _colour_map([["0-3", "1", "0", "sum(0,2), sum(1,3)", "0,2", "2 (empty)"]])
+    assert colours["0-3"] == colours["0,2"] == REPLICATED != colours["0"]
+    assert colours["sum(0,2), sum(1,3)"] == PARTIAL not in (colours["0"], REPLICATED)
+    assert colours["0"] == _colour_map([["3", "0"]])["0"]  # device 0 has one colour in every panel
+    assert len({colours["0"], colours["1"], colours["2 (empty)"]}) == 3
+    assert [holder_kind(x) for x in ("5", "0-3", "max(0,1)")] == ["device", "replicated", "partial"]
 
 
 def test_an_eight_colour_terminal_gets_distinct_ansi_colours_per_holder():
