@@ -39,10 +39,6 @@ from pathlib import Path
 
 import pytest
 
-# Today `import distir` does not load the op declarations; the docs' snippets rely on them, so
-# they are loaded here first (drop this once `import distir` registers the ops itself).
-import distir.ops  # noqa: F401
-
 ROOT = Path(__file__).resolve().parents[3]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 MARKER = re.compile(r"^<!--\s*(fragment|not run|output)(?::\s*(.+?))?\s*-->\s*$")
