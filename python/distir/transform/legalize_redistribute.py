@@ -468,13 +468,18 @@ def split_strided(func: Function) -> Function:
                 x = bind(_step_call(step, x, mesh, b.span), name if k == len(plan) - 1 else f"{b.var.name}_whole")
             return x
 
+        if src.placement.is_block:  # a block layout reaches a strided one through R (docs/strided.md)
+            cur = bind(Call(redistribute, (cur,), {"device_mesh": mesh, "placement": Placement.replicated(mesh.ndim)},
+                            b.span), f"{b.var.name}_whole")
+            src = cur.type
         if whole(src.placement) != src.placement:
             cur = move(cur, whole(src.placement), False)
         if src.placement.is_strided:
-            plain = without_strided(dst)
-            cur = via(cur, cur.type.placement, whole(plain), not dst.is_strided and whole(plain) == plain)
+            # to a block layout through R (its blocks are then sliced out where they lie)
+            plain = Placement.replicated(mesh.ndim) if dst.is_block else without_strided(dst)
+            cur = via(cur, cur.type.placement, whole(plain), not dst.is_strided and not dst.is_block and whole(plain) == plain)
             if not dst.is_strided:
-                cur = move(cur, plain, True)
+                cur = move(cur, dst if dst.is_block else plain, True)
         if dst.is_strided:
             cur = via(cur, dst, whole(dst), whole(dst) == dst)
             cur = move(cur, dst, True)

@@ -261,6 +261,8 @@ def test_conversions_to_from_and_between_block_layouts(case):
     ((10, 7), "P", "B[4, 3]"),
     ((10, 7), "B[3, 2]", "P"),
     ((10, 7), "B[3, 2]", "B[4, 5]"),
+    ((12, 7), "B[3, 2]", "S[0/2]"),  # block <-> strided: through R
+    ((12, 7), "S[0/3]", "B[4, 3]"),
 ])
 def test_conversions_on_a_symbolic_mesh_at_every_count(shape, src, dst):
     mod = redistribute_module(DeviceMesh((W,), Range(0, W)), shape, src, dst)

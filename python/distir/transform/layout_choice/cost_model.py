@@ -111,6 +111,9 @@ class CostModel:
             return Fraction(0) if dst.is_replicated else INF
         if src == dst:
             return Fraction(0)
+        if _block_and_strided(src, dst):  # through R, as legalize-redistribute writes it
+            mid = Placement.replicated(self.mesh(s).ndim)
+            return self.sampled_cost(s, src, mid) + self.sampled_cost(s, mid, dst)
         if src.is_block or dst.is_block:
             return self.block_cost(s, src, dst)
         key = (self.like(s), src, dst)
@@ -184,6 +187,9 @@ class CostModel:
             return Fraction(0) if dst.is_replicated else INF  # a plain value is the same everywhere
         if src == dst:
             return Fraction(0)
+        if _block_and_strided(src, dst):  # through R, as legalize-redistribute writes it
+            mid = Placement.replicated(self.mesh(s).ndim)
+            return self.redistribute_cost(s, src, mid) + self.redistribute_cost(s, mid, dst)
         if src.is_block or dst.is_block:
             return self.block_cost(s, src, dst)
         mesh = self.mesh(s)
@@ -311,3 +317,8 @@ def _strided_fitted(p: Placement, shape) -> Placement:
 def _only_dim(p: Placement, d: int) -> Placement:
     """``p`` with every cut of a dim other than ``d`` replaced by R."""
     return Placement(tuple(x if isinstance(x, Shard) and x.dim == d else Replicate() for x in p.specs))
+
+
+def _block_and_strided(src: Placement, dst: Placement) -> bool:
+    """A redistribute between a block layout and a strided one: it goes through R."""
+    return (src.is_block and dst.is_strided) or (src.is_strided and dst.is_block)

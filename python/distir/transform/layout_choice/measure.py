@@ -70,6 +70,9 @@ def function_bytes(func, env: Mapping[str, int], axis_costs: AxisCosts | None = 
     def cost(t: DTensorType, src: Placement, dst: Placement, sizes) -> Fraction:
         if src == dst:
             return Fraction(0)
+        if (src.is_block and dst.is_strided) or (src.is_strided and dst.is_block):  # through R (legalize)
+            mid = Placement.replicated(t.mesh.ndim)
+            return cost(t, src, mid, sizes) + cost(t, mid, dst, sizes)
         shape = tuple(ev(d) for d in t.shape)
         if axis_costs is not None:  # the plan legalize makes by time, timed at these sizes
             plan = plan_redistribute(t.mesh, t.ndim, src, dst, t.shape,
