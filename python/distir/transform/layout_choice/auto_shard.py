@@ -530,6 +530,7 @@ class _Search:
         self._held: dict[tuple, int] = {}  # bytes a device holds, per (parameter or type, layout, sizes)
         self._reference: dict[int, Placement] = {}
         self._costs: CostModel | None = None  # written_with's cost caches, shared by its layouts
+        self._prefixes: dict = {}  # written_with's windows solved, by the windows up to them (windows.solve_layouts)
         # the sizes planned for: the given ones (--bind) over propagation's size hints; only the rest is sampled
         self.hints = dict(ctx.config.get("propagate-sharding.size_hints", {}) or {})
         self.hints.update(sizes)
@@ -558,7 +559,8 @@ class _Search:
         else:  # the costs of the function's types, computed for the first layout, serve every other
             cost.share_caches(self._costs)
         try:
-            plan, _ = solve_layouts(graph, None, cost, choice, WINDOW_OPS, 2 * WINDOW_OPS, alike=False)
+            plan, _ = solve_layouts(graph, None, cost, choice, WINDOW_OPS, 2 * WINDOW_OPS, alike=False,
+                                    prefixes=self._prefixes)
         except (AutoShardError, NoLayoutError):
             return None
         return write_layouts(graph, plan, cost)
