@@ -12,7 +12,7 @@ distribute pipeline.
 ``--explain``: instead, times a plain ``auto-shard`` run against one with ``explain=True`` (every
 other layout of each parameter solved and counted, issue 23's target: at most 2x), min of
 ``--repeat`` interleaved runs, on the GPT-2 block (``distir.tvm.nn_gpt2.block_module``, at
-b = 2, s = 10, 4 workers) and on the stripped attention block of tests/python/cli (memory budget
+b = 2, s = 10, 4 workers; one block, one window, and two blocks, two windows) and on the stripped attention block of tests/python/cli (memory budget
 100%); prints both times and their ratio.
 """
 
@@ -40,13 +40,15 @@ def peak(local) -> int:
 
 def explain_comparison(repeat: int) -> None:
     from distir.examples import load
-    from distir.tvm.nn_gpt2 import block_module
+    from distir.tvm.nn_gpt2 import GPT2Config, block_module
 
+    at = {"sizes": {"b": 2, "s": 10, "num_workers": 4}}
     cases = [
-        ("gpt2 block b=2 s=10 W=4", block_module("split"), {"sizes": {"b": 2, "s": 10, "num_workers": 4}}),
+        ("gpt2 block b=2 s=10 W=4", block_module("split"), at),
+        ("gpt2 blocks x2 (2 windows)", block_module("split", GPT2Config(n_layer=2)), at),
         ("attention (cli test) 100%", strip_layouts(load("attention")), {"memory_budget": "100%"}),
     ]
-    print(f"{'module':<26} {'plain s':>8} {'explain s':>9} {'explain/plain':>13}")
+    print(f"{'module':<27} {'plain s':>8} {'explain s':>9} {'explain/plain':>13}")
     for name, mod, kw in cases:
         plain = explained = float("inf")
         for _ in range(repeat):
@@ -56,7 +58,7 @@ def explain_comparison(repeat: int) -> None:
             AutoShard(explain=True, **kw)(mod)
             t2 = time.perf_counter()
             plain, explained = min(plain, t1 - t0), min(explained, t2 - t1)
-        print(f"{name:<26} {plain:8.2f} {explained:9.2f} {explained / plain:13.1f}")
+        print(f"{name:<27} {plain:8.2f} {explained:9.2f} {explained / plain:13.1f}")
 
 
 def main() -> None:

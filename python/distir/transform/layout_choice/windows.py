@@ -50,7 +50,8 @@ def solve_layouts(graph: Graph, prefs: Preferences | None, cost: CostModel, choi
     ``prefixes``: a dict kept by a caller that solves one function typed several ways (auto-shard's
     explanations: one parameter's layout changed), the same ``choice`` and sizes every time: a window
     whose own and earlier windows' signatures all match a call before is not solved again (its
-    program is the same; the windows before the first that reads the changed parameter)."""
+    program is the same; the windows before the first that reads the changed parameter), and is
+    not in the list of programs solved."""
     windows = _windows(graph, window_ops or WINDOW_OPS, whole_ops or WHOLE_OPS, alike)
     if len(windows) == 1:
         model = Program(graph, prefs, cost, choice=choice)
