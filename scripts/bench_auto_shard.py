@@ -8,6 +8,12 @@ every layout stripped (:func:`distir.transform.layout_choice.auto_shard.strip_la
 their ratio, the bytes per worker and peak live activations per worker of both layouts after
 ``distribute`` (at 4 workers and s = 64), and the time of ``auto-shard`` followed by the whole
 distribute pipeline.
+
+``--explain``: instead, times a plain ``auto-shard`` run against one with ``explain=True`` (every
+other layout of each parameter solved and counted, issue 23's target: at most 2x), min of
+``--repeat`` interleaved runs, on the GPT-2 block (``distir.tvm.nn_gpt2.block_module``, at
+b = 2, s = 10, 4 workers; one block, one window, and two blocks, two windows) and on the stripped attention block of tests/python/cli (memory budget
+100%); prints both times and their ratio.
 """
 
 from __future__ import annotations
@@ -32,10 +38,38 @@ def peak(local) -> int:
     return memory_footprint(local).evaluate(AT).peak_bytes
 
 
+def explain_comparison(repeat: int) -> None:
+    from distir.examples import load
+    from distir.tvm.nn_gpt2 import GPT2Config, block_module
+
+    at = {"sizes": {"b": 2, "s": 10, "num_workers": 4}}
+    cases = [
+        ("gpt2 block b=2 s=10 W=4", block_module("split"), at),
+        ("gpt2 blocks x2 (2 windows)", block_module("split", GPT2Config(n_layer=2)), at),
+        ("attention (cli test) 100%", strip_layouts(load("attention")), {"memory_budget": "100%"}),
+    ]
+    print(f"{'module':<27} {'plain s':>8} {'explain s':>9} {'explain/plain':>13}")
+    for name, mod, kw in cases:
+        plain = explained = float("inf")
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            AutoShard(**kw)(mod)
+            t1 = time.perf_counter()
+            AutoShard(explain=True, **kw)(mod)
+            t2 = time.perf_counter()
+            plain, explained = min(plain, t1 - t0), min(explained, t2 - t1)
+        print(f"{name:<27} {plain:8.2f} {explained:9.2f} {explained / plain:13.1f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layers", default="8,80", help="comma-separated layer counts (default 8,80)")
+    ap.add_argument("--explain", action="store_true", help="plain auto-shard against --explain (time and ratio)")
+    ap.add_argument("--repeat", type=int, default=1, help="with --explain: interleaved runs, the min reported")
     args = ap.parse_args()
+    if args.explain:
+        explain_comparison(args.repeat)
+        return
     AutoShard()(strip_layouts(llama_stack(1)))  # warm up
     print(f"{'layers':>6} {'greedy s':>9} {'auto-shard s':>12} {'auto/greedy':>11} {'megatron B/worker':>17} "
           f"{'auto B/worker':>13} {'megatron peak':>13} {'auto peak':>9} {'auto+distribute s':>17}")

@@ -529,6 +529,8 @@ class _Search:
         self.activations = activations
         self._held: dict[tuple, int] = {}  # bytes a device holds, per (parameter or type, layout, sizes)
         self._reference: dict[int, Placement] = {}
+        self._costs: CostModel | None = None  # written_with's cost caches, shared by its layouts
+        self._prefixes: dict = {}  # written_with's windows solved, by the windows up to them (windows.solve_layouts)
         # the sizes planned for: the given ones (--bind) over propagation's size hints; only the rest is sampled
         self.hints = dict(ctx.config.get("propagate-sharding.size_hints", {}) or {})
         self.hints.update(sizes)
@@ -551,12 +553,17 @@ class _Search:
         None: no layout of the values meets the activation budget."""
         graph = build_graph(self.typed({i: p for i, p in layouts.items() if i in self.free}), self.mesh_names)
         choice = ParamChoice(lambda s: [], lambda decided: [], self.activation_limit())
+        cost = CostModel(graph, self.hints, axis_costs=self.axis_costs)
+        if self._costs is None:
+            self._costs = cost
+        else:  # the costs of the function's types, computed for the first layout, serve every other
+            cost.share_caches(self._costs)
         try:
-            plan, _ = solve_layouts(graph, None, CostModel(graph, self.hints, axis_costs=self.axis_costs), choice, WINDOW_OPS,
-                                    2 * WINDOW_OPS, alike=False)
+            plan, _ = solve_layouts(graph, None, cost, choice, WINDOW_OPS, 2 * WINDOW_OPS, alike=False,
+                                    prefixes=self._prefixes)
         except (AutoShardError, NoLayoutError):
             return None
-        return write_layouts(graph, plan, CostModel(graph, self.hints, axis_costs=self.axis_costs))
+        return write_layouts(graph, plan, cost)
 
     def fits(self, i: int, q: Placement, limits: list[_Limit]) -> bool:
         """Whether parameter ``i`` laid out ``q`` leaves room for every other weight at its smallest, at

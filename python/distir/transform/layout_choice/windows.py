@@ -33,7 +33,8 @@ class Solved:
 
 
 def solve_layouts(graph: Graph, prefs: Preferences | None, cost: CostModel, choice: ParamChoice | None = None,
-                  window_ops: int = 0, whole_ops: int = 0, alike: bool = True) -> tuple[LayoutPlan, list[Solved]]:
+                  window_ops: int = 0, whole_ops: int = 0, alike: bool = True,
+                  prefixes: dict | None = None) -> tuple[LayoutPlan, list[Solved]]:
     """The cheapest layout of the function (see :mod:`.program`), and the programs solved (to
     ask what another layout of one value would cost, :func:`~.solution.alternative_cost`). ``choice``: the
     layouts free parameters may take and limits on them (:class:`ParamChoice`); ``window_ops`` and
@@ -44,7 +45,13 @@ def solve_layouts(graph: Graph, prefs: Preferences | None, cost: CostModel, choi
     solved window by window: a window takes the values of earlier ones as given, in the layouts they
     were made in. Windows alike (the same ops, types and preferences, reading values given in the
     same layouts: the layers of a stack) are solved once. Each window is optimal given the ones
-    before it; the whole is not guaranteed to be."""
+    before it; the whole is not guaranteed to be.
+
+    ``prefixes``: a dict kept by a caller that solves one function typed several ways (auto-shard's
+    explanations: one parameter's layout changed), the same ``choice`` and sizes every time: a window
+    whose own and earlier windows' signatures all match a call before is not solved again (its
+    program is the same; the windows before the first that reads the changed parameter), and is
+    not in the list of programs solved."""
     windows = _windows(graph, window_ops or WINDOW_OPS, whole_ops or WHOLE_OPS, alike)
     if len(windows) == 1:
         model = Program(graph, prefs, cost, choice=choice)
@@ -63,10 +70,14 @@ def solve_layouts(graph: Graph, prefs: Preferences | None, cost: CostModel, choi
     peak: tuple[Fraction, ...] = ()
     solved: list[Solved] = []
     cache: dict[tuple, tuple] = {}
+    prefix: tuple = ()
     for k, sites in enumerate(windows):
         w = Window(sites, k == len(windows) - 1, frozen, root, read_as, primary)
         sig, local = _signature(graph, prefs, w)
         index = {sid: i for i, sid in enumerate(local)}
+        prefix += (sig,)
+        if prefixes is not None and prefix in prefixes:
+            cache[sig] = prefixes[prefix]  # as solved in a call before, after the same windows
         if sig not in cache:
             model = Program(graph, prefs, cost, w, choice)
             model.build()
@@ -85,6 +96,8 @@ def solve_layouts(graph: Graph, prefs: Preferences | None, cost: CostModel, choi
                 {index[sid]: c for sid, c in part.candidates.items() if sid in index},
                 total,
             )
+        if prefixes is not None:
+            prefixes[prefix] = cache[sig]
         strategies, prims, recs, made, cands, total = cache[sig]
         for site, st in zip(sites, strategies):
             if st is not None:
