@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import tvm
-from tvm import relax
 from tvm.relax.frontend import nn
 
 from distir.driver import Driver
 from distir.transform import ShardParams
 from distir.tvm import from_nn
 from distir.tvm import nn_llama as L
-from distir.tvm.targets import default_target
+from tvm_build import one_device_vm
 
 SEQ = 10
 
@@ -20,7 +19,7 @@ SEQ = 10
 def tvm_reference(model: nn.Module, spec: dict, inputs, weights: dict[str, np.ndarray]):
     """The model exported, built and run by TVM alone on one device (no distir)."""
     exported, params = model.export_tvm(spec)
-    vm = relax.VirtualMachine(tvm.compile(exported, target=default_target()), tvm.cpu())
+    vm = one_device_vm(exported)
     args = [tvm.runtime.tensor(a) for a in inputs] + [tvm.runtime.tensor(weights[n]) for n, _ in params]
     return vm["forward"](*args).numpy()
 

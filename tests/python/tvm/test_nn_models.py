@@ -8,7 +8,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tvm
-from tvm import relax
 
 from distir.driver import Driver, compare
 from distir.ir.types import DTensorType
@@ -19,6 +18,7 @@ from distir.tvm import nn_decode as D
 from distir.tvm import nn_gpt2 as G
 from distir.tvm import nn_gqa as Q
 from distir.tvm import nn_moe as M
+from tvm_build import one_device_vm
 
 COUNTS = (1, 2, 3, 4)
 BACKENDS = ("sim", "tvm")
@@ -27,7 +27,7 @@ BACKENDS = ("sim", "tvm")
 def tvm_vm(model, spec):
     """TVM alone: the model exported and built for one device, and its weights' names in order."""
     exported, params = model.export_tvm(spec)
-    return relax.VirtualMachine(tvm.compile(exported, target="llvm"), tvm.cpu()), [n for n, _ in params]
+    return one_device_vm(exported), [n for n, _ in params]
 
 
 def tvm_call(vm, names, method, inputs, weights):

@@ -19,6 +19,7 @@ import nn_op_cases as C
 from distir.driver import Driver, compare, flat_outputs
 from distir.transform import ShardParams
 from distir.tvm import TvmImportError, from_nn
+from tvm_build import one_device_vm
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "frontend.md"
 
@@ -82,7 +83,7 @@ def suite():
     module, spec, plan = C.suite_module()
     inputs, weights = C.suite_inputs()
     exported, params = module.export_tvm(spec)
-    vm = relax.VirtualMachine(tvm.compile(exported, target="llvm"), tvm.cpu())
+    vm = one_device_vm(exported)
     out = vm["forward"](*[tvm.runtime.tensor(a) for a in [*inputs, *(weights[n] for n, _ in params)]])
     driver = Driver(ShardParams(plan)(from_nn(module, spec)), func="forward")
     return inputs, weights, _numpy(out), driver
@@ -122,7 +123,7 @@ def test_relax_ops_outside_nn_op_import_and_match_tvm():
         bb.emit_func_output(y)
     tvm_mod = bb.get()
     data = np.random.default_rng(2).standard_normal((5, 4)).astype("float32")
-    vm = relax.VirtualMachine(tvm.compile(tvm_mod, target="llvm"), tvm.cpu())
+    vm = one_device_vm(tvm_mod)
     expected = vm["main"](tvm.runtime.tensor(data)).numpy()
     driver = Driver(ShardParams({"x": "S[0]"})(distir.tvm.from_relax(tvm_mod)))
     assert compare(driver.reference([data]), expected).ok
