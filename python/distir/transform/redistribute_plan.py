@@ -269,6 +269,14 @@ def _penalty(step) -> int:
     return 1 if isinstance(step, Step) and step.whole_layout else 0
 
 
+@lru_cache(maxsize=1 << 16)
+def _moves_of(state: Placement, ndim: int, dst: Placement, sizes: tuple[int, ...], by_time: bool, version: int) -> tuple:
+    """:func:`_moves`, remembered: the searches of one propagation (every candidate layout to the
+    same targets, at the same sample sizes) walk the same layouts again and again. ``version``: of
+    the step registry (new step kinds, new moves)."""
+    return tuple(_moves(state, ndim, dst, sizes, by_time=by_time))
+
+
 def _shortest(src, dst, moves):
     """Dijkstra over layouts: ``moves(state)`` yields (step, next state, cost); ties go to plans
     without block exchanges, then to fewer steps."""
@@ -295,7 +303,7 @@ def _dijkstra(
     timing: Timing | None = None,
 ) -> tuple[Step, ...]:
     def moves(state):
-        for step, nxt in _moves(state, ndim, dst, sizes, by_time=timing is not None):
+        for step, nxt in _moves_of(state, ndim, dst, sizes, timing is not None, steps_version()):
             yield step, nxt, _edge(step, state, sizes, extents, timing)
 
     plan = _shortest(src, dst, moves)
@@ -325,13 +333,14 @@ def _plan_cached(
     """``version``: of the step registry (a plan names step kinds, so new kinds mean new plans)."""
     points = _sample_points(mesh_shape)
     candidates: list[tuple[Step, ...]] = []
+    best_at: dict[tuple[int, ...], tuple[Step, ...]] = {}  # each sample's own optimum (searched once)
     for p in points:
-        plan = _dijkstra(src, dst, ndim, p, extents, timing)
+        plan = best_at[p] = _dijkstra(src, dst, ndim, p, extents, timing)
         if plan not in candidates:
             candidates.append(plan)
     if len(candidates) == 1:
         return candidates[0]
-    optimum = {p: plan_cost(_dijkstra(src, dst, ndim, p, extents, timing), src, p, extents, timing) for p in points}
+    optimum = {p: plan_cost(best_at[p], src, p, extents, timing) for p in points}
 
     def excess(plan):
         return sum((plan_cost(plan, src, p, extents, timing) - optimum[p]) for p in points)
