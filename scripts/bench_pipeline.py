@@ -23,6 +23,7 @@ import argparse
 import math
 import os
 import time
+import warnings
 
 import numpy as np
 
@@ -183,6 +184,7 @@ def jax_compile_seconds(n_layers: int) -> float | None:
 
 
 def main() -> None:
+    warnings.simplefilter("ignore")  # the timings are the output (the GPT-2 blocks warn of ties once per block)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layers", default="8,32,80", help="comma-separated layer counts (default 8,32,80)")
     ap.add_argument("--gpt2", default="2,4,6,12", help="GPT-2 block counts (default 2,4,6,12; '' to skip)")
