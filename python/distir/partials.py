@@ -71,17 +71,6 @@ def partial_refusal(kind: str, dtype) -> str | None:
     return None
 
 
-def partial_refusal(kind: str, dtype) -> str | None:
-    """Why a value of ``dtype`` cannot be held ``P[kind]`` (one clause), or None when it can."""
-    cls = dtype_class(dtype)
-    if cls == "bool" and kind in ("sum", "avg"):
-        return f"bool values cannot be P[{kind}] (bools do not add up; a bool partial is P[max], any, or P[min], all)"
-    if cls == "int" and kind == "avg":
-        return (f"{dtype} values cannot be P[avg] (the parts would add up to the count times the value, which "
-                "overflows, and an average of integers need not be an integer); use P[sum]")
-    return None
-
-
 def identity(reduction: str, dtype) -> int | float | bool:
     """The value a reduction ignores: what padding and empty blocks hold before it is reduced over."""
     if reduction in ("sum", "avg", "mean"):
