@@ -22,27 +22,8 @@ from distir.ir import (
     sym,
 )
 from distir.runtime import RunContext
+from op_terms import MESH, N, W, D, T, call, ref  # noqa: F401
 
-N = sym.var("n")
-W = sym.var("num_workers")
-MESH = DeviceMesh((W,), Range(0, W))
-
-
-def T(*shape, dtype="float32"):
-    return Var("t", TensorType(tuple(shape), dtype))
-
-
-def D(shape, placement, dtype="float32"):
-    return Var("d", DTensorType(tuple(shape), dtype, MESH, Placement.parse(placement)))
-
-
-def call(name, *args, **attrs):
-    return Call(get_op(name), args, attrs)
-
-
-def ref(name, *xs, ctx=None, **attrs):
-    op = get_op(name)
-    return op.numpy(list(xs), op.full_attrs(attrs), ctx)
 
 
 def P(text):

@@ -7,27 +7,8 @@ import pytest
 
 from distir.errors import TypeInferenceError
 from distir.ir import Call, DeviceMesh, DTensorType, Placement, Range, TensorType, Var, get_op, sym
+from op_terms import MESH, N, W, D, T, call, ref  # noqa: F401
 
-N = sym.var("n")
-W = sym.var("num_workers")
-MESH = DeviceMesh((W,), Range(0, W))
-
-
-def T(*shape, dtype="float32"):
-    return Var("t", TensorType(tuple(shape), dtype))
-
-
-def D(shape, placement, dtype="float32"):
-    return Var("d", DTensorType(tuple(shape), dtype, MESH, Placement.parse(placement)))
-
-
-def call(name, *args, **attrs):
-    return Call(get_op(name), args, attrs)
-
-
-def ref(name, *xs, **attrs):
-    op = get_op(name)
-    return op.numpy(list(xs), op.full_attrs(attrs), None)
 
 
 def test_params_follow_tvm():
