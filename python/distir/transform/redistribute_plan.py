@@ -277,6 +277,21 @@ def _moves_of(state: Placement, ndim: int, dst: Placement, sizes: tuple[int, ...
     return tuple(_moves(state, ndim, dst, sizes, by_time=by_time))
 
 
+@lru_cache(maxsize=1 << 16)
+def _axis_moves_of(state: Placement, ndim: int, sizes: tuple[int, ...], ops: tuple, version: int) -> tuple:
+    """The steps on single mesh axes out of ``state`` toward any target whose partial axes and
+    reductions are ``ops`` (per mesh axis, the reduction or None), remembered (:class:`_AxisSearch`)."""
+    like = Placement(tuple(Replicate() if op is None else Partial(op) for op in ops))
+    return tuple(_moves(state, ndim, like, sizes, whole=False))
+
+
+@lru_cache(maxsize=1 << 16)
+def _priced_axis_moves(state: Placement, ndim: int, sizes: tuple[int, ...], extents, ops: tuple, version: int) -> tuple:
+    """:func:`_axis_moves_of` with each step's bytes (:func:`step_cost`): one look-up per settled layout."""
+    return tuple((step, nxt, step_cost(step, state, sizes, extents))
+                 for step, nxt in _axis_moves_of(state, ndim, sizes, ops, version))
+
+
 def _shortest(src, dst, moves):
     """Dijkstra over layouts: ``moves(state)`` yields (step, next state, cost); ties go to plans
     without block exchanges, then to fewer steps."""
@@ -298,18 +313,126 @@ def _shortest(src, dst, moves):
     return None
 
 
+class _AxisSearch:
+    """Dijkstra from one layout over the steps on single mesh axes, settled only as far as some
+    target needs and kept: the plans from one layout, at one size, to every target with the same
+    partial axes (``ops``) share it. A propagation asks for thousands of plans between a few dozen
+    candidate layouts; searching each from scratch took minutes on rank-6 values.
+
+    A target ``t`` adds to that graph only block exchanges from layouts without partials straight
+    to ``t`` with its partial axes replicated (``t'``, :func:`_moves`). A path uses such an exchange
+    at most once, so the best plan is the least, by (bytes, block exchanges, steps), of: the path
+    over axis steps to ``t``; and each settled layout's path, an exchange to ``t'``, then the axis
+    steps from ``t'`` to ``t``. Every path ties to the push order :func:`_shortest` would give
+    when ``t`` has no partials, so the plan is the one :func:`_shortest` returns on the full
+    graph; with partials, the same bytes, exchanges and steps (property-tested against it)."""
+
+    def __init__(self, src: Placement, ndim: int, sizes: tuple[int, ...], extents, ops: tuple, version: int):
+        self.src, self.ndim, self.sizes, self.extents, self.ops, self.version = src, ndim, sizes, extents, ops, version
+        self._counter = itertools.count()
+        self._best: dict = {src: (Fraction(0), 0)}
+        self._heap: list = [(Fraction(0), 0, next(self._counter), src, (), -1)]
+        #: settled layouts in the order popped: (layout, cost, steps, plan, index of the layout whose
+        #: expansion pushed the entry)
+        self.settled: list[tuple] = []
+        self._settled_at: dict = {}
+        #: per settled layout, whether an exchange from it can be the best: it has no partials and
+        #: the layout before it on its path has (or it is the source). An exchange moves the least
+        #: any layout change can (:func:`distir.ops.collectives._exchange_reaches`), so from a layout
+        #: after one without partials it never beats the exchange from that one (it costs as much
+        #: or more, in more steps).
+        self._exchange_from: list[bool] = []
+
+    def _top(self):
+        while self._heap and self._heap[0][3] in self._settled_at:
+            heapq.heappop(self._heap)  # stale: a cheaper entry settled that layout
+        return self._heap[0] if self._heap else None
+
+    def _settle_next(self) -> None:
+        cost, nsteps, _, state, plan, pusher = heapq.heappop(self._heap)
+        here = len(self.settled)
+        self._settled_at[state] = here
+        self.settled.append((state, cost, nsteps, plan, pusher))
+        self._exchange_from.append(not state.has_partial and (pusher < 0 or self.settled[pusher][0].has_partial))
+        for step, nxt, step_c in _priced_axis_moves(state, self.ndim, self.sizes, self.extents, self.ops, self.version):
+            c = cost + step_c
+            if nxt not in self._best or (c, nsteps + 1) < self._best[nxt]:
+                self._best[nxt] = (c, nsteps + 1)
+                heapq.heappush(self._heap, (c, nsteps + 1, next(self._counter), nxt, plan + (step,), here))
+
+    def plan_to(self, dst: Placement, exchanges: bool = True) -> tuple[Step, ...] | None:
+        """The plan to ``dst`` (not a block layout, its partial axes ``ops``), or None when none
+        reaches it; without ``exchanges``, over axis steps alone."""
+        best = None  # (cost, block exchanges, steps, push order, plan)
+        kinds = list(enumerate(_layout_steps())) if exchanges else []
+        i = 0
+        while True:
+            while i < len(self.settled):
+                state, cost, nsteps, plan, pusher = self.settled[i]
+                if best is not None and cost > best[0]:
+                    return best[-1]  # later layouts cost at least as much
+                if state == dst:
+                    entry = (cost, 0, nsteps, (pusher, 1), plan)
+                    best = entry if best is None or entry[:4] < best[:4] else best
+                elif self._exchange_from[i]:
+                    for j, kind in kinds:
+                        for entry in self._through_exchange(i, j, kind, dst):
+                            best = entry if best is None or entry[:4] < best[:4] else best
+                i += 1
+            top = self._top()
+            if top is None or (best is not None and (top[0], 0, top[1]) > best[:3]):
+                return None if best is None else best[-1]
+            self._settle_next()
+
+    def _through_exchange(self, i: int, j: int, kind: StepKind, dst: Placement):
+        """Entries of plans to ``dst`` by the settled layout ``i``, a ``kind`` step to what it
+        reaches, then axis steps."""
+        state, cost, nsteps, plan, _ = self.settled[i]
+        for nxt in kind.reaches(state, dst):
+            if nxt == state:
+                continue
+            step = Step(kind.name, -1, placement=nxt)
+            tail = () if nxt == dst else _axis_search(nxt, self.ndim, self.sizes, self.extents, self.ops,
+                                                      self.version).plan_to(dst, exchanges=False)
+            if tail is None:
+                continue
+            total = cost + step_cost(step, state, self.sizes, self.extents)
+            total += plan_cost(tail, nxt, self.sizes, self.extents) if tail else 0
+            yield total, 1, nsteps + 1 + len(tail), (i, 0, j), plan + (step,) + tail
+
+
+@lru_cache(maxsize=2048)
+def _axis_search(src: Placement, ndim: int, sizes: tuple[int, ...], extents, ops: tuple, version: int) -> _AxisSearch:
+    return _AxisSearch(src, ndim, sizes, extents, ops, version)
+
+
+def _partial_ops(p: Placement) -> tuple:
+    return tuple(s.op if isinstance(s, Partial) else None for s in p.specs)
+
+
 def _dijkstra(
     src: Placement, dst: Placement, ndim: int, sizes: tuple[int, ...], extents: tuple[int, ...] | None = None,
     timing: Timing | None = None,
 ) -> tuple[Step, ...]:
+    if timing is None and not (src.is_block or dst.is_block):
+        plan = _axis_search(src, ndim, sizes, extents, _partial_ops(dst), steps_version()).plan_to(dst)
+    else:
+        plan = _full_dijkstra(src, dst, ndim, sizes, extents, timing)
+    if plan is None:
+        raise DistirError(f"no sequence of steps turns \"{src}\" into \"{dst}\"")
+    return plan
+
+
+def _full_dijkstra(
+    src: Placement, dst: Placement, ndim: int, sizes: tuple[int, ...], extents: tuple[int, ...] | None = None,
+    timing: Timing | None = None,
+) -> tuple[Step, ...] | None:
+    """:func:`_shortest` over every move toward ``dst`` (block exchanges and partial targets included)."""
     def moves(state):
         for step, nxt in _moves_of(state, ndim, dst, sizes, timing is not None, steps_version()):
             yield step, nxt, _edge(step, state, sizes, extents, timing)
 
-    plan = _shortest(src, dst, moves)
-    if plan is None:
-        raise DistirError(f"no sequence of steps turns \"{src}\" into \"{dst}\"")
-    return plan
+    return _shortest(src, dst, moves)
 
 
 def _sample_points(mesh_shape: tuple[Dim, ...]) -> list[tuple[int, ...]]:
