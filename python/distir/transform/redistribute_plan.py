@@ -63,6 +63,15 @@ class Timing:
     costs: tuple[AxisCost, ...]
     nbytes: int
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.costs, self.nbytes)))
+
+    def __hash__(self) -> int:  # kept: plans by time are remembered by their Timing, hashed thousands of times
+        return self._hash
+
+    def __reduce__(self):  # rebuilt, not copied: another process hashes strings differently
+        return Timing, (self.costs, self.nbytes)
+
 
 def timing_for(costs: AxisCosts | None, mesh: DeviceMesh, shape, itemsize: int, where: str = "") -> Timing | None:
     """The :class:`Timing` of a tensor of ``shape`` (``itemsize`` bytes per element) on ``mesh``, or
@@ -91,6 +100,15 @@ class Step:
     dim: int | None = None
     op_type: str | None = None
     placement: Placement | None = None  # the layout a whole-layout step (a block exchange) goes to
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.kind, self.mesh_axis, self.dim, self.op_type, self.placement)))
+
+    def __hash__(self) -> int:  # kept: steps key the planner's remembered costs, hashed millions of times
+        return self._hash
+
+    def __reduce__(self):  # rebuilt, not copied: another process hashes strings differently
+        return Step, (self.kind, self.mesh_axis, self.dim, self.op_type, self.placement)
 
     @property
     def step_kind(self) -> StepKind:
@@ -242,9 +260,20 @@ def step_link(step: Step, state: Placement, sizes: tuple[int, ...], costs: tuple
 
 def step_time(step: Step, state: Placement, sizes: tuple[int, ...], timing: Timing,
               extents: tuple[int, ...] | None = None) -> Fraction:
-    """Seconds the step takes: ``rounds * latency + bytes / bandwidth`` of its axis (:func:`step_link`)."""
+    """Seconds the step takes: ``rounds * latency + bytes / bandwidth`` of its axis (:func:`step_link`).
+    Remembered for plain integer sizes, as :func:`step_cost` is."""
+    if all(type(v) is int for v in sizes) and (extents is None or all(type(v) is int for v in extents)):
+        return _remembered_step_time(step, state, sizes, timing, extents)
+    return _step_time(step, state, sizes, timing, extents)
+
+
+def _step_time(step: Step, state: Placement, sizes: tuple[int, ...], timing: Timing,
+               extents: tuple[int, ...] | None) -> Fraction:
     link, rounds = step_link(step, state, sizes, timing.costs)
     return link.seconds(rounds, step_cost(step, state, sizes, extents) * timing.nbytes)
+
+
+_remembered_step_time = lru_cache(maxsize=1 << 17)(_step_time)
 
 
 def _edge(step: Step, state: Placement, sizes, extents, timing: Timing | None) -> Fraction:
@@ -277,21 +306,6 @@ def _moves_of(state: Placement, ndim: int, dst: Placement, sizes: tuple[int, ...
     return tuple(_moves(state, ndim, dst, sizes, by_time=by_time))
 
 
-@lru_cache(maxsize=1 << 16)
-def _axis_moves_of(state: Placement, ndim: int, sizes: tuple[int, ...], ops: tuple, version: int) -> tuple:
-    """The steps on single mesh axes out of ``state`` toward any target whose partial axes and
-    reductions are ``ops`` (per mesh axis, the reduction or None), remembered (:class:`_AxisSearch`)."""
-    like = Placement(tuple(Replicate() if op is None else Partial(op) for op in ops))
-    return tuple(_moves(state, ndim, like, sizes, whole=False))
-
-
-@lru_cache(maxsize=1 << 16)
-def _priced_axis_moves(state: Placement, ndim: int, sizes: tuple[int, ...], extents, ops: tuple, version: int) -> tuple:
-    """:func:`_axis_moves_of` with each step's bytes (:func:`step_cost`): one look-up per settled layout."""
-    return tuple((step, nxt, step_cost(step, state, sizes, extents))
-                 for step, nxt in _axis_moves_of(state, ndim, sizes, ops, version))
-
-
 def _shortest(src, dst, moves):
     """Dijkstra over layouts: ``moves(state)`` yields (step, next state, cost); ties go to plans
     without block exchanges, then to fewer steps."""
@@ -313,66 +327,99 @@ def _shortest(src, dst, moves):
     return None
 
 
-class _AxisSearch:
-    """Dijkstra from one layout over the steps on single mesh axes, settled only as far as some
-    target needs and kept: the plans from one layout, at one size, to every target with the same
-    partial axes (``ops``) share it. A propagation asks for thousands of plans between a few dozen
-    candidate layouts; searching each from scratch took minutes on rank-6 values.
+def _like(ops: tuple, cut: tuple | None) -> Placement:
+    """A layout standing for every target with partial axes and reductions ``ops`` (per mesh axis,
+    the reduction or None) and, when planning by time, the dims ``cut`` it cuts: the moves out of a
+    layout toward any of them are those toward this one (:func:`_moves`, apart from the exchange
+    straight to the target)."""
+    free = iter(cut or ())
+    return Placement(tuple(Partial(op) if op is not None else Shard(d) if (d := next(free, None)) is not None
+                           else Replicate() for op in ops))
+
+
+@lru_cache(maxsize=1 << 16)
+def _shared_moves(state: Placement, ndim: int, sizes: tuple[int, ...], extents, ops: tuple, cut: tuple | None,
+                  timing: Timing | None, version: int) -> tuple:
+    """The moves out of ``state`` toward every target :func:`_like` stands for, each with its cost
+    (:func:`_edge`), remembered: steps on single mesh axes and, by time, the block exchanges to
+    layouts one axis away (:func:`_moves`, without the exchange straight to the target)."""
+    like = _like(ops, cut)
+    out = []
+    if timing is not None:
+        for kind in _layout_steps():
+            if kind.reaches_by_time is not None:
+                out.extend((Step(kind.name, -1, placement=nxt), nxt)
+                           for nxt in dict.fromkeys(kind.reaches_by_time(state, like)) if nxt != state)
+    out.extend(_moves(state, ndim, like, sizes, whole=False))
+    return tuple((step, nxt, _edge(step, state, sizes, extents, timing)) for step, nxt in out)
+
+
+class _SharedSearch:
+    """Dijkstra from one layout over the moves every target of one kind shares (:func:`_shared_moves`),
+    settled only as far as some target needs and kept: the plans from one layout, at one size, to
+    every target with the same partial axes (and, by time, the same cut dims) share it. A
+    propagation asks for thousands of plans between a few dozen candidate layouts; searching each
+    from scratch took minutes on rank-6 values (fuzz findings slow/).
 
     A target ``t`` adds to that graph only block exchanges from layouts without partials straight
     to ``t`` with its partial axes replicated (``t'``, :func:`_moves`). A path uses such an exchange
-    at most once, so the best plan is the least, by (bytes, block exchanges, steps), of: the path
-    over axis steps to ``t``; and each settled layout's path, an exchange to ``t'``, then the axis
-    steps from ``t'`` to ``t``. Every path ties to the push order :func:`_shortest` would give
-    when ``t`` has no partials, so the plan is the one :func:`_shortest` returns on the full
-    graph; with partials, the same bytes, exchanges and steps (property-tested against it)."""
+    at most once, so the best plan is the least, by (cost, block exchanges, steps), of: the shared
+    path to ``t``; and each settled layout's path, an exchange to ``t'``, then the shared path from
+    ``t'`` to ``t``. Ties go to the push order :func:`_shortest` would give when ``t`` has no
+    partials, so the plan is the one :func:`_shortest` returns on the full graph; with partials, one
+    of the same cost, exchanges and steps (property-tested against it)."""
 
-    def __init__(self, src: Placement, ndim: int, sizes: tuple[int, ...], extents, ops: tuple, version: int):
-        self.src, self.ndim, self.sizes, self.extents, self.ops, self.version = src, ndim, sizes, extents, ops, version
+    def __init__(self, src: Placement, ndim: int, sizes: tuple[int, ...], extents, ops: tuple, cut: tuple | None,
+                 timing: Timing | None, version: int):
+        self.kind = (ndim, sizes, extents, ops, cut, timing, version)
         self._counter = itertools.count()
-        self._best: dict = {src: (Fraction(0), 0)}
-        self._heap: list = [(Fraction(0), 0, next(self._counter), src, (), -1)]
-        #: settled layouts in the order popped: (layout, cost, steps, plan, index of the layout whose
-        #: expansion pushed the entry)
+        zero = (Fraction(0), 0, 0)
+        self._best: dict = {src: zero}
+        self._heap: list = [(*zero, next(self._counter), src, (), -1)]
+        #: settled layouts in the order popped: (layout, cost, exchanges, steps, plan, index of the
+        #: layout whose expansion pushed the entry)
         self.settled: list[tuple] = []
         self._settled_at: dict = {}
-        #: per settled layout, whether an exchange from it can be the best: it has no partials and
-        #: the layout before it on its path has (or it is the source). An exchange moves the least
-        #: any layout change can (:func:`distir.ops.collectives._exchange_reaches`), so from a layout
-        #: after one without partials it never beats the exchange from that one (it costs as much
-        #: or more, in more steps).
+        #: per settled layout, whether an exchange straight to a target from it can be the best: it
+        #: has no partials and, by bytes, the layout before it on its path has (or it is the source).
+        #: By bytes an exchange moves the least any layout change can
+        #: (:func:`distir.ops.collectives._exchange_reaches`), so from a layout after one without
+        #: partials it never beats the exchange from that one (as many bytes or more, in more steps).
+        #: By time an exchange pays a round per peer, and every layout without partials is tried.
         self._exchange_from: list[bool] = []
 
     def _top(self):
-        while self._heap and self._heap[0][3] in self._settled_at:
+        while self._heap and self._heap[0][4] in self._settled_at:
             heapq.heappop(self._heap)  # stale: a cheaper entry settled that layout
         return self._heap[0] if self._heap else None
 
     def _settle_next(self) -> None:
-        cost, nsteps, _, state, plan, pusher = heapq.heappop(self._heap)
+        cost, pen, nsteps, _, state, plan, pusher = heapq.heappop(self._heap)
         here = len(self.settled)
         self._settled_at[state] = here
-        self.settled.append((state, cost, nsteps, plan, pusher))
-        self._exchange_from.append(not state.has_partial and (pusher < 0 or self.settled[pusher][0].has_partial))
-        for step, nxt, step_c in _priced_axis_moves(state, self.ndim, self.sizes, self.extents, self.ops, self.version):
-            c = cost + step_c
-            if nxt not in self._best or (c, nsteps + 1) < self._best[nxt]:
-                self._best[nxt] = (c, nsteps + 1)
-                heapq.heappush(self._heap, (c, nsteps + 1, next(self._counter), nxt, plan + (step,), here))
+        self.settled.append((state, cost, pen, nsteps, plan, pusher))
+        by_time = self.kind[5] is not None
+        self._exchange_from.append(not state.has_partial and (
+            by_time or pusher < 0 or self.settled[pusher][0].has_partial))
+        for step, nxt, step_c in _shared_moves(state, *self.kind):
+            key = (cost + step_c, pen + _penalty(step), nsteps + 1)
+            if nxt not in self._best or key < self._best[nxt]:
+                self._best[nxt] = key
+                heapq.heappush(self._heap, (*key, next(self._counter), nxt, plan + (step,), here))
 
     def plan_to(self, dst: Placement, exchanges: bool = True) -> tuple[Step, ...] | None:
-        """The plan to ``dst`` (not a block layout, its partial axes ``ops``), or None when none
-        reaches it; without ``exchanges``, over axis steps alone."""
+        """The plan to ``dst`` (not a block layout, of this search's kind), or None when none reaches
+        it; without ``exchanges``, over the shared moves alone."""
         best = None  # (cost, block exchanges, steps, push order, plan)
         kinds = list(enumerate(_layout_steps())) if exchanges else []
         i = 0
         while True:
             while i < len(self.settled):
-                state, cost, nsteps, plan, pusher = self.settled[i]
+                state, cost, pen, nsteps, plan, pusher = self.settled[i]
                 if best is not None and cost > best[0]:
                     return best[-1]  # later layouts cost at least as much
                 if state == dst:
-                    entry = (cost, 0, nsteps, (pusher, 1), plan)
+                    entry = (cost, pen, nsteps, (pusher, 1), plan)
                     best = entry if best is None or entry[:4] < best[:4] else best
                 elif self._exchange_from[i]:
                     for j, kind in kinds:
@@ -380,44 +427,43 @@ class _AxisSearch:
                             best = entry if best is None or entry[:4] < best[:4] else best
                 i += 1
             top = self._top()
-            if top is None or (best is not None and (top[0], 0, top[1]) > best[:3]):
+            if top is None or (best is not None and top[:3] > best[:3]):
                 return None if best is None else best[-1]
             self._settle_next()
 
     def _through_exchange(self, i: int, j: int, kind: StepKind, dst: Placement):
-        """Entries of plans to ``dst`` by the settled layout ``i``, a ``kind`` step to what it
-        reaches, then axis steps."""
-        state, cost, nsteps, plan, _ = self.settled[i]
+        """Entries of plans to ``dst`` by the settled layout ``i``, a ``kind`` step straight to what
+        it reaches, then the shared moves."""
+        state, cost, pen, nsteps, plan, _ = self.settled[i]
+        ndim, sizes, extents, ops, cut, timing, version = self.kind
         for nxt in kind.reaches(state, dst):
             if nxt == state:
                 continue
             step = Step(kind.name, -1, placement=nxt)
-            tail = () if nxt == dst else _axis_search(nxt, self.ndim, self.sizes, self.extents, self.ops,
-                                                      self.version).plan_to(dst, exchanges=False)
+            tail = () if nxt == dst else _shared_search(nxt, *self.kind).plan_to(dst, exchanges=False)
             if tail is None:
                 continue
-            total = cost + step_cost(step, state, self.sizes, self.extents)
-            total += plan_cost(tail, nxt, self.sizes, self.extents) if tail else 0
-            yield total, 1, nsteps + 1 + len(tail), (i, 0, j), plan + (step,) + tail
+            total = cost + _edge(step, state, sizes, extents, timing)
+            total += plan_cost(tail, nxt, sizes, extents, timing) if tail else 0
+            yield total, pen + 1 + sum(map(_penalty, tail)), nsteps + 1 + len(tail), (i, 0, j), plan + (step,) + tail
 
 
 @lru_cache(maxsize=2048)
-def _axis_search(src: Placement, ndim: int, sizes: tuple[int, ...], extents, ops: tuple, version: int) -> _AxisSearch:
-    return _AxisSearch(src, ndim, sizes, extents, ops, version)
-
-
-def _partial_ops(p: Placement) -> tuple:
-    return tuple(s.op if isinstance(s, Partial) else None for s in p.specs)
+def _shared_search(src: Placement, ndim: int, sizes: tuple[int, ...], extents, ops: tuple, cut: tuple | None,
+                   timing: Timing | None, version: int) -> _SharedSearch:
+    return _SharedSearch(src, ndim, sizes, extents, ops, cut, timing, version)
 
 
 def _dijkstra(
     src: Placement, dst: Placement, ndim: int, sizes: tuple[int, ...], extents: tuple[int, ...] | None = None,
     timing: Timing | None = None,
 ) -> tuple[Step, ...]:
-    if timing is None and not (src.is_block or dst.is_block):
-        plan = _axis_search(src, ndim, sizes, extents, _partial_ops(dst), steps_version()).plan_to(dst)
-    else:
+    if src.is_block or dst.is_block:
         plan = _full_dijkstra(src, dst, ndim, sizes, extents, timing)
+    else:
+        ops = tuple(s.op if isinstance(s, Partial) else None for s in dst.specs)
+        cut = None if timing is None else tuple(sorted({s.dim for s in dst.specs if isinstance(s, Shard)}))
+        plan = _shared_search(src, ndim, sizes, extents, ops, cut, timing, steps_version()).plan_to(dst)
     if plan is None:
         raise DistirError(f"no sequence of steps turns \"{src}\" into \"{dst}\"")
     return plan
@@ -428,11 +474,17 @@ def _full_dijkstra(
     timing: Timing | None = None,
 ) -> tuple[Step, ...] | None:
     """:func:`_shortest` over every move toward ``dst`` (block exchanges and partial targets included)."""
-    def moves(state):
-        for step, nxt in _moves_of(state, ndim, dst, sizes, timing is not None, steps_version()):
-            yield step, nxt, _edge(step, state, sizes, extents, timing)
+    version = steps_version()
+    return _shortest(src, dst, lambda state: _priced_moves(state, ndim, dst, sizes, extents, timing, version))
 
-    return _shortest(src, dst, moves)
+
+@lru_cache(maxsize=1 << 16)
+def _priced_moves(state: Placement, ndim: int, dst: Placement, sizes: tuple[int, ...], extents, timing: Timing | None,
+                  version: int) -> tuple:
+    """:func:`_moves_of` with each step's cost (:func:`_edge`), remembered: the searches toward the
+    targets of one propagation walk the same layouts again and again."""
+    return tuple((step, nxt, _edge(step, state, sizes, extents, timing))
+                 for step, nxt in _moves_of(state, ndim, dst, sizes, timing is not None, version))
 
 
 def _sample_points(mesh_shape: tuple[Dim, ...]) -> list[tuple[int, ...]]:
