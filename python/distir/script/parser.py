@@ -17,9 +17,7 @@ error is a :class:`~distir.errors.ParseError` with the file, line, column and a 
 from __future__ import annotations
 
 import ast
-import contextlib
 import difflib
-import gc
 import os
 import re
 import warnings
@@ -28,6 +26,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from ..collector import collector_paused
 from ..errors import DistirError, ParseError, Span, TypeInferenceError
 from ..ir.expr import (
     Binding,
@@ -189,7 +188,7 @@ def parse_source(text: str, source_name: str = "<string>", *, line_offset: int =
     p = _Parser(text, source_name, line_offset, col_offset)
     # Building the AST and the IR allocates many small acyclic objects; the cyclic
     # collector would rescan them over and over (a third of the parse time).
-    with _gc_paused():
+    with collector_paused():
         try:
             with warnings.catch_warnings():
                 # Python's warnings about the text as Python code ("invalid escape
@@ -279,17 +278,6 @@ def _too_deep(text: str) -> tuple[int, int]:
             if best > _MAX_NESTING:
                 break
     return _position(text, best_at)
-
-
-@contextlib.contextmanager
-def _gc_paused():
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 class _Scope:

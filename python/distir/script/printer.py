@@ -9,7 +9,6 @@ being formatted twice.
 
 from __future__ import annotations
 
-import gc
 import keyword
 import math
 import re
@@ -18,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..collector import collector_paused
 from ..errors import DistirError
 from ..ir import sym
 from ..ir.expr import (
@@ -54,13 +54,8 @@ DECORATOR_ATTRS = ("private", "pure")
 
 def print_module(mod: IRModule, *, header: bool = True) -> str:
     """The module as text; ``header`` adds the commented import lines."""
-    enabled = gc.isenabled()
-    gc.disable()  # many short-lived strings; the cyclic collector only slows this down
-    try:
+    with collector_paused():  # many short-lived strings; the cyclic collector only slows this down
         return _Printer(MeshTable(mod.global_infos)).module(mod, header)
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def print_function(func: Function, mod: IRModule | None = None) -> str:

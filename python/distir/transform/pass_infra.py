@@ -10,14 +10,13 @@ registered with :func:`register_pipeline`; :func:`get_pass` finds both.
 
 from __future__ import annotations
 
-import contextlib
 import difflib
-import gc
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
+from ..collector import collector_paused
 from ..errors import PassError
 from ..ir.expr import Function, IRModule
 
@@ -116,7 +115,7 @@ class PassContext:
             return mod
         for inst in self.instruments:
             inst.run_before_pass(mod, p)
-        with gc_paused():
+        with collector_paused():
             new = p.transform_module(mod, self)
         if not isinstance(new, IRModule):
             raise PassError(
@@ -129,21 +128,6 @@ class PassContext:
             for inst in self.instruments:
                 inst.run_after_pass(new, p, changed)
         return new
-
-
-@contextlib.contextmanager
-def gc_paused():
-    """Python's cyclic collector off while a pass runs (and back as it was after). A pass allocates
-    many small nodes, almost all acyclic or garbage at its end, and keeps what it remembers (the
-    layers of a model repeat the same calls): each full collection walked all of it again, a
-    quarter of the distribute pipeline's time on an 80-layer stack."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def module_changed(before: IRModule, after: IRModule) -> bool:

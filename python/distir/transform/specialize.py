@@ -40,7 +40,8 @@ from ..ir.mesh import DeviceMesh, MeshError
 from ..ir.placement import Placement
 from ..ir.types import DTensorType, PrimType, ShapeType, TensorType, TupleType, Type
 from .legalize_redistribute import expand_replans
-from .pass_infra import ModulePass, PassContext, gc_paused, register_pass
+from ..collector import collector_paused
+from .pass_infra import ModulePass, PassContext, register_pass
 
 __all__ = ["Specialize", "drop_identities", "specialize"]
 
@@ -349,7 +350,7 @@ def specialize(mod: IRModule, values: Mapping[str, int]) -> IRModule:
             raise SpecializeError(f"specialize: {k} must be an integer, got {v!r}")
         if v < 1:
             raise SpecializeError(f"specialize: {k}={v}; sizes must be at least 1")
-    with gc_paused():  # the rebuild allocates many small acyclic nodes; collections would cost more than the work
+    with collector_paused():  # the rebuild allocates many small acyclic nodes; collections would cost more than the work
         return _specialize(mod, values)
 
 
