@@ -1279,6 +1279,13 @@ def compare_case(prog, got, expected, inputs, rtol: float, atol: float) -> tuple
         eps = max([float(ml_dtypes.finfo(b.dtype).eps)] + [float(ml_dtypes.finfo(np.asarray(x).dtype).eps)
                                                             for x in inputs if str(np.asarray(x).dtype) in FLOAT_DTYPES])
         a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        # at the edge of the range: one run overflows where the other, rounded another way, stays
+        # within a factor 2 of the largest finite value (exp amplifies a last-place difference)
+        edge = float(ml_dtypes.finfo(b.dtype).max) / 2
+        with np.errstate(invalid="ignore"):
+            tipped = ((np.isinf(b64) & (np.abs(a64) >= edge)) | (np.isinf(a64) & (np.abs(b64) >= edge))) \
+                & (np.sign(a64) == np.sign(b64))
+        a64 = np.where(tipped, b64, a64)
         top = max(scale, float(np.max(np.abs(np.nan_to_num(b64, posinf=0, neginf=0)), initial=0.0)))
         with np.errstate(invalid="ignore"):
             diff = np.abs(a64 - b64)

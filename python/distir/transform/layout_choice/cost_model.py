@@ -53,6 +53,8 @@ class CostModel:
         self._nbytes_at: dict[tuple[tuple, int, int], int] = {}
         self._hint_share: dict[tuple, Fraction | None] = {}
         self._share_cache: dict[tuple, tuple[Fraction, ...] | None] = {}
+        self._fixed: dict[tuple, tuple[int, ...] | None] = {}  # extents of values whose sizes the hints fix
+        self._padded: dict[tuple, Fraction | None] = {}
         self._sampled: dict[tuple[tuple, Placement | None, Placement], Fraction] = {}
         self._likes: dict[int, tuple] = {}
         self._meshes = {id(m): m for m in graph.mesh_of.values()}  # alive while their ids key the caches
@@ -69,6 +71,7 @@ class CostModel:
             raise ValueError("share_caches: models of different sizes or axis costs")
         self._timed, self._sizes, self._nbytes_at = other._timed, other._sizes, other._nbytes_at
         self._hint_share, self._share_cache, self._sampled = other._hint_share, other._share_cache, other._sampled
+        self._fixed, self._padded = other._fixed, other._padded
         self.strategies = other.strategies
         self._meshes = other._meshes  # the meshes keyed by id stay alive (an id is never reused)
         self._meshes.update((id(m), m) for m in self.g.mesh_of.values())
@@ -146,7 +149,12 @@ class CostModel:
                     total += w * c
             self._sampled[key] = total
             return total
-        shares = self._shares(self.mesh(s), s.tensor.ndim, src, dst)
+        fixed = self._fixed_extents(s)
+        if fixed is not None and not (src.is_strided or dst.is_strided):
+            share = self._padded_share(self.mesh(s), s.tensor.shape, src, dst, fixed)
+            shares = None if share is None else (share,) * len(MESH_SAMPLES)
+        else:
+            shares = self._shares(self.mesh(s), s.tensor.ndim, src, dst)
         if shares is None:
             return INF
         total = Fraction(0)
@@ -174,6 +182,32 @@ class CostModel:
                 self._share_cache[key] = tuple(
                     plan_cost(plan, src, tuple(self._eval(d, m) for d in mesh.shape)) for m in MESH_SAMPLES)
         return self._share_cache[key]
+
+    def _fixed_extents(self, s: Slot) -> tuple[int, ...] | None:
+        """The extents of ``s`` when ``size_hints`` fixes every symbol of its shape and of its mesh
+        (the user gave the sizes they run at), else None."""
+        key = self.like(s)
+        if key not in self._fixed:
+            dims = (*s.tensor.shape, *self.mesh(s).shape)
+            names = set().union(*(sym.free_vars(d) for d in dims if not isinstance(d, int)))
+            self._fixed[key] = tuple(self._eval(d, 1) for d in s.tensor.shape) if names <= set(self.env_sizes) else None
+        return self._fixed[key]
+
+    def _padded_share(self, mesh: DeviceMesh, shape, src: Placement, dst: Placement,
+                      extents: tuple[int, ...]) -> Fraction | None:
+        """Bytes per worker per byte of a tensor of ``shape``, at ``extents``, of the plan legalize
+        makes from ``src`` to ``dst``, counting the padding of uneven blocks as the collectives
+        move it (docs/uneven.md): cutting a batch of 2 over 4 workers is priced as the batch of 4
+        it moves. None: no plan."""
+        key = (id(mesh), all(isinstance(d, int) for d in shape), src, dst, extents)  # a plan sees the shape only as concrete or not
+        if key not in self._padded:
+            try:
+                plan = plan_redistribute(mesh, len(extents), src, dst, shape)
+            except DistirError:
+                self._padded[key] = None
+            else:
+                self._padded[key] = plan_cost(plan, src, self.mesh_sizes(mesh), extents)
+        return self._padded[key]
 
     def timed_cost(self, mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement, sizes: tuple[int, ...],
                    nbytes: int) -> Fraction | None:
@@ -211,6 +245,10 @@ class CostModel:
         if self.axis_costs is not None:
             c = self.timed_cost(mesh, s.tensor.ndim, src, dst, self.mesh_sizes(mesh), self.nbytes(s))
             return INF if c is None else c
+        fixed = self._fixed_extents(s)
+        if fixed is not None and not (src.is_strided or dst.is_strided):
+            share = self._padded_share(mesh, s.tensor.shape, src, dst, fixed)
+            return INF if share is None else share * self.nbytes(s)
         key = (id(mesh), s.tensor.ndim, src, dst)
         if key not in self._hint_share and (src.is_strided or dst.is_strided):
             try:
