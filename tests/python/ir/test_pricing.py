@@ -13,7 +13,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import distir
@@ -243,3 +243,14 @@ class Module:
 def test_symbolic_sizes_are_not_needed_for_the_counts():
     with pytest.raises(sym.SymbolicError):
         received_total((sym.var("s"), 4), Placement.parse("S[0]"), (sym.var("s"), 4), Placement.parse("R"), (2,))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(exchange_case())
+def test_both_counts_of_kept_elements_agree(case):
+    # small meshes are counted position by position, large ones by tables: the same number
+    from distir.ir.exchange import _kept_by_position, _kept_joined
+
+    src_shape, src, dst_shape, dst, sizes = case
+    assume(not (src.is_block or dst.is_block) and tuple(src_shape) == tuple(dst_shape))
+    assert _kept_by_position(src_shape, src, dst, sizes) == _kept_joined(src_shape, src, dst_shape, dst, sizes)
