@@ -181,3 +181,27 @@ def test_dtype_directed_cases_draw_every_dtype_and_leave_the_default_cases_alone
     default = {p.dtype for i in range(40) for p in fuzz.generate_case(SEED, i).program.params}
     assert default <= {"float32", "float64", "int32"}
     assert fuzz.generate_case(SEED, 3).program.values == ""
+
+
+def test_the_dtype_comparison_tells_rounding_from_wrong_numbers():
+    # the --dtypes comparison (compare_case) accepts what float rounding explains and nothing more
+    import ml_dtypes
+    import numpy as np
+
+    fuzz = _load()
+
+    class Extreme:
+        values = "extreme"
+
+    def same(got, expected, dtype):
+        g, e = np.array(got, dtype=dtype), np.array(expected, dtype=dtype)
+        return fuzz.compare_case(Extreme(), (g,), (e,), [e], 0.0, 0.0)[0]
+
+    bf16 = ml_dtypes.bfloat16
+    assert same([8.8856e25], [6.9211e25], bf16)  # exp of 59 +- one last place (seed 603, case 673)
+    assert same([np.nan], [np.inf], np.float32)  # inf * a + inf * b against inf * (a + b) (f02)
+    assert same([2.72e38], [np.inf], bf16)  # one run overflows, the other rounds below (f01)
+    assert not same([6.0], [3.0], bf16)  # a factor 2 on a moderate value
+    assert not same([8.8856e25], [6.9211e25], np.float32)  # float32 rounds 2^16 times finer
+    assert not same([1.0], [np.inf], np.float32)  # a finite value far from the range's end
+    assert not same([-np.inf], [np.inf], np.float32)  # overflows of opposite signs
