@@ -110,6 +110,36 @@ def combine(kind: str, parts: Sequence[np.ndarray] | np.ndarray, *, wide: bool =
         return np.asarray(total).astype(dtype, copy=False)
 
 
+def _float_parts(value: np.ndarray, kind: str, n: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Float parts of a ``P[sum]`` or ``P[avg]`` value that combine back to it exactly (noise added
+    and cast to a half float would not: the mean of the parts of 0 came back 2^-9 in bfloat16).
+    Doubling, halving and negating are exact in every float dtype, so the parts are the value
+    times powers of two: for a sum, the value (or two halves of it) and pairs ``+a, -a`` with
+    ``a`` the value times 2^k, k in -2..2; for a mean, pairs ``2v, 0`` and ``v`` for an odd
+    count (no part holds n times the value). Added in float64 they give the value exactly; where
+    the dtype's range does not allow it (overflow, subnormals), a sum is the value on one worker
+    and zeros, a mean the value on every worker."""
+    dtype = value.dtype
+    wide = value.astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):  # the range's end falls back below
+        if kind == "avg":
+            parts = [2 * wide, np.zeros_like(wide)] * (n // 2) + ([wide] if n % 2 else [])
+        else:
+            parts = [wide] if n % 2 else [wide / 2, wide / 2]
+            for _ in range((n - len(parts)) // 2):
+                a = wide * np.exp2(rng.integers(-2, 3, size=value.shape))
+                parts += [a, -a]
+        cast = rng.permuted(np.stack(parts), axis=0).astype(dtype)
+        back = combine(kind, cast)
+    exact = (back == value) | (np.isnan(back.astype(np.float64)) & np.isnan(wide))
+    if kind == "avg":
+        fallback = [value] * n
+    else:
+        owner = rng.integers(0, n, size=value.shape)
+        fallback = [np.where(owner == k, value, np.zeros_like(value)) for k in range(n)]
+    return [np.where(exact, p, f).astype(dtype, copy=False) for p, f in zip(cast, fallback)]
+
+
 def split(value: np.ndarray, kind: str, n: int, rng: np.random.Generator) -> list[np.ndarray]:
     """``n`` parts whose ``P[kind]`` value is exactly ``value``, spread over the dtype's range
     (integer parts of a sum anywhere in it, parts of a max anywhere below the value), so
@@ -128,17 +158,7 @@ def split(value: np.ndarray, kind: str, n: int, rng: np.random.Generator) -> lis
             parts = [rng.integers(info.min, info.max, size=value.shape, dtype=dtype, endpoint=True) for _ in range(n - 1)]
             rest = np.add.reduce(np.stack(parts), axis=0, dtype=dtype) if parts else np.zeros_like(value)
             return [*parts, np.asarray(np.subtract(value, rest, dtype=dtype))]
-        noise = rng.standard_normal((n - 1, *value.shape))
-        wide = value.astype(np.float64)
-        if kind == "avg":  # parts around the value, the noise adding up to zero: no part holds n times it
-            steps = np.concatenate([noise, -noise.sum(axis=0, keepdims=True)])
-            with np.errstate(over="ignore", invalid="ignore"):
-                parts = (wide + steps).astype(dtype)
-            whole = np.all(np.isfinite(parts.astype(np.float64)), axis=0) | ~np.isfinite(wide)
-            return [np.where(whole, p, value) for p in parts]  # at the dtype's end, every part is the value
-        parts = [s.astype(dtype) for s in noise]
-        last = wide - np.add.reduce(np.stack(parts).astype(np.float64), axis=0)
-        return [*parts, np.asarray(last).astype(dtype)]
+        return _float_parts(value, kind, n, rng)
     below = kind == "max"  # the parts of a max lie at or below the value, those of a min at or above it
     if cls == "bool":
         coin = [rng.random(value.shape) < 0.5 for _ in range(n)]

@@ -75,12 +75,10 @@ def test_split_combines_back_exactly_at_every_count(dtype):
             assert len(parts) == n and all(p.dtype == value.dtype and p.shape == value.shape for p in parts)
             got = combine(kind, parts)
             assert got.dtype == value.dtype
-            if dtype in FLOATS and kind in ("sum", "avg"):
-                # rounding only: n parts of normal noise added in float64, the value cast once
-                v = value.astype(np.float64)
-                finite = np.isfinite(v) & (np.abs(v) < 1e30)
-                tol = 8 * n * float(finfo(dtype).eps) * (np.abs(v) + 8)
-                assert np.all(np.abs(got.astype(np.float64) - v)[finite] <= tol[finite]), (dtype, kind, n)
+            if dtype == "float64" and kind == "avg":
+                # a mean is a sum divided once: n times a float64 rounds (and overflows near the largest)
+                fits = np.abs(value) <= float(finfo(dtype).max) / 8
+                np.testing.assert_allclose(got[fits], value[fits], rtol=4 * float(finfo(dtype).eps), atol=0)
             else:
                 np.testing.assert_array_equal(got, value, err_msg=f"{dtype} P[{kind}] over {n}")
 
