@@ -205,3 +205,6 @@ def test_the_dtype_comparison_tells_rounding_from_wrong_numbers():
     assert not same([8.8856e25], [6.9211e25], np.float32)  # float32 rounds 2^16 times finer
     assert not same([1.0], [np.inf], np.float32)  # a finite value far from the range's end
     assert not same([-np.inf], [np.inf], np.float32)  # overflows of opposite signs
+    # a float16 program that overflows on one device: a partial sum held in float16 may too (f04)
+    assert same([np.nan, np.inf], [1.0, np.inf], np.float16)
+    assert not same([np.nan, 2.0], [1.0, 2.0], np.float16)  # no overflow on one device: a wrong number
