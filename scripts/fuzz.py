@@ -970,7 +970,8 @@ class Generator:
             if x < 0.4:
                 v = self.op_unary(v)
             elif x < 0.7:
-                v = self.emit(r.choice(BINARY), [Ref(v.name), Ref(v.name)], shape=v.shape, dtype=v.dtype, mesh=v.mesh)
+                ops = ["R.maximum", "R.minimum"] if v.dtype == "bool" else BINARY  # numpy subtracts no bools
+                v = self.emit(r.choice(ops), [Ref(v.name), Ref(v.name)], shape=v.shape, dtype=v.dtype, mesh=v.mesh)
             else:
                 v = self.op_reduce(v) or v
         if v.shape and r.random() < 0.6:
