@@ -108,3 +108,14 @@ def assert_no_worse_than_greedy(mod, func: str = "main", dims=None, local=None):
     if not dims:
         assert stats.bytes_per_worker == chosen[(10, 4)]
     return chosen, greedy
+
+
+def run_cli(main, argv, capsys) -> tuple[int, str, str]:
+    """Exit status, stdout and stderr of one command run in process by ``main`` (a CLI's entry
+    point; argparse's usage errors exit through SystemExit)."""
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err

@@ -13,6 +13,7 @@ from distir.cli import main as distir_main
 from distir.cli import opt
 from distir.ir.types import DTensorType
 from distir.transform.layout_choice.auto_shard import strip_layouts
+from helpers import run_cli as run
 
 
 @pytest.fixture(scope="module")
@@ -20,15 +21,6 @@ def plain(tmp_path_factory):
     p = tmp_path_factory.mktemp("auto") / "attention_plain.py"
     p.write_text(strip_layouts(examples.load("attention")).script())
     return str(p)
-
-
-def run(main, argv, capsys) -> tuple[int, str, str]:
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_auto_shard_then_distribute(plain, capsys):

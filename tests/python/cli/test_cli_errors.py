@@ -16,6 +16,7 @@ from distir.cli import main as distir_main
 from distir.cli import opt, report_errors
 from distir.cli.args import MAX_SWEEP_WORKERS, MAX_WORKERS
 from distir.ir import DeviceMesh, DTensorType, Placement, Range
+import helpers
 
 MLP = str(examples.path("mlp"))
 ATTENTION = str(examples.path("attention"))
@@ -83,13 +84,7 @@ def static(tmp_path: Path) -> str:
 
 
 def run_cli(argv, capsys, main=distir_main.main) -> tuple[int, str, str]:
-    """Exit status, stdout and stderr of one command (argparse's usage errors exit through SystemExit)."""
-    try:
-        code = main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
+    return helpers.run_cli(main, argv, capsys)
 
 
 def assert_one_error_line(err: str, prog: str, fragment: str) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from distir.cli import main as cli
 from distir.driver import DEFAULT_TOLERANCES, FLOAT_TOLERANCE, compare
-from helpers import NN_MLP
+from helpers import NN_MLP, run_cli
 
 PLAN = {"embed.weight": "S[0]", "mlp.up.*": "colwise", "mlp.down.weight": "rowwise"}
 
@@ -26,12 +26,7 @@ def model(tmp_path):
 
 
 def call(argv, capsys) -> tuple[int, str, str]:
-    try:
-        code = cli.main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_cli(cli.main, argv, capsys)
 
 
 @pytest.mark.parametrize("workers", [1, 3])

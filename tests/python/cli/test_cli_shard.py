@@ -11,6 +11,7 @@ import distir
 from distir.cli import opt
 from distir.ir.types import DTensorType
 from helpers import NN_MLP as MLP
+from helpers import run_cli
 
 TOML = sys.version_info >= (3, 11)  # tomllib; on Python 3.10 a .toml plan is a clear error instead
 NO_TOML = "reading TOML needs Python 3.11 (tomllib); write the plan as JSON"
@@ -24,12 +25,7 @@ def model(tmp_path):
 
 
 def run(argv, capsys) -> tuple[int, str, str]:
-    try:
-        code = opt.main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
+    return run_cli(opt.main, argv, capsys)
 
 
 def layouts(text: str) -> dict[str, str]:
