@@ -298,14 +298,6 @@ def _penalty(step) -> int:
     return 1 if isinstance(step, Step) and step.whole_layout else 0
 
 
-@lru_cache(maxsize=1 << 16)
-def _moves_of(state: Placement, ndim: int, dst: Placement, sizes: tuple[int, ...], by_time: bool, version: int) -> tuple:
-    """:func:`_moves`, remembered: the searches of one propagation (every candidate layout to the
-    same targets, at the same sample sizes) walk the same layouts again and again. ``version``: of
-    the step registry (new step kinds, new moves)."""
-    return tuple(_moves(state, ndim, dst, sizes, by_time=by_time))
-
-
 def _shortest(src, dst, moves):
     """Dijkstra over layouts: ``moves(state)`` yields (step, next state, cost); ties go to plans
     without block exchanges, then to fewer steps."""
@@ -481,10 +473,11 @@ def _full_dijkstra(
 @lru_cache(maxsize=1 << 16)
 def _priced_moves(state: Placement, ndim: int, dst: Placement, sizes: tuple[int, ...], extents, timing: Timing | None,
                   version: int) -> tuple:
-    """:func:`_moves_of` with each step's cost (:func:`_edge`), remembered: the searches toward the
-    targets of one propagation walk the same layouts again and again."""
+    """:func:`_moves` toward ``dst`` with each step's cost (:func:`_edge`), remembered: the searches
+    toward the targets of one propagation walk the same layouts again and again. ``version``: of
+    the step registry (new step kinds, new moves)."""
     return tuple((step, nxt, _edge(step, state, sizes, extents, timing))
-                 for step, nxt in _moves_of(state, ndim, dst, sizes, timing is not None, version))
+                 for step, nxt in _moves(state, ndim, dst, sizes, by_time=timing is not None))
 
 
 def _sample_points(mesh_shape: tuple[Dim, ...]) -> list[tuple[int, ...]]:
