@@ -329,12 +329,18 @@ def _like(ops: tuple, cut: tuple | None) -> Placement:
                            else Replicate() for op in ops))
 
 
+_INTERNED: dict = {}  # one object per layout the shared searches reach: dict lookups then hit by identity
+
+
 @lru_cache(maxsize=1 << 16)
 def _shared_moves(state: Placement, ndim: int, sizes: tuple[int, ...], extents, ops: tuple, cut: tuple | None,
-                  timing: Timing | None, version: int) -> tuple:
-    """The moves out of ``state`` toward every target :func:`_like` stands for, each with its cost
-    (:func:`_edge`), remembered: steps on single mesh axes and, by time, the block exchanges to
-    layouts one axis away (:func:`_moves`, without the exchange straight to the target)."""
+                  timing: Timing | None, version: int) -> tuple[tuple, int]:
+    """The moves out of ``state`` toward every target :func:`_like` stands for, remembered: steps on
+    single mesh axes and, by time, the block exchanges to layouts one axis away (:func:`_moves`,
+    without the exchange straight to the target). Each move is (step, next layout, cost
+    (:func:`_edge`), cost times ``unit``, :func:`_penalty`), ``unit`` the least common denominator of
+    the costs: the search adds and compares whole numbers, exactly, where Fractions cost most of its
+    time."""
     like = _like(ops, cut)
     out = []
     if timing is not None:
@@ -343,7 +349,10 @@ def _shared_moves(state: Placement, ndim: int, sizes: tuple[int, ...], extents, 
                 out.extend((Step(kind.name, -1, placement=nxt), nxt)
                            for nxt in dict.fromkeys(kind.reaches_by_time(state, like)) if nxt != state)
     out.extend(_moves(state, ndim, like, sizes, whole=False))
-    return tuple((step, nxt, _edge(step, state, sizes, extents, timing)) for step, nxt in out)
+    priced = [(step, _INTERNED.setdefault(nxt, nxt), Fraction(_edge(step, state, sizes, extents, timing)))
+              for step, nxt in out]
+    unit = math.lcm(1, *(c.denominator for _, _, c in priced))
+    return tuple((step, nxt, c, c.numerator * (unit // c.denominator), _penalty(step)) for step, nxt, c in priced), unit
 
 
 class _SharedSearch:
@@ -365,9 +374,11 @@ class _SharedSearch:
                  timing: Timing | None, version: int):
         self.kind = (ndim, sizes, extents, ops, cut, timing, version)
         self._counter = itertools.count()
-        zero = (Fraction(0), 0, 0)
-        self._best: dict = {src: zero}
-        self._heap: list = [(*zero, next(self._counter), src, (), -1)]
+        #: costs on the heap and in ``_best`` are whole numbers of 1/``_unit`` (``_shared_moves``); the
+        #: unit grows, and the numbers with it, when a layout's moves need a finer one
+        self._unit = 1
+        self._best: dict = {src: (0, 0, 0)}
+        self._heap: list = [(0, 0, 0, next(self._counter), src, (), -1)]
         #: settled layouts in the order popped: (layout, cost, exchanges, steps, plan, index of the
         #: layout whose expansion pushed the entry)
         self.settled: list[tuple] = []
@@ -389,15 +400,30 @@ class _SharedSearch:
         cost, pen, nsteps, _, state, plan, pusher = heapq.heappop(self._heap)
         here = len(self.settled)
         self._settled_at[state] = here
-        self.settled.append((state, cost, pen, nsteps, plan, pusher))
+        self.settled.append((state, Fraction(cost, self._unit), pen, nsteps, plan, pusher))
         by_time = self.kind[5] is not None
         self._exchange_from.append(not state.has_partial and (
             by_time or pusher < 0 or self.settled[pusher][0].has_partial))
-        for step, nxt, step_c in _shared_moves(state, *self.kind):
-            key = (cost + step_c, pen + _penalty(step), nsteps + 1)
-            if nxt not in self._best or key < self._best[nxt]:
-                self._best[nxt] = key
-                heapq.heappush(self._heap, (*key, next(self._counter), nxt, plan + (step,), here))
+        moves, unit = _shared_moves(state, *self.kind)
+        if self._unit % unit:
+            cost *= self._refine(math.lcm(self._unit, unit))
+        scale = self._unit // unit
+        best, heap, counter = self._best, self._heap, self._counter
+        for step, nxt, _, step_c, step_pen in moves:
+            key = (cost + step_c * scale, pen + step_pen, nsteps + 1)
+            old = best.get(nxt)
+            if old is None or key < old:
+                best[nxt] = key
+                heapq.heappush(heap, (*key, next(counter), nxt, plan + (step,), here))
+
+    def _refine(self, unit: int) -> int:
+        """Count costs in 1/``unit`` (a multiple of the unit so far): every number times the ratio
+        (returned), which keeps their order (and so the heap's)."""
+        f = unit // self._unit
+        self._unit = unit
+        self._best = {k: (v[0] * f, *v[1:]) for k, v in self._best.items()}
+        self._heap[:] = [(e[0] * f, *e[1:]) for e in self._heap]
+        return f
 
     def plan_to(self, dst: Placement, exchanges: bool = True) -> tuple[Step, ...] | None:
         """The plan to ``dst`` (not a block layout, of this search's kind), or None when none reaches
@@ -419,7 +445,7 @@ class _SharedSearch:
                             best = entry if best is None or entry[:4] < best[:4] else best
                 i += 1
             top = self._top()
-            if top is None or (best is not None and top[:3] > best[:3]):
+            if top is None or (best is not None and (Fraction(top[0], self._unit), *top[1:3]) > best[:3]):
                 return None if best is None else best[-1]
             self._settle_next()
 

@@ -17,7 +17,7 @@ from distir.testing import assert_sharded_equivalent
 from distir.transform import PassContext, get_pass
 from distir.transform.layout_choice import solution, windows
 from distir.transform.layout_choice.cost_model import CostModel
-from distir.transform.layout_choice.propagate_sharding import ShardingAmbiguityWarning
+from distir.transform.layout_choice.propagate_sharding import ShardingAmbiguityWarning, SolverTimeLimitWarning
 from distir.transform.layout_choice.sharding_graph import build_graph, preferred_placements
 from distir.transform.layout_choice.strategies import site_strategies
 from helpers import assert_no_worse_than_greedy
@@ -396,3 +396,39 @@ def test_cost_models_sharing_caches_cost_what_fresh_ones_cost():
     assert compared and other._sampled is shared._sampled
     with pytest.raises(ValueError, match="different sizes"):
         CostModel(second, {"s": 11}).share_caches(shared)
+
+
+# --- the solver's time limit ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [0, -1.0, float("inf"), float("nan"), "10", True])
+def test_solver_seconds_option_is_checked(value):
+    with PassContext(config={"propagate-sharding.solver_seconds": value}):
+        with pytest.raises(distir.errors.DistirError, match="solver_seconds must be a positive number of seconds"):
+            get_pass("propagate-sharding")(distir.parse(HEAD_SPLIT))
+
+
+def test_a_solver_out_of_time_keeps_the_greedy_layout_and_says_so(monkeypatch):
+    """With no time at all, HiGHS stops before any layout: the function is laid out greedily (the
+    layout the greedy search gives), with a warning naming the option, and computes the same numbers."""
+    monkeypatch.setattr(solution, "MIN_SOLVE_SECONDS", 1e-9)
+    with PassContext(config={"propagate-sharding.search": "greedy"}), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        greedy = get_pass("propagate-sharding")(distir.parse(SEQUENCE_TO_HEADS))
+    with PassContext(config={"propagate-sharding.solver_seconds": 1e-9}):
+        with pytest.warns(SolverTimeLimitWarning, match=r"@main: the layout solver found no layout in time: the greedy "
+                          r"layout is kept \(propagate-sharding.solver_seconds = 1e-09\)"):
+            timed_out = get_pass("propagate-sharding")(distir.parse(SEQUENCE_TO_HEADS))
+    assert distir.script.print_module(timed_out) == distir.script.print_module(greedy)
+    with PassContext(config={"propagate-sharding.solver_seconds": 60}), warnings.catch_warnings():
+        warnings.simplefilter("error", SolverTimeLimitWarning)  # in time: no warning, the solver's layout
+        solved = get_pass("propagate-sharding")(distir.parse(SEQUENCE_TO_HEADS))
+    assert distir.script.print_module(solved) != distir.script.print_module(greedy)
+
+
+def test_the_solver_clock_counts_only_the_solver_and_gives_each_program_its_minimum():
+    with solution.solver_time_limit(5.0) as clock:
+        assert clock.left() == 5.0 and clock.left(0.5) == 2.5 and not clock.spent
+        clock.used = 7.0
+        assert clock.spent and clock.left() == solution.MIN_SOLVE_SECONDS
+    assert solution._CLOCK.get() is None  # the limit ends with its block

@@ -63,16 +63,21 @@ from .measure import function_bytes, sample_envs
 from .plan import LayoutPlan
 from .sharding_graph import (Graph, Preferences, Site, Slot, build_graph, field_slots, plain_placement, preferred_placements,
                              strided_params)
-from .solution import alternative, visible_layouts
+from .solution import SOLVER_SECONDS, SolverClock, SolverTimeout, alternative, solver_time_limit, visible_layouts
 from .windows import Solved, solve_layouts
 
-__all__ = ["PropagateSharding", "ShardingAmbiguityWarning"]
+__all__ = ["PropagateSharding", "ShardingAmbiguityWarning", "SolverTimeLimitWarning"]
 
 RECOMPUTE_DEPTH = 3
 
 
 class ShardingAmbiguityWarning(UserWarning):
     """Propagation met two shardings for one tensor and chose; a hint on that tensor decides."""
+
+
+class SolverTimeLimitWarning(UserWarning):
+    """The layout solver ran out of time (``propagate-sharding.solver_seconds``) before proving its
+    layout the best: the layout kept is the best found, or the greedy one."""
 
 
 def _tag(p: Placement | None) -> str:
@@ -727,17 +732,54 @@ def lay_out(graph: Graph, ctx: PassContext) -> Function:
         new = _Materializer(graph, prefs, greedy_cost).run()
         _warn_ambiguities(graph, prefs)
         return new
-    plan, solved = solve_layouts(graph, prefs, cost)
-    guard_cost = greedy_cost if guard else None
-    try:  # drafts, typed as their layouts say: only the function kept is typed binding by binding
-        new, kept_greedy = _choose(graph, prefs, plan, cost, guard_cost, hints, axis_costs, draft=True)
-    except _Mistyped:  # a draft's types were not the inferred ones: compare typed functions
-        new, kept_greedy = _choose(graph, prefs, plan, cost, guard_cost, hints, axis_costs, draft=False)
-    if kept_greedy:
-        _warn_ambiguities(graph, prefs)
-    else:
-        _warn_ties(graph, prefs, plan, solved)
+    with solver_time_limit(solver_seconds(ctx)) as clock:
+        try:
+            plan, solved = solve_layouts(graph, prefs, cost)
+        except SolverTimeout:
+            _warn_time_limit(graph, clock, kept_greedy=True)
+            new = _Materializer(graph, prefs, greedy_cost).run()
+            _warn_ambiguities(graph, prefs)
+            return new
+        guard_cost = greedy_cost if guard else None
+        try:  # drafts, typed as their layouts say: only the function kept is typed binding by binding
+            new, kept_greedy = _choose(graph, prefs, plan, cost, guard_cost, hints, axis_costs, draft=True)
+        except _Mistyped:  # a draft's types were not the inferred ones: compare typed functions
+            new, kept_greedy = _choose(graph, prefs, plan, cost, guard_cost, hints, axis_costs, draft=False)
+        if kept_greedy:
+            _warn_ambiguities(graph, prefs)
+        else:
+            _warn_ties(graph, prefs, plan, solved, clock)
+        _warn_time_limit(graph, clock, kept_greedy and (clock.gap is not None or clock.ties_unsettled))
     return new
+
+
+def solver_seconds(ctx: PassContext) -> float:
+    """``propagate-sharding.solver_seconds``: the seconds the solver may take per function (checked)."""
+    value = ctx.config.get("propagate-sharding.solver_seconds", SOLVER_SECONDS)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise DistirError(f"propagate-sharding.solver_seconds must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def _warn_time_limit(graph: Graph, clock: SolverClock, kept_greedy: bool = False) -> None:
+    """Say what the solver's time limit cut short (nothing when it cut nothing)."""
+    if clock.gap is None and not clock.ties_unsettled and not kept_greedy:
+        return
+    if clock.gap is None and not clock.ties_unsettled:
+        what = "found no layout in time: the greedy layout is kept"
+    elif kept_greedy:
+        what = ("stopped before proving its layout the best, and the greedy layout sends less at some sampled "
+                "size: the greedy layout is kept")
+    elif clock.gap is not None:
+        what = (f"stopped before proving its layout the best: the layout kept sends at most "
+                f"{clock.gap:.1%} more than the best (summed over the sampled sizes)")
+    else:
+        what = "stopped while breaking ties between layouts that send the same bytes: the first found is kept"
+    warnings.warn(
+        f"propagate-sharding: @{graph.func.name}: the layout solver {what} "
+        f"(propagate-sharding.solver_seconds = {clock.seconds:g}); raise it for the best layout, or give the "
+        f"sizes you run at (size_hints) to make the choice smaller",
+        SolverTimeLimitWarning, stacklevel=3)
 
 
 def _choose(graph: Graph, prefs: Preferences, plan: LayoutPlan, cost: CostModel, greedy_cost: CostModel | None,
@@ -814,11 +856,13 @@ def _remedy(graph: Graph, name: str) -> str:
             "PATTERN=PLACEMENT), or give the sizes it is weighed at (propagate-sharding.size_hints)")
 
 
-def _warn_ties(graph: Graph, prefs: Preferences, plan: LayoutPlan, solved: list[Solved]) -> None:
+def _warn_ties(graph: Graph, prefs: Preferences, plan: LayoutPlan, solved: list[Solved],
+               clock: SolverClock | None = None) -> None:
     """Warn where propagation met two layouts for a tensor that really cost the same: the same
     bytes sent (the solver's objective, summed over the sampled sizes), and a difference the user
     may care about, in the bytes each worker holds or in what the caller sees (the layout of a
-    parameter or a result). A tie that changes neither is settled silently by the tie-break."""
+    parameter or a result). A tie that changes neither is settled silently by the tie-break. Each
+    check solves the program again: none once the solver's time (``clock``) is spent."""
     reported = set()
     slot_by_id = {s.id: s for s in graph.slots}
     for c in prefs.conflicts:
@@ -836,7 +880,12 @@ def _warn_ties(graph: Graph, prefs: Preferences, plan: LayoutPlan, solved: list[
         where_solved = next((x for x in solved if rid in x.decided), None)
         if where_solved is None:
             continue  # laid out by a window alike to one solved before: warned about there
-        found = alternative(where_solved.model, rid, alt)
+        if clock is not None and clock.spent:
+            return
+        try:
+            found = alternative(where_solved.model, rid, alt)
+        except SolverTimeout:
+            return
         chosen = where_solved.total
         if found is None or found[1].objective != chosen.objective:
             continue

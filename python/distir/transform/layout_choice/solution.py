@@ -5,8 +5,11 @@ explanations)."""
 
 from __future__ import annotations
 
+import contextvars
 import math
+import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -19,7 +22,7 @@ from ...quiet import native_output_silenced
 from .plan import LayoutPlan
 from .program import Program, result_slots
 
-__all__ = ["alternative", "alternative_cost", "visible_layouts"]
+__all__ = ["SolverClock", "SolverTimeout", "alternative", "alternative_cost", "solver_time_limit", "visible_layouts"]
 
 MEMORY_WEIGHT = Fraction(0)  # bytes held count only as a tie-break (W_MEMORY), not against bytes sent
 # HiGHS, exact (no gap). Presolve off: on these programs (a few thousand columns, mostly implied by a
@@ -31,11 +34,77 @@ SOLVER_OPTIONS = {"mip_rel_gap": 0.0, "presolve": False}
 HIGHS_OPTIONS = {"mip_heuristic_run_feasibility_jump": False}
 
 
-def _milp(c, **kw):
-    """``scipy.optimize.milp`` with :data:`SOLVER_OPTIONS` and :data:`HIGHS_OPTIONS`."""
-    with warnings.catch_warnings(), native_output_silenced():  # HiGHS may print to fd 1 from C++, past its display option
-        warnings.filterwarnings("ignore", "Unrecognized options detected", RuntimeWarning)
-        return milp(c, options={**SOLVER_OPTIONS, **HIGHS_OPTIONS}, **kw)
+#: the seconds HiGHS may take over the programs of one function's layout (propagate-sharding's
+#: ``solver_seconds``): most programs take milliseconds, a few on 2-D meshes with hundreds of
+#: candidate layouts take HiGHS a minute to prove optimal, long after it found the optimum
+SOLVER_SECONDS = 10.0
+#: each program gets at least this long, even once the function's time is spent
+MIN_SOLVE_SECONDS = 1.0
+BYTES_SHARE = 2 / 3  # of the time left, the most the bytes program of a lexicographic solve takes
+
+
+@dataclass
+class SolverClock:
+    """The solver's time for one function (the seconds spent in HiGHS, not in building programs), and
+    what a time limit cut short: the largest gap of a byte optimum not proven (HiGHS's relative gap:
+    the layout kept sends at most that share more than the best), whether some tie was broken by the
+    first layout found."""
+
+    seconds: float
+    used: float = 0.0
+    gap: float | None = None
+    ties_unsettled: bool = False
+
+    def left(self, share: float = 1.0) -> float:
+        """The seconds the next program may take: ``share`` of what is left, at least MIN_SOLVE_SECONDS."""
+        return max((self.seconds - self.used) * share, MIN_SOLVE_SECONDS)
+
+    @property
+    def spent(self) -> bool:
+        return self.used >= self.seconds
+
+
+_CLOCK: contextvars.ContextVar[SolverClock | None] = contextvars.ContextVar("distir_solver_clock", default=None)
+
+
+@contextmanager
+def solver_time_limit(seconds: float):
+    """Within it, the programs solved share ``seconds`` (:class:`SolverClock`, yielded). Outside
+    (auto-shard, tests), HiGHS runs to the proof."""
+    clock = SolverClock(seconds)
+    token = _CLOCK.set(clock)
+    try:
+        yield clock
+    finally:
+        _CLOCK.reset(token)
+
+
+class SolverTimeout(Exception):
+    """The solver's time ran out before it found any layout of a program."""
+
+
+TIME_LIMIT_STATUS = 1  # scipy.optimize.milp: iteration or time limit reached
+
+
+def _milp(c, share: float = 1.0, **kw):
+    """``scipy.optimize.milp`` with :data:`SOLVER_OPTIONS` and :data:`HIGHS_OPTIONS`, within
+    ``share`` of the time left on the :class:`SolverClock` if one runs."""
+    options = {**SOLVER_OPTIONS, **HIGHS_OPTIONS}
+    clock = _CLOCK.get()
+    if clock is not None:
+        options["time_limit"] = clock.left(share)
+    start = time.monotonic()
+    try:
+        with warnings.catch_warnings(), native_output_silenced():  # HiGHS may print to fd 1 from C++, past its display option
+            warnings.filterwarnings("ignore", "Unrecognized options detected", RuntimeWarning)
+            return milp(c, options=options, **kw)
+    finally:
+        if clock is not None:
+            clock.used += time.monotonic() - start
+
+
+def _timed_out(step) -> bool:
+    return step.status == TIME_LIMIT_STATUS
 
 
 class Infeasible(Exception):
@@ -101,7 +170,7 @@ def solve_program(model: Program, force: tuple[int, Placement] | None = None) ->
         aim[model.peak_cols] = 1.0
         step = _milp(aim, integrality=integrality, bounds=(np.array(model.lb), ub), constraints=constraints)
         if step.x is None:
-            raise Infeasible()
+            raise SolverTimeout() if _timed_out(step) else Infeasible()
         least_x = step.x
         limit = model.choice.activations
         least = model.peaks(least_x)
@@ -122,9 +191,17 @@ def solve_program(model: Program, force: tuple[int, Placement] | None = None) ->
             continue
         tie_break = aim is model.tb
         weights = np.array(aim) if tie_break else _units(aim)
-        step = _milp(weights, integrality=integrality, bounds=bounds, constraints=constraints)
+        # the bytes may take 2/3 of the time left, so that a layout found late still has its ties broken
+        share = 1.0 if tie_break or not any(model.tb) else BYTES_SHARE
+        step = _milp(weights, share, integrality=integrality, bounds=bounds, constraints=constraints)
         if res is None and step.x is None:
-            raise Infeasible()
+            raise SolverTimeout() if _timed_out(step) else Infeasible()
+        if _timed_out(step) and force is None:  # the best found is kept; the caller is told how far off it may be
+            clock = _CLOCK.get()
+            if tie_break:
+                clock.ties_unsettled = True
+            else:
+                clock.gap = max(clock.gap or 0.0, float(step.mip_gap or 0.0))
         # a later program's answer is kept only if it meets the optima before exactly (checked in
         # fractions: the rows hold coefficients in the millions, where HiGHS's tolerances are not exact)
         if step.x is None or any(_sum(values, step.x) != least for values, least in kept):
