@@ -862,7 +862,7 @@ def _warn_ties(graph: Graph, prefs: Preferences, plan: LayoutPlan, solved: list[
     bytes sent (the solver's objective, summed over the sampled sizes), and a difference the user
     may care about, in the bytes each worker holds or in what the caller sees (the layout of a
     parameter or a result). A tie that changes neither is settled silently by the tie-break. Each
-    check solves the program again: none once the solver's time (``clock``) is spent."""
+    check solves the program again: none once half the solver's time (``clock``) is spent."""
     reported = set()
     slot_by_id = {s.id: s for s in graph.slots}
     for c in prefs.conflicts:
@@ -880,8 +880,8 @@ def _warn_ties(graph: Graph, prefs: Preferences, plan: LayoutPlan, solved: list[
         where_solved = next((x for x in solved if rid in x.decided), None)
         if where_solved is None:
             continue  # laid out by a window alike to one solved before: warned about there
-        if clock is not None and clock.spent:
-            return
+        if clock is not None and clock.used >= clock.seconds / 2:
+            return  # advisory re-solves, each as costly as the solve: not past half the solver's time
         try:
             found = alternative(where_solved.model, rid, alt)
         except SolverTimeout:

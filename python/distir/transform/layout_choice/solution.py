@@ -35,9 +35,10 @@ HIGHS_OPTIONS = {"mip_heuristic_run_feasibility_jump": False}
 
 
 #: the seconds HiGHS may take over the programs of one function's layout (propagate-sharding's
-#: ``solver_seconds``): most programs take milliseconds, a few on 2-D meshes with hundreds of
-#: candidate layouts take HiGHS a minute to prove optimal, long after it found the optimum
-SOLVER_SECONDS = 10.0
+#: ``solver_seconds``): most programs take milliseconds and a model's a few seconds (a GQA layer's
+#: tie-break 4-7 s on a busy 2-core machine), but a few on 2-D meshes with hundreds of candidate
+#: layouts take HiGHS a minute to prove optimal, long after it found the optimum
+SOLVER_SECONDS = 20.0
 #: each program gets at least this long, even once the function's time is spent
 MIN_SOLVE_SECONDS = 1.0
 BYTES_SHARE = 2 / 3  # of the time left, the most the bytes program of a lexicographic solve takes
