@@ -330,6 +330,25 @@ def _like(ops: tuple, cut: tuple | None) -> Placement:
 
 
 _INTERNED: dict = {}  # one object per layout the shared searches reach: dict lookups then hit by identity
+_INTERNED_MAX = 1 << 16
+
+
+@lru_cache(maxsize=1 << 14)
+def _unpriced_moves(state: Placement, ndim: int, sizes: tuple[int, ...], ops: tuple, cut: tuple | None,
+                    by_time: bool, version: int) -> tuple:
+    """The (step, next layout) pairs of :func:`_shared_moves`, which do not depend on the tensor's
+    bytes: planning by time prices them again for each tensor."""
+    like = _like(ops, cut)
+    out = []
+    if by_time:
+        for kind in _layout_steps():
+            if kind.reaches_by_time is not None:
+                out.extend((Step(kind.name, -1, placement=nxt), nxt)
+                           for nxt in dict.fromkeys(kind.reaches_by_time(state, like)) if nxt != state)
+    out.extend(_moves(state, ndim, like, sizes, whole=False))
+    if len(_INTERNED) > _INTERNED_MAX:
+        _INTERNED.clear()
+    return tuple((step, _INTERNED.setdefault(nxt, nxt), _penalty(step)) for step, nxt in out)
 
 
 @lru_cache(maxsize=1 << 16)
@@ -341,18 +360,10 @@ def _shared_moves(state: Placement, ndim: int, sizes: tuple[int, ...], extents, 
     (:func:`_edge`), cost times ``unit``, :func:`_penalty`), ``unit`` the least common denominator of
     the costs: the search adds and compares whole numbers, exactly, where Fractions cost most of its
     time."""
-    like = _like(ops, cut)
-    out = []
-    if timing is not None:
-        for kind in _layout_steps():
-            if kind.reaches_by_time is not None:
-                out.extend((Step(kind.name, -1, placement=nxt), nxt)
-                           for nxt in dict.fromkeys(kind.reaches_by_time(state, like)) if nxt != state)
-    out.extend(_moves(state, ndim, like, sizes, whole=False))
-    priced = [(step, _INTERNED.setdefault(nxt, nxt), Fraction(_edge(step, state, sizes, extents, timing)))
-              for step, nxt in out]
-    unit = math.lcm(1, *(c.denominator for _, _, c in priced))
-    return tuple((step, nxt, c, c.numerator * (unit // c.denominator), _penalty(step)) for step, nxt, c in priced), unit
+    priced = [(step, nxt, Fraction(_edge(step, state, sizes, extents, timing)), pen)
+              for step, nxt, pen in _unpriced_moves(state, ndim, sizes, ops, cut, timing is not None, version)]
+    unit = math.lcm(1, *(c.denominator for _, _, c, _ in priced))
+    return tuple((step, nxt, c, c.numerator * (unit // c.denominator), pen) for step, nxt, c, pen in priced), unit
 
 
 class _SharedSearch:

@@ -28,12 +28,13 @@ def block():
 def test_bind_num_workers_on_a_module_without_a_mesh(block, tmp_path, capsys):
     src = tmp_path / "gpt2_block.py"
     src.write_text(block.script())
-    code = opt.main([str(src), "-p", "auto-shard", "--bind", "num_workers=4", "--bind", "b=2", "--bind", "s=10"])
+    # 2 workers: at 4 the search takes twice as long, and test_at_the_users_sizes_no_more_than_megatron runs it
+    code = opt.main([str(src), "-p", "auto-shard", "--bind", "num_workers=2", "--bind", "b=2", "--bind", "s=10"])
     out, err = capsys.readouterr()
     assert code in (0, None) and err == "", err
     (f,) = distir.parse(out).functions.values()
     x = f.params[0].type
-    assert isinstance(x, DTensorType) and x.shape == (2, 10, 64) and x.mesh.shape == (4,)
+    assert isinstance(x, DTensorType) and x.shape == (2, 10, 64) and x.mesh.shape == (2,)
 
 
 def test_size_hints_are_the_sizes_planned_for(block):
