@@ -91,6 +91,8 @@ class Placement:
     _strided: tuple  # (mesh axis, spec) of each strided shard, found once
     _key: tuple  # what equality compares (symbolic shard sizes by structure: PrimExprs do not compare)
     _hash: int
+    _axes_by_dim: dict  # tensor dim -> the mesh axes with a plain shard of it (the planner asks millions of times)
+    _has_partial: bool
 
     def __init__(self, specs: tuple[Spec, ...] = (), block: tuple | None = None):
         specs = tuple(specs) if block is None else ()
@@ -101,6 +103,12 @@ class Placement:
         key = specs, None if block is None else tuple(sym.key(d) for d in block)
         object.__setattr__(self, "_key", key)
         object.__setattr__(self, "_hash", hash(key))
+        axes_by_dim: dict[int, tuple[int, ...]] = {}
+        for i, s in enumerate(specs):
+            if isinstance(s, Shard):
+                axes_by_dim[s.dim] = axes_by_dim.get(s.dim, ()) + (i,)
+        object.__setattr__(self, "_axes_by_dim", axes_by_dim)
+        object.__setattr__(self, "_has_partial", block is None and any(isinstance(s, Partial) for s in specs))
 
     def __eq__(self, other) -> bool:
         return self is other or (isinstance(other, Placement) and self._hash == other._hash and self._key == other._key)
@@ -226,7 +234,9 @@ class Placement:
     def mesh_axes_of(self, dim: int) -> tuple[int, ...]:
         """Mesh axes that shard tensor dim ``dim``, major first (plain shards only: a strided dim
         has no contiguous block, see :attr:`strided`)."""
-        return tuple(i for i, s in enumerate(self.specs) if isinstance(s, Shard) and s.dim == dim)
+        if self.block is not None:
+            self.refuse_block("per-mesh-axis placement entries")
+        return self._axes_by_dim.get(dim, ())
 
     @property
     def strided(self) -> tuple[tuple[int, StridedShard], ...]:
@@ -249,7 +259,7 @@ class Placement:
 
     @property
     def has_partial(self) -> bool:
-        return self.block is None and any(isinstance(s, Partial) for s in self.specs)
+        return self._has_partial
 
     def validate(self, mesh_ndim: int, tensor_ndim: int | None, what: str = "placement", shape=None) -> None:
         """Raise PlacementError saying which entry is wrong and why (with ``shape``, also where
