@@ -54,7 +54,7 @@ def parse_binding(text: str) -> dict[str, int]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of distir-opt, shared by ``distir opt``."""
-    from .args import activation_budget, axis_cost, memory_budget, non_negative_int
+    from .args import activation_budget, axis_cost, memory_budget, non_negative_int, positive_float
     from .models import add_shard_arguments
 
     parser.add_argument("file", metavar="FILE", help="module to read ('-' for stdin)")
@@ -82,6 +82,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--explain", action="store_true",
         help="for -p auto-shard: print (stderr) each parameter's layout and what every alternative would cost "
         "(one propagation per alternative)",
+    )
+    parser.add_argument(
+        "--solver-seconds", type=positive_float, metavar="S",
+        help="for propagate-sharding (in -p distribute): the seconds its layout solver may take per function "
+        "(default 20); a solve stopped keeps the best layout found and says so",
     )
     parser.add_argument(
         "--axis-cost", action="append", default=[], type=axis_cost, metavar="AXIS=LATENCY:BANDWIDTH",
@@ -124,6 +129,7 @@ class OptOptions:
     activation_budget: str | None = None  # the auto-shard pass's
     explain: bool = False  # print the auto-shard pass's report
     axis_costs: object = None  # AxisCosts of --axis-cost (plans minimize time), or None (bytes)
+    solver_seconds: float | None = None  # propagate-sharding's solver time per function (None: its default)
 
     @staticmethod
     def from_args(args: argparse.Namespace) -> OptOptions:
@@ -144,6 +150,7 @@ class OptOptions:
             memory_budget=getattr(args, "memory_budget", None),
             activation_budget=getattr(args, "activation_budget", None),
             explain=getattr(args, "explain", False),
+            solver_seconds=getattr(args, "solver_seconds", None),
             shard_plan=_shard_plan(args, names),
             passes=names,
             bind=bind,
@@ -214,6 +221,8 @@ def run_opt(mod, opts: OptOptions, log=None):
     passes = [_named_pass(name, opts) for name in opts.passes]
     _check_disabled(opts.disabled)
     config = {}
+    if opts.solver_seconds is not None:
+        config["propagate-sharding.solver_seconds"] = opts.solver_seconds
     if opts.axis_costs is not None:
         from ..transform.legalize_redistribute import AXIS_COSTS_KEY
         from .args import check_axis_costs

@@ -525,3 +525,28 @@ def test_opt_axis_cost_errors_are_one_line(tmp_path, capsys, flags, fragment):
     code, _, err = run_cli(["opt", str(path), "-p", "legalize-redistribute", *flags], capsys)
     assert code == 2
     assert_one_error_line(err, "distir opt", fragment)
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "inf", "nan", "soon"])
+def test_opt_solver_seconds_errors_are_one_line(tmp_path, capsys, value):
+    path = tmp_path / "attention.py"
+    path.write_text(examples.text("attention"))
+    code, _, err = run_cli(["opt", str(path), "-p", "distribute", "--solver-seconds", value], capsys)
+    assert code == 2
+    assert_one_error_line(err, "distir opt", "argument --solver-seconds: expected a finite number > 0")
+
+
+def test_opt_solver_seconds_reach_the_solver(tmp_path, capsys, monkeypatch):
+    """With no time at all (and no least time per program), the layout is the greedy one and the
+    warning names the flag; with time, the same command prints no such warning."""
+    from distir.transform.layout_choice import solution
+
+    monkeypatch.setattr(solution, "MIN_SOLVE_SECONDS", 1e-9)
+    path = tmp_path / "attention.py"
+    path.write_text(examples.text("attention"))
+    code, out, err = run_cli(["opt", str(path), "-p", "distribute", "--solver-seconds", "1e-9"], capsys)
+    assert code == 0 and "@R.function" in out
+    assert "the layout solver found no layout in time: the greedy layout is kept (propagate-sharding.solver_seconds " \
+           "= 1e-09, distir-opt --solver-seconds)" in err
+    code, out, err = run_cli(["opt", str(path), "-p", "distribute", "--solver-seconds", "60"], capsys)
+    assert code == 0 and "layout solver" not in err

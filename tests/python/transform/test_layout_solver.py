@@ -417,7 +417,7 @@ def test_a_solver_out_of_time_keeps_the_greedy_layout_and_says_so(monkeypatch):
         greedy = get_pass("propagate-sharding")(distir.parse(SEQUENCE_TO_HEADS))
     with PassContext(config={"propagate-sharding.solver_seconds": 1e-9}):
         with pytest.warns(SolverTimeLimitWarning, match=r"@main: the layout solver found no layout in time: the greedy "
-                          r"layout is kept \(propagate-sharding.solver_seconds = 1e-09\)"):
+                          r"layout is kept \(propagate-sharding.solver_seconds = 1e-09, distir-opt --solver-seconds\)"):
             timed_out = get_pass("propagate-sharding")(distir.parse(SEQUENCE_TO_HEADS))
     assert distir.script.print_module(timed_out) == distir.script.print_module(greedy)
     with PassContext(config={"propagate-sharding.solver_seconds": 60}), warnings.catch_warnings():

@@ -777,8 +777,8 @@ def _warn_time_limit(graph: Graph, clock: SolverClock, kept_greedy: bool = False
         what = "stopped while breaking ties between layouts that send the same bytes: the first found is kept"
     warnings.warn(
         f"propagate-sharding: @{graph.func.name}: the layout solver {what} "
-        f"(propagate-sharding.solver_seconds = {clock.seconds:g}); raise it for the best layout, or give the "
-        f"sizes you run at (size_hints) to make the choice smaller",
+        f"(propagate-sharding.solver_seconds = {clock.seconds:g}, distir-opt --solver-seconds); raise it for the "
+        f"best layout, or give the sizes you run at (size_hints) to make the choice smaller",
         SolverTimeLimitWarning, stacklevel=3)
 
 
