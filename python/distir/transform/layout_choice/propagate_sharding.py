@@ -770,9 +770,11 @@ def _warn_time_limit(graph: Graph, clock: SolverClock, kept_greedy: bool = False
     elif kept_greedy:
         what = ("stopped before proving its layout the best, and the greedy layout sends less at some sampled "
                 "size: the greedy layout is kept")
-    elif clock.gap is not None:
+    elif clock.gap is not None and math.isfinite(clock.gap):
         what = (f"stopped before proving its layout the best: the layout kept sends at most "
                 f"{clock.gap:.1%} more than the best (summed over the sampled sizes)")
+    elif clock.gap is not None:  # no bound on the best yet
+        what = "stopped before proving its layout the best (how much more it sends than the best is not known)"
     else:
         what = "stopped while breaking ties between layouts that send the same bytes: the first found is kept"
     warnings.warn(
