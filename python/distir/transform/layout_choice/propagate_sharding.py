@@ -736,7 +736,7 @@ def lay_out(graph: Graph, ctx: PassContext) -> Function:
         try:
             plan, solved = solve_layouts(graph, prefs, cost)
         except SolverTimeout:
-            _warn_time_limit(graph, clock, kept_greedy=True)
+            _warn_time_limit(graph, clock, found_none=True)
             new = _Materializer(graph, prefs, greedy_cost).run()
             _warn_ambiguities(graph, prefs)
             return new
@@ -749,7 +749,7 @@ def lay_out(graph: Graph, ctx: PassContext) -> Function:
             _warn_ambiguities(graph, prefs)
         else:
             _warn_ties(graph, prefs, plan, solved, clock)
-        _warn_time_limit(graph, clock, kept_greedy and (clock.gap is not None or clock.ties_unsettled))
+        _warn_time_limit(graph, clock, kept_greedy)
     return new
 
 
@@ -761,12 +761,13 @@ def solver_seconds(ctx: PassContext) -> float:
     return float(value)
 
 
-def _warn_time_limit(graph: Graph, clock: SolverClock, kept_greedy: bool = False) -> None:
-    """Say what the solver's time limit cut short (nothing when it cut nothing)."""
-    if clock.gap is None and not clock.ties_unsettled and not kept_greedy:
-        return
-    if clock.gap is None and not clock.ties_unsettled:
+def _warn_time_limit(graph: Graph, clock: SolverClock, kept_greedy: bool = False, found_none: bool = False) -> None:
+    """Say what the solver's time limit cut short (nothing when it cut nothing): ``found_none``, no
+    layout at all (the greedy one is written); ``kept_greedy``, the guard kept the greedy layout."""
+    if found_none:
         what = "found no layout in time: the greedy layout is kept"
+    elif clock.gap is None and not clock.ties_unsettled:
+        return
     elif kept_greedy:
         what = ("stopped before proving its layout the best, and the greedy layout sends less at some sampled "
                 "size: the greedy layout is kept")

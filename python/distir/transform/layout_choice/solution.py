@@ -60,10 +60,6 @@ class SolverClock:
         """The seconds the next program may take: ``share`` of what is left, at least MIN_SOLVE_SECONDS."""
         return max((self.seconds - self.used) * share, MIN_SOLVE_SECONDS)
 
-    @property
-    def spent(self) -> bool:
-        return self.used >= self.seconds
-
 
 _CLOCK: contextvars.ContextVar[SolverClock | None] = contextvars.ContextVar("distir_solver_clock", default=None)
 
