@@ -222,7 +222,9 @@ def run_opt(mod, opts: OptOptions, log=None):
     _check_disabled(opts.disabled)
     config = {}
     if opts.solver_seconds is not None:
-        config["propagate-sharding.solver_seconds"] = opts.solver_seconds
+        from ..transform.layout_choice.propagate_sharding import SOLVER_SECONDS_KEY
+
+        config[SOLVER_SECONDS_KEY] = opts.solver_seconds
     if opts.axis_costs is not None:
         from ..transform.legalize_redistribute import AXIS_COSTS_KEY
         from .args import check_axis_costs

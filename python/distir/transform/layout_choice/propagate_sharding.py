@@ -69,6 +69,7 @@ from .windows import Solved, solve_layouts
 __all__ = ["PropagateSharding", "ShardingAmbiguityWarning", "SolverTimeLimitWarning"]
 
 RECOMPUTE_DEPTH = 3
+SOLVER_SECONDS_KEY = "propagate-sharding.solver_seconds"  # the PassContext config key of the solver's time
 
 
 class ShardingAmbiguityWarning(UserWarning):
@@ -755,9 +756,9 @@ def lay_out(graph: Graph, ctx: PassContext) -> Function:
 
 def solver_seconds(ctx: PassContext) -> float:
     """``propagate-sharding.solver_seconds``: the seconds the solver may take per function (checked)."""
-    value = ctx.config.get("propagate-sharding.solver_seconds", SOLVER_SECONDS)
+    value = ctx.config.get(SOLVER_SECONDS_KEY, SOLVER_SECONDS)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise DistirError(f"propagate-sharding.solver_seconds must be a positive number of seconds, got {value!r}")
+        raise DistirError(f"{SOLVER_SECONDS_KEY} must be a positive number of seconds, got {value!r}")
     return float(value)
 
 
@@ -780,7 +781,7 @@ def _warn_time_limit(graph: Graph, clock: SolverClock, kept_greedy: bool = False
         what = "stopped while breaking ties between layouts that send the same bytes: the first found is kept"
     warnings.warn(
         f"propagate-sharding: @{graph.func.name}: the layout solver {what} "
-        f"(propagate-sharding.solver_seconds = {clock.seconds:g}, distir-opt --solver-seconds); raise it for the "
+        f"({SOLVER_SECONDS_KEY} = {clock.seconds:g}, distir-opt --solver-seconds); raise it for the "
         f"best layout, or give the sizes you run at (size_hints) to make the choice smaller",
         SolverTimeLimitWarning, stacklevel=3)
 
