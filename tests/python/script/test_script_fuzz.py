@@ -13,6 +13,7 @@ Quick by default (derandomized, FUZZ_EXAMPLES examples per test); explore with
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import time
@@ -148,7 +149,9 @@ def mutate(text: str, mutation: tuple) -> str:
 
 def parses_or_raises_a_distir_error(text: str) -> None:
     """distir.parse(text) returns or raises a DistirError, quickly, within bounded memory,
-    and warns nothing (Python's warnings about the text as Python are not the parser's)."""
+    and warns nothing (Python's warnings about the text as Python are not the parser's). The garbage
+    earlier tests left is collected first: a full collection of a worker's heap is not the parser's time."""
+    gc.collect()
     tracemalloc.start()
     start = time.process_time()
     try:

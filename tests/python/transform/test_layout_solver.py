@@ -7,10 +7,12 @@ import os
 import subprocess
 import sys
 import warnings
+from collections import OrderedDict
 from fractions import Fraction
 
 import numpy as np
 import pytest
+from scipy.optimize import milp
 
 import distir
 from distir.testing import assert_sharded_equivalent
@@ -412,6 +414,7 @@ def test_a_solver_out_of_time_keeps_the_greedy_layout_and_says_so(monkeypatch):
     """With no time at all, HiGHS stops before any layout: the function is laid out greedily (the
     layout the greedy search gives), with a warning naming the option, and computes the same numbers."""
     monkeypatch.setattr(solution, "MIN_SOLVE_SECONDS", 1e-9)
+    monkeypatch.setattr(solution, "_solved", OrderedDict())  # no optimum solved before in this process
     with PassContext(config={"propagate-sharding.search": "greedy"}), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         greedy = get_pass("propagate-sharding")(distir.parse(SEQUENCE_TO_HEADS))
@@ -424,6 +427,31 @@ def test_a_solver_out_of_time_keeps_the_greedy_layout_and_says_so(monkeypatch):
         warnings.simplefilter("error", SolverTimeLimitWarning)  # in time: no warning, the solver's layout
         solved = get_pass("propagate-sharding")(distir.parse(SEQUENCE_TO_HEADS))
     assert distir.script.print_module(solved) != distir.script.print_module(greedy)
+
+
+def test_a_program_solved_before_is_answered_without_the_solver(monkeypatch):
+    """A proven optimum is remembered (the same module laid out twice: HiGHS runs only the first
+    time, the layouts are the same); a layout the time limit cut short is not (more time may do better)."""
+    monkeypatch.setattr(solution, "_solved", OrderedDict())
+    runs = []
+
+    def counted(*args, **kw):
+        res = milp(*args, **kw)
+        runs.append(res.status)
+        return res
+
+    monkeypatch.setattr(solution, "milp", counted)
+    first = distir.script.print_module(get_pass("propagate-sharding")(distir.parse(SEQUENCE_TO_HEADS)))
+    solved = len(runs)
+    assert solved and set(runs) == {0} and len(solution._solved) == solved
+    again = distir.script.print_module(get_pass("propagate-sharding")(distir.parse(SEQUENCE_TO_HEADS)))
+    assert again == first and len(runs) == solved
+    monkeypatch.setattr(solution, "_solved", OrderedDict())
+    monkeypatch.setattr(solution, "MIN_SOLVE_SECONDS", 1e-9)
+    with PassContext(config={"propagate-sharding.solver_seconds": 1e-9}), warnings.catch_warnings():
+        warnings.simplefilter("ignore", SolverTimeLimitWarning)
+        get_pass("propagate-sharding")(distir.parse(SEQUENCE_TO_HEADS))
+    assert len(runs) > solved and 0 not in runs[solved:] and not solution._solved
 
 
 def test_the_solver_clock_counts_only_the_solver_and_gives_each_program_its_minimum():

@@ -6,16 +6,18 @@ explanations)."""
 from __future__ import annotations
 
 import contextvars
+import hashlib
 import math
 import time
 import warnings
+from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
-from scipy.optimize import LinearConstraint, milp
-from scipy.sparse import coo_matrix
+from scipy.optimize import LinearConstraint, OptimizeResult, milp
+from scipy.sparse import coo_matrix, issparse
 
 from ...ir.placement import Placement
 from ...quiet import native_output_silenced
@@ -83,9 +85,38 @@ class SolverTimeout(Exception):
 TIME_LIMIT_STATUS = 1  # scipy.optimize.milp: iteration or time limit reached
 
 
-def _milp(c, share: float = 1.0, **kw):
+OPTIMAL_STATUS = 0  # scipy.optimize.milp: an optimal solution found (and proven)
+#: the proven optima of the programs solved last in this process, by :func:`_program_key`: a program
+#: met again (the same module distributed again, a sweep, auto-shard's alternatives, a test suite)
+#: is not solved again. HiGHS is deterministic, so the answer is the one a new solve would give
+SOLVED_CACHE_SIZE = 256
+_solved: OrderedDict[bytes, OptimizeResult] = OrderedDict()
+
+
+def _program_key(c, integrality, bounds, constraints) -> bytes:
+    """A digest of everything HiGHS reads (the options aside, which are always the same but for the time)."""
+    h = hashlib.blake2b(digest_size=20)
+    for a in (c, integrality, *bounds):
+        h.update(np.ascontiguousarray(a, dtype=float).tobytes())
+        h.update(b"|")
+    for con in constraints:
+        A = con.A
+        parts = (A.data, A.indices, A.indptr, A.shape) if issparse(A) else (A, np.shape(A))
+        for a in (*parts, con.lb, con.ub):
+            h.update(np.ascontiguousarray(a, dtype=float).tobytes())
+            h.update(b"|")
+    return h.digest()
+
+
+def _milp(c, share: float = 1.0, *, integrality, bounds, constraints):
     """``scipy.optimize.milp`` with :data:`SOLVER_OPTIONS` and :data:`HIGHS_OPTIONS`, within
-    ``share`` of the time left on the :class:`SolverClock` if one runs."""
+    ``share`` of the time left on the :class:`SolverClock` if one runs; a program solved to its
+    proven optimum before in this process is answered from :data:`_solved`."""
+    key = _program_key(c, integrality, bounds, constraints)
+    found = _solved.get(key)
+    if found is not None:
+        _solved.move_to_end(key)
+        return found
     options = {**SOLVER_OPTIONS, **HIGHS_OPTIONS}
     clock = _CLOCK.get()
     if clock is not None:
@@ -94,10 +125,16 @@ def _milp(c, share: float = 1.0, **kw):
     try:
         with warnings.catch_warnings(), native_output_silenced():  # HiGHS may print to fd 1 from C++, past its display option
             warnings.filterwarnings("ignore", "Unrecognized options detected", RuntimeWarning)
-            return milp(c, options=options, **kw)
+            res = milp(c, options=options, integrality=integrality, bounds=bounds, constraints=constraints)
     finally:
         if clock is not None:
             clock.used += time.monotonic() - start
+    if res.status == OPTIMAL_STATUS:  # a layout cut short by the time limit is not kept: more time may do better
+        res.x.setflags(write=False)
+        _solved[key] = res
+        if len(_solved) > SOLVED_CACHE_SIZE:
+            _solved.popitem(last=False)
+    return res
 
 
 def _timed_out(step) -> bool:
