@@ -31,6 +31,7 @@ import distir
 from distir.examples import llama_stack
 from distir.transform import PassContext
 from distir.transform.instruments import PassTimingInstrument
+from distir.transform.layout_choice import solution
 from distir.transform.pipelines import distribute_pipeline
 
 HIDDEN, HEADS, FFN = 128, 8, 256  # llama_stack's defaults
@@ -38,7 +39,16 @@ JAX_DEVICES = 4
 JAX_SEQ = 64
 
 
+def cold() -> None:
+    """Forget the layout programs solved so far in this process (each run timed solves its own;
+    older commits, which remember none, have nothing to forget)."""
+    forget = getattr(solution, "forget_solved", None)
+    if forget is not None:
+        forget()
+
+
 def run(n_layers: int) -> tuple[int, float, float, dict[str, float]]:
+    cold()
     t0 = time.perf_counter()
     made = llama_stack(n_layers)
     mod = distir.parse(made) if isinstance(made, str) else made  # IR text on older commits (bench_compare)
@@ -120,6 +130,7 @@ def gpt2_module(n_layers: int, hidden: int = 64, heads: int = 4):
 
 def run_gpt2(n_layers: int) -> float:
     mod = gpt2_module(n_layers)
+    cold()
     t0 = time.perf_counter()
     distribute_pipeline()(mod)
     return time.perf_counter() - t0

@@ -539,12 +539,10 @@ def test_opt_solver_seconds_errors_are_one_line(tmp_path, capsys, value):
 def test_opt_solver_seconds_reach_the_solver(tmp_path, capsys, monkeypatch):
     """With no time at all (and no least time per program), the layout is the greedy one and the
     warning names the flag; with time, the same command prints no such warning."""
-    from collections import OrderedDict
-
     from distir.transform.layout_choice import solution
 
     monkeypatch.setattr(solution, "MIN_SOLVE_SECONDS", 1e-9)
-    monkeypatch.setattr(solution, "_solved", OrderedDict())  # no optimum solved before in this process
+    solution.forget_solved()  # no optimum solved before in this process
     path = tmp_path / "attention.py"
     path.write_text(examples.text("attention"))
     code, out, err = run_cli(["opt", str(path), "-p", "distribute", "--solver-seconds", "1e-9"], capsys)

@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import warnings
-from collections import OrderedDict
 from fractions import Fraction
 
 import numpy as np
@@ -414,7 +413,7 @@ def test_a_solver_out_of_time_keeps_the_greedy_layout_and_says_so(monkeypatch):
     """With no time at all, HiGHS stops before any layout: the function is laid out greedily (the
     layout the greedy search gives), with a warning naming the option, and computes the same numbers."""
     monkeypatch.setattr(solution, "MIN_SOLVE_SECONDS", 1e-9)
-    monkeypatch.setattr(solution, "_solved", OrderedDict())  # no optimum solved before in this process
+    solution.forget_solved()  # no optimum solved before in this process
     with PassContext(config={"propagate-sharding.search": "greedy"}), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         greedy = get_pass("propagate-sharding")(distir.parse(SEQUENCE_TO_HEADS))
@@ -432,7 +431,7 @@ def test_a_solver_out_of_time_keeps_the_greedy_layout_and_says_so(monkeypatch):
 def test_a_program_solved_before_is_answered_without_the_solver(monkeypatch):
     """A proven optimum is remembered (the same module laid out twice: HiGHS runs only the first
     time, the layouts are the same); a layout the time limit cut short is not (more time may do better)."""
-    monkeypatch.setattr(solution, "_solved", OrderedDict())
+    solution.forget_solved()
     runs = []
 
     def counted(*args, **kw):
@@ -446,7 +445,7 @@ def test_a_program_solved_before_is_answered_without_the_solver(monkeypatch):
     assert solved and set(runs) == {0} and len(solution._solved) == solved
     again = distir.script.print_module(get_pass("propagate-sharding")(distir.parse(SEQUENCE_TO_HEADS)))
     assert again == first and len(runs) == solved
-    monkeypatch.setattr(solution, "_solved", OrderedDict())
+    solution.forget_solved()
     monkeypatch.setattr(solution, "MIN_SOLVE_SECONDS", 1e-9)
     with PassContext(config={"propagate-sharding.solver_seconds": 1e-9}), warnings.catch_warnings():
         warnings.simplefilter("ignore", SolverTimeLimitWarning)

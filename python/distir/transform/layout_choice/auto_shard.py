@@ -26,6 +26,7 @@ at the device count given (``sizes={"num_workers": 4}``), or else at each sample
 from __future__ import annotations
 
 import difflib
+import functools
 import itertools
 import math
 import re
@@ -390,8 +391,10 @@ def _check_sizes(sizes: Mapping[str, int], func: Function, mesh: DeviceMesh) -> 
                              f"its mesh (its symbolic sizes: {', '.join(sorted(known)) or 'none'}){hint}")
 
 
-def candidate_layouts(ndim: int, mesh: DeviceMesh) -> list[Placement]:
-    """Replicated, and every way of cutting dims along mesh axes (each axis: R or S[d])."""
+@functools.lru_cache(maxsize=256)
+def candidate_layouts(ndim: int, mesh: DeviceMesh) -> tuple[Placement, ...]:
+    """Replicated, and every way of cutting dims along mesh axes (each axis: R or S[d]); remembered
+    (asked per weight and per budget size)."""
     options = [Replicate()] + [Shard(d) for d in range(ndim)]
     out = []
     for combo in itertools.product(options, repeat=mesh.ndim):
@@ -402,7 +405,7 @@ def candidate_layouts(ndim: int, mesh: DeviceMesh) -> list[Placement]:
             continue
         if p not in out:
             out.append(p)
-    return out
+    return tuple(out)
 
 
 def weight_indices(func: Function) -> set[int]:

@@ -102,7 +102,7 @@ class Program:
         # in units of the peak with every value whole (scale), at least each of its rows
         # (sample, {column: bytes}, bytes of values whose layout is given)
         self.peak_cols: list[int] = []
-        self.peak_rows: list[tuple[int, dict[int, Fraction], Fraction]] = []
+        self.peak_rows: list[tuple[int, dict[int, int], int]] = []
         self.peak_scale: list[Fraction] = []  # per sample: the peak with every value whole (no copies)
         self.peak_bound: list[Fraction] | None = None  # the limit per sample, once the least peak is known
         self.rows: list[tuple[list[tuple[int, float]], float, float]] = []
@@ -470,32 +470,47 @@ class Program:
                 held[key] = limit.held(s, p, k)
             return held[key]
 
+        # the spans live at each point, swept in order of the points (each point's terms in the
+        # order of the spans, as they were found); bytes are whole numbers, added as ints
+        by_start = sorted(range(len(spans)), key=lambda j: spans[j][0])
+        live_at: list[list[int]] = []
+        live: list[tuple[int, int]] = []  # (last point, span) heap
+        nxt = 0
+        for t in points:
+            while nxt < len(by_start) and spans[by_start[nxt]][0] <= t:
+                j = by_start[nxt]
+                heapq.heappush(live, (spans[j][1], j))
+                nxt += 1
+            while live and live[0][0] < t:
+                heapq.heappop(live)
+            live_at.append(sorted(j for _, j in live))
         for k in range(limit.samples):
-            whole = Fraction(0)
-            rows: dict[tuple, tuple[dict[int, Fraction], Fraction]] = {}
-            for t in points:
-                terms: dict[int, Fraction] = {}
-                const = Fraction(0)
-                values: set[int] = set()  # the values live at t (for the peak with every value whole)
-                for a, b, c, s, p in spans:
-                    if not a <= t <= b:
-                        continue
+            sized = [nbytes(s, p, k) for _, _, _, s, p in spans]
+            whole_of = [nbytes(s, None, k) if s.id not in params else 0 for _, _, _, s, _ in spans]
+            whole = 0
+            rows: dict[tuple, tuple[dict[int, int], int]] = {}
+            for js in live_at:
+                terms: dict[int, int] = {}
+                const = 0
+                values: dict[int, int] = {}  # the values live at t (for the peak with every value whole)
+                for j in js:
+                    c, s = spans[j][2], spans[j][3]
                     if c is None:
-                        const += nbytes(s, p, k)
+                        const += sized[j]
                     else:
-                        terms[c] = terms.get(c, Fraction(0)) + nbytes(s, p, k)
+                        terms[c] = terms.get(c, 0) + sized[j]
                     if s.id not in params:
-                        values.add(s.id)
-                whole = max(whole, sum((Fraction(nbytes(self.slot_by_id[i], None, k)) for i in values), Fraction(0)))
+                        values[s.id] = whole_of[j]
+                whole = max(whole, sum(values.values()))
                 key = (tuple(sorted(terms.items())), const)
                 rows.setdefault(key, (terms, const))
-            scale = whole or Fraction(1)
+            scale = whole or 1
             m = self.col(ub=np.inf)
             self.peak_cols.append(m)
-            self.peak_scale.append(scale)
+            self.peak_scale.append(Fraction(scale))
             for terms, const in rows.values():
                 self.peak_rows.append((k, terms, const))
-                self.row([(c, float(v / scale)) for c, v in terms.items()] + [(m, -1.0)], -np.inf, float(-const / scale))
+                self.row([(c, v / scale) for c, v in terms.items()] + [(m, -1.0)], -np.inf, -const / scale)
 
     @staticmethod
     def recomputable(site: Site) -> bool:

@@ -24,7 +24,8 @@ from ...quiet import native_output_silenced
 from .plan import LayoutPlan
 from .program import Program, result_slots
 
-__all__ = ["SolverClock", "SolverTimeout", "alternative", "alternative_cost", "solver_time_limit", "visible_layouts"]
+__all__ = ["SolverClock", "SolverTimeout", "alternative", "alternative_cost", "forget_solved", "solver_time_limit",
+           "visible_layouts"]
 
 MEMORY_WEIGHT = Fraction(0)  # bytes held count only as a tie-break (W_MEMORY), not against bytes sent
 # HiGHS, exact (no gap). Presolve off: on these programs (a few thousand columns, mostly implied by a
@@ -91,6 +92,11 @@ OPTIMAL_STATUS = 0  # scipy.optimize.milp: an optimal solution found (and proven
 #: is not solved again. HiGHS is deterministic, so the answer is the one a new solve would give
 SOLVED_CACHE_SIZE = 256
 _solved: OrderedDict[bytes, OptimizeResult] = OrderedDict()
+
+
+def forget_solved() -> None:
+    """Forget the optima remembered (a benchmark times cold solves; a test wants HiGHS to run)."""
+    _solved.clear()
 
 
 def _program_key(c, integrality, bounds, constraints) -> bytes:
