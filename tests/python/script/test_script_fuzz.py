@@ -147,11 +147,19 @@ def mutate(text: str, mutation: tuple) -> str:
     return "".join(tokens)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def earlier_tests_heap_frozen():
+    """What earlier tests left on the worker's heap is collected once and frozen for this module: a
+    full collection walking it (2 s on a busy worker) is not the parser's time."""
+    gc.collect()
+    gc.freeze()
+    yield
+    gc.unfreeze()
+
+
 def parses_or_raises_a_distir_error(text: str) -> None:
     """distir.parse(text) returns or raises a DistirError, quickly, within bounded memory,
-    and warns nothing (Python's warnings about the text as Python are not the parser's). The garbage
-    earlier tests left is collected first: a full collection of a worker's heap is not the parser's time."""
-    gc.collect()
+    and warns nothing (Python's warnings about the text as Python are not the parser's)."""
     tracemalloc.start()
     start = time.process_time()
     try:
