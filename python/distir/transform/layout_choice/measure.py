@@ -88,6 +88,9 @@ def function_bytes(func, env: Mapping[str, int], axis_costs: AxisCosts | None = 
             share = plan_cost(plan_redistribute(t.mesh, t.ndim, src, dst, t.shape), src, sizes, shape)
         return share * math.prod(shape) * dtype_bytes(t.dtype) * math.prod(sizes)
 
+    # at these sizes a redistribute's bytes depend on its type and layouts only: the layers of a
+    # stack repeat the same few, each priced once
+    priced: dict[tuple[DTensorType, Placement], Fraction] = {}
     sent = gathers = Fraction(0)
     try:
         for b in func.bindings():
@@ -96,7 +99,10 @@ def function_bytes(func, env: Mapping[str, int], axis_costs: AxisCosts | None = 
             if name == redistribute:
                 x = v.args[0].type
                 if isinstance(x, DTensorType) and x.mesh == v.attrs["device_mesh"]:
-                    sent += cost(x, x.placement, v.attrs["placement"], tuple(ev(d) for d in x.mesh.shape))
+                    key = (x, v.attrs["placement"])
+                    if key not in priced:
+                        priced[key] = cost(x, x.placement, v.attrs["placement"], tuple(ev(d) for d in x.mesh.shape))
+                    sent += priced[key]
             elif name == exchange.global_op.name:
                 x, y = v.args[0].type, b.var.type
                 sizes = tuple(ev(d) for d in x.mesh.shape)
