@@ -31,7 +31,6 @@ import distir
 from distir.examples import llama_stack
 from distir.transform import PassContext
 from distir.transform.instruments import PassTimingInstrument
-from distir.transform.layout_choice import solution
 from distir.transform.pipelines import distribute_pipeline
 
 HIDDEN, HEADS, FFN = 128, 8, 256  # llama_stack's defaults
@@ -42,9 +41,11 @@ JAX_SEQ = 64
 def cold() -> None:
     """Forget the layout programs solved so far in this process (each run timed solves its own;
     older commits, which remember none, have nothing to forget)."""
-    forget = getattr(solution, "forget_solved", None)
-    if forget is not None:
-        forget()
+    try:
+        from distir.transform.layout_choice.solution import forget_solved
+    except ImportError:
+        return
+    forget_solved()
 
 
 def run(n_layers: int) -> tuple[int, float, float, dict[str, float]]:
