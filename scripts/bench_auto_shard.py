@@ -25,10 +25,19 @@ from distir.analysis import comm_volume, memory_footprint
 from distir.examples import llama_stack
 from distir.transform import AutoShard, PassContext, get_pass
 from distir.transform.layout_choice.auto_shard import strip_layouts
-from distir.transform.layout_choice.solution import forget_solved
 from distir.transform.pipelines import distribute_pipeline
 
 AT = {"num_workers": 4, "s": 64}
+
+
+def forget_solved() -> None:
+    """Forget the layout programs solved so far in this process (each run timed solves its own;
+    older commits, which remember none, have nothing to forget: scripts/bench_compare.py)."""
+    try:
+        from distir.transform.layout_choice.solution import forget_solved as forget
+    except ImportError:
+        return
+    forget()
 
 
 def sent(local) -> float:
