@@ -30,14 +30,14 @@ from distir.transform.pipelines import distribute_pipeline
 AT = {"num_workers": 4, "s": 64}
 
 
-def forget_solved() -> None:
+def cold() -> None:
     """Forget the layout programs solved so far in this process (each run timed solves its own;
-    older commits, which remember none, have nothing to forget: scripts/bench_compare.py)."""
+    older commits, which remember none, have nothing to forget), as scripts/bench_pipeline.py does."""
     try:
-        from distir.transform.layout_choice.solution import forget_solved as forget
+        from distir.transform.layout_choice.solution import forget_solved
     except ImportError:
         return
-    forget()
+    forget_solved()
 
 
 def sent(local) -> float:
@@ -62,11 +62,11 @@ def explain_comparison(repeat: int) -> None:
     for name, mod, kw in cases:
         plain = explained = float("inf")
         for _ in range(repeat):
-            forget_solved()  # each run solves its own programs (none remembered from the run before)
+            cold()  # each run solves its own programs (none remembered from the run before)
             t0 = time.perf_counter()
             AutoShard(**kw)(mod)
             t1 = time.perf_counter()
-            forget_solved()
+            cold()
             t1_cold = time.perf_counter()
             AutoShard(explain=True, **kw)(mod)
             t2 = time.perf_counter()
@@ -89,7 +89,7 @@ def main() -> None:
     for n in (int(s) for s in args.layers.split(",")):
         annotated = llama_stack(n)
         plain = strip_layouts(annotated)
-        forget_solved()  # the programs solved cold (auto-shard's then distribute's, in one process as distir-opt runs them)
+        cold()  # the programs solved cold (auto-shard's then distribute's, in one process as distir-opt runs them)
         t0 = time.perf_counter()
         with PassContext(config={"propagate-sharding.search": "greedy"}):
             get_pass("propagate-sharding")(annotated)
