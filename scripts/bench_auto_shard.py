@@ -19,7 +19,9 @@ b = 2, s = 10, 4 workers; one block, one window, and two blocks, two windows) an
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 from distir.analysis import comm_volume, memory_footprint
 from distir.examples import llama_stack
@@ -27,17 +29,11 @@ from distir.transform import AutoShard, PassContext, get_pass
 from distir.transform.layout_choice.auto_shard import strip_layouts
 from distir.transform.pipelines import distribute_pipeline
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_pipeline import cold  # noqa: E402  (each timed run solves its own programs)
+
 AT = {"num_workers": 4, "s": 64}
-
-
-def cold() -> None:
-    """Forget the layout programs solved so far in this process (each run timed solves its own;
-    older commits, which remember none, have nothing to forget), as scripts/bench_pipeline.py does."""
-    try:
-        from distir.transform.layout_choice.solution import forget_solved
-    except ImportError:
-        return
-    forget_solved()
 
 
 def sent(local) -> float:
