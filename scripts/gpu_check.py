@@ -130,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"TVM {tvm.__version__}; target {args.target} on {device} ({name}); NCCL in this TVM build: "
           f"{'yes' if has_nccl() else 'no (runtime.disco.nccl.init_ccl missing)'}; session: {args.session}")
     warnings.simplefilter("once")
+    # the header says whether NCCL is there; the same line per run would bury the table
+    warnings.filterwarnings("ignore", message="this TVM build has no NCCL")
     header = f"{'model':<10} {'W':>2} {'ccl':<5} {'ok':<5} {'max diff':>9} {'vs TVM':>9} {'B/worker':>10} {'Disco B/w':>10} {'build s':>8} {'run s':>7}"
     print(header)
     print("-" * len(header))
