@@ -193,6 +193,7 @@ class Program:
             self.results()
         self.params()
         self.supplies()
+        self.consumption_rows()
         if self.choice is not None and self.choice.activations is not None:
             self.activation_rows(self.choice.activations)
 
@@ -403,15 +404,66 @@ class Program:
                         self.row([(z, 1.0)] + [(c, -1.0) for c in cols], -np.inf, 0)
                 site = producer_of.get(rid)
                 if site is not None and self.recomputable(site):
-                    for st in self.strategies[id(site)]:
-                        if st.outs[0] != q:
-                            continue
-                        r = self.col(tb=W_RECOMPUTE, mem=self.held(s, q))
-                        self.r_cols.append((r, rid, q, st))
-                        terms.append((r, -1.0))
-                        self.demand(site.ins, [(r, st)])
+                    recomputed = self.recomputations(site, rid, q, s)
+                    terms += [(r, -1.0) for r in recomputed]
+                    if recomputed:  # q is made once: by the primary, a redistribute or a recomputation
+                        self.row([(c, 1.0) for c, _ in terms[1:]], -np.inf, 1)
                 self.row(terms, -np.inf, 0)
         self.pending = None
+
+    def consumption_rows(self) -> None:
+        """Rows that make the relaxation tight: a value made in layout ``p`` reaches each of its
+        readers, which reads it in ``p`` or in a layout made from ``p`` (a redistribute from ``p``,
+        or a recomputation). Implied for whole choices by the supply rows, but not for fractions:
+        without them the relaxation makes a value half in a layout nobody reads (a partial sum, say),
+        and supplies its readers from the other half, redistributing only half."""
+        moved: dict[tuple[int, Placement], list[tuple[Placement, int]]] = {}
+        for z, rid, p, q in self.z_cols:
+            moved.setdefault((rid, q), []).append((p, z))
+        remade: dict[tuple[int, Placement], list[int]] = {}
+        for r, rid, q, _ in self.r_cols:
+            remade.setdefault((rid, q), []).append(r)
+        for site in self.g.sites:
+            cols = self.site_cols.get(id(site))
+            if cols is None:
+                continue
+            for i, s in enumerate(site.ins):
+                if not self.distributed(s):
+                    continue
+                rid = self.rid(s)
+                prim = self.prim.get(rid)
+                if not prim or len(prim) < 2 or any(v is None for v in prim.values()):
+                    continue  # one layout, or given (earlier windows' versions): nothing to choose
+                reads: dict[Placement, list[int]] = {}
+                for c, st in cols:
+                    reads.setdefault(st.ins[i], []).append(c)
+                for p, made in prim.items():
+                    terms = [(c, 1.0) for c in made] + [(c, -1.0) for c in reads.get(p, [])]
+                    for q in reads:
+                        if q != p:
+                            terms += [(z, -1.0) for src, z in moved.get((rid, q), []) if src == p]
+                            terms += [(r, -1.0) for r in remade.get((rid, q), [])]
+                    self.row(terms, -np.inf, 0)
+
+    def recomputations(self, site: Site, rid: int, q: Placement, s: Slot) -> list[int]:
+        """Columns: value ``rid`` recomputed in layout ``q`` by ``site``, one per strategy making ``q``.
+
+        The inputs of a layout of the value are needed at least as often as the ways of making
+        it that read them (its primary in ``q`` or one recomputation, of which at most one is
+        chosen at some optimum of each objective: a layout is never made twice, and a
+        recomputation costs a tie-break). Read per way, as the primary's own rows read them, the
+        relaxation makes a layout half as primary and half recomputed from the same half-chosen
+        inputs at no cost, and HiGHS spends its time closing that gap."""
+        made = [(c, st) for c, st in self.site_cols[id(site)] if st.outs[0] == q]
+        recomputed = []
+        for st in self.strategies[id(site)]:
+            if st.outs[0] == q:
+                r = self.col(tb=W_RECOMPUTE, mem=self.held(s, q))
+                self.r_cols.append((r, rid, q, st))
+                recomputed.append((r, st))
+        if recomputed:
+            self.demand(site.ins, made + recomputed)
+        return [r for r, _ in recomputed]
 
     def activation_rows(self, limit: ActivationLimit) -> None:
         """Rows: at each program point of the model, the bytes of the values live there are at most
