@@ -88,8 +88,11 @@ class Program:
     """Columns and rows of the integer program, built from the graph."""
 
     def __init__(self, graph: Graph, prefs: Preferences | None, cost: CostModel, window: Window | None = None,
-                 choice: ParamChoice | None = None):
+                 choice: ParamChoice | None = None, tight: bool = True):
         self.g, self.prefs, self.cost = graph, prefs, cost
+        # with the rows that tighten the relaxation (the same optima, found faster); without: the
+        # loosest valid program (a test compares both)
+        self.tight = tight
         self.choice = choice  # None: free parameters take the layouts the preferences offer
         self.window = window  # None: the whole function
         self.c: list[Fraction] = []  # bytes sent per column, summed over the sampled sizes (the objective)
@@ -193,7 +196,8 @@ class Program:
             self.results()
         self.params()
         self.supplies()
-        self.consumption_rows()
+        if self.tight:
+            self.consumption_rows()
         if self.choice is not None and self.choice.activations is not None:
             self.activation_rows(self.choice.activations)
 
@@ -406,7 +410,7 @@ class Program:
                 if site is not None and self.recomputable(site):
                     recomputed = self.recomputations(site, rid, q, s)
                     terms += [(r, -1.0) for r in recomputed]
-                    if recomputed:  # q is made once: by the primary, a redistribute or a recomputation
+                    if recomputed and self.tight:  # q is made once: by the primary, a redistribute or a recomputation
                         self.row([(c, 1.0) for c, _ in terms[1:]], -np.inf, 1)
                 self.row(terms, -np.inf, 0)
         self.pending = None
@@ -461,8 +465,11 @@ class Program:
                 r = self.col(tb=W_RECOMPUTE, mem=self.held(s, q))
                 self.r_cols.append((r, rid, q, st))
                 recomputed.append((r, st))
-        if recomputed:
+        if self.tight and recomputed:
             self.demand(site.ins, made + recomputed)
+        else:
+            for r, st in recomputed:
+                self.demand(site.ins, [(r, st)])
         return [r for r, _ in recomputed]
 
     def activation_rows(self, limit: ActivationLimit) -> None:
