@@ -2149,7 +2149,9 @@ def repro_text(case: Case, outcome: Outcome, note: str = "", path: str = "REPRO.
     lines += [
         "# reproduce:",
         f"#   PYTHONPATH=python python scripts/fuzz.py --replay {path}" + (" --tvm" if backend else ""),
-        f"#   distir run {path} -n {w} --seed {case.seed}{(' ' + dims) if dims else ''}{backend}" if not costs else
+        # a module on static meshes only has no count to set: `distir run` refuses -n there
+        f"#   distir run {path}{f' -n {w}' if case.program.uses_workers() else ''} --seed {case.seed}"
+        f"{(' ' + dims) if dims else ''}{backend}" if not costs else
         f"#   distir-opt {path} -p distribute" + "".join(f" --axis-cost {c}" for c in costs.split(",")),
         f"# fuzz: {meta}",
         "",

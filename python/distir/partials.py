@@ -86,11 +86,11 @@ def identity(reduction: str, dtype) -> int | float | bool:
     return float("-inf") if reduction == "max" else float("inf")
 
 
-def combine(kind: str, parts: Sequence[np.ndarray] | np.ndarray, *, wide: bool = True) -> np.ndarray:
+def combine(kind: str, parts: Sequence[np.ndarray] | np.ndarray) -> np.ndarray:
     """The value of partial ``parts`` (a sequence, or stacked on axis 0) under ``P[kind]``, in their dtype.
 
-    Integers add with wrap-around in their dtype; floats add in float64 (``wide``) or in their
-    own dtype in worker order (``wide=False``: what a ring all-reduce of that dtype computes)."""
+    Integers add with wrap-around in their dtype; floats add in float64 and round once (as
+    distir's host collectives do; the parts of a partial input combine to it exactly so)."""
     stacked = parts if isinstance(parts, np.ndarray) else np.stack([np.asarray(p) for p in parts])
     dtype = stacked.dtype
     why = partial_refusal(kind, dtype)
@@ -103,8 +103,7 @@ def combine(kind: str, parts: Sequence[np.ndarray] | np.ndarray, *, wide: bool =
             return np.asarray(np.minimum.reduce(stacked, axis=0))
         if dtype_class(dtype) == "int":
             return np.asarray(np.add.reduce(stacked, axis=0, dtype=dtype))  # wraps around, as one device does
-        acc = stacked.astype(np.float64) if wide else stacked
-        total = np.add.reduce(acc, axis=0)
+        total = np.add.reduce(stacked.astype(np.float64), axis=0)
         if kind == "avg":
             total = total / len(stacked)
         return np.asarray(total).astype(dtype, copy=False)

@@ -55,9 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from .models import add_shard_arguments
 
     parser.add_argument("file", metavar="FILE", help="global-view module to run ('-' for stdin)")
-    parser.add_argument("-n", "--num-workers", type=workers, required=True, metavar="N",
+    parser.add_argument("-n", "--num-workers", type=workers, metavar="N",
                         help=f"value of num_workers (the symbolic mesh size), at most {MAX_WORKERS} "
-                             f"({MAX_DISCO_WORKERS} with --backend tvm)")
+                             f"({MAX_DISCO_WORKERS} with --backend tvm); not needed when every mesh is static")
     parser.add_argument("--backend", choices=("sim", "tvm"), default="sim",
                         help="sim: distir's SPMD simulator (default); tvm: TVM build run on Disco")
     parser.add_argument("--target", metavar="TARGET",
@@ -190,7 +190,7 @@ def run_job(args: argparse.Namespace, out: TextIO) -> int:
     dims: dict[str, int] = {}
     for b in args.bind:
         dims.update(b)
-    if args.backend == "tvm" and args.num_workers > MAX_DISCO_WORKERS:
+    if args.backend == "tvm" and args.num_workers is not None and args.num_workers > MAX_DISCO_WORKERS:
         raise UsageError(
             f"-n/--num-workers {args.num_workers} with --backend tvm: at most {MAX_DISCO_WORKERS} workers (Disco runs "
             f"a thread per worker); use --backend sim for up to {MAX_WORKERS}"
@@ -198,13 +198,13 @@ def run_job(args: argparse.Namespace, out: TextIO) -> int:
     for flag, given in (("--target", args.target), ("--session", args.session)):
         if given is not None and args.backend != "tvm":
             raise UsageError(f"{flag} is for --backend tvm")
-    if args.session == "processes" and args.num_workers > MAX_DISCO_PROCESSES:
+    if args.session == "processes" and args.num_workers is not None and args.num_workers > MAX_DISCO_PROCESSES:
         raise UsageError(f"-n/--num-workers {args.num_workers} with --session processes: at most {MAX_DISCO_PROCESSES} "
                          "workers (a process each); use --session threads")
     if args.symbol in dims:
         raise UsageError(
             f"--bind {args.symbol}={dims[args.symbol]}: {args.symbol} is the number of workers; set it with "
-            f"-n/--num-workers (now {args.num_workers})"
+            "-n/--num-workers" + (f" (now {args.num_workers})" if args.num_workers is not None else "")
         )
     mod = read_module(args.file)
     func = function_name(mod, args.func)
@@ -215,6 +215,11 @@ def run_job(args: argparse.Namespace, out: TextIO) -> int:
     mod = apply_shard_plan(mod, args)
     n = args.num_workers
     symbolic = check_mesh_symbol(mod, args.symbol, n)
+    if n is None:  # static meshes run on their own devices; a symbolic one needs its value
+        if symbolic:
+            raise UsageError(f"-n/--num-workers is required: the module's mesh size '{args.symbol}' is symbolic "
+                             "(e.g. -n 4)")
+        n = static_workers(mod)
     symbols = module_symbols(mod) - {args.symbol}
     check_bind_names(dims, symbols | {args.symbol}, args.symbol)
     # other mesh sizes (a mesh ("dp", "tp") run with --symbol dp) come from --bind

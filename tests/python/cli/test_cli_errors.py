@@ -193,6 +193,13 @@ def test_static_meshes(static, tmp_path, capsys):
     code, out, err = run_cli(["run", static, "-n", "2"], capsys)
     assert code == 0, err
     assert "distribute pipeline (static meshes)" in out and "sim result on 2 workers matches" in out
+    code, out, err = run_cli(["run", static], capsys)  # no -n: the meshes' own devices
+    assert code == 0, err
+    assert "sim result on 2 workers matches" in out
+    code, out, err = run_cli(["run", MLP], capsys)  # a symbolic mesh needs its value
+    assert code == 2 and out == ""
+    assert_one_error_line(err, "distir run", "-n/--num-workers is required: the module's mesh size 'num_workers' is "
+                                             "symbolic (e.g. -n 4)")
     code, _, err = run_cli(["sweep", static], capsys)
     assert code == 1
     assert_one_error_line(err, "distir sweep", "its device meshes are static, so every count would give the same")
