@@ -90,7 +90,8 @@ def combine(kind: str, parts: Sequence[np.ndarray] | np.ndarray) -> np.ndarray:
     """The value of partial ``parts`` (a sequence, or stacked on axis 0) under ``P[kind]``, in their dtype.
 
     Integers add with wrap-around in their dtype; floats add in float64 and round once (as
-    distir's host collectives do; the parts of a partial input combine to it exactly so)."""
+    distir's host collectives and the simulator's all-reduces do, and as the parts of a partial
+    input are made to combine to it exactly)."""
     stacked = parts if isinstance(parts, np.ndarray) else np.stack([np.asarray(p) for p in parts])
     dtype = stacked.dtype
     why = partial_refusal(kind, dtype)

@@ -196,15 +196,6 @@ def _groups(attrs, env):
     return mesh_groups(attrs["device_mesh"], attrs["mesh_axis"], env.values)
 
 
-def _reduce_stack(op: str, stacked: np.ndarray) -> np.ndarray:
-    """The reduction of the arrays stacked on axis 0 by the rule of :mod:`distir.partials`: floats
-    added in float64 and rounded once, as distir's host collectives add (Disco on the CPU, and on
-    GPUs without NCCL), and as the parts of a partial input are made to combine exactly. Added in
-    their own dtype instead, the parts of a float16 ``P[avg]`` over 3 workers came back a rounding
-    off the value, and a program that then subtracts a near-equal value showed it as a 17% error."""
-    return combine(op, stacked)
-
-
 def _same_type_infer(name: str):
     def infer(types, attrs):
         x = expect_tensor(types[0], name)
@@ -302,7 +293,7 @@ def _all_reduce_simulate(xs, attrs, env):
         # sends the reduced chunk to the n - 1 others; the chunks cover the buffer once
         sent += 2 * (n - 1) * first.nbytes
         # reducing the whole stack adds in worker order, as the chunks of the ring do
-        full = _reduce_stack(op, np.stack([xs[w] for w in group])) if n > 1 else first
+        full = combine(op, np.stack([xs[w] for w in group])) if n > 1 else first
         for w in group:
             out[w] = full
     return out, sent
@@ -330,7 +321,7 @@ def _reduce_scatter_simulate(xs, attrs, env):
     for group in _groups(attrs, env):
         n = len(group)
         block = -(-xs[group[0]].shape[axis] // n)
-        reduced = _pad_to(_reduce_stack(op, np.stack([xs[w] for w in group])), axis, n * block)
+        reduced = _pad_to(combine(op, np.stack([xs[w] for w in group])), axis, n * block)
         for w, piece in zip(group, np.split(reduced, n, axis=axis)):
             out[w] = piece
             sent += (n - 1) * piece.nbytes  # each worker sends every block but its own
