@@ -82,6 +82,10 @@ _BLOCK_RE = re.compile(r"^\s*B\s*\[(.*)\]\s*$", re.DOTALL)
 _SPEC_RE = re.compile(r"^\s*(?:(R)|S\[\s*(-?\d+)\s*(?:/\s*(-?\d+)\s*)?\]|P(?:\[\s*([a-z]+)\s*\])?)\s*$")
 
 
+_MAX_INTERNED = 1 << 16  # distinct per-axis layouts kept (a few hundred in practice)
+_INTERNED: dict[tuple, "Placement"] = {}  # specs -> their Placement (immutable, so one serves every user)
+
+
 @dataclass(frozen=True, init=False, eq=False)
 class Placement:
     """Per-mesh-axis specs (``block`` None), or a block layout (``block`` the shard shape)."""
@@ -94,7 +98,21 @@ class Placement:
     _axes_by_dim: dict  # tensor dim -> the mesh axes with a plain shard of it (the planner asks millions of times)
     _has_partial: bool
 
-    def __init__(self, specs: tuple[Spec, ...] = (), block: tuple | None = None):
+    def __new__(cls, specs: tuple[Spec, ...] = (), block: tuple | None = None):
+        """The one Placement of these specs (made once: the planner asks for the same few layouts
+        millions of times), or a new block layout."""
+        if block is None:
+            specs = tuple(specs)
+            hit = _INTERNED.get(specs)
+            if hit is not None:
+                return hit
+        self = object.__new__(cls)
+        self._init(specs, block)
+        if block is None and len(_INTERNED) < _MAX_INTERNED:
+            _INTERNED[specs] = self
+        return self
+
+    def _init(self, specs: tuple[Spec, ...], block: tuple | None) -> None:
         specs = tuple(specs) if block is None else ()
         block = None if block is None else tuple(sym.normalize(d) for d in block)
         object.__setattr__(self, "_specs", specs)

@@ -91,6 +91,7 @@ class _Pool:
         self.write_fds: dict[int, int] = {}  # the caller's end of the pipe to each worker
         self.sinks: list[int] = []
         self.plugged: set[int] = set()
+        self.released = False  # TVM destroyed the session (``destroyed`` ran)
 
     def start(self, worker: int) -> tvm_ffi.Shape:
         to_worker_r, to_worker_w = os.pipe()
@@ -149,6 +150,7 @@ class _Pool:
 
     def destroyed(self) -> None:
         """TVM destroyed the session (its last call to the pool): release everything."""
+        self.released = True
         self.stop()
         for fd in self.sinks:
             os.close(fd)
@@ -326,7 +328,8 @@ class ProcessWorkers:
             pass
         self.pool.plug()
         self.sess = None  # TVM destroys the session once nothing refers to it; the pool's sinks stay open until then
-        gc.collect()
+        if not self.pool.released:  # a reference cycle still holds it: a full collection (slow on a large heap) frees it
+            gc.collect()
         self.pool.stop()
         host_ccl.forget_session(self.pool.directory)
 
