@@ -224,7 +224,7 @@ def test_a_stack_is_solved_in_windows_alike_layers_once_with_the_whole_function_
     mod = distir.examples.llama_stack(8)
     graph = build_graph(mod["main"])
     prefs = preferred_placements(graph)
-    cuts = windows._windows(graph)
+    cuts = windows.cut_windows(graph)
     assert [sum(not s.is_hint for s in w) for w in cuts] == [37] + [40] * 7 + [7]
     assert sum(len(w) for w in cuts) == len(graph.sites)
     plan, solved = windows.solve_layouts(graph, prefs, CostModel(graph))
