@@ -11,8 +11,8 @@ import math
 import time
 import warnings
 from collections import OrderedDict
+from collections.abc import Collection, Mapping
 from contextlib import contextmanager
-from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -173,8 +173,8 @@ def _highs_from(start: np.ndarray, c, options, integrality, bounds, constraints)
     lp.integrality_ = [highspy.HighsVarType(int(i)) for i in integrality]
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
-    for name, value in options.items():
-        h.setOptionValue(name, "off" if value is False and name == "presolve" else value)
+    for name, value in options.items():  # scipy takes presolve as a bool, HiGHS itself as "on"/"off"
+        h.setOptionValue(name, ("on" if value else "off") if name == "presolve" else value)
     h.passModel(lp)
     given = highspy.HighsSolution()
     given.col_value = [float(v) for v in start]
@@ -182,7 +182,7 @@ def _highs_from(start: np.ndarray, c, options, integrality, bounds, constraints)
     h.setSolution(given)
     h.run()
     status = h.getModelStatus()
-    found = h.getInfo().primal_solution_status == 2  # kSolutionStatusFeasible
+    found = h.getInfo().primal_solution_status == highspy.SolutionStatus.kSolutionStatusFeasible
     x = np.array(h.getSolution().col_value) if found else None
     if status == highspy.HighsModelStatus.kOptimal:
         code = OPTIMAL_STATUS
@@ -218,7 +218,7 @@ class ProgramCost:
 
 def solve_program(model: Program, force: tuple[int, Placement] | None = None, *,
                   fixed: Mapping[int, Placement] | None = None, peak_limit: tuple[Fraction, ...] | None = None,
-                  start: np.ndarray | None = None) -> tuple[np.ndarray, ProgramCost]:
+                  start: np.ndarray | None = None, near: Collection[int] | None = None) -> tuple[np.ndarray, ProgramCost]:
     """The optimum of ``model`` (with value ``force[0]`` produced in layout ``force[1]``): the columns
     chosen, and what they cost. Raises :class:`Infeasible` where no choice meets the rows.
 
@@ -226,7 +226,11 @@ def solve_program(model: Program, force: tuple[int, Placement] | None = None, *,
     id -> layout) fixes free parameters by their columns' bounds; ``peak_limit`` (bytes per sample)
     bounds the peak as given instead of relative to the program's own least peak (no least-peak
     program); ``start``: a feasible solution (:func:`start_of`) HiGHS starts the bytes from, the
-    bytes' optimum starting the tie-break (the optima are the same, proven sooner)."""
+    bytes' optimum starting the tie-break (the optima are the same, proven sooner); ``near``: the
+    sites (``id(site)``) a change of the start may reach first: each aim is first solved with every
+    other site's strategy fixed as in the start (a small program, solved in milliseconds), and its
+    optimum is the start of the whole program (usually the whole program's optimum: HiGHS then
+    only proves it)."""
     extra = []
     if force is not None:
         rid, p = force
@@ -254,7 +258,9 @@ def solve_program(model: Program, force: tuple[int, Placement] | None = None, *,
     integrality, lb, ub = np.ones(n, dtype=int), np.array(model.lb), np.array(model.ub)
     integrality[model.peak_cols] = 0
     for sid, p in (fixed or {}).items():
-        cols = dict((q, c) for c, q in model.param_cols.get(sid, []))
+        if sid not in model.param_cols:
+            continue  # not a column of this program (not on the mesh, or not read in this window)
+        cols = {q: c for c, q in model.param_cols[sid]}
         if p not in cols:
             raise Infeasible()
         for q, c in cols.items():
@@ -274,10 +280,12 @@ def solve_program(model: Program, force: tuple[int, Placement] | None = None, *,
         least = model.peaks(least_x)
         model.peak_bound = [max(limit.bound(k, least[k], model.peak_scale[k]), least[k]) for k in range(len(least))]
         _bound_peaks(model, ub, least)
+    given = start
     if start is not None and not _meets(start, lb, ub, constraints):
         start = None  # not a solution of this program (a start is a hint; the optimum is the same without)
     for _ in range(_PEAK_RETRIES):
-        x = _lexicographic(model, costs, total_cost, integrality, (lb, ub), list(constraints), start, force is None)
+        x = _lexicographic(model, costs, total_cost, integrality, (lb, ub), list(constraints), start, force is None,
+                           None if near is None or given is None else (near, given))
         if least_x is None and model.peak_cols and any(p > b for p, b in zip(model.peaks(x), model.peak_bound)):
             # the solver's tolerance let a peak over its limit by a hair: a hair lower, and again
             for k, col in enumerate(model.peak_cols):
@@ -337,9 +345,10 @@ def _meets(x: np.ndarray, lb: np.ndarray, ub: np.ndarray, constraints) -> bool:
 
 
 def _lexicographic(model: Program, costs, total_cost, integrality, bounds, constraints, start,
-                   tell_clock: bool) -> np.ndarray:
+                   tell_clock: bool, local: tuple[Collection[int], np.ndarray] | None = None) -> np.ndarray:
     """The least bytes, then the tie-break among them (see :func:`solve_program`); ``tell_clock``: a
-    time limit's gap is told to the :class:`SolverClock`."""
+    time limit's gap is told to the :class:`SolverClock`; ``local``: (``near``, the start given,
+    perhaps not a solution) for a first solve of each aim around the start."""
     # lexicographic, one program per aim, each keeping the optimum of the one before: the least
     # bytes (results counted as gathered), then the tie-break. One objective with the tie-break
     # scaled below a byte would ask HiGHS to tell apart values below its tolerance once the bytes
@@ -354,6 +363,9 @@ def _lexicographic(model: Program, costs, total_cost, integrality, bounds, const
         weights = np.array(aim) if tie_break else _units(aim)
         # the bytes may take 2/3 of the time left, so that a layout found late still has its ties broken
         share = 1.0 if tie_break or not any(model.tb) else BYTES_SHARE
+        if local is not None:
+            basis = start if start is not None else local[1]
+            start = _around(model, weights, integrality, bounds, constraints, local[0], basis, start)
         step = _milp(weights, share, integrality=integrality, bounds=bounds, constraints=constraints, start=start)
         if res is None and step.x is None:
             raise SolverTimeout() if _timed_out(step) else Infeasible()
@@ -375,6 +387,20 @@ def _lexicographic(model: Program, costs, total_cost, integrality, bounds, const
             if start is not None:
                 start = _snapped(res.x)  # the bytes' optimum: a solution of the tie-break's program
     return res.x
+
+
+def _around(model: Program, weights, integrality, bounds, constraints, near: Collection[int], basis: np.ndarray,
+            start: np.ndarray | None) -> np.ndarray | None:
+    """The optimum of ``weights`` with every site but those in ``near`` running the strategy it runs
+    in ``basis``, as a start for the whole program (else ``start``, unchanged)."""
+    lb, ub = bounds[0].copy(), bounds[1].copy()
+    for site in model.g.sites:
+        if id(site) not in near:
+            for c, _ in model.site_cols.get(id(site), []):
+                lb[c] = ub[c] = float(basis[c] > 0.5)
+    step = _milp(weights, integrality=integrality, bounds=(lb, ub), constraints=constraints,
+                 start=start if start is not None and _meets(start, lb, ub, []) else None)
+    return start if step.x is None else _snapped(step.x)
 
 
 def _snapped(x: np.ndarray) -> np.ndarray:

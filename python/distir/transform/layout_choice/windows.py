@@ -48,11 +48,11 @@ def solve_layouts(graph: Graph, prefs: Preferences | None, cost: CostModel, choi
     same layouts: the layers of a stack) are solved once. Each window is optimal given the ones
     before it; the whole is not guaranteed to be.
 
-    ``prefixes``: a dict kept by a caller that solves one function typed several ways (auto-shard's
-    explanations: one parameter's layout changed), the same ``choice`` and sizes every time: a window
-    whose own and earlier windows' signatures all match a call before is not solved again (its
-    program is the same; the windows before the first that reads the changed parameter), and is
-    not in the list of programs solved.
+    ``prefixes``: a dict kept by a caller that solves one graph several ways (auto-shard's
+    explanations: one parameter offered another layout), the same sizes every time: a window whose
+    own and earlier windows' signatures (the free parameters' candidate layouts included) all match
+    a call before is not solved again (its program is the same; the windows before the first that
+    reads the changed parameter), and is not in the list of programs solved.
 
     ``peak_limits`` (per window, bytes per sample: a plan's ``peak_limits``) bounds each window's
     peak as given instead of relative to its own least peak; ``start``: a plan whose layouts each
