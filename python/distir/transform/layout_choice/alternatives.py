@@ -8,9 +8,9 @@ sends X"): no least-peak program per alternative. A function solved whole is one
 once, each alternative fixing the parameters' columns; a function solved in windows re-solves the
 windows from the first that reads the changed parameter (``solve_layouts``'s ``prefixes``). Each
 program starts from the chosen plan with that parameter redistributed where it is read, where that
-is a solution (the optimum is the same, and HiGHS proves it sooner from a start near it); a whole
-function's first re-solves only the ops near the parameter's readers, the rest as chosen, for a
-start nearer still.
+is a solution (the optimum is the same, and HiGHS proves it sooner from a start near it), first
+re-solved with only the ops near the parameter's readers free, the rest as chosen, for a start
+nearer still.
 """
 
 from __future__ import annotations
@@ -59,17 +59,18 @@ class Alternatives:
         fixed = {sid: layouts[i] for sid, i in self.index.items()}
         start = replace(self.chosen, primary={**self.chosen.primary, **fixed})
         limits = self.chosen.peak_limits or None
+        near = self.near([sid for sid, p in fixed.items() if self.chosen.primary.get(sid) != p])
         try:
             if self.whole:
                 model = self.program()
-                changed = [sid for sid, p in fixed.items() if self.chosen.primary.get(sid) != p]
                 x, total = solve_program(model, fixed=fixed, peak_limit=limits[0] if limits else None,
-                                         start=start_of(model, start), near=self.near(changed))
+                                         start=start_of(model, start), near=near)
                 plan = plan_of(model, x, total)
             else:
                 choice = ParamChoice(lambda s: [fixed[s.id]], lambda decided: [], self.activations)
                 plan, _ = solve_layouts(self.graph, None, self.cost, choice, self.window_ops, self.whole_ops,
-                                        alike=False, prefixes=self._prefixes, peak_limits=limits, start=start)
+                                        alike=False, prefixes=self._prefixes, peak_limits=limits, start=start,
+                                        near=near)
         except (Infeasible, NoLayoutError):
             return None
         for sid, p in fixed.items():

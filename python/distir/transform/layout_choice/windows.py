@@ -35,7 +35,7 @@ class Solved:
 def solve_layouts(graph: Graph, prefs: Preferences | None, cost: CostModel, choice: ParamChoice | None = None,
                   window_ops: int = 0, whole_ops: int = 0, alike: bool = True,
                   prefixes: dict | None = None, peak_limits: tuple[tuple[Fraction, ...], ...] | None = None,
-                  start: LayoutPlan | None = None) -> tuple[LayoutPlan, list[Solved]]:
+                  start: LayoutPlan | None = None, near: set[int] | None = None) -> tuple[LayoutPlan, list[Solved]]:
     """The cheapest layout of the function (see :mod:`.program`), and the programs solved (to
     ask what another layout of one value would cost, :func:`~.solution.alternative_cost`). ``choice``: the
     layouts free parameters may take and limits on them (:class:`ParamChoice`); ``window_ops`` and
@@ -57,12 +57,13 @@ def solve_layouts(graph: Graph, prefs: Preferences | None, cost: CostModel, choi
     ``peak_limits`` (per window, bytes per sample: a plan's ``peak_limits``) bounds each window's
     peak as given instead of relative to its own least peak; ``start``: a plan whose layouts each
     program starts from where they are a solution of it (auto-shard's explanations: the chosen plan
-    with one parameter laid out otherwise)."""
+    with one parameter laid out otherwise), first re-solved around the sites ``near`` (see
+    :func:`~.solution.solve_program`)."""
     windows = cut_windows(graph, window_ops or WINDOW_OPS, whole_ops or WHOLE_OPS, alike)
     if len(windows) == 1:
         model = Program(graph, prefs, cost, choice=choice)
         model.build()
-        x, total = _solve(model, graph, peak_limits[0] if peak_limits else None, start)
+        x, total = _solve(model, graph, peak_limits[0] if peak_limits else None, start, near)
         plan = plan_of(model, x, total)
         plan.peak_limits = (_limits(model),) if model.peak_bound else ()
         return plan, [Solved(model, total, set(plan.primary))]
@@ -91,7 +92,7 @@ def solve_layouts(graph: Graph, prefs: Preferences | None, cost: CostModel, choi
         if sig not in cache:
             model = Program(graph, prefs, cost, w, choice)
             model.build()
-            x, total = _solve(model, graph, peak_limits[k] if peak_limits else None, start)
+            x, total = _solve(model, graph, peak_limits[k] if peak_limits else None, start, near)
             part = plan_of(model, x, total)
             versions: dict[int, set[Placement]] = {}
             for rid, by in model.need.items():
@@ -145,9 +146,10 @@ def _limits(model: Program) -> tuple[Fraction, ...]:
 
 
 def _solve(model: Program, graph: Graph, peak_limit: tuple[Fraction, ...] | None = None,
-           start: LayoutPlan | None = None) -> tuple[np.ndarray, ProgramCost]:
+           start: LayoutPlan | None = None, near: set[int] | None = None) -> tuple[np.ndarray, ProgramCost]:
     try:
-        return solve_program(model, peak_limit=peak_limit, start=None if start is None else start_of(model, start))
+        return solve_program(model, peak_limit=peak_limit, start=None if start is None else start_of(model, start),
+                             near=near)
     except Infeasible:
         raise NoLayoutError("propagate-sharding: no layout of the function satisfies the hints", graph.func.span) from None
 
