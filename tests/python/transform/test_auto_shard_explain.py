@@ -121,4 +121,4 @@ def test_an_alternative_no_layout_fits_is_marked_over_budget(capfd):
     assert capfd.readouterr() == ("", "")  # HiGHS (highspy's banner included) prints nothing
     alternatives = [a for r in p.report.params for a in r.alternatives[1:]]
     assert any(a.sent is None and a.activations is None and not a.within_budget for a in alternatives)
-    assert "over budget" in p.report.render()
+    assert "over budget (activations)" in p.report.render()

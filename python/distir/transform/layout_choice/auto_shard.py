@@ -65,7 +65,7 @@ __all__ = ["AutoShard", "AutoShardError", "AutoShardReport", "MemoryBudget", "pa
 DEFAULT_BUDGET = "min+10%"
 DEFAULT_ACTIVATION_BUDGET = "min+25%"  # the peak is an over-estimate (copies over their value's whole read range)
 NO_LIMIT = "none"  # an activation budget that bounds nothing: communication and the weights' budget alone
-MAX_EXPLAINED = 96  # alternatives --explain computes (each is one propagation of the whole function)
+MAX_EXPLAINED = 96  # alternatives --explain computes (each is one solve of the whole function)
 WINDOW_OPS = 24  # the solver's windows (smaller than propagation's: the budget makes each program harder)
 _RETRIES = 4  # re-solves when the solver's float tolerance lets a budget be exceeded by a hair
 
@@ -271,7 +271,10 @@ class AutoShardReport:
             for i, a in enumerate(p.alternatives):
                 diff = "" if i == 0 or a.sent is None or base is None else (
                     "same" if a.sent == base else f"{'+' if a.sent > base else '-'}{_human(abs(a.sent - base))}")
-                mark = ("chosen" if i == 0 else "over budget" if not a.within_budget else "")
+                # over the weights' budget, or (weights within it) no layout of the values within the chosen
+                # plan's limit on the peak of activations
+                mark = ("chosen" if i == 0 else "over budget" if a.weights > self.budget_bytes
+                        else "over budget (activations)" if not a.within_budget else "")
                 if not p.weight:
                     mark = (mark + ", input").strip(", ")
                 rows.append((p.name if i == 0 else "", p.shape if i == 0 else "", str(a.layout),
