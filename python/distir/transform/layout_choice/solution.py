@@ -91,6 +91,7 @@ TIME_LIMIT_STATUS = 1  # scipy.optimize.milp: iteration or time limit reached
 
 
 OPTIMAL_STATUS = 0  # scipy.optimize.milp: an optimal solution found (and proven)
+INFEASIBLE_STATUS = 2  # scipy.optimize.milp: no solution meets the rows
 #: the proven optima of the programs solved last in this process, by :func:`_program_key`: a program
 #: met again (the same module distributed again, a sweep, auto-shard's alternatives, a test suite)
 #: is not solved again. HiGHS is deterministic, so the answer is the one a new solve would give
@@ -137,10 +138,9 @@ def _milp(c, share: float = 1.0, *, integrality, bounds, constraints, start: np.
     try:
         with warnings.catch_warnings(), native_output_silenced():  # HiGHS may print to fd 1 from C++, past its display option
             warnings.filterwarnings("ignore", "Unrecognized options detected", RuntimeWarning)
-            if start is None:
+            res = None if start is None else _highs_from(start, c, options, integrality, bounds, constraints)
+            if res is None:
                 res = milp(c, options=options, integrality=integrality, bounds=bounds, constraints=constraints)
-            else:
-                res = _highs_from(start, c, options, integrality, bounds, constraints)
     finally:
         if clock is not None:
             clock.used += time.monotonic() - begin
@@ -152,9 +152,10 @@ def _milp(c, share: float = 1.0, *, integrality, bounds, constraints, start: np.
     return res
 
 
-def _highs_from(start: np.ndarray, c, options, integrality, bounds, constraints) -> OptimizeResult:
+def _highs_from(start: np.ndarray, c, options, integrality, bounds, constraints) -> OptimizeResult | None:
     """The program solved by ``highspy`` from the feasible solution ``start`` (scipy's ``milp`` takes
-    none), answered as ``milp`` answers: ``status`` 0 optimal, 1 time limit, 2 infeasible; ``x``."""
+    none), answered as ``milp`` answers: ``status`` 0 optimal, 1 time limit, 2 infeasible; ``x``.
+    None for any other end (HiGHS's error, an unbounded program): the caller solves it without."""
     import highspy  # only auto-shard's explanations start from a solution; its import costs 0.1 s
 
     A = vstack([con.A if issparse(con.A) else coo_matrix(con.A) for con in constraints]).tocsr()
@@ -188,8 +189,10 @@ def _highs_from(start: np.ndarray, c, options, integrality, bounds, constraints)
         code = OPTIMAL_STATUS
     elif status in (highspy.HighsModelStatus.kTimeLimit, highspy.HighsModelStatus.kIterationLimit):
         code = TIME_LIMIT_STATUS
+    elif status == highspy.HighsModelStatus.kInfeasible:
+        code, x = INFEASIBLE_STATUS, None
     else:
-        code, x = 2, None
+        return None
     gap = h.getInfo().mip_gap if x is not None else None
     return OptimizeResult(status=code, x=x, fun=None if x is None else float(np.dot(c, x)), mip_gap=gap)
 
@@ -228,9 +231,9 @@ def solve_program(model: Program, force: tuple[int, Placement] | None = None, *,
     program); ``start``: a feasible solution (:func:`start_of`) HiGHS starts the bytes from, the
     bytes' optimum starting the tie-break (the optima are the same, proven sooner); ``near``: the
     sites (``id(site)``) a change of the start may reach first: each aim is first solved with every
-    other site's strategy fixed as in the start (a small program, solved in milliseconds), and its
-    optimum is the start of the whole program (usually the whole program's optimum: HiGHS then
-    only proves it)."""
+    other site's strategy fixed as in the start (a small program, solved in milliseconds; only for a
+    program of ``LOCAL_COLUMNS`` or more), and its optimum is the start of the whole program
+    (usually the whole program's optimum: HiGHS then only proves it)."""
     extra = []
     if force is not None:
         rid, p = force
@@ -280,12 +283,12 @@ def solve_program(model: Program, force: tuple[int, Placement] | None = None, *,
         least = model.peaks(least_x)
         model.peak_bound = [max(limit.bound(k, least[k], model.peak_scale[k]), least[k]) for k in range(len(least))]
         _bound_peaks(model, ub, least)
-    given = start
+    local = (near, start) if near is not None and start is not None and n >= LOCAL_COLUMNS else None
     if start is not None and not _meets(start, lb, ub, constraints):
         start = None  # not a solution of this program (a start is a hint; the optimum is the same without)
     for _ in range(_PEAK_RETRIES):
         x = _lexicographic(model, costs, total_cost, integrality, (lb, ub), list(constraints), start, force is None,
-                           None if near is None or given is None else (near, given))
+                           local)
         if least_x is None and model.peak_cols and any(p > b for p, b in zip(model.peaks(x), model.peak_bound)):
             # the solver's tolerance let a peak over its limit by a hair: a hair lower, and again
             for k, col in enumerate(model.peak_cols):
@@ -301,6 +304,11 @@ def solve_program(model: Program, force: tuple[int, Placement] | None = None, *,
 
 
 _PEAK_RETRIES = 4  # re-solves with the peak's bound a hair lower when HiGHS's tolerance passed it
+#: a first solve around the start only for programs of at least this many columns: a smaller one is
+#: solved whole in tens of milliseconds, as fast as around the start (auto-shard --explain's CPU time:
+#: the attention block, 530 columns, 0.82 s without, 1.26 s with; the GPT-2 block, 957, 15.0 s
+#: without, 12.6 s with)
+LOCAL_COLUMNS = 800
 
 
 def _compiled(model: Program):
