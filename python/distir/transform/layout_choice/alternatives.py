@@ -32,7 +32,7 @@ __all__ = ["Alternatives"]
 
 #: how far from the changed parameter's readers a program's first, small solve may change the
 #: chosen plan (its optimum starts the whole program): on the GPT-2 block it found every
-#: alternative's optimum, which HiGHS then only proves (about half the time from the chosen plan)
+#: alternative's optimum, which HiGHS then only proves (--explain 15.0 -> 12.6 CPU seconds)
 NEAR = 2
 
 
