@@ -54,6 +54,7 @@ from ..rewrite import map_bindings
 from ..weights import NUM_INPUT, param_names
 from .cost_model import DIM_SIZE_HINT, MESH_SIZE_HINT, CostModel
 from .measure import GUARD_MESH_SAMPLES, function_bytes, function_peak
+from .alternatives import Alternatives
 from .plan import ActivationLimit, ParamChoice
 from .propagate_sharding import write_layouts
 from .sharding_graph import Slot, build_graph
@@ -64,7 +65,7 @@ __all__ = ["AutoShard", "AutoShardError", "AutoShardReport", "MemoryBudget", "pa
 DEFAULT_BUDGET = "min+10%"
 DEFAULT_ACTIVATION_BUDGET = "min+25%"  # the peak is an over-estimate (copies over their value's whole read range)
 NO_LIMIT = "none"  # an activation budget that bounds nothing: communication and the weights' budget alone
-MAX_EXPLAINED = 96  # alternatives --explain computes (each is one propagation of the whole function)
+MAX_EXPLAINED = 96  # alternatives --explain computes (each is one solve of the whole function)
 WINDOW_OPS = 24  # the solver's windows (smaller than propagation's: the budget makes each program harder)
 _RETRIES = 4  # re-solves when the solver's float tolerance lets a budget be exceeded by a hair
 
@@ -270,7 +271,10 @@ class AutoShardReport:
             for i, a in enumerate(p.alternatives):
                 diff = "" if i == 0 or a.sent is None or base is None else (
                     "same" if a.sent == base else f"{'+' if a.sent > base else '-'}{_human(abs(a.sent - base))}")
-                mark = ("chosen" if i == 0 else "over budget" if not a.within_budget else "")
+                # over the weights' budget, or (weights within it) no layout of the values within the chosen
+                # plan's limit on the peak of activations
+                mark = ("chosen" if i == 0 else "over budget" if a.weights > self.budget_bytes
+                        else "over budget (activations)" if not a.within_budget else "")
                 if not p.weight:
                     mark = (mark + ", input").strip(", ")
                 rows.append((p.name if i == 0 else "", p.shape if i == 0 else "", str(a.layout),
@@ -532,8 +536,7 @@ class _Search:
         self.activations = activations
         self._held: dict[tuple, int] = {}  # bytes a device holds, per (parameter or type, layout, sizes)
         self._reference: dict[int, Placement] = {}
-        self._costs: CostModel | None = None  # written_with's cost caches, shared by its layouts
-        self._prefixes: dict = {}  # written_with's windows solved, by the windows up to them (windows.solve_layouts)
+        self._alternatives: Alternatives | None = None  # --explain's layouts, on the graph the search chose on
         # the sizes planned for: the given ones (--bind) over propagation's size hints; only the rest is sampled
         self.hints = dict(ctx.config.get("propagate-sharding.size_hints", {}) or {})
         self.hints.update(sizes)
@@ -550,23 +553,16 @@ class _Search:
             self._held[key] = _bytes_at(without_placement(self.func.params[i].type), self.mesh, p, env)
         return self._held[key]
 
-    def written_with(self, layouts: Mapping[int, Placement]) -> Function | None:
-        """The function laid out by the solver with every parameter given as ``layouts`` says (the
-        cost model of the search and its activation budget; the layouts, so their weights, are given).
-        None: no layout of the values meets the activation budget."""
-        graph = build_graph(self.typed({i: p for i, p in layouts.items() if i in self.free}), self.mesh_names)
-        choice = ParamChoice(lambda s: [], lambda decided: [], self.activation_limit())
-        cost = CostModel(graph, self.hints, axis_costs=self.axis_costs)
-        if self._costs is None:
-            self._costs = cost
-        else:  # the costs of the function's types, computed for the first layout, serve every other
-            cost.share_caches(self._costs)
-        try:
-            plan, _ = solve_layouts(graph, None, cost, choice, WINDOW_OPS, 2 * WINDOW_OPS, alike=False,
-                                    prefixes=self._prefixes)
-        except (AutoShardError, NoLayoutError):
-            return None
-        return write_layouts(graph, plan, cost)
+    def alternatives(self) -> Alternatives:
+        """The function laid out with one parameter otherwise (``--explain``), on the search's graph and
+        cost model, under the chosen plan's limit on the peak (:mod:`.alternatives`)."""
+        if self._alternatives is None:
+            ndim = {s.id: self.func.params[i].type.ndim for s, i in self.slots}
+            self._alternatives = Alternatives(
+                self.graph, self.cost, {s.id: i for s, i in self.slots}, self.plan,
+                lambda s: list(candidate_layouts(ndim[s.id], self.mesh)), self.activation_limit(),
+                WINDOW_OPS, 2 * WINDOW_OPS)
+        return self._alternatives
 
     def fits(self, i: int, q: Placement, limits: list[_Limit]) -> bool:
         """Whether parameter ``i`` laid out ``q`` leaves room for every other weight at its smallest, at
@@ -683,14 +679,17 @@ class _Search:
         typed = self.typed(dict.fromkeys(self.free, Placement.replicated(self.mesh.ndim)))
         graph = build_graph(typed, self.mesh_names)
         index = {}
+        self.slots = []  # each free parameter's slots, with its index
         for i in self.free:
             for s in graph.var_slots[typed.params[i]]:
                 s.fixed = None  # on the mesh, layout to be chosen
                 index[s.id] = i
+                self.slots.append((s, i))
         # no preferences: with no seeds they would all say "replicated", and as a tie-break favour
         # gathering over keeping a partial sum (two all-gathers tie in bytes with one all-reduce)
         prefs = None
         cost = CostModel(graph, self.hints, axis_costs=self.axis_costs)
+        self.graph, self.cost = graph, cost
         limits = [self.limits_at(k) for k in range(len(self.envs))]
         cands = {i: [q for q in candidate_layouts(self.func.params[i].type.ndim, self.mesh) if self.fits(i, q, limits)]
                  for i in self.free}
@@ -740,6 +739,7 @@ class _Search:
                 if not over:
                     for sid, i in index.items():
                         plan.primary.setdefault(sid, laid[i])
+                    self.plan = plan
                     return laid, write_layouts(graph, plan, cost)
             return None
 
@@ -794,7 +794,7 @@ def _report(search: _Search, fname: str, laid: dict[int, Placement], written: Fu
                 cost = held_peak = None
                 fits = True
                 if explained < MAX_EXPLAINED:
-                    other, explained = search.written_with(lay), explained + 1
+                    other, explained = search.alternatives().written(lay), explained + 1
                     fits = other is not None
                     if other is not None:
                         cost, held_peak = _sent(other, mesh, env), function_peak(other, env)

@@ -62,21 +62,6 @@ class CostModel:
         # programs built with this model remember them here (Program.op)
         self.strategies: dict[tuple, list] = {}
 
-    def share_caches(self, other: CostModel) -> CostModel:
-        """This model reading and filling ``other``'s caches of what depends on types, layouts, meshes
-        and sizes only (not on this graph's slots): the models of one function typed several ways
-        (auto-shard's explanations) compute each cost once. Same sizes and axis costs required."""
-        if (self.env_sizes, self.dim_size, self.fit_count, self.axis_costs) != (
-                other.env_sizes, other.dim_size, other.fit_count, other.axis_costs):
-            raise ValueError("share_caches: models of different sizes or axis costs")
-        self._timed, self._sizes, self._nbytes_at = other._timed, other._sizes, other._nbytes_at
-        self._hint_share, self._share_cache, self._sampled = other._hint_share, other._share_cache, other._sampled
-        self._fixed, self._padded = other._fixed, other._padded
-        self.strategies = other.strategies
-        self._meshes = other._meshes  # the meshes keyed by id stay alive (an id is never reused)
-        self._meshes.update((id(m), m) for m in self.g.mesh_of.values())
-        return self
-
     def mesh(self, s: Slot) -> DeviceMesh:
         return self.g.mesh_of[s.id]
 

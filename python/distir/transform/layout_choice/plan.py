@@ -27,6 +27,8 @@ class LayoutPlan:
     objective: Fraction  # what the solver minimized: bytes sent summed over the sampled sizes
     candidates: dict[int, list[Placement]] = field(default_factory=dict)  # free parameter -> layouts tried
     peak: tuple[Fraction, ...] = ()  # the ActivationLimit's estimate of the peak per sample (the largest window's)
+    # per window (one for a function solved whole), the limit on its peak per sample it was solved under
+    peak_limits: tuple[tuple[Fraction, ...], ...] = ()
 
     def root_of(self, s: Slot) -> int:
         return self.root.get(s.id, s.id)

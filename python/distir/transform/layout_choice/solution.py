@@ -11,13 +11,14 @@ import math
 import time
 import warnings
 from collections import OrderedDict
+from collections.abc import Collection, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
 from scipy.optimize import LinearConstraint, OptimizeResult, milp
-from scipy.sparse import coo_matrix, issparse
+from scipy.sparse import coo_matrix, issparse, vstack
 
 from ...ir.placement import Placement
 from ...quiet import native_output_silenced
@@ -25,7 +26,7 @@ from .plan import LayoutPlan
 from .program import Program, result_slots
 
 __all__ = ["SolverClock", "SolverTimeout", "alternative", "alternative_cost", "forget_solved", "solver_time_limit",
-           "visible_layouts"]
+           "start_of", "visible_layouts"]
 
 MEMORY_WEIGHT = Fraction(0)  # bytes held count only as a tie-break (W_MEMORY), not against bytes sent
 # HiGHS, exact (no gap). Presolve off: on these programs (a few thousand columns, mostly implied by a
@@ -90,6 +91,7 @@ TIME_LIMIT_STATUS = 1  # scipy.optimize.milp: iteration or time limit reached
 
 
 OPTIMAL_STATUS = 0  # scipy.optimize.milp: an optimal solution found (and proven)
+INFEASIBLE_STATUS = 2  # scipy.optimize.milp: no solution meets the rows
 #: the proven optima of the programs solved last in this process, by :func:`_program_key`: a program
 #: met again (the same module distributed again, a sweep, auto-shard's alternatives, a test suite)
 #: is not solved again. HiGHS is deterministic, so the answer is the one a new solve would give
@@ -117,10 +119,12 @@ def _program_key(c, integrality, bounds, constraints) -> bytes:
     return h.digest()
 
 
-def _milp(c, share: float = 1.0, *, integrality, bounds, constraints):
+def _milp(c, share: float = 1.0, *, integrality, bounds, constraints, start: np.ndarray | None = None):
     """``scipy.optimize.milp`` with :data:`SOLVER_OPTIONS` and :data:`HIGHS_OPTIONS`, within
     ``share`` of the time left on the :class:`SolverClock` if one runs; a program solved to its
-    proven optimum before in this process is answered from :data:`_solved`."""
+    proven optimum before in this process is answered from :data:`_solved`. ``start``: a feasible
+    solution HiGHS starts from (:func:`_highs_from`): the same optimum, proven sooner when the start
+    is near it."""
     key = _program_key(c, integrality, bounds, constraints)
     found = _solved.get(key)
     if found is not None:
@@ -130,20 +134,67 @@ def _milp(c, share: float = 1.0, *, integrality, bounds, constraints):
     clock = _CLOCK.get()
     if clock is not None:
         options["time_limit"] = clock.left(share)
-    start = time.monotonic()
+    begin = time.monotonic()
     try:
         with warnings.catch_warnings(), native_output_silenced():  # HiGHS may print to fd 1 from C++, past its display option
             warnings.filterwarnings("ignore", "Unrecognized options detected", RuntimeWarning)
-            res = milp(c, options=options, integrality=integrality, bounds=bounds, constraints=constraints)
+            res = None if start is None else _highs_from(start, c, options, integrality, bounds, constraints)
+            if res is None:
+                res = milp(c, options=options, integrality=integrality, bounds=bounds, constraints=constraints)
     finally:
         if clock is not None:
-            clock.used += time.monotonic() - start
+            clock.used += time.monotonic() - begin
     if res.status == OPTIMAL_STATUS:  # a layout cut short by the time limit is not kept: more time may do better
         res.x.setflags(write=False)
         _solved[key] = res
         if len(_solved) > SOLVED_CACHE_SIZE:
             _solved.popitem(last=False)
     return res
+
+
+def _highs_from(start: np.ndarray, c, options, integrality, bounds, constraints) -> OptimizeResult | None:
+    """The program solved by ``highspy`` from the feasible solution ``start`` (scipy's ``milp`` takes
+    none), answered as ``milp`` answers: ``status`` 0 optimal, 1 time limit, 2 infeasible; ``x``.
+    None for any other end (HiGHS's error, an unbounded program): the caller solves it without."""
+    import highspy  # only auto-shard's explanations start from a solution; its import costs 0.1 s
+
+    A = vstack([con.A if issparse(con.A) else coo_matrix(con.A) for con in constraints]).tocsr()
+    lo = np.concatenate([np.broadcast_to(np.asarray(con.lb, dtype=float), (con.A.shape[0],)) for con in constraints])
+    hi = np.concatenate([np.broadcast_to(np.asarray(con.ub, dtype=float), (con.A.shape[0],)) for con in constraints])
+    n = len(c)
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = n, A.shape[0]
+    lp.col_cost_ = np.asarray(c, dtype=float)
+    lp.col_lower_ = np.broadcast_to(np.asarray(bounds[0], dtype=float), (n,)).copy()
+    lp.col_upper_ = np.broadcast_to(np.asarray(bounds[1], dtype=float), (n,)).copy()
+    lp.row_lower_, lp.row_upper_ = lo, hi
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+    lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = n, A.shape[0]
+    lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = A.indptr, A.indices, A.data
+    lp.integrality_ = [highspy.HighsVarType(int(i)) for i in integrality]
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    for name, value in options.items():  # scipy takes presolve as a bool, HiGHS itself as "on"/"off"
+        h.setOptionValue(name, ("on" if value else "off") if name == "presolve" else value)
+    h.passModel(lp)
+    given = highspy.HighsSolution()
+    given.col_value = [float(v) for v in start]
+    given.value_valid = True
+    h.setSolution(given)
+    h.run()
+    status = h.getModelStatus()
+    found = h.getInfo().primal_solution_status == highspy.SolutionStatus.kSolutionStatusFeasible
+    x = np.array(h.getSolution().col_value) if found else None
+    if status == highspy.HighsModelStatus.kOptimal:
+        code = OPTIMAL_STATUS
+    elif status in (highspy.HighsModelStatus.kTimeLimit, highspy.HighsModelStatus.kIterationLimit):
+        code = TIME_LIMIT_STATUS
+    elif status == highspy.HighsModelStatus.kInfeasible:
+        code, x = INFEASIBLE_STATUS, None
+    else:
+        return None
+    gap = h.getInfo().mip_gap if x is not None else None
+    return OptimizeResult(status=code, x=x, fun=None if x is None else float(np.dot(c, x)), mip_gap=gap)
 
 
 def _timed_out(step) -> bool:
@@ -168,9 +219,21 @@ class ProgramCost:
         return self.objective + MEMORY_WEIGHT * self.held
 
 
-def solve_program(model: Program, force: tuple[int, Placement] | None = None) -> tuple[np.ndarray, ProgramCost]:
+def solve_program(model: Program, force: tuple[int, Placement] | None = None, *,
+                  fixed: Mapping[int, Placement] | None = None, peak_limit: tuple[Fraction, ...] | None = None,
+                  start: np.ndarray | None = None, near: Collection[int] | None = None) -> tuple[np.ndarray, ProgramCost]:
     """The optimum of ``model`` (with value ``force[0]`` produced in layout ``force[1]``): the columns
-    chosen, and what they cost. Raises :class:`Infeasible` where no choice meets the rows."""
+    chosen, and what they cost. Raises :class:`Infeasible` where no choice meets the rows.
+
+    For auto-shard's explanations, one program serves every alternative: ``fixed`` (parameter slot
+    id -> layout) fixes free parameters by their columns' bounds; ``peak_limit`` (bytes per sample)
+    bounds the peak as given instead of relative to the program's own least peak (no least-peak
+    program); ``start``: a feasible solution (:func:`start_of`) HiGHS starts the bytes from, the
+    bytes' optimum starting the tie-break (the optima are the same, proven sooner); ``near``: the
+    sites (``id(site)``) a change of the start may reach first: each aim is first solved with every
+    other site's strategy fixed as in the start (a small program, solved in milliseconds; only for a
+    program of ``LOCAL_COLUMNS`` or more), and its optimum is the start of the whole program
+    (usually the whole program's optimum: HiGHS then only proves it)."""
     extra = []
     if force is not None:
         rid, p = force
@@ -181,47 +244,119 @@ def solve_program(model: Program, force: tuple[int, Placement] | None = None) ->
             raise Infeasible()
         if cols:
             extra.append(([(c, 1.0) for c in cols], 1, 1))
-    costs, at_hint = list(model.c), list(model.c_hint)
-    for sid, p, c, h in model.result_costs:
-        for col in model.prim[sid][p] or []:
-            costs[col] += c
-            at_hint[col] += h
-    total_cost = [c + MEMORY_WEIGHT * m for c, m in zip(costs, model.mem)]
-    rows = model.rows + extra
+    costs, at_hint, total_cost, A, lo, hi = _compiled(model)
     if not costs:  # nothing to choose (every layout given): HiGHS needs a column, the answer is empty
-        if any(a > 0 or b < 0 for _, a, b in rows):
+        if any(a > 0 or b < 0 for _, a, b in model.rows + extra):
             raise Infeasible()
         return np.zeros(0), ProgramCost(Fraction(0), Fraction(0), Fraction(0))
-    data, ri, ci, lo, hi = [], [], [], [], []
-    for i, (terms, a, b) in enumerate(rows):
-        for c, v in terms:
-            ri.append(i)
-            ci.append(c)
-            data.append(v)
-        lo.append(a)
-        hi.append(b)
     n = len(costs)
-    A = coo_matrix((data, (ri, ci)), shape=(len(rows), n)).tocsr()
-    constraints = [LinearConstraint(A, np.array(lo), np.array(hi))]
+    constraints = [LinearConstraint(A, lo, hi)]
+    for terms, a, b in extra:
+        row = np.zeros((1, n))
+        for c, v in terms:
+            row[0, c] += v
+        constraints.append(LinearConstraint(row, a, b))
     # every column is 0 or 1 (a strategy, a need, a redistribute, a recomputation): a fractional
     # recomputation or redistribute would let a later program cover a need in part
-    integrality, ub = np.ones(n, dtype=int), np.array(model.ub)
+    integrality, lb, ub = np.ones(n, dtype=int), np.array(model.lb), np.array(model.ub)
     integrality[model.peak_cols] = 0
+    for sid, p in (fixed or {}).items():
+        if sid not in model.param_cols:
+            continue  # not a column of this program (not on the mesh, or not read in this window)
+        cols = {q: c for c, q in model.param_cols[sid]}
+        if p not in cols:
+            raise Infeasible()
+        for q, c in cols.items():
+            lb[c] = ub[c] = float(q == p)
     least_x = None
-    if model.peak_cols:  # the least peak first: the activation limit is relative to it
+    if model.peak_cols and peak_limit is not None:  # the limit given in bytes: no least-peak program
+        model.peak_bound = list(peak_limit)
+        _bound_peaks(model, ub)
+    elif model.peak_cols:  # the least peak first: the activation limit is relative to it
         aim = np.zeros(n)
         aim[model.peak_cols] = 1.0
-        step = _milp(aim, integrality=integrality, bounds=(np.array(model.lb), ub), constraints=constraints)
+        step = _milp(aim, integrality=integrality, bounds=(lb, ub), constraints=constraints)
         if step.x is None:
             raise SolverTimeout() if _timed_out(step) else Infeasible()
         least_x = step.x
         limit = model.choice.activations
         least = model.peaks(least_x)
         model.peak_bound = [max(limit.bound(k, least[k], model.peak_scale[k]), least[k]) for k in range(len(least))]
-        for k, col in enumerate(model.peak_cols):
-            # a hair below the limit (HiGHS's tolerance), never below the least peak found
-            ub[col] = max(float(model.peak_bound[k] / model.peak_scale[k]) - 1e-7, float(least[k] / model.peak_scale[k]))
-    bounds = (np.array(model.lb), ub)
+        _bound_peaks(model, ub, least)
+    local = (near, start) if near is not None and start is not None and n >= LOCAL_COLUMNS else None
+    if start is not None and not _meets(start, lb, ub, constraints):
+        start = None  # not a solution of this program (a start is a hint; the optimum is the same without)
+    for _ in range(_PEAK_RETRIES):
+        x = _lexicographic(model, costs, total_cost, integrality, (lb, ub), list(constraints), start, force is None,
+                           local)
+        if least_x is None and model.peak_cols and any(p > b for p, b in zip(model.peaks(x), model.peak_bound)):
+            # the solver's tolerance let a peak over its limit by a hair: a hair lower, and again
+            for k, col in enumerate(model.peak_cols):
+                ub[col] -= 1e-6
+            start = None
+            continue
+        break
+    else:
+        raise Infeasible()
+    if least_x is not None and any(p > b for p, b in zip(model.peaks(x), model.peak_bound)):
+        x = least_x  # the solver's tolerance let a peak over its limit: the least peak is within it exactly
+    return x, ProgramCost(_sum(costs, x), _sum(at_hint, x), _sum(model.mem, x), model.peaks(x))
+
+
+_PEAK_RETRIES = 4  # re-solves with the peak's bound a hair lower when HiGHS's tolerance passed it
+#: a first solve around the start only for programs of at least this many columns: a smaller one is
+#: solved whole in tens of milliseconds, as fast as around the start (auto-shard --explain's CPU time:
+#: the attention block, 530 columns, 0.82 s without, 1.26 s with; the GPT-2 block, 957, 15.0 s
+#: without, 12.6 s with)
+LOCAL_COLUMNS = 800
+
+
+def _compiled(model: Program):
+    """The program's costs and rows as HiGHS reads them, made once per program (auto-shard's
+    explanations solve one program per alternative layout)."""
+    if model.compiled is not None and model.compiled[0] == len(model.rows):
+        return model.compiled[1]
+    costs, at_hint = list(model.c), list(model.c_hint)
+    for sid, p, c, h in model.result_costs:
+        for col in model.prim[sid][p] or []:
+            costs[col] += c
+            at_hint[col] += h
+    total_cost = [c + MEMORY_WEIGHT * m for c, m in zip(costs, model.mem)]
+    data, ri, ci, lo, hi = [], [], [], [], []
+    for i, (terms, a, b) in enumerate(model.rows):
+        for c, v in terms:
+            ri.append(i)
+            ci.append(c)
+            data.append(v)
+        lo.append(a)
+        hi.append(b)
+    A = coo_matrix((data, (ri, ci)), shape=(len(model.rows), len(costs))).tocsr()
+    model.compiled = (len(model.rows), (costs, at_hint, total_cost, A, np.array(lo, dtype=float), np.array(hi, dtype=float)))
+    return model.compiled[1]
+
+
+def _bound_peaks(model: Program, ub: np.ndarray, least: tuple[Fraction, ...] | None = None) -> None:
+    for k, col in enumerate(model.peak_cols):
+        # a hair below the limit (HiGHS's tolerance), never below the least peak found
+        ub[col] = float(model.peak_bound[k] / model.peak_scale[k]) - 1e-7
+        if least is not None:
+            ub[col] = max(ub[col], float(least[k] / model.peak_scale[k]))
+
+
+def _meets(x: np.ndarray, lb: np.ndarray, ub: np.ndarray, constraints) -> bool:
+    """Whether ``x`` is within the bounds and rows (HiGHS's feasibility tolerance)."""
+    tol = 1e-7
+    if len(x) != len(lb) or np.any(x < lb - tol) or np.any(x > ub + tol):
+        return False
+    return all(np.all(con.A @ x >= np.asarray(con.lb) - tol) and np.all(con.A @ x <= np.asarray(con.ub) + tol)
+               for con in constraints)
+
+
+def _lexicographic(model: Program, costs, total_cost, integrality, bounds, constraints, start,
+                   tell_clock: bool, local: tuple[Collection[int], np.ndarray] | None = None) -> np.ndarray:
+    """The least bytes, then the tie-break among them (see :func:`solve_program`); ``tell_clock``: a
+    time limit's gap is told to the :class:`SolverClock`; ``local``: (``near``, the start given,
+    perhaps not a solution) for a first solve of each aim around the start."""
     # lexicographic, one program per aim, each keeping the optimum of the one before: the least
     # bytes (results counted as gathered), then the tie-break. One objective with the tie-break
     # scaled below a byte would ask HiGHS to tell apart values below its tolerance once the bytes
@@ -236,10 +371,13 @@ def solve_program(model: Program, force: tuple[int, Placement] | None = None) ->
         weights = np.array(aim) if tie_break else _units(aim)
         # the bytes may take 2/3 of the time left, so that a layout found late still has its ties broken
         share = 1.0 if tie_break or not any(model.tb) else BYTES_SHARE
-        step = _milp(weights, share, integrality=integrality, bounds=bounds, constraints=constraints)
+        if local is not None:
+            basis = start if start is not None else local[1]
+            start = _around(model, weights, integrality, bounds, constraints, local[0], basis, start)
+        step = _milp(weights, share, integrality=integrality, bounds=bounds, constraints=constraints, start=start)
         if res is None and step.x is None:
             raise SolverTimeout() if _timed_out(step) else Infeasible()
-        if _timed_out(step) and force is None:  # the best found is kept; the caller is told how far off it may be
+        if _timed_out(step) and tell_clock:  # the best found is kept; the caller is told how far off it may be
             clock = _CLOCK.get()
             if tie_break:
                 clock.ties_unsettled = True
@@ -254,10 +392,31 @@ def solve_program(model: Program, force: tuple[int, Placement] | None = None) ->
             kept.append((aim, _sum(aim, res.x)))
             met = float(weights @ (res.x > 0.5))  # a whole number of units: the row is exact up to 1/2
             constraints.append(LinearConstraint(weights.reshape(1, -1), -np.inf, met + 0.5))
-    x = res.x
-    if least_x is not None and any(p > b for p, b in zip(model.peaks(x), model.peak_bound)):
-        x = least_x  # the solver's tolerance let a peak over its limit: the least peak is within it exactly
-    return x, ProgramCost(_sum(costs, x), _sum(at_hint, x), _sum(model.mem, x), model.peaks(x))
+            if start is not None:
+                start = _snapped(res.x)  # the bytes' optimum: a solution of the tie-break's program
+    return res.x
+
+
+def _around(model: Program, weights, integrality, bounds, constraints, near: Collection[int], basis: np.ndarray,
+            start: np.ndarray | None) -> np.ndarray | None:
+    """The optimum of ``weights`` with every site but those in ``near`` running the strategy it runs
+    in ``basis``, as a start for the whole program (else ``start``, unchanged)."""
+    lb, ub = bounds[0].copy(), bounds[1].copy()
+    for site in model.g.sites:
+        if id(site) not in near:
+            for c, _ in model.site_cols.get(id(site), []):
+                lb[c] = ub[c] = float(basis[c] > 0.5)
+    step = _milp(weights, integrality=integrality, bounds=(lb, ub), constraints=constraints,
+                 start=start if start is not None and _meets(start, lb, ub, []) else None)
+    return start if step.x is None else _snapped(step.x)
+
+
+def _snapped(x: np.ndarray) -> np.ndarray:
+    """``x`` with its 0/1 columns exactly 0 or 1 (a start given to HiGHS)."""
+    y = np.array(x, dtype=float)
+    near = np.abs(y - np.round(y)) < 1e-6
+    y[near] = np.round(y[near])
+    return y
 
 
 def _sum(values: list[Fraction], x: np.ndarray) -> Fraction:
@@ -298,6 +457,65 @@ def plan_of(model: Program, x: np.ndarray, total: Fraction) -> LayoutPlan:
     candidates = {sid: [q for _, q in cols] for sid, cols in model.param_cols.items()}
     return LayoutPlan(strategy, primary, recompute, dict(model.root), total.sent, total.held, total.objective,
                       candidates, total.peak)
+
+
+def start_of(model: Program, plan: LayoutPlan) -> np.ndarray | None:
+    """``plan`` as columns of ``model`` (the inverse of :func:`plan_of`): its strategies, parameter
+    layouts and recomputations; each layout an op reads made by them or redistributed from the
+    value's primary; the peak columns at the peak it holds. None where ``model`` has no column for
+    something the plan does (another program's plan). Not checked against the rows: a start HiGHS
+    is given is checked (:func:`solve_program`)."""
+    x = np.zeros(len(model.c))
+    read: set[tuple[int, Placement]] = set()
+
+    def reads(ins, st) -> None:
+        for s, q in zip(ins, st.ins):
+            if model.distributed(s):
+                read.add((model.rid(s), q))
+
+    for site in model.g.sites:
+        cols = model.site_cols.get(id(site))
+        if cols is None:
+            continue
+        st = plan.strategy.get(id(site))
+        col = next((c for c, t in cols if t == st), None)
+        if col is None:
+            return None
+        x[col] = 1.0
+        reads(site.ins, st)
+    for sid, cols in model.param_cols.items():
+        col = next((c for c, q in cols if q == plan.primary.get(sid)), None)
+        if col is None:
+            return None
+        x[col] = 1.0
+    made: set[tuple[int, Placement]] = set()
+    for r, rid, q, st in model.r_cols:
+        if plan.recompute.get((rid, q)) == st:
+            x[r] = 1.0
+            made.add((rid, q))
+            reads(next(site for site in model.g.sites if any(o.id == rid for o in site.outs)).ins, st)
+    read.update(model.forced)
+    moves: dict[tuple[int, Placement], list[tuple[Placement, int]]] = {}
+    for z, rid, p, q in model.z_cols:
+        moves.setdefault((rid, q), []).append((p, z))
+    for rid, q in read:
+        by = model.need.get(rid, {})
+        if q not in by:
+            return None
+        x[by[q]] = 1.0
+        prim = model.prim.get(rid)
+        if prim is None or (rid, q) in made or (q in prim and (prim[q] is None or any(x[c] > 0.5 for c in prim[q]))):
+            continue  # a plain value (any layout a local slice), recomputed, or made (or given) in that layout
+        # from the layout it is made in, or the cheapest of those it is given in
+        sources = [(model.c[z], z) for p, z in moves.get((rid, q), [])
+                   if prim[p] is None or any(x[c] > 0.5 for c in prim[p])]
+        if not sources:
+            return None
+        x[min(sources)[1]] = 1.0
+    peaks = model.peaks(x)
+    for k, col in enumerate(model.peak_cols):
+        x[col] = float(peaks[k] / model.peak_scale[k])
+    return x
 
 
 def alternative_cost(model: Program, rid: int, p: Placement) -> ProgramCost | None:

@@ -14,10 +14,10 @@ from .cost_model import CostModel
 from .plan import LayoutPlan, ParamChoice
 from .program import ALIAS_OPS, Program, Window, result_slots
 from .sharding_graph import Graph, Preferences, Site, Slot
-from .solution import Infeasible, ProgramCost, plan_of, solve_program
+from .solution import Infeasible, ProgramCost, plan_of, solve_program, start_of
 from .strategies import Strategy
 
-__all__ = ["NoLayoutError", "Solved", "solve_layouts"]
+__all__ = ["NoLayoutError", "Solved", "cut_windows", "solve_layouts"]
 
 WHOLE_OPS = 96  # a function of at most this many ops is one program; a longer one is solved in windows
 WINDOW_OPS = 24  # of at least this many ops (about a layer of a transformer: alike layers are solved once)
@@ -34,7 +34,8 @@ class Solved:
 
 def solve_layouts(graph: Graph, prefs: Preferences | None, cost: CostModel, choice: ParamChoice | None = None,
                   window_ops: int = 0, whole_ops: int = 0, alike: bool = True,
-                  prefixes: dict | None = None) -> tuple[LayoutPlan, list[Solved]]:
+                  prefixes: dict | None = None, peak_limits: tuple[tuple[Fraction, ...], ...] | None = None,
+                  start: LayoutPlan | None = None, near: set[int] | None = None) -> tuple[LayoutPlan, list[Solved]]:
     """The cheapest layout of the function (see :mod:`.program`), and the programs solved (to
     ask what another layout of one value would cost, :func:`~.solution.alternative_cost`). ``choice``: the
     layouts free parameters may take and limits on them (:class:`ParamChoice`); ``window_ops`` and
@@ -47,17 +48,24 @@ def solve_layouts(graph: Graph, prefs: Preferences | None, cost: CostModel, choi
     same layouts: the layers of a stack) are solved once. Each window is optimal given the ones
     before it; the whole is not guaranteed to be.
 
-    ``prefixes``: a dict kept by a caller that solves one function typed several ways (auto-shard's
-    explanations: one parameter's layout changed), the same ``choice`` and sizes every time: a window
-    whose own and earlier windows' signatures all match a call before is not solved again (its
-    program is the same; the windows before the first that reads the changed parameter), and is
-    not in the list of programs solved."""
-    windows = _windows(graph, window_ops or WINDOW_OPS, whole_ops or WHOLE_OPS, alike)
+    ``prefixes``: a dict kept by a caller that solves one graph several ways (auto-shard's
+    explanations: one parameter offered another layout), the same sizes every time: a window whose
+    own and earlier windows' signatures (the free parameters' candidate layouts included) all match
+    a call before is not solved again (its program is the same; the windows before the first that
+    reads the changed parameter), and is not in the list of programs solved.
+
+    ``peak_limits`` (per window, bytes per sample: a plan's ``peak_limits``) bounds each window's
+    peak as given instead of relative to its own least peak; ``start``: a plan whose layouts each
+    program starts from where they are a solution of it (auto-shard's explanations: the chosen plan
+    with one parameter laid out otherwise), first re-solved around the sites ``near`` (see
+    :func:`~.solution.solve_program`)."""
+    windows = cut_windows(graph, window_ops or WINDOW_OPS, whole_ops or WHOLE_OPS, alike)
     if len(windows) == 1:
         model = Program(graph, prefs, cost, choice=choice)
         model.build()
-        x, total = _solve(model, graph)
+        x, total = _solve(model, graph, peak_limits[0] if peak_limits else None, start, near)
         plan = plan_of(model, x, total)
+        plan.peak_limits = (_limits(model),) if model.peak_bound else ()
         return plan, [Solved(model, total, set(plan.primary))]
     strategy: dict[int, Strategy] = {}
     primary: dict[int, Placement] = {}
@@ -71,9 +79,12 @@ def solve_layouts(graph: Graph, prefs: Preferences | None, cost: CostModel, choi
     solved: list[Solved] = []
     cache: dict[tuple, tuple] = {}
     prefix: tuple = ()
+    limits: list[tuple[Fraction, ...]] = []
     for k, sites in enumerate(windows):
         w = Window(sites, k == len(windows) - 1, frozen, root, read_as, primary)
-        sig, local = _signature(graph, prefs, w)
+        sig, local = _signature(graph, prefs, w, choice)
+        if peak_limits:
+            sig = (sig, peak_limits[k])
         index = {sid: i for i, sid in enumerate(local)}
         prefix += (sig,)
         if prefixes is not None and prefix in prefixes:
@@ -81,7 +92,7 @@ def solve_layouts(graph: Graph, prefs: Preferences | None, cost: CostModel, choi
         if sig not in cache:
             model = Program(graph, prefs, cost, w, choice)
             model.build()
-            x, total = _solve(model, graph)
+            x, total = _solve(model, graph, peak_limits[k] if peak_limits else None, start, near)
             part = plan_of(model, x, total)
             versions: dict[int, set[Placement]] = {}
             for rid, by in model.need.items():
@@ -95,10 +106,12 @@ def solve_layouts(graph: Graph, prefs: Preferences | None, cost: CostModel, choi
                 {index[rid]: qs for rid, qs in versions.items() if rid in index},
                 {index[sid]: c for sid, c in part.candidates.items() if sid in index},
                 total,
+                _limits(model),
             )
         if prefixes is not None:
             prefixes[prefix] = cache[sig]
-        strategies, prims, recs, made, cands, total = cache[sig]
+        strategies, prims, recs, made, cands, total, window_limit = cache[sig]
+        limits.append(window_limit)
         for site, st in zip(sites, strategies):
             if st is not None:
                 strategy[id(site)] = st
@@ -119,7 +132,8 @@ def solve_layouts(graph: Graph, prefs: Preferences | None, cost: CostModel, choi
         peak = tuple(max(a, b) for a, b in zip(peak, total.peak)) if peak else total.peak
     for sid, p in _given(graph).items():
         primary.setdefault(sid, p)
-    plan = LayoutPlan(strategy, primary, recompute, root, sent, held, objective, candidates, peak)
+    plan = LayoutPlan(strategy, primary, recompute, root, sent, held, objective, candidates, peak,
+                      tuple(limits) if any(limits) else ())
     return plan, solved
 
 
@@ -127,9 +141,15 @@ class NoLayoutError(DiagnosticError):
     """No layout of the function meets its constraints (hints, or a caller's limits: auto-shard's budgets)."""
 
 
-def _solve(model: Program, graph: Graph) -> tuple[np.ndarray, ProgramCost]:
+def _limits(model: Program) -> tuple[Fraction, ...]:
+    return tuple(model.peak_bound or ())
+
+
+def _solve(model: Program, graph: Graph, peak_limit: tuple[Fraction, ...] | None = None,
+           start: LayoutPlan | None = None, near: set[int] | None = None) -> tuple[np.ndarray, ProgramCost]:
     try:
-        return solve_program(model)
+        return solve_program(model, peak_limit=peak_limit, start=None if start is None else start_of(model, start),
+                             near=near)
     except Infeasible:
         raise NoLayoutError("propagate-sharding: no layout of the function satisfies the hints", graph.func.span) from None
 
@@ -170,7 +190,7 @@ def _carry_aliases(graph: Graph, sites: list[Site], root: dict[int, int], read_a
             read_as[y.id] = q
 
 
-def _windows(graph: Graph, window_ops: int = 0, whole_ops: int = 0, alike: bool = True) -> list[list[Site]]:
+def cut_windows(graph: Graph, window_ops: int = 0, whole_ops: int = 0, alike: bool = True) -> list[list[Site]]:
     """The sites cut where fewest computed values cross (between the layers of a stack: the residual
     stream, and tables such as the rotary embedding's that every layer reads), in windows of
     ``window_ops`` (``WINDOW_OPS``) ops or more; a function of at most ``whole_ops`` (``WHOLE_OPS``)
@@ -222,9 +242,12 @@ def _windows(graph: Graph, window_ops: int = 0, whole_ops: int = 0, alike: bool 
     return windows
 
 
-def _signature(graph: Graph, prefs: Preferences | None, w: Window) -> tuple[tuple, list[int]]:
+def _signature(graph: Graph, prefs: Preferences | None, w: Window,
+               choice: ParamChoice | None = None) -> tuple[tuple, list[int]]:
     """What a window's solution depends on, with its slots numbered in order of appearance; and the
-    slot ids in that order (to map a solution of one window onto another alike)."""
+    slot ids in that order (to map a solution of one window onto another alike). A free parameter's
+    candidate layouts (``choice``) are part of it."""
+    free = {s.id for p in graph.func.params for s in graph.var_slots.get(p, []) if s.fixed is None}
     local: dict[int, int] = {}
     root, read_as = dict(w.root), dict(w.read_as)
     items: list = []
@@ -240,6 +263,7 @@ def _signature(graph: Graph, prefs: Preferences | None, w: Window) -> tuple[tupl
                 frozenset(w.frozen.get(rid, ())) if outside else None,
                 read_as.get(s.id), local.get(rid) if rid != s.id else None,
                 prefs.placement(s) if prefs is not None and s.id in prefs.specs else None,
+                tuple(choice.candidates(s)) if choice is not None and s.id in free and s.distributable else None,
             ))
         return local[s.id]
 

@@ -1,0 +1,109 @@
+"""auto-shard's explanations (``--explain``): the function laid out again with one parameter in
+another layout and the others as chosen, for every such alternative (docs/auto_shard.md).
+
+Every alternative is solved on the search's own graph and cost model (its free parameters offered
+the layouts the alternative gives them) under the limit on the peak of live activations the chosen
+plan was solved under, in bytes per sample and window ("under the same budget this alternative
+sends X"): no least-peak program per alternative. A function solved whole is one program built
+once, each alternative fixing the parameters' columns; a function solved in windows re-solves the
+windows from the first that reads the changed parameter (``solve_layouts``'s ``prefixes``). Each
+program starts from the chosen plan with that parameter redistributed where it is read, where that
+is a solution (the optimum is the same, and HiGHS proves it sooner from a start near it), first
+re-solved with only the ops near the parameter's readers free, the rest as chosen, for a start
+nearer still.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+
+from ...ir.expr import Function
+from ...ir.placement import Placement
+from .cost_model import CostModel
+from .plan import ActivationLimit, LayoutPlan, ParamChoice
+from .program import Program
+from .propagate_sharding import write_layouts
+from .sharding_graph import Graph, Slot
+from .solution import Infeasible, plan_of, solve_program, start_of
+from .windows import NoLayoutError, cut_windows, solve_layouts
+
+__all__ = ["Alternatives"]
+
+#: how far from the changed parameter's readers a program's first, small solve may change the
+#: chosen plan (its optimum starts the whole program): on the GPT-2 block it found every
+#: alternative's optimum, which HiGHS then only proves (--explain 15.0 -> 12.6 CPU seconds)
+NEAR = 2
+
+
+class Alternatives:
+    """The layouts of one function with its free parameters laid out as asked, on the search's graph.
+
+    ``index``: each free parameter's slot id -> the parameter's index; ``chosen``: the plan the search
+    chose (its ``peak_limits`` are every alternative's); ``candidates``: every layout a parameter's
+    slot may take; ``window_ops``, ``whole_ops``: the search's windows."""
+
+    def __init__(self, graph: Graph, cost: CostModel, index: Mapping[int, int], chosen: LayoutPlan,
+                 candidates: Callable[[Slot], list[Placement]], activations: ActivationLimit | None,
+                 window_ops: int, whole_ops: int):
+        self.graph, self.cost, self.index, self.chosen = graph, cost, dict(index), chosen
+        self.candidates, self.activations = candidates, activations
+        self.window_ops, self.whole_ops = window_ops, whole_ops
+        self.whole = len(cut_windows(graph, window_ops, whole_ops, alike=False)) == 1
+        self._program: Program | None = None  # a function solved whole: one program for every alternative
+        self._prefixes: dict = {}  # in windows: the windows solved, by the windows up to them
+
+    def written(self, layouts: Mapping[int, Placement]) -> Function | None:
+        """The function laid out with parameter ``i`` in ``layouts[i]`` (every free parameter given).
+        None: no layout of the values meets the chosen plan's limit on the peak."""
+        fixed = {sid: layouts[i] for sid, i in self.index.items()}
+        start = replace(self.chosen, primary={**self.chosen.primary, **fixed})
+        limits = self.chosen.peak_limits or None
+        near = self.near([sid for sid, p in fixed.items() if self.chosen.primary.get(sid) != p])
+        try:
+            if self.whole:
+                model = self.program()
+                x, total = solve_program(model, fixed=fixed, peak_limit=limits[0] if limits else None,
+                                         start=start_of(model, start), near=near)
+                plan = plan_of(model, x, total)
+            else:
+                choice = ParamChoice(lambda s: [fixed[s.id]], lambda decided: [], self.activations)
+                plan, _ = solve_layouts(self.graph, None, self.cost, choice, self.window_ops, self.whole_ops,
+                                        alike=False, prefixes=self._prefixes, peak_limits=limits, start=start,
+                                        near=near)
+        except (Infeasible, NoLayoutError):
+            return None
+        for sid, p in fixed.items():
+            plan.primary.setdefault(sid, p)
+        return write_layouts(self.graph, plan, self.cost)
+
+    def near(self, slots: list[int]) -> set[int]:
+        """The sites (``id(site)``) within ``NEAR`` steps of the readers of ``slots`` (a step: to the
+        producer or the other readers of a value a site reads, or the readers of what it makes)."""
+        graph = self.graph
+        producer = {s.id: site for site in graph.sites for s in site.outs}
+        readers: dict[int, list] = {}
+        for site in graph.sites:
+            for s in site.ins:
+                readers.setdefault(s.id, []).append(site)
+        front = [site for sid in slots for site in readers.get(sid, [])]
+        seen = {id(site) for site in front}
+        for _ in range(NEAR):
+            step = []
+            for site in front:
+                for s in site.ins:
+                    step.extend(([producer[s.id]] if s.id in producer else []) + readers.get(s.id, []))
+                for s in site.outs:
+                    step.extend(readers.get(s.id, []))
+            front = [site for site in step if id(site) not in seen]
+            seen.update(id(site) for site in front)
+        return seen
+
+    def program(self) -> Program:
+        """The function's one program, every free parameter offered every layout and no limit on the
+        weights (an alternative may pass the budget: the report says so); built once."""
+        if self._program is None:
+            self._program = Program(self.graph, None, self.cost,
+                                    choice=ParamChoice(self.candidates, lambda decided: [], self.activations))
+            self._program.build()
+        return self._program
