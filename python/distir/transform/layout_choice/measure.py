@@ -68,11 +68,14 @@ def function_bytes(func, env: Mapping[str, int], axis_costs: AxisCosts | None = 
         return d if isinstance(d, int) else int(sym.evaluate(d, env))
 
     def cost(t: DTensorType, src: Placement, dst: Placement, sizes) -> Fraction:
-        if src == dst:
-            return Fraction(0)
         if (src.is_block and dst.is_strided) or (src.is_strided and dst.is_block):  # through R (legalize)
             mid = Placement.replicated(t.mesh.ndim)
-            return cost(t, src, mid, sizes) + cost(t, mid, dst, sizes)
+            return leg(t, src, mid, sizes) + leg(t, mid, dst, sizes)
+        return leg(t, src, dst, sizes)
+
+    def leg(t: DTensorType, src: Placement, dst: Placement, sizes) -> Fraction:
+        if src == dst:
+            return Fraction(0)
         shape = tuple(ev(d) for d in t.shape)
         if axis_costs is not None:  # the plan legalize makes by time, timed at these sizes
             plan = plan_redistribute(t.mesh, t.ndim, src, dst, t.shape,
@@ -116,12 +119,7 @@ def function_bytes(func, env: Mapping[str, int], axis_costs: AxisCosts | None = 
                     link, rounds = exchange_link(x.placement, y.placement, sizes, axis_costs.for_mesh(len(sizes)), same)
                     sent += link.seconds(rounds, Fraction(received, math.prod(sizes)))
 
-        def results(t):
-            if isinstance(t, TupleType):
-                return [r for f in t.fields for r in results(f)]
-            return [t] if isinstance(t, DTensorType) else []
-
-        for t in results(func.result.type):
+        for t in _dtensor_leaves(func.result.type):
             whole = Placement.replicated(t.mesh.ndim)
             gathers += cost(t, Placement(tuple(Replicate() if isinstance(x, Partial) else x for x in t.placement.specs)),
                             whole, tuple(ev(d) for d in t.mesh.shape))
@@ -130,6 +128,13 @@ def function_bytes(func, env: Mapping[str, int], axis_costs: AxisCosts | None = 
     except (DistirError, sym.SymbolicError, ZeroDivisionError):
         return None
     return sent, gathers
+
+
+def _dtensor_leaves(t) -> list[DTensorType]:
+    """The DTensor types in ``t``, tuples flattened in order."""
+    if isinstance(t, TupleType):
+        return [r for f in t.fields for r in _dtensor_leaves(f)]
+    return [t] if isinstance(t, DTensorType) else []
 
 
 def function_peak(func, env: Mapping[str, int]) -> int | None:

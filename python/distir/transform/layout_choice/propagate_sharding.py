@@ -351,23 +351,25 @@ class _Materializer:
         return self.plain_versions[key]
 
     def rebuild_args(self, site: Site, placements, depth: int = 0) -> tuple[Expr, ...]:
+        """The call's arguments with each input slot obtained in its placement, in order. (Methods, not
+        nested closures: a closure that calls itself is a reference cycle, and it held the whole
+        materializer alive until the cyclic collector ran.)"""
         it = iter(zip(site.ins, placements))
+        return tuple(self._rebuild(a, it, site, depth) for a in site.binding.value.args)
 
-        def take() -> Expr:
-            s, p = next(it)
-            return self.obtain(s, p, depth, mesh=site.mesh)
-
-        def rebuild(e: Expr) -> Expr:
-            if isinstance(e, Constant):
-                next(it)
-                return e
-            if isinstance(e, Tuple):
-                return Tuple(tuple(rebuild(f) for f in e.fields), e.span)
-            if isinstance(e, (Var, TupleGetItem)) and isinstance(e.type, (TensorType, DTensorType, TupleType)):
-                return _structured(e.type, None, lambda _: take())
+    def _rebuild(self, e: Expr, it, site: Site, depth: int) -> Expr:
+        if isinstance(e, Constant):
+            next(it)
             return e
+        if isinstance(e, Tuple):
+            return Tuple(tuple(self._rebuild(f, it, site, depth) for f in e.fields), e.span)
+        if isinstance(e, (Var, TupleGetItem)) and isinstance(e.type, (TensorType, DTensorType, TupleType)):
+            return _structured(e.type, None, lambda _: self._take(it, site, depth))
+        return e
 
-        return tuple(rebuild(a) for a in site.binding.value.args)
+    def _take(self, it, site: Site, depth: int) -> Expr:
+        s, p = next(it)
+        return self.obtain(s, p, depth, mesh=site.mesh)
 
     # -- the walk ---------------------------------------------------------------------------
     def initial_placement(self, s: Slot) -> Placement | None:
