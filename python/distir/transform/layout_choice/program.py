@@ -162,7 +162,7 @@ class Program:
         return sum(a != b for a, b in zip(p.specs, want.specs))
 
     def held(self, s: Slot, p: Placement) -> Fraction:
-        return self.cost.held_share(s, p) * self.cost.nbytes(s)
+        return self.cost.held(s, p)
 
     def partial_ops(self, s: Slot) -> set[str]:
         if not self.distributed(s):

@@ -186,7 +186,7 @@ def solve_program(model: Program, force: tuple[int, Placement] | None = None) ->
         for col in model.prim[sid][p] or []:
             costs[col] += c
             at_hint[col] += h
-    total_cost = [c + MEMORY_WEIGHT * m for c, m in zip(costs, model.mem)]
+    total_cost = [c + MEMORY_WEIGHT * m for c, m in zip(costs, model.mem)] if MEMORY_WEIGHT else costs
     rows = model.rows + extra
     if not costs:  # nothing to choose (every layout given): HiGHS needs a column, the answer is empty
         if any(a > 0 or b < 0 for _, a, b in rows):
