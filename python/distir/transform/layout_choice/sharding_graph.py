@@ -173,11 +173,15 @@ class _Builder:
         self.var_slots: dict[Var, list[Slot]] = {}
         self.constants: dict[int, Slot] = {}
         self.meshes: list[tuple[DeviceMesh, str, Span | None]] = []
+        self.tensors: dict[TensorType, TensorType] = {}
 
     def fail(self, b: Binding | None, msg: str):
         raise DiagnosticError(f"propagate-sharding: {msg}", (b.span or b.var.span) if b else self.func.span)
 
     def new_slot(self, name, t: TensorType, distributable: bool, span=None, fixed=None) -> Slot:
+        # one object per type: the memos keyed by a slot's type (rules, strategies, costs) then find
+        # it by identity, without comparing two equal types
+        t = self.tensors.setdefault(t, t)
         s = Slot(len(self.slots), name, t, distributable, fixed=fixed, span=span)
         self.slots.append(s)
         return s
