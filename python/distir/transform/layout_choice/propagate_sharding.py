@@ -59,7 +59,7 @@ from ..legalize_redistribute import axis_costs_of, fuse_reshapes
 from ..pass_infra import FunctionPass, PassContext, register_pass
 from ..weights import PARAM_NAMES
 from .cost_model import DIM_SIZE_HINT, INF, MESH_SIZE_HINT, CostModel
-from .measure import function_bytes, sample_envs
+from .measure import function_bytes, function_bytes_at, sample_envs
 from .plan import LayoutPlan
 from .sharding_graph import (Graph, Preferences, Site, Slot, build_graph, field_slots, plain_placement, preferred_placements,
                              strided_params)
@@ -833,8 +833,8 @@ def _no_worse(new: Function, old: Function, graph: Graph, hints, axis_costs=None
             if not isinstance(d, int):
                 mesh_names |= sym.free_vars(d)
     new, old = fuse_reshapes(new, costs=axis_costs), fuse_reshapes(old, costs=axis_costs)
-    for env in sample_envs(graph.func, mesh_names, hints):
-        a, b = function_bytes(new, env, axis_costs), function_bytes(old, env, axis_costs)
+    envs = sample_envs(graph.func, mesh_names, hints)
+    for a, b in zip(function_bytes_at(new, envs, axis_costs), function_bytes_at(old, envs, axis_costs)):
         if a is None or b is None:
             continue
         if a[0] > b[0] or a[0] + a[1] > b[0] + b[1]:

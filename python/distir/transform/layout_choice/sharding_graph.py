@@ -455,9 +455,9 @@ def find_strided_cuts(graph: Graph) -> None:
                     split = spec_at(site.rule, fs, f, 1)
                     if isinstance(split, int) and split > 1:
                         asked.setdefault(slot.id, set()).add((d, split))
-    wants = spread(asked, offer=False)
     free = {s.id for s in graph.slots
             if s.fixed is None and s.producer is None and s.constant is None and s.distributable}
+    wants = spread(asked, offer=False) if free and asked else {}  # (read only where a layout is free)
     grounded = dict(fixed)
     for sid in free & wants.keys():
         grounded.setdefault(sid, set()).update(wants[sid])
