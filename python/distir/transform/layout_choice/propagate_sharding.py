@@ -124,6 +124,7 @@ class _Materializer:
         self.slot_by_id = {s.id: s for s in graph.slots}
         self.candidate_memo: dict[tuple, list] = {}
         self.choice_memo: dict[tuple, tuple] = {}
+        self.dtensors: dict[tuple, DTensorType] = {}
 
     # -- sizes and costs ------------------------------------------------------------------
     def mesh(self, s: Slot) -> DeviceMesh:
@@ -284,7 +285,16 @@ class _Materializer:
 
     def laid(self, s: Slot, q: Placement, mesh: DeviceMesh | None = None) -> DTensorType:
         """The type of ``s`` laid out ``q`` (on ``mesh``, by default its own)."""
-        return DTensorType(s.tensor.shape, s.tensor.dtype, mesh or self.mesh(s), q)
+        return self.dtensor(s.tensor, mesh or self.mesh(s), q)
+
+    def dtensor(self, t: TensorType, mesh: DeviceMesh, q: Placement) -> DTensorType:
+        """``t`` laid out ``q`` on ``mesh``: one object per type written (the layers of a stack repeat
+        the same few), so that the memos keyed by types (inference, lowering) find it by identity."""
+        key = (t, mesh, q)
+        found = self.dtensors.get(key)
+        if found is None:
+            found = self.dtensors[key] = DTensorType(t.shape, t.dtype, mesh, q)
+        return found
 
     def as_var(self, s: Slot, q: Placement | None) -> Expr:
         e = self.versions[s.id][q]
@@ -410,7 +420,7 @@ class _Materializer:
                 )
         args = self.rebuild_args(site, choice)
         laid = iter(outs)
-        t = _structured_type(b.var.type, lambda leaf: DTensorType(leaf.shape, leaf.dtype, site.mesh, next(laid)))
+        t = _structured_type(b.var.type, lambda leaf: self.dtensor(leaf, site.mesh, next(laid)))
         var = self.emit(b.var.name, Call(site.op, args, b.value.attrs, b.span), b.span, t)
         self.set_outputs(site, var, list(outs))
         for s in site.outs:
@@ -552,7 +562,7 @@ class _Materializer:
                 continue
             s = slots[0]
             pl = self.initial_placement(s)
-            t = DTensorType(s.tensor.shape, s.tensor.dtype, self.mesh(s), pl)
+            t = self.dtensor(s.tensor, self.mesh(s), pl)
             var = p if p.type == t else Var(p.name, t, p.span)
             self.versions[s.id] = {pl: var}
             self.primary[s.id] = pl
