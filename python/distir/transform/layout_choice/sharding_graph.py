@@ -495,11 +495,14 @@ class Preferences:
     specs: dict[int, list[Spec | None]]  # settled: propagation is done when Preferences is made
     conflicts: list[Conflict]
     _placements: dict[int, Placement] = field(default_factory=dict, repr=False)
+    _interned: dict[Placement, Placement] = field(default_factory=dict, repr=False)
 
     def placement(self, slot: Slot) -> Placement:
         p = self._placements.get(slot.id)
         if p is None:
-            p = self._placements[slot.id] = Placement(tuple(s if s is not None else Replicate() for s in self.specs[slot.id]))
+            p = Placement(tuple(s if s is not None else Replicate() for s in self.specs[slot.id]))
+            # one object per placement: the keys that hold it (windows' signatures, memos) compare by identity
+            p = self._placements[slot.id] = self._interned.setdefault(p, p)
         return p
 
 

@@ -146,6 +146,35 @@ def _milp(c, share: float = 1.0, *, integrality, bounds, constraints):
     return res
 
 
+def _whole_relaxation(c, share: float, *, integrality, bounds, constraints) -> OptimizeResult | None:
+    """The optimum of the integer program from its linear relaxation, where the relaxation's optimal
+    vertex is whole (every integer column 0 or 1): then no integer choice does better, and HiGHS
+    need not search. None where it is not (the caller solves the integer program).
+
+    Propagation's programs are built so that their relaxation is tight (:mod:`.program`); the least
+    bytes of a stack's windows come out whole, at about half the time of the integer solve. Only
+    the optimum's value matters to what follows (the tie-break program keeps it), not which of
+    several optimal layouts the vertex is."""
+    lp = _milp(c, share, integrality=np.zeros_like(integrality), bounds=bounds, constraints=constraints)
+    if lp.status != OPTIMAL_STATUS or lp.x is None:
+        return None
+    x = np.round(lp.x)
+    if np.any(np.abs(lp.x - x) > WHOLE_TOLERANCE) or np.any(x[integrality == 1] < 0) or np.any(x[integrality == 1] > 1):
+        return None
+    lo, hi = bounds
+    if np.any(x < lo) or np.any(x > hi):
+        return None
+    for con in constraints:  # the rounded vertex meets every row (whole coefficients: exactly)
+        row = con.A @ x
+        if np.any(row < np.asarray(con.lb) - WHOLE_TOLERANCE) or np.any(row > np.asarray(con.ub) + WHOLE_TOLERANCE):
+            return None
+    x.setflags(write=False)
+    return OptimizeResult(x=x, fun=float(c @ x), status=OPTIMAL_STATUS, success=True, mip_gap=0.0)
+
+
+WHOLE_TOLERANCE = 1e-9  # how far from 0 or 1 a relaxation's column may be and still count as whole
+
+
 def _timed_out(step) -> bool:
     return step.status == TIME_LIMIT_STATUS
 
@@ -236,7 +265,11 @@ def solve_program(model: Program, force: tuple[int, Placement] | None = None) ->
         weights = np.array(aim) if tie_break else _units(aim)
         # the bytes may take 2/3 of the time left, so that a layout found late still has its ties broken
         share = 1.0 if tie_break or not any(model.tb) else BYTES_SHARE
-        step = _milp(weights, share, integrality=integrality, bounds=bounds, constraints=constraints)
+        step = None
+        if not tie_break and model.choice is None:  # propagation's programs: a tight relaxation
+            step = _whole_relaxation(weights, share, integrality=integrality, bounds=bounds, constraints=constraints)
+        if step is None:
+            step = _milp(weights, share, integrality=integrality, bounds=bounds, constraints=constraints)
         if res is None and step.x is None:
             raise SolverTimeout() if _timed_out(step) else Infeasible()
         if _timed_out(step) and force is None:  # the best found is kept; the caller is told how far off it may be
