@@ -60,6 +60,7 @@ class CostModel:
         self._at_hint: dict[tuple, Fraction] = {}  # redistribute_cost by (like, src, dst)
         self._held_share: dict[tuple, Fraction] = {}
         self._held: dict[tuple, Fraction] = {}
+        self._placements: dict[Placement, Placement] = {}
         self._meshes = {id(m): m for m in graph.mesh_of.values()}  # alive while their ids key the caches
         # an op's strategies depend on its structure and on which layouts fit (this model's sizes):
         # programs built with this model remember them here (Program.op)
@@ -76,10 +77,16 @@ class CostModel:
         self._hint_share, self._share_cache, self._sampled = other._hint_share, other._share_cache, other._sampled
         self._fixed, self._padded = other._fixed, other._padded
         self._at_hint, self._held_share, self._held = other._at_hint, other._held_share, other._held
+        self._placements = other._placements
         self.strategies = other.strategies
         self._meshes = other._meshes  # the meshes keyed by id stay alive (an id is never reused)
         self._meshes.update((id(m), m) for m in self.g.mesh_of.values())
         return self
+
+    def one(self, p: Placement) -> Placement:
+        """The one object of placement ``p`` among the strategies built with this model: the programs'
+        tables and the costs' memos, keyed by placements, then find them by identity."""
+        return self._placements.setdefault(p, p)
 
     def mesh(self, s: Slot) -> DeviceMesh:
         return self.g.mesh_of[s.id]
