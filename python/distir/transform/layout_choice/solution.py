@@ -295,18 +295,17 @@ def solve_program(model: Program, force: tuple[int, Placement] | None = None) ->
 
 def _sum(values: list[Fraction], x: np.ndarray) -> Fraction:
     """The exact sum of ``values`` over the columns ``x`` chooses."""
-    return sum((v for v, xi in zip(values, x) if xi > 0.5), Fraction(0))
+    return sum((values[i] for i in np.flatnonzero(x > 0.5)), Fraction(0))
 
 
 def _units(values: list[Fraction]) -> np.ndarray:
-    """``values`` in units of their greatest common divisor: whole numbers, as floats."""
-    unit = Fraction(0)
-    for x in values:
-        if x:
-            unit = Fraction(math.gcd(unit.numerator * x.denominator, x.numerator * unit.denominator),
-                            unit.denominator * x.denominator) if unit else x
-    unit = unit or Fraction(1)
-    return np.array([float(x / unit) for x in values])
+    """``values`` in units of their greatest common divisor (the gcd of the numerators over the lcm of
+    the denominators): whole numbers, as floats."""
+    nums = [Fraction(v).numerator for v in values]
+    dens = [Fraction(v).denominator for v in values]
+    top = math.gcd(*nums) or 1
+    bottom = math.lcm(*dens) if dens else 1
+    return np.array([float(n * (bottom // d) // top) for n, d in zip(nums, dens)])
 
 
 def plan_of(model: Program, x: np.ndarray, total: Fraction) -> LayoutPlan:
