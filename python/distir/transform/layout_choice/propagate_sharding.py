@@ -119,6 +119,7 @@ class _Materializer:
         self.recompute_memo: dict[tuple[int, Placement, int], tuple] = {}
         self.neighborhoods: dict[tuple[int, int], int] = {}
         self.interned: dict[tuple, int] = {}
+        self.numbers: dict[int, int] = {}  # id of a slot or site (the graph holds them) -> number()
         self.plain_versions: dict[tuple[int, int, Placement | None], Var] = {}  # plain slots laid out on a mesh
         self.redistribute = get_op("dist.redistribute")
         self.slot_by_id = {s.id: s for s in graph.slots}
@@ -147,10 +148,21 @@ class _Materializer:
         if n is None:
             site, inner = s.producer, None
             if depth < RECOMPUTE_DEPTH and site is not None and _recomputable(site):
-                inner = (site.structure or id(site), tuple(
-                    (self.primary.get(x.id), self.prefs.placement(x), self.neighborhood(x, depth + 1)) for x in site.ins))
-            whole = (self.cost.like(s), tuple(self.versions[s.id]), inner)
+                inner = (self.number(site), tuple(
+                    (self.primary.get(x.id), self.number(x), self.neighborhood(x, depth + 1)) for x in site.ins))
+            whole = (self.number(s), tuple(self.versions[s.id]), inner)
             n = self.neighborhoods[key] = self.interned.setdefault(whole, len(self.interned))
+        return n
+
+    def number(self, x: Slot | Site) -> int:
+        """A small number for what a neighborhood reads of ``x`` that writing never changes (a slot's
+        type, mesh and preferred layout; a site's structure), alike slots and sites alike: the
+        neighborhoods are then keyed by ints, not by types and layouts hashed and compared again."""
+        n = self.numbers.get(id(x))
+        if n is None:
+            what = ("slot", self.cost.like(x), self.prefs.placement(x)) if isinstance(x, Slot) else (
+                "site", x.structure or id(x))
+            n = self.numbers[id(x)] = self.interned.setdefault(what, len(self.interned))
         return n
 
     def request_cost(self, s: Slot, q: Placement, depth: int = 0) -> Fraction:
@@ -280,7 +292,6 @@ class _Materializer:
             t = _inferred(name, value, span)
         var = Var(name, t, span)
         self.emitted.append(Binding(var, value, span))
-        self.neighborhoods.clear()  # a new version: the state changed
         return var
 
     def laid(self, s: Slot, q: Placement, mesh: DeviceMesh | None = None) -> DTensorType:
@@ -330,7 +341,7 @@ class _Materializer:
             args = self.rebuild_args(site, placements, depth + 1)
             call = Call(site.op, args, site.binding.value.attrs, site.binding.span)
             var = self.emit(name or self.fresh(f"{s.name}_{_tag(q)}"), call, site.binding.span, self.laid(s, q))
-            vs[q] = var
+            self.add_version(s, q, var)
             return var
         if cost >= INF or src is None:
             raise DiagnosticError(
@@ -339,8 +350,15 @@ class _Materializer:
         x = self.as_var(s, src)
         call = Call(self.redistribute, (x,), {"device_mesh": self.mesh(s), "placement": q}, s.span)
         var = self.emit(name or self.fresh(f"{s.name}_{_tag(q)}"), call, s.span, self.laid(s, q))
-        vs[q] = var
+        self.add_version(s, q, var)
         return var
+
+    def add_version(self, s: Slot, q: Placement, var: Var) -> None:
+        """``s`` now exists in layout ``q`` too. The only change to what a neighborhood reads, so the
+        numbering starts again: the outputs and hints written otherwise are new values, downstream
+        of every neighborhood numbered so far."""
+        self.versions[s.id][q] = var
+        self.neighborhoods.clear()
 
     def obtain_plain(self, s: Slot, q: Placement | None, mesh: DeviceMesh | None, name: str | None) -> Expr:
         """A plain value (the same on every worker) in layout ``q`` on ``mesh``: the value itself when
@@ -393,7 +411,6 @@ class _Materializer:
         return None if p is None else self.cost.fitted(s, p, self.mesh(s))
 
     def op_site(self, site: Site) -> None:
-        self.neighborhoods.clear()
         b = site.binding
         if not any(s.distributable for s in site.ins) and not any(s.fixed for s in site.outs):
             args = self.rebuild_args(site, [None] * len(site.ins))  # nothing distributed: kept as it is
@@ -487,7 +504,6 @@ class _Materializer:
         return True
 
     def set_outputs(self, site: Site, var: Var, placements) -> None:
-        self.neighborhoods.clear()
         if isinstance(var.type, TupleType):
             for i, (s, p) in enumerate(zip(site.outs, placements)):
                 self.versions[s.id] = {p: TupleGetItem(var, i)}
@@ -498,7 +514,6 @@ class _Materializer:
                 self.primary[s.id] = p
 
     def hint_site(self, site: Site) -> None:
-        self.neighborhoods.clear()
         b = site.binding
         x, y = site.ins[0], site.outs[0]
         if site.op.name == "dist.replicate":  # written by an earlier run: keep it
@@ -584,7 +599,6 @@ class _Materializer:
                     self.op_site(site)
             blocks.append((block, self.emitted))
         self.emitted = blocks[-1][1] if blocks else []  # the result's reductions join the last block
-        self.neighborhoods.clear()
         result = self.result(f.result, f.ret_type)
         if not blocks and self.emitted:
             blocks.append((None, self.emitted))
