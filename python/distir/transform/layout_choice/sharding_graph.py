@@ -513,6 +513,10 @@ class _Propagator:
         self.specs: dict[int, list[Spec | None]] = {}
         self.strength: dict[int, list[int]] = {}
         self.conflicts: list[Conflict] = []
+        # changes made so far; the count when each slot last changed, and when each visit last began
+        self.changes = 0
+        self.changed_at: dict[int, int] = {}
+        self.visited: dict[tuple[int, bool], int] = {}
         for s in graph.slots:
             ndim = graph.mesh_of[s.id].ndim if s.id in graph.mesh_of else widest
             if s.fixed is not None and s.fixed.is_block:  # a block layout says nothing of single mesh axes
@@ -535,6 +539,8 @@ class _Propagator:
         if cur is None or (st == WEAK and not isinstance(spec, Replicate)):
             self.specs[s.id][a] = spec
             self.strength[s.id][a] = WEAK if isinstance(spec, Replicate) else FIRM
+            self.changes += 1
+            self.changed_at[s.id] = self.changes
             return True
         if st != SEED and not isinstance(spec, Replicate):
             self.conflicts.append(Conflict(s, a, cur, spec, site))
@@ -619,17 +625,31 @@ class _Propagator:
                 changed |= self.propose(dst, a, spec, site)
         return changed
 
+    def settled(self, i: int, site: Site, backward: bool) -> bool:
+        """Whether visiting ``site`` (the ``i``-th; forwards, or ``backward``) would find what its last
+        visit found: none of its slots changed since that visit began. A visit reads only its slots,
+        so it would change nothing, and would only record its conflicts again."""
+        last = self.visited.get((i, backward))
+        if last is not None and all(self.changed_at.get(s.id, 0) <= last for s in (*site.ins, *site.outs)):
+            return True
+        self.visited[(i, backward)] = self.changes
+        return False
+
     def run(self) -> Preferences:
         sites = [s for s in self.graph.sites if (s.rule is not None or s.is_hint) and s.mesh is not None]
         for _ in range(4 * len(sites) + 8):
             changed = False
-            for site in sites:
+            for i, site in enumerate(sites):
+                if self.settled(i, site, False):
+                    continue
                 for a in range(site.mesh.ndim):
                     changed |= self.hint_site(site, a) if site.is_hint else self.forward_site(site, a)
-            for site in reversed(sites):
+            for i in reversed(range(len(sites))):
+                site = sites[i]
+                if site.is_hint or self.settled(i, site, True):
+                    continue
                 for a in range(site.mesh.ndim):
-                    if not site.is_hint:
-                        changed |= self.backward_site(site, a)
+                    changed |= self.backward_site(site, a)
             if not changed:
                 break
         return Preferences(self.specs, self.conflicts)
