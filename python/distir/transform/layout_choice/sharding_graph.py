@@ -417,17 +417,23 @@ def find_strided_cuts(graph: Graph) -> None:
     needs it). A value whose layout is given otherwise is not redistributed into a strided one
     on the way (that would only move data a block exchange moves more directly)."""
     sites = [site for site in graph.sites if site.rule is not None and takes_strided(site.op)]
-
-    def sides(site):
-        return [*zip(site.ins, site.rule.inputs), *zip(site.outs, site.rule.outputs)]
+    sides = [[*zip(site.ins, site.rule.inputs), *zip(site.outs, site.rule.outputs)] for site in sites]
 
     def spread(start: dict[int, set[tuple[int, int]]], offer: bool) -> dict[int, set[tuple[int, int]]]:
         found = {k: set(v) for k, v in start.items()}
-        changed = True
+        # a site is visited again only where a slot's cuts grew since its last visit began (it reads
+        # its slots alone): the sweep that confirms the fixed point visits none
+        grown: dict[int, int] = dict.fromkeys(found, 1)
+        visited: dict[int, int] = {}
+        count, changed = 1, True
         while changed:
             changed = False
-            for site in sites:
-                for slot, dims in sides(site):
+            for i, site in enumerate(sites):
+                last = visited.get(i)
+                if last is not None and all(grown.get(slot.id, 0) <= last for slot, _ in sides[i]):
+                    continue
+                visited[i] = count
+                for slot, dims in sides[i]:
                     for d, split in sorted(found.get(slot.id, ())):
                         if d >= len(dims) or not dims[d]:
                             continue
@@ -436,10 +442,12 @@ def find_strided_cuts(graph: Graph) -> None:
                             continue
                         if offer and cut not in site.strided_cuts:
                             site.strided_cuts.append(cut)
-                        for other, odims in sides(site):
+                        for other, odims in sides[i]:
                             spec = _cut_spec(site.rule, odims, *cut)
                             if isinstance(spec, StridedShard) and (spec.dim, spec.split) not in found.get(other.id, set()):
                                 found.setdefault(other.id, set()).add((spec.dim, spec.split))
+                                count += 1
+                                grown[other.id] = count
                                 changed = True
         return found
 
@@ -448,8 +456,8 @@ def find_strided_cuts(graph: Graph) -> None:
         if s.fixed is not None and not s.fixed.is_block and s.fixed.is_strided:
             fixed[s.id] = {(sp.dim, sp.split) for _, sp in s.fixed.strided}
     asked: dict[int, set[tuple[int, int]]] = {}
-    for site in sites:  # factors a reshape leaves in a minor place
-        for slot, dims in sides(site):
+    for site, both in zip(sites, sides):  # factors a reshape leaves in a minor place
+        for slot, dims in both:
             for d, fs in enumerate(dims):
                 for f in fs[1:]:
                     split = spec_at(site.rule, fs, f, 1)
