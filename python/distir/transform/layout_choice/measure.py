@@ -29,10 +29,8 @@ def sample_envs(func, mesh_names: set[str], size_hints: Mapping[str, int] | None
     ``GUARD_MESH_SAMPLES``, every other symbol at each of ``GUARD_DIM_SAMPLES`` (a ``size_hints``
     entry fixes its symbol)."""
     names: set[str] = set()
-    for p in func.params:
-        names |= _type_vars(p.type)
-    for b in func.bindings():
-        names |= _type_vars(b.var.type)
+    for t in {p.type for p in func.params} | {b.var.type for b in func.bindings()}:  # each type once
+        names |= _type_vars(t)
     hints = dict(size_hints or {})
     envs, seen = [], set()
     for m in GUARD_MESH_SAMPLES:
