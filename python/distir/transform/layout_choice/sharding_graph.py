@@ -503,14 +503,17 @@ class Preferences:
     specs: dict[int, list[Spec | None]]  # settled: propagation is done when Preferences is made
     conflicts: list[Conflict]
     _placements: dict[int, Placement] = field(default_factory=dict, repr=False)
-    _interned: dict[Placement, Placement] = field(default_factory=dict, repr=False)
+    _interned: dict[tuple, Placement] = field(default_factory=dict, repr=False)  # specs -> their placement
 
     def placement(self, slot: Slot) -> Placement:
         p = self._placements.get(slot.id)
         if p is None:
-            p = Placement(tuple(s if s is not None else Replicate() for s in self.specs[slot.id]))
+            specs = tuple(s if s is not None else Replicate() for s in self.specs[slot.id])
             # one object per placement: the keys that hold it (windows' signatures, memos) compare by identity
-            p = self._placements[slot.id] = self._interned.setdefault(p, p)
+            p = self._interned.get(specs)
+            if p is None:
+                p = self._interned[specs] = Placement(specs)
+            self._placements[slot.id] = p
         return p
 
 
