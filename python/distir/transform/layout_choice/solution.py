@@ -61,6 +61,9 @@ class SolverClock:
     used: float = 0.0
     gap: float | None = None
     ties_unsettled: bool = False
+    # whether the least bytes are still sought from the linear relaxation first: until one of the
+    # function's programs has a relaxation that is not whole (then its others are solved as integers)
+    relaxations_whole: bool = True
 
     def left(self, share: float = 1.0) -> float:
         """The seconds the next program may take: ``share`` of what is left, at least MIN_SOLVE_SECONDS."""
@@ -256,7 +259,7 @@ def solve_program(model: Program, force: tuple[int, Placement] | None = None) ->
     # scaled below a byte would ask HiGHS to tell apart values below its tolerance once the bytes
     # run into millions (ties then broken arbitrarily), and is slower to prove optimal than the
     # two programs together
-    res = None
+    res, clock = None, _CLOCK.get()
     kept: list[tuple[list[Fraction], Fraction]] = []  # the byte aims met so far, and their optima
     for k, aim in enumerate((total_cost, model.tb)):
         if k and not any(aim):
@@ -266,14 +269,16 @@ def solve_program(model: Program, force: tuple[int, Placement] | None = None) ->
         # the bytes may take 2/3 of the time left, so that a layout found late still has its ties broken
         share = 1.0 if tie_break or not any(model.tb) else BYTES_SHARE
         step = None
-        if not tie_break and model.choice is None:  # propagation's programs: a tight relaxation
+        if not tie_break and model.choice is None and (clock is None or clock.relaxations_whole):
+            # propagation's programs: a tight relaxation
             step = _whole_relaxation(weights, share, integrality=integrality, bounds=bounds, constraints=constraints)
+            if step is None and clock is not None:
+                clock.relaxations_whole = False
         if step is None:
             step = _milp(weights, share, integrality=integrality, bounds=bounds, constraints=constraints)
         if res is None and step.x is None:
             raise SolverTimeout() if _timed_out(step) else Infeasible()
         if _timed_out(step) and force is None:  # the best found is kept; the caller is told how far off it may be
-            clock = _CLOCK.get()
             if tie_break:
                 clock.ties_unsettled = True
             else:
