@@ -165,7 +165,7 @@ def test_random_programs_match_the_single_device_run(program, seed):
                 np.testing.assert_array_equal(g, w, err_msg=f"output {k} at {n} workers")
 
 
-# ---------------------------------------------------------------- the memos of propagation, against their exhaustive forms
+# ------------------------------------------------- the memos of propagation, against their exhaustive forms
 
 _SCRIPTS = pathlib.Path(__file__).resolve().parents[3] / "scripts"
 if str(_SCRIPTS) not in sys.path:
