@@ -259,18 +259,28 @@ class IRModule:
         return self.script()
 
 
-def leaf_vars(expr: Expr) -> Iterator[Var]:
-    """Vars an expression reads directly (through tuples, not into calls' ops)."""
+def leaf_vars(expr: Expr) -> list[Var]:
+    """Vars an expression reads directly (through tuples, not into calls' ops), in order. (A list
+    filled by one walk: every pass asks this of every binding, and nested generators cost more.)"""
+    out: list[Var] = []
+    _add_leaf_vars(expr, out)
+    return out
+
+
+def _add_leaf_vars(expr: Expr, out: list[Var]) -> None:
     if isinstance(expr, Var):
-        yield expr
-    elif isinstance(expr, Tuple):
-        for f in expr.fields:
-            yield from leaf_vars(f)
-    elif isinstance(expr, TupleGetItem):
-        yield from leaf_vars(expr.tuple_value)
+        out.append(expr)
     elif isinstance(expr, Call):
         for a in expr.args:
-            yield from leaf_vars(a)
+            if isinstance(a, Var):
+                out.append(a)
+            else:
+                _add_leaf_vars(a, out)
+    elif isinstance(expr, Tuple):
+        for f in expr.fields:
+            _add_leaf_vars(f, out)
+    elif isinstance(expr, TupleGetItem):
+        _add_leaf_vars(expr.tuple_value, out)
 
 
 # The text printer lives in distir.script, a layer above; it registers itself here on import

@@ -296,8 +296,17 @@ def cut_block(full: np.ndarray, placement: Placement, coords: Sequence[int], siz
     return out
 
 
+_LOCAL_TYPES: dict[DTensorType, TensorType] = {}
+
+
 def local_type(t: DTensorType) -> TensorType:
-    return TensorType(local_shape(t.shape, t.mesh, t.placement), t.dtype)
+    """The per-worker type of ``t``; remembered by the type (the layers of a model ask alike)."""
+    found = _LOCAL_TYPES.get(t)
+    if found is None:
+        if len(_LOCAL_TYPES) >= 4096:
+            _LOCAL_TYPES.clear()
+        found = _LOCAL_TYPES[t] = TensorType(local_shape(t.shape, t.mesh, t.placement), t.dtype)
+    return found
 
 
 def local_bytes(t: DTensorType) -> Dim:

@@ -79,11 +79,11 @@ class TensorType(Type):
     def __eq__(self, other: object) -> bool:
         if self is other:
             return True
-        if type(other) is not TensorType or self.dtype != other.dtype:
+        if type(other) is not TensorType:
             return False
-        if hash(self) == hash(other) and self._key == other._key:
-            return True  # structurally the same (the common case, and a cheap one)
-        return _shape_eq(self.shape, other.shape)
+        if self._key == other._key:
+            return True  # structurally the same (the common case, and a cheap one: keys are kept)
+        return self.dtype == other.dtype and _shape_eq(self.shape, other.shape)
 
     @property
     def _key(self) -> tuple:
@@ -136,10 +136,12 @@ class DTensorType(Type):
     def __eq__(self, other: object) -> bool:
         if self is other:
             return True
-        if type(other) is not DTensorType or self.dtype != other.dtype or self.placement != other.placement:
+        if type(other) is not DTensorType:
             return False
-        if hash(self) == hash(other) and self._key == other._key:
-            return True  # structurally the same (the common case, and a cheap one)
+        if self._key == other._key:
+            return True  # structurally the same (the common case, and a cheap one: keys are kept)
+        if self.dtype != other.dtype or self.placement != other.placement:
+            return False
         return _shape_eq(self.shape, other.shape) and self.mesh == other.mesh
 
     @property

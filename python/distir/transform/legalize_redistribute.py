@@ -222,15 +222,13 @@ def expand_replans(func: Function, exact_only: bool = True) -> Function:
     return map_bindings(func, rewrite)
 
 
-def _uses(func: Function) -> Counter:
-    """How often each var (by id) is read: by bindings, dataflow block outputs and the result."""
-    uses: Counter = Counter()
-    for block in func.blocks:
-        for b in block.bindings:
-            uses.update(id(v) for v in leaf_vars(b.value))
-        uses.update(id(v) for v in block.outputs or ())
-    uses.update(id(v) for v in leaf_vars(func.result))
-    return uses
+def _uses(func: Function, reads: list[list[Var]]) -> Counter:
+    """How often each var (by id) is read: by bindings (``reads``: the vars each reads, in order),
+    dataflow block outputs and the result."""
+    read = [id(v) for vs in reads for v in vs]
+    read += [id(v) for block in func.blocks for v in block.outputs or ()]
+    read += [id(v) for v in leaf_vars(func.result)]
+    return Counter(read)
 
 
 def _is(value, op) -> bool:
@@ -305,9 +303,10 @@ def fuse_reshapes(func: Function, replan: bool = True, costs: AxisCosts | None =
     reshape, redistribute = get_op("reshape"), get_op("dist.redistribute")
     kind = get_step("exchange")
     bindings = list(func.bindings())
-    uses = _uses(func)
+    reads = [leaf_vars(b.value) for b in bindings]
+    uses = _uses(func, reads)
     producer = {id(b.var): b for b in bindings}
-    user = {id(v): b for b in bindings for v in leaf_vars(b.value)}
+    user = {id(v): b for b, vs in zip(bindings, reads) for v in vs}
     drop: set[int] = set()
     replace: dict[int, Binding] = {}
     for b in bindings:

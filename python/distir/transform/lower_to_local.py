@@ -246,7 +246,7 @@ class _Lowerer:
                 if value.op.localize is not None and _has_dtensor(gtype):
                     new = value.op.localize(value, args, ltype, self)
                 else:
-                    new = Call(value.op, tuple(args), dict(value.attrs), value.span)
+                    new = Call(value.op, tuple(args), value.attrs, value.span)  # attrs are immutable: shared
         else:
             new = self.expr(value)
         try:

@@ -451,6 +451,7 @@ def _solved_programs(monkeypatch, run, tight: bool) -> list[tuple[float, float]]
 
     with monkeypatch.context() as m:
         m.setattr(solution, "milp", spied)
+        m.setattr(solution, "_whole_relaxation", lambda *a, **kw: None)  # every program solved as integers
         m.setattr(windows, "Program", partial(program.Program, tight=tight))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -487,6 +488,44 @@ def test_the_rows_that_tighten_the_relaxation_keep_every_optimum(monkeypatch, na
     for (opt, lp), (opt_loose, lp_loose) in zip(tight, loose):
         assert opt == pytest.approx(opt_loose, rel=1e-9, abs=1e-9)
         assert lp >= lp_loose - 1e-6 * max(1.0, abs(lp_loose))
+
+
+def test_a_whole_relaxation_gives_the_layout_the_integer_program_gives(monkeypatch):
+    # the least bytes of a stack's windows come from their linear relaxation, whose optimal vertex is
+    # whole: the layout is the one solving every program as integers gives
+    used = []
+    relaxed = solution._whole_relaxation
+
+    def spied(*args, **kw):
+        found = relaxed(*args, **kw)
+        used.append(found is not None)
+        return found
+
+    mod = distir.examples.llama_stack(8)
+    solution.forget_solved()
+    with monkeypatch.context() as m:
+        m.setattr(solution, "_whole_relaxation", spied)
+        fast = distir.script.print_module(get_pass("propagate-sharding")(mod))
+    solution.forget_solved()
+    with monkeypatch.context() as m:
+        m.setattr(solution, "_whole_relaxation", lambda *a, **kw: None)
+        integer = distir.script.print_module(get_pass("propagate-sharding")(mod))
+    solution.forget_solved()
+    assert fast == integer and used and all(used)
+
+
+def test_a_relaxation_that_is_not_whole_is_left_to_the_integer_solver():
+    # two columns, at most one and a half of them: the relaxation takes 1.5, the integers only 1
+    from scipy.optimize import LinearConstraint
+
+    c, whole = np.array([-1.0, -1.0]), np.ones(2, dtype=int)
+    bounds, rows = (np.zeros(2), np.ones(2)), [LinearConstraint(np.array([[1.0, 1.0]]), -np.inf, 1.5)]
+    solution.forget_solved()
+    assert solution._whole_relaxation(c, 1.0, integrality=whole, bounds=bounds, constraints=rows) is None
+    rows = [LinearConstraint(np.array([[1.0, 1.0]]), -np.inf, 1.0)]
+    found = solution._whole_relaxation(c, 1.0, integrality=whole, bounds=bounds, constraints=rows)
+    assert found is not None and found.fun == -1.0 and sorted(found.x) == [0.0, 1.0]
+    solution.forget_solved()
 
 
 def test_the_relaxation_of_a_stack_s_windows_is_its_optimum(monkeypatch):

@@ -5,17 +5,26 @@ the right thing: float32 and integer programs, inputs partial under every kind t
 from __future__ import annotations
 
 import os
+import pathlib
+import sys
 import warnings
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 import distir
 from distir.driver import Driver, flat_outputs
+from distir.errors import DistirError
 from distir.ir.combine import PARTIAL_KINDS, partial_refusal
+from distir.ir.placement import Placement
+from distir.ir.structural import structural_equal
 from distir.testing import assert_sharded_equivalent
+from distir.transform.layout_choice import propagate_sharding as ps
+from distir.transform.layout_choice import sharding_graph
+from distir.transform.layout_choice.cost_model import CostModel
 from distir.transform.layout_choice.propagate_sharding import ShardingAmbiguityWarning
+from distir.transform.layout_choice.sharding_graph import build_graph
 
 MESHES = {
     "1d": ('R.device_mesh(("num_workers",), I.Range(0, "num_workers"))', 1),
@@ -154,3 +163,108 @@ def test_random_programs_match_the_single_device_run(program, seed):
             got = flat_outputs(driver.run(inputs, n, seed=seed).outputs)
             for k, (g, w) in enumerate(zip(got, want)):
                 np.testing.assert_array_equal(g, w, err_msg=f"output {k} at {n} workers")
+
+
+# ------------------------------------------------- the memos of propagation, against their exhaustive forms
+
+_SCRIPTS = pathlib.Path(__file__).resolve().parents[3] / "scripts"
+if str(_SCRIPTS) not in sys.path:
+    sys.path.insert(0, str(_SCRIPTS))
+import fuzz  # noqa: E402  (scripts/: the differential fuzzer's program generator)
+
+
+FUZZ_SEED = 8  # its case 18 needs a second sweep of the preferences
+
+
+def _fuzz_graph(index: int, strided: bool):
+    """The graph of a random program of scripts/fuzz.py (meshes of 1-3 axes, symbolic or of 1-8
+    devices, hints, redistribute chains, uneven sizes; strided shards), or None where it has none."""
+    mod = distir.parse(fuzz.generate_case(FUZZ_SEED, index, fuzz.GenConfig(strided=strided)).text)
+    names = {m: f"mesh[{i}]" for i, m in enumerate(mod.meshes())}
+    try:
+        graph = build_graph(mod["main"], names)
+    except DistirError:
+        return None
+    return graph if graph.is_distributed else None
+
+
+def _first_conflicts(prefs) -> list[tuple]:
+    out = []
+    for c in prefs.conflicts:
+        key = (c.slot.id, c.mesh_axis, c.kept, c.offered, c.site.name, c.other.id if c.other else None, c.factors)
+        if key not in out:
+            out.append(key)
+    return out
+
+
+class _EverySiteEverySweep(sharding_graph._Propagator):
+    def settled(self, i, site, backward):
+        return False
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10**6), st.booleans())
+@example(18, False)
+def test_preferences_visit_again_only_the_sites_whose_slots_changed(index, strided):
+    # what a visit finds depends on its slots alone: skipping the visits whose slots did not change
+    # gives the preferences and the conflicts (first of each, in order) every sweep over every site gives
+    graph = _fuzz_graph(index, strided)
+    assume(graph is not None)
+    got, want = sharding_graph.preferred_placements(graph), _EverySiteEverySweep(graph).run()
+    assert got.specs == want.specs
+    assert _first_conflicts(got) == _first_conflicts(want)
+
+
+class _RenumberedEveryStep(ps._Materializer):
+    """The greedy choice with every neighborhood numbered again after each step (as it once was)."""
+
+    def emit(self, *args, **kwargs):
+        var = super().emit(*args, **kwargs)
+        self.neighborhoods.clear()
+        return var
+
+    def op_site(self, site):
+        self.neighborhoods.clear()
+        super().op_site(site)
+
+    def hint_site(self, site):
+        self.neighborhoods.clear()
+        super().hint_site(site)
+
+    def set_outputs(self, *args):
+        self.neighborhoods.clear()
+        super().set_outputs(*args)
+
+
+def test_a_value_that_gains_a_version_is_numbered_again():
+    # the greedy choice remembers what getting a value in a layout costs by the value's neighborhood,
+    # which holds the layouts it exists in: a new version (a cheaper source) gives it a new number
+    graph = build_graph(distir.examples.load("mlp")["main"])
+    cost = CostModel(graph, dim_size=ps.GREEDY_DIM_SIZE, fit_count=ps.GREEDY_FIT_COUNT)
+    m = ps._Materializer(graph, sharding_graph.preferred_placements(graph), cost, typed=False)
+    m.run()
+    s = next(s for s in graph.slots if s.producer is not None and s.id in graph.mesh_of and len(m.versions[s.id]) == 1)
+    before = m.neighborhood(s, 0)
+    (held,) = m.versions[s.id]
+    other = next(p for p in (Placement.parse(t) for t in ("R", "S[0]", "S[1]")) if p != held)
+    m.add_version(s, other, m.versions[s.id][held])
+    assert m.neighborhood(s, 0) != before
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10**6), st.booleans())
+def test_greedy_neighborhoods_numbered_again_only_when_a_value_gains_a_version(index, strided):
+    # the greedy choice remembers its costs by neighborhood; numbering them again only when a value
+    # computed before gains a version writes the function numbering them after every step writes
+    graph = _fuzz_graph(index, strided)
+    assume(graph is not None)
+    prefs = sharding_graph.preferred_placements(graph)
+    drafts = []
+    for kind in (ps._Materializer, _RenumberedEveryStep):
+        cost = CostModel(graph, dim_size=ps.GREEDY_DIM_SIZE, fit_count=ps.GREEDY_FIT_COUNT)
+        try:
+            drafts.append(kind(graph, prefs, cost, typed=False).run())
+        except DistirError as err:
+            drafts.append(str(err))
+    got, want = drafts
+    assert got == want if isinstance(want, str) else structural_equal(got, want)

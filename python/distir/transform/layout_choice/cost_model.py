@@ -57,10 +57,19 @@ class CostModel:
         self._padded: dict[tuple, Fraction | None] = {}
         self._sampled: dict[tuple[tuple, Placement | None, Placement], Fraction] = {}
         self._likes: dict[int, tuple] = {}
+        self._at_hint: dict[tuple, Fraction] = {}  # redistribute_cost by (like, src, dst)
+        self._held_share: dict[tuple, Fraction] = {}
+        self._held: dict[tuple, Fraction] = {}
+        self._placements: dict[Placement, Placement] = {}
         self._meshes = {id(m): m for m in graph.mesh_of.values()}  # alive while their ids key the caches
         # an op's strategies depend on its structure and on which layouts fit (this model's sizes):
         # programs built with this model remember them here (Program.op)
         self.strategies: dict[tuple, list] = {}
+
+    def one(self, p: Placement) -> Placement:
+        """The one object of placement ``p`` among the strategies built with this model: the programs'
+        tables and the costs' memos, keyed by placements, then find them by identity."""
+        return self._placements.setdefault(p, p)
 
     def mesh(self, s: Slot) -> DeviceMesh:
         return self.g.mesh_of[s.id]
@@ -216,11 +225,19 @@ class CostModel:
 
     def redistribute_cost(self, s: Slot, src: Placement | None, dst: Placement) -> Fraction:
         """Bytes each worker sends to turn ``s`` from ``src`` into ``dst`` (the planner's model; with
-        axis costs, the plan's time as bytes, see the class docstring)."""
+        axis costs, the plan's time as bytes, see the class docstring). Remembered by what it depends
+        on, the value's type and mesh and the two layouts: alike values are priced once."""
         if src is None:
             return Fraction(0) if dst.is_replicated else INF  # a plain value is the same everywhere
         if src == dst:
             return Fraction(0)
+        key = (self.like(s), src, dst)
+        found = self._at_hint.get(key)
+        if found is None:
+            found = self._at_hint[key] = self._redistribute_cost(s, src, dst)
+        return found
+
+    def _redistribute_cost(self, s: Slot, src: Placement, dst: Placement) -> Fraction:
         if _block_and_strided(src, dst):  # through R, as legalize-redistribute writes it
             mid = Placement.replicated(self.mesh(s).ndim)
             return self.redistribute_cost(s, src, mid) + self.redistribute_cost(s, mid, dst)
@@ -279,12 +296,25 @@ class CostModel:
 
     def held_share(self, s: Slot, p: Placement) -> Fraction:
         """The share of ``s`` each worker holds in layout ``p``."""
-        sizes = self.mesh_sizes(self.mesh(s))
-        count = 1
-        for a, spec in enumerate(p.specs):
-            if isinstance(spec, Shard):
-                count *= sizes[a]
-        return Fraction(1, count)
+        mesh = self.mesh(s)
+        key = (id(mesh), p)
+        share = self._held_share.get(key)
+        if share is None:
+            sizes = self.mesh_sizes(mesh)
+            count = 1
+            for a, spec in enumerate(p.specs):
+                if isinstance(spec, Shard):
+                    count *= sizes[a]
+            share = self._held_share[key] = Fraction(1, count)
+        return share
+
+    def held(self, s: Slot, p: Placement) -> Fraction:
+        """Bytes of ``s`` each worker holds in layout ``p`` at the size hints."""
+        key = (self.like(s), p)
+        held = self._held.get(key)
+        if held is None:
+            held = self._held[key] = self.held_share(s, p) * self.nbytes(s)
+        return held
 
     def fits(self, s: Slot, p: Placement, mesh: DeviceMesh) -> bool:
         """Whether ``p`` gives every worker some of each static dim of ``s`` at the hinted mesh size.

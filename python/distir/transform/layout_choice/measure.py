@@ -5,7 +5,7 @@ auto-shard's budgets and report)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from fractions import Fraction
 
 from ...errors import DistirError
@@ -18,7 +18,7 @@ from ...ir.steps import get_step
 from ...ir.types import DTensorType, TupleType, dtype_bytes
 from ..redistribute_plan import Timing, exchange_link, plan_cost, plan_redistribute, strided_share, timing_for
 
-__all__ = ["function_bytes", "function_peak", "sample_envs"]
+__all__ = ["function_bytes", "function_bytes_at", "function_peak", "sample_envs"]
 
 GUARD_MESH_SAMPLES = (2, 3, 4, 8)  # the device counts the planner weighs plans at (redistribute_plan)
 GUARD_DIM_SAMPLES = (1, 3, 10, 64, 512, 4096)
@@ -29,10 +29,8 @@ def sample_envs(func, mesh_names: set[str], size_hints: Mapping[str, int] | None
     ``GUARD_MESH_SAMPLES``, every other symbol at each of ``GUARD_DIM_SAMPLES`` (a ``size_hints``
     entry fixes its symbol)."""
     names: set[str] = set()
-    for p in func.params:
-        names |= _type_vars(p.type)
-    for b in func.bindings():
-        names |= _type_vars(b.var.type)
+    for t in {p.type for p in func.params} | {b.var.type for b in func.bindings()}:  # each type once
+        names |= _type_vars(t)
     hints = dict(size_hints or {})
     envs, seen = [], set()
     for m in GUARD_MESH_SAMPLES:
@@ -62,17 +60,50 @@ def function_bytes(func, env: Mapping[str, int], axis_costs: AxisCosts | None = 
     redistributes as legalize plans them (padded blocks counted), and apart the gathers of its
     sharded results (the runner's). None where ``env`` does not evaluate a size. With
     ``axis_costs``, the estimated seconds of those steps instead (plans made by time)."""
+    return next(function_bytes_at(func, [env], axis_costs))
+
+
+def function_bytes_at(func, envs: list[Mapping[str, int]],
+                      axis_costs: AxisCosts | None = None) -> Iterator[tuple[Fraction, Fraction] | None]:
+    """:func:`function_bytes` at each of ``envs``, one after the other (a caller may stop early): the
+    function is read once, its moves counted by their types and layouts (the layers of a stack repeat
+    the same few), and each priced per env."""
     redistribute, exchange = "dist.redistribute", get_step("exchange")
+    moves: dict[tuple[DTensorType, Placement], int] = {}
+    exchanges: dict[tuple[DTensorType, DTensorType], int] = {}
+    for b in func.bindings():
+        v = b.value
+        name = getattr(getattr(v, "op", None), "name", None)
+        if name == redistribute:
+            x = v.args[0].type
+            if isinstance(x, DTensorType) and x.mesh == v.attrs["device_mesh"]:
+                key = (x, v.attrs["placement"])
+                moves[key] = moves.get(key, 0) + 1
+        elif name == exchange.global_op.name:
+            key = (v.args[0].type, b.var.type)
+            exchanges[key] = exchanges.get(key, 0) + 1
+    results = _dtensor_leaves(func.result.type)
+    for env in envs:
+        yield _priced(moves, exchanges, results, env, axis_costs)
+
+
+def _priced(moves, exchanges, results, env: Mapping[str, int],
+            axis_costs: AxisCosts | None) -> tuple[Fraction, Fraction] | None:
+    """(bytes sent within the program, bytes of the results' gathers) at ``env`` (see :func:`function_bytes`)."""
+    exchange = get_step("exchange")
 
     def ev(d) -> int:
         return d if isinstance(d, int) else int(sym.evaluate(d, env))
 
     def cost(t: DTensorType, src: Placement, dst: Placement, sizes) -> Fraction:
-        if src == dst:
-            return Fraction(0)
         if (src.is_block and dst.is_strided) or (src.is_strided and dst.is_block):  # through R (legalize)
             mid = Placement.replicated(t.mesh.ndim)
-            return cost(t, src, mid, sizes) + cost(t, mid, dst, sizes)
+            return leg(t, src, mid, sizes) + leg(t, mid, dst, sizes)
+        return leg(t, src, dst, sizes)
+
+    def leg(t: DTensorType, src: Placement, dst: Placement, sizes) -> Fraction:
+        if src == dst:
+            return Fraction(0)
         shape = tuple(ev(d) for d in t.shape)
         if axis_costs is not None:  # the plan legalize makes by time, timed at these sizes
             plan = plan_redistribute(t.mesh, t.ndim, src, dst, t.shape,
@@ -80,48 +111,27 @@ def function_bytes(func, env: Mapping[str, int], axis_costs: AxisCosts | None = 
             timing = Timing(axis_costs.for_mesh(t.mesh.ndim), math.prod(shape) * dtype_bytes(t.dtype))
             return plan_cost(plan, src, sizes, shape, timing)
         if src.is_strided or dst.is_strided:  # the plans between expanded forms legalize writes (docs/strided.md)
-            if axis_costs is not None:
-                timing = Timing(axis_costs.for_mesh(t.mesh.ndim), math.prod(shape) * dtype_bytes(t.dtype))
-                return strided_share(t.mesh, t.ndim, src, dst, sizes, timing)
             share = strided_share(t.mesh, t.ndim, src, dst, sizes)
         else:
             share = plan_cost(plan_redistribute(t.mesh, t.ndim, src, dst, t.shape), src, sizes, shape)
         return share * math.prod(shape) * dtype_bytes(t.dtype) * math.prod(sizes)
 
-    # at these sizes a redistribute's bytes depend on its type and layouts only: the layers of a
-    # stack repeat the same few, each priced once
-    priced: dict[tuple[DTensorType, Placement], Fraction] = {}
     sent = gathers = Fraction(0)
     try:
-        for b in func.bindings():
-            v = b.value
-            name = getattr(getattr(v, "op", None), "name", None)
-            if name == redistribute:
-                x = v.args[0].type
-                if isinstance(x, DTensorType) and x.mesh == v.attrs["device_mesh"]:
-                    key = (x, v.attrs["placement"])
-                    if key not in priced:
-                        priced[key] = cost(x, x.placement, v.attrs["placement"], tuple(ev(d) for d in x.mesh.shape))
-                    sent += priced[key]
-            elif name == exchange.global_op.name:
-                x, y = v.args[0].type, b.var.type
-                sizes = tuple(ev(d) for d in x.mesh.shape)
-                volume = exchange.volume(tuple(ev(d) for d in x.shape), x.placement, tuple(ev(d) for d in y.shape),
-                                         y.placement, sizes)
-                received = volume * dtype_bytes(x.dtype)
-                if axis_costs is None:
-                    sent += received
-                else:  # the slowest axis it crosses, a round per peer (as the planner)
-                    same = len(x.shape) == len(y.shape) and all(sym.equal(a, b) for a, b in zip(x.shape, y.shape))
-                    link, rounds = exchange_link(x.placement, y.placement, sizes, axis_costs.for_mesh(len(sizes)), same)
-                    sent += link.seconds(rounds, Fraction(received, math.prod(sizes)))
-
-        def results(t):
-            if isinstance(t, TupleType):
-                return [r for f in t.fields for r in results(f)]
-            return [t] if isinstance(t, DTensorType) else []
-
-        for t in results(func.result.type):
+        for (x, q), count in moves.items():
+            sent += count * cost(x, x.placement, q, tuple(ev(d) for d in x.mesh.shape))
+        for (x, y), count in exchanges.items():
+            sizes = tuple(ev(d) for d in x.mesh.shape)
+            volume = exchange.volume(tuple(ev(d) for d in x.shape), x.placement, tuple(ev(d) for d in y.shape),
+                                     y.placement, sizes)
+            received = volume * dtype_bytes(x.dtype)
+            if axis_costs is None:
+                sent += count * received
+            else:  # the slowest axis it crosses, a round per peer (as the planner)
+                same = len(x.shape) == len(y.shape) and all(sym.equal(a, b) for a, b in zip(x.shape, y.shape))
+                link, rounds = exchange_link(x.placement, y.placement, sizes, axis_costs.for_mesh(len(sizes)), same)
+                sent += count * link.seconds(rounds, Fraction(received, math.prod(sizes)))
+        for t in results:
             whole = Placement.replicated(t.mesh.ndim)
             gathers += cost(t, Placement(tuple(Replicate() if isinstance(x, Partial) else x for x in t.placement.specs)),
                             whole, tuple(ev(d) for d in t.mesh.shape))
@@ -130,6 +140,13 @@ def function_bytes(func, env: Mapping[str, int], axis_costs: AxisCosts | None = 
     except (DistirError, sym.SymbolicError, ZeroDivisionError):
         return None
     return sent, gathers
+
+
+def _dtensor_leaves(t) -> list[DTensorType]:
+    """The DTensor types in ``t``, tuples flattened in order."""
+    if isinstance(t, TupleType):
+        return [r for f in t.fields for r in _dtensor_leaves(f)]
+    return [t] if isinstance(t, DTensorType) else []
 
 
 def function_peak(func, env: Mapping[str, int]) -> int | None:

@@ -163,7 +163,7 @@ class Program:
         return sum(a != b for a, b in zip(p.specs, want.specs))
 
     def held(self, s: Slot, p: Placement) -> Fraction:
-        return self.cost.held_share(s, p) * self.cost.nbytes(s)
+        return self.cost.held(s, p)
 
     def partial_ops(self, s: Slot) -> set[str]:
         if not self.distributed(s):
@@ -283,27 +283,8 @@ class Program:
         declared DTensor return type, or a result bound with a sharded DTensor type (written so,
         inferred from DTensor inputs, or chosen by an earlier run), is returned in that layout."""
         f = self.g.func
-
-        def leaves(t):
-            if isinstance(t, TupleType):
-                return [x for fld in t.fields for x in leaves(fld)]
-            return [t]
-
-        def pairs(e):
-            if isinstance(e, Tuple):
-                return [x for fld in e.fields for x in pairs(fld)]
-            if isinstance(e, TupleGetItem):
-                slots = field_slots(self.g.var_slots.get(e.tuple_value, []), e.tuple_value.type, e.index) if isinstance(
-                    e.tuple_value, Var) else []
-            elif isinstance(e, Var):
-                slots = self.g.var_slots.get(e, [])
-            else:
-                return []
-            types = leaves(e.type)
-            return list(zip(slots, types)) if len(types) == len(slots) else [(s, None) for s in slots]
-
-        found = pairs(f.result)
-        declared = leaves(f.ret_type) if f.ret_type is not None else []
+        found = self._result_pairs(f.result)
+        declared = _type_leaves(f.ret_type) if f.ret_type is not None else []
         for i, (s, bound) in enumerate(found):
             if not self.distributed(s):
                 continue
@@ -323,6 +304,20 @@ class Program:
                 c = self.cost.sampled_cost(s, p, whole)
                 if c:
                     self.result_costs.append((s.id, p, c, self.cost.redistribute_cost(s, p, whole)))
+
+    def _result_pairs(self, e) -> list[tuple[Slot, object]]:
+        """(slot, the type it is bound with, or None) of each tensor of result expression ``e``."""
+        if isinstance(e, Tuple):
+            return [x for fld in e.fields for x in self._result_pairs(fld)]
+        if isinstance(e, TupleGetItem):
+            slots = field_slots(self.g.var_slots.get(e.tuple_value, []), e.tuple_value.type, e.index) if isinstance(
+                e.tuple_value, Var) else []
+        elif isinstance(e, Var):
+            slots = self.g.var_slots.get(e, [])
+        else:
+            return []
+        types = _type_leaves(e.type)
+        return list(zip(slots, types)) if len(types) == len(slots) else [(s, None) for s in slots]
 
     def params(self) -> None:
         """Parameters without a given layout: the layout the hints spread to them (the greedy
@@ -586,15 +581,24 @@ class Program:
 
 def result_slots(graph: Graph) -> list[Slot]:
     """The slots of the function's result, in order."""
+    return _expr_slots(graph, graph.func.result)
 
-    def slots(e):
-        if isinstance(e, Tuple):
-            return [x for f in e.fields for x in slots(f)]
-        if isinstance(e, TupleGetItem):
-            inner = slots(e.tuple_value)
-            return field_slots(inner, e.tuple_value.type, e.index) if isinstance(e.tuple_value.type, TupleType) else []
-        if isinstance(e, Var):
-            return graph.var_slots.get(e, [])
-        return []
 
-    return slots(graph.func.result)
+def _expr_slots(graph: Graph, e) -> list[Slot]:
+    # (a function of the module, not a closure calling itself: such a closure is a reference cycle
+    # that keeps what it captures, here the whole graph, until the cyclic collector runs)
+    if isinstance(e, Tuple):
+        return [x for f in e.fields for x in _expr_slots(graph, f)]
+    if isinstance(e, TupleGetItem):
+        inner = _expr_slots(graph, e.tuple_value)
+        return field_slots(inner, e.tuple_value.type, e.index) if isinstance(e.tuple_value.type, TupleType) else []
+    if isinstance(e, Var):
+        return graph.var_slots.get(e, [])
+    return []
+
+
+def _type_leaves(t) -> list:
+    """The leaves of type ``t``, tuples flattened in order."""
+    if isinstance(t, TupleType):
+        return [x for fld in t.fields for x in _type_leaves(fld)]
+    return [t]

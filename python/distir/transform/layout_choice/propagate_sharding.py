@@ -59,7 +59,7 @@ from ..legalize_redistribute import axis_costs_of, fuse_reshapes
 from ..pass_infra import FunctionPass, PassContext, register_pass
 from ..weights import PARAM_NAMES
 from .cost_model import DIM_SIZE_HINT, INF, MESH_SIZE_HINT, CostModel
-from .measure import function_bytes, sample_envs
+from .measure import function_bytes, function_bytes_at, sample_envs
 from .plan import LayoutPlan
 from .sharding_graph import (Graph, Preferences, Site, Slot, build_graph, field_slots, plain_placement, preferred_placements,
                              strided_params)
@@ -119,11 +119,13 @@ class _Materializer:
         self.recompute_memo: dict[tuple[int, Placement, int], tuple] = {}
         self.neighborhoods: dict[tuple[int, int], int] = {}
         self.interned: dict[tuple, int] = {}
+        self.numbers: dict[int, int] = {}  # id of a slot or site (the graph holds them) -> number()
         self.plain_versions: dict[tuple[int, int, Placement | None], Var] = {}  # plain slots laid out on a mesh
         self.redistribute = get_op("dist.redistribute")
         self.slot_by_id = {s.id: s for s in graph.slots}
         self.candidate_memo: dict[tuple, list] = {}
         self.choice_memo: dict[tuple, tuple] = {}
+        self.dtensors: dict[tuple, DTensorType] = {}
 
     # -- sizes and costs ------------------------------------------------------------------
     def mesh(self, s: Slot) -> DeviceMesh:
@@ -146,10 +148,21 @@ class _Materializer:
         if n is None:
             site, inner = s.producer, None
             if depth < RECOMPUTE_DEPTH and site is not None and _recomputable(site):
-                inner = (site.structure or id(site), tuple(
-                    (self.primary.get(x.id), self.prefs.placement(x), self.neighborhood(x, depth + 1)) for x in site.ins))
-            whole = (self.cost.like(s), tuple(self.versions[s.id]), inner)
+                inner = (self.number(site), tuple(
+                    (self.primary.get(x.id), self.number(x), self.neighborhood(x, depth + 1)) for x in site.ins))
+            whole = (self.number(s), tuple(self.versions[s.id]), inner)
             n = self.neighborhoods[key] = self.interned.setdefault(whole, len(self.interned))
+        return n
+
+    def number(self, x: Slot | Site) -> int:
+        """A small number for what a neighborhood reads of ``x`` that writing never changes (a slot's
+        type, mesh and preferred layout; a site's structure), alike slots and sites alike: the
+        neighborhoods are then keyed by ints, not by types and layouts hashed and compared again."""
+        n = self.numbers.get(id(x))
+        if n is None:
+            what = ("slot", self.cost.like(x), self.prefs.placement(x)) if isinstance(x, Slot) else (
+                "site", x.structure or id(x))
+            n = self.numbers[id(x)] = self.interned.setdefault(what, len(self.interned))
         return n
 
     def request_cost(self, s: Slot, q: Placement, depth: int = 0) -> Fraction:
@@ -279,12 +292,20 @@ class _Materializer:
             t = _inferred(name, value, span)
         var = Var(name, t, span)
         self.emitted.append(Binding(var, value, span))
-        self.neighborhoods.clear()  # a new version: the state changed
         return var
 
     def laid(self, s: Slot, q: Placement, mesh: DeviceMesh | None = None) -> DTensorType:
         """The type of ``s`` laid out ``q`` (on ``mesh``, by default its own)."""
-        return DTensorType(s.tensor.shape, s.tensor.dtype, mesh or self.mesh(s), q)
+        return self.dtensor(s.tensor, mesh or self.mesh(s), q)
+
+    def dtensor(self, t: TensorType, mesh: DeviceMesh, q: Placement) -> DTensorType:
+        """``t`` laid out ``q`` on ``mesh``: one object per type written (the layers of a stack repeat
+        the same few), so that the memos keyed by types (inference, lowering) find it by identity."""
+        key = (t, mesh, q)
+        found = self.dtensors.get(key)
+        if found is None:
+            found = self.dtensors[key] = DTensorType(t.shape, t.dtype, mesh, q)
+        return found
 
     def as_var(self, s: Slot, q: Placement | None) -> Expr:
         e = self.versions[s.id][q]
@@ -320,7 +341,7 @@ class _Materializer:
             args = self.rebuild_args(site, placements, depth + 1)
             call = Call(site.op, args, site.binding.value.attrs, site.binding.span)
             var = self.emit(name or self.fresh(f"{s.name}_{_tag(q)}"), call, site.binding.span, self.laid(s, q))
-            vs[q] = var
+            self.add_version(s, q, var)
             return var
         if cost >= INF or src is None:
             raise DiagnosticError(
@@ -329,8 +350,15 @@ class _Materializer:
         x = self.as_var(s, src)
         call = Call(self.redistribute, (x,), {"device_mesh": self.mesh(s), "placement": q}, s.span)
         var = self.emit(name or self.fresh(f"{s.name}_{_tag(q)}"), call, s.span, self.laid(s, q))
-        vs[q] = var
+        self.add_version(s, q, var)
         return var
+
+    def add_version(self, s: Slot, q: Placement, var: Var) -> None:
+        """``s`` now exists in layout ``q`` too. The only change to what a neighborhood reads, so the
+        numbering starts again: the outputs and hints written otherwise are new values, downstream
+        of every neighborhood numbered so far."""
+        self.versions[s.id][q] = var
+        self.neighborhoods.clear()
 
     def obtain_plain(self, s: Slot, q: Placement | None, mesh: DeviceMesh | None, name: str | None) -> Expr:
         """A plain value (the same on every worker) in layout ``q`` on ``mesh``: the value itself when
@@ -351,23 +379,25 @@ class _Materializer:
         return self.plain_versions[key]
 
     def rebuild_args(self, site: Site, placements, depth: int = 0) -> tuple[Expr, ...]:
+        """The call's arguments with each input slot obtained in its placement, in order. (Methods, not
+        nested closures: a closure that calls itself is a reference cycle, and it held the whole
+        materializer alive until the cyclic collector ran.)"""
         it = iter(zip(site.ins, placements))
+        return tuple(self._rebuild(a, it, site, depth) for a in site.binding.value.args)
 
-        def take() -> Expr:
-            s, p = next(it)
-            return self.obtain(s, p, depth, mesh=site.mesh)
-
-        def rebuild(e: Expr) -> Expr:
-            if isinstance(e, Constant):
-                next(it)
-                return e
-            if isinstance(e, Tuple):
-                return Tuple(tuple(rebuild(f) for f in e.fields), e.span)
-            if isinstance(e, (Var, TupleGetItem)) and isinstance(e.type, (TensorType, DTensorType, TupleType)):
-                return _structured(e.type, None, lambda _: take())
+    def _rebuild(self, e: Expr, it, site: Site, depth: int) -> Expr:
+        if isinstance(e, Constant):
+            next(it)
             return e
+        if isinstance(e, Tuple):
+            return Tuple(tuple(self._rebuild(f, it, site, depth) for f in e.fields), e.span)
+        if isinstance(e, (Var, TupleGetItem)) and isinstance(e.type, (TensorType, DTensorType, TupleType)):
+            return _structured(e.type, None, lambda _: self._take(it, site, depth))
+        return e
 
-        return tuple(rebuild(a) for a in site.binding.value.args)
+    def _take(self, it, site: Site, depth: int) -> Expr:
+        s, p = next(it)
+        return self.obtain(s, p, depth, mesh=site.mesh)
 
     # -- the walk ---------------------------------------------------------------------------
     def initial_placement(self, s: Slot) -> Placement | None:
@@ -381,7 +411,6 @@ class _Materializer:
         return None if p is None else self.cost.fitted(s, p, self.mesh(s))
 
     def op_site(self, site: Site) -> None:
-        self.neighborhoods.clear()
         b = site.binding
         if not any(s.distributable for s in site.ins) and not any(s.fixed for s in site.outs):
             args = self.rebuild_args(site, [None] * len(site.ins))  # nothing distributed: kept as it is
@@ -408,7 +437,7 @@ class _Materializer:
                 )
         args = self.rebuild_args(site, choice)
         laid = iter(outs)
-        t = _structured_type(b.var.type, lambda leaf: DTensorType(leaf.shape, leaf.dtype, site.mesh, next(laid)))
+        t = _structured_type(b.var.type, lambda leaf: self.dtensor(leaf, site.mesh, next(laid)))
         var = self.emit(b.var.name, Call(site.op, args, b.value.attrs, b.span), b.span, t)
         self.set_outputs(site, var, list(outs))
         for s in site.outs:
@@ -475,7 +504,6 @@ class _Materializer:
         return True
 
     def set_outputs(self, site: Site, var: Var, placements) -> None:
-        self.neighborhoods.clear()
         if isinstance(var.type, TupleType):
             for i, (s, p) in enumerate(zip(site.outs, placements)):
                 self.versions[s.id] = {p: TupleGetItem(var, i)}
@@ -486,7 +514,6 @@ class _Materializer:
                 self.primary[s.id] = p
 
     def hint_site(self, site: Site) -> None:
-        self.neighborhoods.clear()
         b = site.binding
         x, y = site.ins[0], site.outs[0]
         if site.op.name == "dist.replicate":  # written by an earlier run: keep it
@@ -550,7 +577,7 @@ class _Materializer:
                 continue
             s = slots[0]
             pl = self.initial_placement(s)
-            t = DTensorType(s.tensor.shape, s.tensor.dtype, self.mesh(s), pl)
+            t = self.dtensor(s.tensor, self.mesh(s), pl)
             var = p if p.type == t else Var(p.name, t, p.span)
             self.versions[s.id] = {pl: var}
             self.primary[s.id] = pl
@@ -572,7 +599,6 @@ class _Materializer:
                     self.op_site(site)
             blocks.append((block, self.emitted))
         self.emitted = blocks[-1][1] if blocks else []  # the result's reductions join the last block
-        self.neighborhoods.clear()
         result = self.result(f.result, f.ret_type)
         if not blocks and self.emitted:
             blocks.append((None, self.emitted))
@@ -831,8 +857,8 @@ def _no_worse(new: Function, old: Function, graph: Graph, hints, axis_costs=None
             if not isinstance(d, int):
                 mesh_names |= sym.free_vars(d)
     new, old = fuse_reshapes(new, costs=axis_costs), fuse_reshapes(old, costs=axis_costs)
-    for env in sample_envs(graph.func, mesh_names, hints):
-        a, b = function_bytes(new, env, axis_costs), function_bytes(old, env, axis_costs)
+    envs = sample_envs(graph.func, mesh_names, hints)
+    for a, b in zip(function_bytes_at(new, envs, axis_costs), function_bytes_at(old, envs, axis_costs)):
         if a is None or b is None:
             continue
         if a[0] > b[0] or a[0] + a[1] > b[0] + b[1]:

@@ -19,6 +19,7 @@ recorded so the pass can name the tensor that one more hint would settle.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 from ...errors import DiagnosticError, DistirError, Span, TypeInferenceError
@@ -54,11 +55,23 @@ class Slot:
     tensor: TensorType  # global shape and dtype
     distributable: bool  # False for constants and values computed from constants only (kept plain)
     fixed: Placement | None = None  # from a DTensor type or a hint: propagation keeps it
-    producer: Site | None = None
     field_index: int | None = None  # which output of a tuple-valued op
     span: Span | None = None
     constant: Constant | None = None  # the literal, for constant slots
     hinted_as: str | None = None  # the var of the annotate_sharding that fixed this slot's layout
+    _producer: weakref.ref | None = field(default=None, repr=False)
+
+    @property
+    def producer(self) -> Site | None:
+        """The site that computes this value. Held weakly (the graph holds its sites): a site holds its
+        slots, and a cycle between the two kept every graph until the cyclic collector ran, which then
+        had to walk all that the pass had made (a fifth of the pipeline on an 80-layer stack)."""
+        ref = self._producer
+        return None if ref is None else ref()
+
+    @producer.setter
+    def producer(self, site: Site | None) -> None:
+        self._producer = None if site is None else weakref.ref(site)
 
 
 @dataclass(eq=False)
@@ -160,11 +173,15 @@ class _Builder:
         self.var_slots: dict[Var, list[Slot]] = {}
         self.constants: dict[int, Slot] = {}
         self.meshes: list[tuple[DeviceMesh, str, Span | None]] = []
+        self.tensors: dict[TensorType, TensorType] = {}
 
     def fail(self, b: Binding | None, msg: str):
         raise DiagnosticError(f"propagate-sharding: {msg}", (b.span or b.var.span) if b else self.func.span)
 
     def new_slot(self, name, t: TensorType, distributable: bool, span=None, fixed=None) -> Slot:
+        # one object per type: the memos keyed by a slot's type (rules, strategies, costs) then find
+        # it by identity, without comparing two equal types
+        t = self.tensors.setdefault(t, t)
         s = Slot(len(self.slots), name, t, distributable, fixed=fixed, span=span)
         self.slots.append(s)
         return s
@@ -400,17 +417,23 @@ def find_strided_cuts(graph: Graph) -> None:
     needs it). A value whose layout is given otherwise is not redistributed into a strided one
     on the way (that would only move data a block exchange moves more directly)."""
     sites = [site for site in graph.sites if site.rule is not None and takes_strided(site.op)]
-
-    def sides(site):
-        return [*zip(site.ins, site.rule.inputs), *zip(site.outs, site.rule.outputs)]
+    sides = [[*zip(site.ins, site.rule.inputs), *zip(site.outs, site.rule.outputs)] for site in sites]
 
     def spread(start: dict[int, set[tuple[int, int]]], offer: bool) -> dict[int, set[tuple[int, int]]]:
         found = {k: set(v) for k, v in start.items()}
-        changed = True
+        # a site is visited again only where a slot's cuts grew since its last visit began (it reads
+        # its slots alone): the sweep that confirms the fixed point visits none
+        grown: dict[int, int] = dict.fromkeys(found, 1)
+        visited: dict[int, int] = {}
+        count, changed = 1, True
         while changed:
             changed = False
-            for site in sites:
-                for slot, dims in sides(site):
+            for i, site in enumerate(sites):
+                last = visited.get(i)
+                if last is not None and all(grown.get(slot.id, 0) <= last for slot, _ in sides[i]):
+                    continue
+                visited[i] = count
+                for slot, dims in sides[i]:
                     for d, split in sorted(found.get(slot.id, ())):
                         if d >= len(dims) or not dims[d]:
                             continue
@@ -419,10 +442,12 @@ def find_strided_cuts(graph: Graph) -> None:
                             continue
                         if offer and cut not in site.strided_cuts:
                             site.strided_cuts.append(cut)
-                        for other, odims in sides(site):
+                        for other, odims in sides[i]:
                             spec = _cut_spec(site.rule, odims, *cut)
                             if isinstance(spec, StridedShard) and (spec.dim, spec.split) not in found.get(other.id, set()):
                                 found.setdefault(other.id, set()).add((spec.dim, spec.split))
+                                count += 1
+                                grown[other.id] = count
                                 changed = True
         return found
 
@@ -431,16 +456,16 @@ def find_strided_cuts(graph: Graph) -> None:
         if s.fixed is not None and not s.fixed.is_block and s.fixed.is_strided:
             fixed[s.id] = {(sp.dim, sp.split) for _, sp in s.fixed.strided}
     asked: dict[int, set[tuple[int, int]]] = {}
-    for site in sites:  # factors a reshape leaves in a minor place
-        for slot, dims in sides(site):
+    for site, both in zip(sites, sides):  # factors a reshape leaves in a minor place
+        for slot, dims in both:
             for d, fs in enumerate(dims):
                 for f in fs[1:]:
                     split = spec_at(site.rule, fs, f, 1)
                     if isinstance(split, int) and split > 1:
                         asked.setdefault(slot.id, set()).add((d, split))
-    wants = spread(asked, offer=False)
     free = {s.id for s in graph.slots
             if s.fixed is None and s.producer is None and s.constant is None and s.distributable}
+    wants = spread(asked, offer=False) if free and asked else {}  # (read only where a layout is free)
     grounded = dict(fixed)
     for sid in free & wants.keys():
         grounded.setdefault(sid, set()).update(wants[sid])
@@ -478,11 +503,17 @@ class Preferences:
     specs: dict[int, list[Spec | None]]  # settled: propagation is done when Preferences is made
     conflicts: list[Conflict]
     _placements: dict[int, Placement] = field(default_factory=dict, repr=False)
+    _interned: dict[tuple, Placement] = field(default_factory=dict, repr=False)  # specs -> their placement
 
     def placement(self, slot: Slot) -> Placement:
         p = self._placements.get(slot.id)
         if p is None:
-            p = self._placements[slot.id] = Placement(tuple(s if s is not None else Replicate() for s in self.specs[slot.id]))
+            specs = tuple(s if s is not None else Replicate() for s in self.specs[slot.id])
+            # one object per placement: the keys that hold it (windows' signatures, memos) compare by identity
+            p = self._interned.get(specs)
+            if p is None:
+                p = self._interned[specs] = Placement(specs)
+            self._placements[slot.id] = p
         return p
 
 
@@ -493,6 +524,10 @@ class _Propagator:
         self.specs: dict[int, list[Spec | None]] = {}
         self.strength: dict[int, list[int]] = {}
         self.conflicts: list[Conflict] = []
+        # changes made so far; the count when each slot last changed, and when each visit last began
+        self.changes = 0
+        self.changed_at: dict[int, int] = {}
+        self.visited: dict[tuple[int, bool], int] = {}
         for s in graph.slots:
             ndim = graph.mesh_of[s.id].ndim if s.id in graph.mesh_of else widest
             if s.fixed is not None and s.fixed.is_block:  # a block layout says nothing of single mesh axes
@@ -515,6 +550,8 @@ class _Propagator:
         if cur is None or (st == WEAK and not isinstance(spec, Replicate)):
             self.specs[s.id][a] = spec
             self.strength[s.id][a] = WEAK if isinstance(spec, Replicate) else FIRM
+            self.changes += 1
+            self.changed_at[s.id] = self.changes
             return True
         if st != SEED and not isinstance(spec, Replicate):
             self.conflicts.append(Conflict(s, a, cur, spec, site))
@@ -599,17 +636,31 @@ class _Propagator:
                 changed |= self.propose(dst, a, spec, site)
         return changed
 
+    def settled(self, i: int, site: Site, backward: bool) -> bool:
+        """Whether visiting ``site`` (the ``i``-th; forwards, or ``backward``) would find what its last
+        visit found: none of its slots changed since that visit began. A visit reads only its slots,
+        so it would change nothing, and would only record its conflicts again."""
+        last = self.visited.get((i, backward))
+        if last is not None and all(self.changed_at.get(s.id, 0) <= last for s in (*site.ins, *site.outs)):
+            return True
+        self.visited[(i, backward)] = self.changes
+        return False
+
     def run(self) -> Preferences:
         sites = [s for s in self.graph.sites if (s.rule is not None or s.is_hint) and s.mesh is not None]
         for _ in range(4 * len(sites) + 8):
             changed = False
-            for site in sites:
+            for i, site in enumerate(sites):
+                if self.settled(i, site, False):
+                    continue
                 for a in range(site.mesh.ndim):
                     changed |= self.hint_site(site, a) if site.is_hint else self.forward_site(site, a)
-            for site in reversed(sites):
+            for i in reversed(range(len(sites))):
+                site = sites[i]
+                if site.is_hint or self.settled(i, site, True):
+                    continue
                 for a in range(site.mesh.ndim):
-                    if not site.is_hint:
-                        changed |= self.backward_site(site, a)
+                    changed |= self.backward_site(site, a)
             if not changed:
                 break
         return Preferences(self.specs, self.conflicts)

@@ -50,11 +50,11 @@ def site_strategies(site: Site, cost: CostModel, partial_ops: list[set[str]], ke
     out: list[Strategy] = []
     seen = set()
     for combo in itertools.product(options, repeat=ndim):
-        placements = tuple(Placement(tuple(combo[a][k] for a in range(ndim))) for k in range(n))
+        placements = tuple(cost.one(Placement(tuple(combo[a][k] for a in range(ndim)))) for k in range(n))
         try:
             for s, p in zip(site.ins, placements):
                 p.validate(ndim, s.tensor.ndim)
-            outs = tuple(forward(rule, placements, ndim, site.op.name))
+            outs = tuple(cost.one(p) for p in forward(rule, placements, ndim, site.op.name))
         except (TypeInferenceError, DistirError):
             continue
         if not all(cost.fits(s, p, site.mesh) or (keep is not None and keep(s, p)) for s, p in zip(site.ins, placements)):
