@@ -52,12 +52,12 @@ from ..legalize_redistribute import axis_costs_of, fuse_reshapes
 from ..pass_infra import ModulePass, PassContext, register_pass
 from ..rewrite import map_bindings
 from ..weights import NUM_INPUT, param_names
+from .alternatives import Alternatives
 from .cost_model import DIM_SIZE_HINT, MESH_SIZE_HINT, CostModel
 from .measure import GUARD_MESH_SAMPLES, function_bytes, function_peak
-from .alternatives import Alternatives
-from .plan import ActivationLimit, ParamChoice
+from .plan import ActivationLimit, LayoutPlan, ParamChoice
 from .propagate_sharding import write_layouts
-from .sharding_graph import Slot, build_graph
+from .sharding_graph import Graph, Slot, build_graph
 from .windows import NoLayoutError, solve_layouts
 
 __all__ = ["AutoShard", "AutoShardError", "AutoShardReport", "MemoryBudget", "parse_activation_budget", "strip_layouts"]
@@ -537,6 +537,12 @@ class _Search:
         self._held: dict[tuple, int] = {}  # bytes a device holds, per (parameter or type, layout, sizes)
         self._reference: dict[int, Placement] = {}
         self._alternatives: Alternatives | None = None  # --explain's layouts, on the graph the search chose on
+        # what run() chose on, kept for --explain: the graph, its cost model, each free parameter's
+        # slots (with the parameter's index) and the plan chosen
+        self.graph: Graph | None = None
+        self.cost: CostModel | None = None
+        self.slots: list[tuple[Slot, int]] = []
+        self.plan: LayoutPlan | None = None
         # the sizes planned for: the given ones (--bind) over propagation's size hints; only the rest is sampled
         self.hints = dict(ctx.config.get("propagate-sharding.size_hints", {}) or {})
         self.hints.update(sizes)
@@ -679,7 +685,7 @@ class _Search:
         typed = self.typed(dict.fromkeys(self.free, Placement.replicated(self.mesh.ndim)))
         graph = build_graph(typed, self.mesh_names)
         index = {}
-        self.slots = []  # each free parameter's slots, with its index
+        self.slots = []
         for i in self.free:
             for s in graph.var_slots[typed.params[i]]:
                 s.fixed = None  # on the mesh, layout to be chosen
