@@ -13,7 +13,6 @@ Quick by default (derandomized, FUZZ_EXAMPLES examples per test); explore with
 
 from __future__ import annotations
 
-import gc
 import os
 import re
 import time
@@ -145,16 +144,6 @@ def mutate(text: str, mutation: tuple) -> str:
         else:
             tokens[i] = tokens[j]
     return "".join(tokens)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def earlier_tests_heap_frozen():
-    """What earlier tests left on the worker's heap is collected once and frozen for this module: a
-    full collection walking it (2 s on a busy worker) is not the parser's time."""
-    gc.collect()
-    gc.freeze()
-    yield
-    gc.unfreeze()
 
 
 def parses_or_raises_a_distir_error(text: str) -> None:
