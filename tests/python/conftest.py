@@ -9,6 +9,8 @@ What a test module leaves on the heap (imports, caches, session fixtures) is col
 the module ends and then frozen (``gc.freeze``): Python's full collections walk only what later
 modules make. Without it a worker spends about 17 s in the collector over a run (its heap grows to
 1.8 million objects), and pytest's final collections keep it alive for 10 s after its last test.
+The youngest generation is collected every 50,000 allocations instead of 700: most of what a test
+allocates is gone by then (the property modules' collector time 4.0 -> 2.4 s).
 
 TVM builds run at LLVM optimization level 0 (``DISTIR_LLVM_OPT_LEVEL``, about 4x faster than the
 default; set it to 3 to test fully optimized builds): what distir hands TVM is the same, only the
@@ -23,7 +25,8 @@ import os
 import pytest
 from hypothesis import settings
 
-os.environ.setdefault("DISTIR_LLVM_OPT_LEVEL", "0")  # inherited by the processes tests start
+os.environ.setdefault("DISTIR_LLVM_OPT_LEVEL", "0")
+gc.set_threshold(50_000, 20, 20)  # inherited by the processes tests start
 
 settings.register_profile("repeatable", derandomize=True)
 settings.register_profile("explore", derandomize=False)
