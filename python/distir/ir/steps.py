@@ -146,6 +146,9 @@ def unregister_step(name: str) -> None:
 
 
 def get_step(name: str) -> StepKind:
+    kind = _STEPS.get(name)
+    if kind is not None:  # the planner looks up a step kind per step it prices: no import on that path
+        return kind
     from .op import ensure_declared
 
     ensure_declared()
