@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from fractions import Fraction
 
 from ...ir.expr import Function
 from ...ir.placement import Placement
@@ -25,7 +26,7 @@ from .plan import ActivationLimit, LayoutPlan, ParamChoice
 from .program import Program
 from .propagate_sharding import write_layouts
 from .sharding_graph import Graph, Slot
-from .solution import Infeasible, plan_of, solve_program, start_of
+from .solution import Infeasible, objective_of, plan_of, solve_fixed, start_of
 from .windows import NoLayoutError, cut_windows, solve_layouts
 
 __all__ = ["Alternatives"]
@@ -45,13 +46,15 @@ class Alternatives:
 
     def __init__(self, graph: Graph, cost: CostModel, index: Mapping[int, int], chosen: LayoutPlan,
                  candidates: Callable[[Slot], list[Placement]], activations: ActivationLimit | None,
-                 window_ops: int, whole_ops: int):
+                 window_ops: int, whole_ops: int, searched: Callable[[Mapping[int, Placement]], bool] | None = None):
         self.graph, self.cost, self.index, self.chosen = graph, cost, dict(index), chosen
         self.candidates, self.activations = candidates, activations
         self.window_ops, self.whole_ops = window_ops, whole_ops
+        self.searched = searched
         self.whole = len(cut_windows(graph, window_ops, whole_ops, alike=False)) == 1
         self._program: Program | None = None  # a function solved whole: one program for every alternative
         self._prefixes: dict = {}  # in windows: the windows solved, by the windows up to them
+        self._floor: Fraction | None = None  # what no layout the search chose among sends (the chosen plan's)
 
     def written(self, layouts: Mapping[int, Placement]) -> Function | None:
         """The function laid out with parameter ``i`` in ``layouts[i]`` (every free parameter given).
@@ -63,8 +66,9 @@ class Alternatives:
         try:
             if self.whole:
                 model = self.program()
-                x, total = solve_program(model, fixed=fixed, peak_limit=limits[0] if limits else None,
-                                         start=start_of(model, start), near=near)
+                floor = self._floor if self.searched is not None and self.searched(layouts) else None
+                x, total, _least = solve_fixed(model, fixed, limits[0] if limits else None,
+                                               start=start_of(model, start), near=near, floor=floor)
                 plan = plan_of(model, x, total)
             else:
                 choice = ParamChoice(lambda s: [fixed[s.id]], lambda decided: [], self.activations)
@@ -106,4 +110,10 @@ class Alternatives:
             self._program = Program(self.graph, None, self.cost,
                                     choice=ParamChoice(self.candidates, lambda decided: [], self.activations))
             self._program.build()
+            # the chosen plan is the proven least among the layouts the search offered, with the weights
+            # within the budget: an alternative among them sends at least as much (the same objective
+            # counted on this program, checked)
+            chosen = start_of(self._program, self.chosen)
+            if self.chosen.optimal and chosen is not None and objective_of(self._program, chosen) == self.chosen.objective:
+                self._floor = self.chosen.objective
         return self._program

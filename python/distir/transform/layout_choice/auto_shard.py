@@ -30,7 +30,7 @@ import functools
 import itertools
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, ClassVar
@@ -543,6 +543,9 @@ class _Search:
         self.cost: CostModel | None = None
         self.slots: list[tuple[Slot, int]] = []
         self.plan: LayoutPlan | None = None
+        # the layouts the chosen plan was chosen among: each parameter's offered layouts, and the budget's rows
+        self.offered: dict[int, list[Placement]] = {}
+        self.budget_rows: Callable | None = None
         # the sizes planned for: the given ones (--bind) over propagation's size hints; only the rest is sampled
         self.hints = dict(ctx.config.get("propagate-sharding.size_hints", {}) or {})
         self.hints.update(sizes)
@@ -567,8 +570,19 @@ class _Search:
             self._alternatives = Alternatives(
                 self.graph, self.cost, {s.id: i for s, i in self.slots}, self.plan,
                 lambda s: list(candidate_layouts(ndim[s.id], self.mesh)), self.activation_limit(),
-                WINDOW_OPS, 2 * WINDOW_OPS)
+                WINDOW_OPS, 2 * WINDOW_OPS, self.searched)
         return self._alternatives
+
+    def searched(self, layouts: Mapping[int, Placement]) -> bool:
+        """Whether the chosen plan was chosen among layouts that include parameter ``i`` laid out
+        ``layouts[i]`` (every free parameter given): each offered, the weights within the budget's rows
+        as the search's program has them. Then the chosen plan sends no more than the best plan with
+        these layouts under the same limit on the peak (where the search solved its program whole)."""
+        if self.budget_rows is None or any(layouts[i] not in self.offered.get(i, ()) for i in self.free):
+            return False
+        chosen = {(s.id, layouts[i]) for s, i in self.slots}
+        return all(sum(v for key, v in coefs.items() if key in chosen) <= bound
+                   for coefs, bound in self.budget_rows([(s, [layouts[i]]) for s, i in self.slots]))
 
     def fits(self, i: int, q: Placement, limits: list[_Limit]) -> bool:
         """Whether parameter ``i`` laid out ``q`` leaves room for every other weight at its smallest, at
@@ -745,7 +759,7 @@ class _Search:
                 if not over:
                     for sid, i in index.items():
                         plan.primary.setdefault(sid, laid[i])
-                    self.plan = plan
+                    self.plan, self.offered, self.budget_rows = plan, offered, budget_rows
                     return laid, write_layouts(graph, plan, cost)
             return None
 

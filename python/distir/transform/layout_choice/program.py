@@ -109,6 +109,7 @@ class Program:
         self.peak_scale: list[Fraction] = []  # per sample: the peak with every value whole (no copies)
         self.peak_bound: list[Fraction] | None = None  # the limit per sample, once the least peak is known
         self.compiled: tuple | None = None  # the rows as HiGHS reads them, made by the solver once (solution.py)
+        self.in_highs: tuple | None = None  # the program passed to HiGHS once, for many solves (solution.py)
         self.rows: list[tuple[list[tuple[int, float]], float, float]] = []
         self.root: dict[int, int] = dict(window.root) if window else {}
         self.slot_by_id = {s.id: s for s in graph.slots}
