@@ -66,6 +66,10 @@ DEFAULT_BUDGET = "min+10%"
 DEFAULT_ACTIVATION_BUDGET = "min+25%"  # the peak is an over-estimate (copies over their value's whole read range)
 NO_LIMIT = "none"  # an activation budget that bounds nothing: communication and the weights' budget alone
 MAX_EXPLAINED = 96  # alternatives --explain computes (each is one solve of the whole function)
+#: the work each of an alternative's programs may take with --explain (not --explain-exact), in HiGHS's
+#: limit checks (a round of cuts at the root, a node after it): counted, not timed, so the report is the
+#: same on every machine; an alternative not proven within it is a range (docs/auto_shard.md)
+EXPLAIN_CHECKS = 4
 WINDOW_OPS = 24  # the solver's windows (smaller than propagation's: the budget makes each program harder)
 _RETRIES = 4  # re-solves when the solver's float tolerance lets a budget be exceeded by a hair
 
@@ -155,6 +159,31 @@ def _human(n: float | Fraction) -> str:
     return f"{x} B"  # pragma: no cover
 
 
+def _human_range(lo: Fraction, hi: Fraction, sign: bool = False) -> str:
+    """``lo..hi`` in the unit :func:`_human` gives ``hi`` (or the larger in size), ``lo`` rounded down and
+    ``hi`` up (3 significant digits of the larger), so that the range printed holds the one proven."""
+    top = max(abs(lo), abs(hi))
+    scale, unit = Fraction(1), "B"
+    for name in ("KiB", "MiB", "GiB"):
+        if top < scale * 1024:
+            break
+        scale, unit = scale * 1024, name
+    step = Fraction(1) if unit == "B" else Fraction(10) ** (math.floor(math.log10(float(top / scale))) - 2)
+    a, b = math.floor(lo / scale / step) * step, math.ceil(hi / scale / step) * step
+    digits = 0 if step >= 1 else -int(round(math.log10(float(step))))
+
+    def fmt(v: Fraction) -> str:
+        text = f"{float(v):,.{digits}f}" if unit == "B" else f"{float(v):.{digits}f}"
+        return ("+" if sign and v > 0 else "") + text
+
+    return f"{fmt(a)}..{fmt(b)} {unit}"
+
+
+def _range_diff(lo: Fraction, hi: Fraction) -> str:
+    """A range of differences from the chosen layout's bytes (``vs chosen``)."""
+    return _human_range(lo, hi, sign=True)
+
+
 # ---------------------------------------------------------------------------------------------
 # stripping layouts (to auto-shard a hand-annotated module)
 
@@ -209,6 +238,9 @@ class Alternative:
     weights: int  # bytes of weights each device holds
     within_budget: bool  # the weights' budget, and the activation budget where the layout was laid out
     activations: int | None = None  # peak live activation bytes per worker (measure.function_peak)
+    # the least any layout with this parameter's layout sends, where that is below ``sent`` (not proven
+    # within the explanation's budget: the bytes are a range); None: ``sent`` is the least
+    least: Fraction | None = None
 
 
 @dataclass(frozen=True)
@@ -270,7 +302,10 @@ class AutoShardReport:
             base = p.alternatives[0].sent
             for i, a in enumerate(p.alternatives):
                 diff = "" if i == 0 or a.sent is None or base is None else (
+                    _range_diff(a.least - base, a.sent - base) if a.least is not None else
                     "same" if a.sent == base else f"{'+' if a.sent > base else '-'}{_human(abs(a.sent - base))}")
+                sent = ("-" if a.sent is None else _human_range(a.least, a.sent) if a.least is not None
+                        else _human(a.sent))
                 # over the weights' budget, or (weights within it) no layout of the values within the chosen
                 # plan's limit on the peak of activations
                 mark = ("chosen" if i == 0 else "over budget" if a.weights > self.budget_bytes
@@ -278,7 +313,7 @@ class AutoShardReport:
                 if not p.weight:
                     mark = (mark + ", input").strip(", ")
                 rows.append((p.name if i == 0 else "", p.shape if i == 0 else "", str(a.layout),
-                             _human(p.held) if i == 0 else "", "-" if a.sent is None else _human(a.sent), diff,
+                             _human(p.held) if i == 0 else "", sent, diff,
                              _human(a.weights), "-" if a.activations is None else _human(a.activations), mark))
         widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
         right = {3, 4, 5, 6, 7} if explained else {3}
@@ -313,6 +348,9 @@ class AutoShard(ModulePass):
     func: str | None = None
     mesh: DeviceMesh | None = None
     explain: bool = False
+    # with explain: every alternative's bytes proven, however long it takes (else each alternative's
+    # programs take at most EXPLAIN_CHECKS of HiGHS's work, and one not proven is a range)
+    explain_exact: bool = False
     report: AutoShardReport | None = field(default=None, init=False, compare=False, repr=False)
 
     def transform_module(self, mod: IRModule, ctx: PassContext) -> IRModule:
@@ -336,7 +374,9 @@ class AutoShard(ModulePass):
             infos = dict(mod.global_infos)
             infos["mesh"] = tuple(meshes if mesh in meshes else [*meshes, mesh])
             out = mod.replace(functions={**mod.functions, fname: written}, global_infos=infos)
-        self.report = _report(search, fname, laid, written, self.explain, _mesh_label(mod, mesh))
+        explain = self.explain or self.explain_exact
+        self.report = _report(search, fname, laid, written, explain, _mesh_label(mod, mesh),
+                              None if self.explain_exact else EXPLAIN_CHECKS)
         return out
 
     def _function(self, mod: IRModule) -> str:
@@ -779,7 +819,7 @@ class _Search:
 
 
 def _report(search: _Search, fname: str, laid: dict[int, Placement], written: Function | None, explain: bool,
-            mesh_label: str) -> AutoShardReport:
+            mesh_label: str, checks: int | None = None) -> AutoShardReport:
     func, mesh = search.func, search.mesh
     env = _report_env(func, mesh, search.sizes)
     weights, names = search.weights, param_names(func)
@@ -799,7 +839,7 @@ def _report(search: _Search, fname: str, laid: dict[int, Placement], written: Fu
     bound = search.budget.bound(replicated, least, devices)
     sent = _sent(written, mesh, env) if written is not None else None
     peak = function_peak(written, env) if written is not None else None
-    explained = 0
+    explained = ranges = 0
     note = ""
     params = []
     for i in sorted(laid):
@@ -811,21 +851,41 @@ def _report(search: _Search, fname: str, laid: dict[int, Placement], written: Fu
                 if q == laid[i]:
                     continue
                 lay = {**layout, i: q}
-                cost = held_peak = None
+                cost = held_peak = least = None
                 fits = True
                 if explained < MAX_EXPLAINED:
-                    other, explained = search.alternatives().written(lay), explained + 1
+                    other, explained = search.alternatives().explained(lay, checks), explained + 1
                     fits = other is not None
                     if other is not None:
-                        cost, held_peak = _sent(other, mesh, env), function_peak(other, env)
+                        cost = _sent(other.function, mesh, env)
+                        if other.least < other.sent and cost != other.sent:
+                            # the bound is on the bytes the program counts, and this layout's measure differs
+                            # from its count: proven instead
+                            other = search.alternatives().explained(lay)
+                            cost = _sent(other.function, mesh, env)
+                        held_peak = function_peak(other.function, env)
+                        if other.least < other.sent:
+                            least = _floor_bytes(other.least)
+                            ranges += 1
                 else:
                     note = (f"(bytes of alternatives after the first {MAX_EXPLAINED} not computed: each is one "
                             "solve of the whole function)")
-                alts.append(Alternative(q, cost, weights_bytes(lay), fits and weights_bytes(lay) <= bound, held_peak))
+                alts.append(Alternative(q, cost, weights_bytes(lay), fits and weights_bytes(lay) <= bound, held_peak,
+                                        least))
         shape = "(" + ", ".join(sym.to_str(d) if not isinstance(d, int) else str(d) for d in p.type.shape) + ")"
         params.append(ParamReport(names[i], shape, i in weights, laid[i], held(i, laid[i]), tuple(alts)))
+    if ranges:
+        note = "\n".join(x for x in (
+            f"({ranges} alternative{'s' if ranges > 1 else ''} not proven within the explanation's work: "
+            "a..b is a range, no layout sends less than a, the best found sends b; --explain-exact proves each)",
+            note) if x)
     return AutoShardReport(fname, f"{mesh_label} {mesh.shape_str()}", env, search.budget, bound, weights_bytes(layout),
                            replicated, devices, sent, params, note, search.activations, peak)
+
+
+def _floor_bytes(n: Fraction) -> Fraction:
+    """``n`` rounded down to whole bytes (a lower bound stays one)."""
+    return Fraction(math.floor(n))
 
 
 def _mesh_label(mod: IRModule, mesh: DeviceMesh) -> str:

@@ -55,7 +55,8 @@ class HighsModel:
         with native_output_silenced():  # highspy prints its banner when a solver is made
             h = self._h = highspy.Highs()
             h.setOptionValue("output_flag", False)
-            for name, v in options.items():
+            # one thread: the same work on every machine (and on a busy one, less time lost to waiting)
+            for name, v in {**options, "threads": 1}.items():
                 h.setOptionValue(name, ("on" if v else "off") if name == "presolve" else v)
             h.passModel(n, self.rows + 1, len(value), int(highspy.MatrixFormat.kRowwise), int(highspy.ObjSense.kMinimize),
                         0.0, np.zeros(n), np.zeros(n), np.ones(n),
@@ -67,13 +68,14 @@ class HighsModel:
         h.cbMipInterrupt.subscribe(self._check)
 
     def _check(self, event) -> None:
+        # said at every check, either way: HiGHS keeps the last answer from one solve to the next
         if self._left is not None:
             self._left -= 1
-            if self._left < 0:
-                event.interrupt()
+        event.interrupt(self._left is not None and self._left < 0)
 
     def solve(self, cost: np.ndarray, lb: np.ndarray, ub: np.ndarray, spare_hi: float = math.inf,
-              start: np.ndarray | None = None, checks: int | None = None, seconds: float | None = None) -> HighsSolve:
+              start: np.ndarray | None = None, checks: int | None = None, seconds: float | None = None,
+              presolve: bool | None = None) -> HighsSolve:
         """The least ``cost`` x within the bounds (and the spare row at most ``spare_hi``), from the
         feasible solution ``start`` if given, stopped after ``checks`` limit checks if given (or
         ``seconds``). Each solve starts afresh: nothing of the solve before is kept."""
@@ -83,6 +85,8 @@ class HighsModel:
         h.changeColsBounds(self.n, self._cols, np.asarray(lb, dtype=float), np.asarray(ub, dtype=float))
         h.changeRowsBounds(1, self._spare, np.array([-np.inf]), np.array([spare_hi], dtype=float))
         h.setOptionValue("time_limit", float(seconds) if seconds is not None else math.inf)
+        if presolve is not None:
+            h.setOptionValue("presolve", "on" if presolve else "off")
         if start is not None:
             h.setSolution(self.n, self._cols, np.asarray(start, dtype=float))
         self._left = checks

@@ -574,10 +574,11 @@ class Program:
 
     def peaks(self, x: np.ndarray) -> tuple[Fraction, ...]:
         """The peak live activation bytes per worker at each sample, exactly, for the columns ``x`` chooses."""
-        out = [Fraction(0)] * len(self.peak_cols)
-        for k, terms, const in self.peak_rows:
-            out[k] = max(out[k], const + sum((v for c, v in terms.items() if x[c] > 0.5), Fraction(0)))
-        return tuple(out)
+        out = [0] * len(self.peak_cols)
+        chosen = set(np.flatnonzero(np.asarray(x) > 0.5).tolist())
+        for k, terms, const in self.peak_rows:  # whole bytes: summed as integers
+            out[k] = max(out[k], const + sum(v for c, v in terms.items() if c in chosen))
+        return tuple(Fraction(v) for v in out)
 
 
 def result_slots(graph: Graph) -> list[Slot]:

@@ -27,7 +27,7 @@ from .plan import LayoutPlan
 from .program import Program, result_slots
 
 __all__ = ["SolverClock", "SolverTimeout", "alternative", "alternative_cost", "forget_solved", "objective_of",
-           "solve_fixed", "solver_time_limit", "start_of", "visible_layouts"]
+           "objective_per_byte", "solve_fixed", "solver_time_limit", "start_of", "visible_layouts"]
 
 MEMORY_WEIGHT = Fraction(0)  # bytes held count only as a tie-break (W_MEMORY), not against bytes sent
 # HiGHS, exact (no gap). Presolve off: on these programs (a few thousand columns, mostly implied by a
@@ -664,6 +664,16 @@ def plan_of(model: Program, x: np.ndarray, total: Fraction) -> LayoutPlan:
 def objective_of(model: Program, x: np.ndarray) -> Fraction:
     """What the columns ``x`` chooses cost in ``model``'s objective (bytes summed over the samples)."""
     return _sum(_compiled(model)[2], x)
+
+
+def objective_per_byte(model: Program) -> Fraction | None:
+    """The objective of every column over the bytes it sends at the size hints, where that is one
+    number (every size given: the samples weigh one point; and bytes, not time); else None."""
+    costs, at_hint = _compiled(model)[:2]
+    ratios = {c / h for c, h in zip(costs, at_hint) if h}
+    if len(ratios) != 1 or any(bool(c) != bool(h) for c, h in zip(costs, at_hint)):
+        return None
+    return next(iter(ratios))
 
 
 def start_of(model: Program, plan: LayoutPlan) -> np.ndarray | None:
