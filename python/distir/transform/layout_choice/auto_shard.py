@@ -66,10 +66,6 @@ DEFAULT_BUDGET = "min+10%"
 DEFAULT_ACTIVATION_BUDGET = "min+25%"  # the peak is an over-estimate (copies over their value's whole read range)
 NO_LIMIT = "none"  # an activation budget that bounds nothing: communication and the weights' budget alone
 MAX_EXPLAINED = 96  # alternatives --explain computes (each is one solve of the whole function)
-#: the work each of an alternative's programs may take with --explain (not --explain-exact), in HiGHS's
-#: limit checks (a round of cuts at the root, a node after it): counted, not timed, so the report is the
-#: same on every machine; an alternative not proven within it is a range (docs/auto_shard.md)
-EXPLAIN_CHECKS = 4
 WINDOW_OPS = 24  # the solver's windows (smaller than propagation's: the budget makes each program harder)
 _RETRIES = 4  # re-solves when the solver's float tolerance lets a budget be exceeded by a hair
 
@@ -348,14 +344,18 @@ class AutoShard(ModulePass):
     func: str | None = None
     mesh: DeviceMesh | None = None
     explain: bool = False
-    # with explain: every alternative's bytes proven, however long it takes (else each alternative's
-    # programs take at most EXPLAIN_CHECKS of HiGHS's work, and one not proven is a range)
-    explain_exact: bool = False
+    # explain within a budget of work: each alternative's programs stop after this many of HiGHS's limit
+    # checks (a round of cuts at the root, a node after it), counted, not timed, so the report is the same
+    # on every machine; an alternative not proven by then is a range. None: each proven (docs/auto_shard.md)
+    explain_checks: int | None = None
     report: AutoShardReport | None = field(default=None, init=False, compare=False, repr=False)
 
     def transform_module(self, mod: IRModule, ctx: PassContext) -> IRModule:
         budget = MemoryBudget.parse(self.memory_budget)
         activations = parse_activation_budget(self.activation_budget)
+        checks = self.explain_checks
+        if checks is not None and (not isinstance(checks, int) or isinstance(checks, bool) or checks < 1):
+            raise AutoShardError(f"auto-shard: explain_checks must be a positive integer or None, got {checks!r}")
         sizes = dict(self.sizes or {})
         for k, v in sizes.items():
             if not isinstance(k, str) or not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -374,9 +374,8 @@ class AutoShard(ModulePass):
             infos = dict(mod.global_infos)
             infos["mesh"] = tuple(meshes if mesh in meshes else [*meshes, mesh])
             out = mod.replace(functions={**mod.functions, fname: written}, global_infos=infos)
-        explain = self.explain or self.explain_exact
-        self.report = _report(search, fname, laid, written, explain, _mesh_label(mod, mesh),
-                              None if self.explain_exact else EXPLAIN_CHECKS)
+        self.report = _report(search, fname, laid, written, self.explain or self.explain_checks is not None,
+                              _mesh_label(mod, mesh), self.explain_checks)
         return out
 
     def _function(self, mod: IRModule) -> str:
@@ -876,8 +875,9 @@ def _report(search: _Search, fname: str, laid: dict[int, Placement], written: Fu
         params.append(ParamReport(names[i], shape, i in weights, laid[i], held(i, laid[i]), tuple(alts)))
     if ranges:
         note = "\n".join(x for x in (
-            f"({ranges} alternative{'s' if ranges > 1 else ''} not proven within the explanation's work: "
-            "a..b is a range, no layout sends less than a, the best found sends b; --explain-exact proves each)",
+            f"({ranges} alternative{'s' if ranges > 1 else ''} not proven within {checks} checks of the solver's "
+            "work each: a..b is a range, no layout sends less than a, the best found sends b; without "
+            "--explain-checks each is proven)",
             note) if x)
     return AutoShardReport(fname, f"{mesh_label} {mesh.shape_str()}", env, search.budget, bound, weights_bytes(layout),
                            replicated, devices, sent, params, note, search.activations, peak)

@@ -18,9 +18,13 @@ from scipy.sparse import csr_matrix
 
 from ...quiet import native_output_silenced
 
-__all__ = ["HighsModel", "HighsSolve"]
+__all__ = ["HIGHS_THREADS", "HighsModel", "HighsSolve"]
 
 OPTIMAL, STOPPED, INFEASIBLE, FAILED = "optimal", "stopped", "infeasible", "failed"
+#: the threads of every highspy solve in distir: one (the same work on every machine, and on a busy one less
+#: time lost waiting). HiGHS starts its threads once per process, for the count its first solve asks, and
+#: refuses a solve that asks another: a solve refused so is :data:`FAILED` (its caller solves it otherwise)
+HIGHS_THREADS = 1
 
 
 @dataclass(frozen=True)
@@ -55,8 +59,7 @@ class HighsModel:
         with native_output_silenced():  # highspy prints its banner when a solver is made
             h = self._h = highspy.Highs()
             h.setOptionValue("output_flag", False)
-            # one thread: the same work on every machine (and on a busy one, less time lost to waiting)
-            for name, v in {**options, "threads": 1}.items():
+            for name, v in {**options, "threads": HIGHS_THREADS}.items():
                 h.setOptionValue(name, ("on" if v else "off") if name == "presolve" else v)
             h.passModel(n, self.rows + 1, len(value), int(highspy.MatrixFormat.kRowwise), int(highspy.ObjSense.kMinimize),
                         0.0, np.zeros(n), np.zeros(n), np.ones(n),

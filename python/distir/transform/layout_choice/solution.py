@@ -22,7 +22,7 @@ from scipy.sparse import coo_matrix, issparse, vstack
 
 from ...ir.placement import Placement
 from ...quiet import native_output_silenced
-from .highs_model import FAILED, INFEASIBLE, OPTIMAL, STOPPED, HighsModel
+from .highs_model import FAILED, HIGHS_THREADS, INFEASIBLE, OPTIMAL, STOPPED, HighsModel, HighsSolve
 from .plan import LayoutPlan
 from .program import Program, result_slots
 
@@ -207,7 +207,8 @@ def _highs_from(start: np.ndarray, c, options, integrality, bounds, constraints)
     lp.integrality_ = [highspy.HighsVarType(int(i)) for i in integrality]
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
-    for name, value in options.items():  # scipy takes presolve as a bool, HiGHS itself as "on"/"off"
+    # one thread, as highs_model's: HiGHS starts its threads once per process, for whichever count it meets first
+    for name, value in {**options, "threads": HIGHS_THREADS}.items():  # scipy takes presolve as a bool, HiGHS "on"/"off"
         h.setOptionValue(name, ("on" if value else "off") if name == "presolve" else value)
     h.passModel(lp)
     given = highspy.HighsSolution()
@@ -316,15 +317,16 @@ def solve_program(model: Program, force: tuple[int, Placement] | None = None, *,
     for _ in range(_PEAK_RETRIES):
         x = _lexicographic(model, costs, total_cost, integrality, (lb, ub), list(constraints), start, force is None,
                            local)
-        if least_x is None and model.peak_cols and any(p > b for p, b in zip(model.peaks(x), model.peak_bound)):
-            # the solver's tolerance let a peak over its limit by a hair: a hair lower, and again
-            for k, col in enumerate(model.peak_cols):
-                ub[col] -= 1e-6
-            start = None
+        if model.peak_cols and any(p > b for p, b in zip(model.peaks(x), model.peak_bound)):
+            # the solver's tolerance let a peak over its limit by a hair: a hair lower, and again (never below
+            # the least peak found, which is within the limit exactly)
+            _lower_peaks(model, ub, least_x)
+            start = local = None
             continue
         break
     else:
-        raise Infeasible()
+        if least_x is None:
+            raise Infeasible()
     optimal = _CLOCK.get() is None  # a program solved under a time limit may have been cut short
     if least_x is not None and any(p > b for p, b in zip(model.peaks(x), model.peak_bound)):
         x, optimal = least_x, False  # the solver's tolerance let a peak over its limit: the least peak is within it exactly
@@ -340,6 +342,10 @@ class Held:
     weights: np.ndarray
     unit: Fraction
     site_cols: dict[int, np.ndarray]
+    A: object  # the rows, bounds and integrality as passed (scipy's HiGHS solves them where highspy fails)
+    row_lo: np.ndarray
+    row_hi: np.ndarray
+    integrality: np.ndarray
 
 
 def _held(model: Program) -> Held:
@@ -351,7 +357,7 @@ def _held(model: Program) -> Held:
         integrality[model.peak_cols] = 0
         highs = HighsModel(A, lo, hi, integrality, {**SOLVER_OPTIONS, **HIGHS_OPTIONS}, weights)
         site_cols = {key: np.array([c for c, _ in cols], dtype=int) for key, cols in model.site_cols.items()}
-        model.in_highs = (len(model.rows), Held(highs, weights, unit, site_cols))
+        model.in_highs = (len(model.rows), Held(highs, weights, unit, site_cols, A, lo, hi, integrality))
     return model.in_highs[1]
 
 
@@ -394,7 +400,7 @@ def solve_fixed(model: Program, fixed: Mapping[int, Placement], peak_limit: tupl
         x, least = _least_bytes(model, held, lb, ub, start, local, floor, checks)
         if not any(p > b for p, b in zip(model.peaks(x), model.peak_bound or ())):
             break
-        ub[model.peak_cols] -= 1e-6  # HiGHS's tolerance let a peak over its limit by a hair: a hair lower, and again
+        _lower_peaks(model, ub)  # HiGHS's tolerance let a peak over its limit by a hair: a hair lower, and again
         start, local = None, None
     else:
         raise Infeasible()
@@ -415,14 +421,6 @@ def _least_bytes(model: Program, held: Held, lb, ub, start, near, floor, checks)
     got = _solve_held(held, held.weights, lb, ub, math.inf, start, checks)
     if got.x is None and got.status == STOPPED and checks is not None:  # stopped before any layout was found
         got = _solve_held(held, held.weights, lb, ub, math.inf, start, None)
-    if got.status == FAILED:  # HiGHS ended otherwise (an error): scipy's HiGHS, from scratch
-        _, _, _, A, lo, hi = _compiled(model)
-        integrality = np.ones(len(lb), dtype=int)
-        integrality[model.peak_cols] = 0
-        res = _milp(held.weights, integrality=integrality, bounds=(lb, ub), constraints=[LinearConstraint(A, lo, hi)])
-        if res.x is None:
-            raise SolverTimeout() if _timed_out(res) else Infeasible()
-        return res.x, _sum(total_cost, res.x)
     if got.x is None:
         raise SolverTimeout() if got.status == STOPPED else Infeasible()
     x = got.x
@@ -459,11 +457,22 @@ def _tie_broken(model: Program, held: Held, lb, ub, x: np.ndarray, least: Fracti
     return got.x
 
 
-def _solve_held(held: Held, weights, lb, ub, spare_hi: float, start, checks):
+def _solve_held(held: Held, weights, lb, ub, spare_hi: float, start, checks) -> HighsSolve:
+    """``weights`` x least on the program held in HiGHS; where HiGHS ends otherwise than it should (an
+    error: say another user of highspy in the process started its threads otherwise), scipy's HiGHS
+    solves it from scratch, to the proof."""
     clock = _CLOCK.get()
     begin = time.monotonic()
     try:
-        return held.highs.solve(weights, lb, ub, spare_hi, start, checks, clock.left() if clock is not None else None)
+        got = held.highs.solve(weights, lb, ub, spare_hi, start, checks, clock.left() if clock is not None else None)
+        if got.status != FAILED:
+            return got
+        constraints = [LinearConstraint(held.A, held.row_lo, held.row_hi)]
+        if math.isfinite(spare_hi):
+            constraints.append(LinearConstraint(held.weights.reshape(1, -1), -np.inf, spare_hi))
+        res = _milp(weights, integrality=held.integrality, bounds=(lb, ub), constraints=constraints)
+        status = OPTIMAL if res.status == OPTIMAL_STATUS else INFEASIBLE if res.status == INFEASIBLE_STATUS else STOPPED
+        return HighsSolve(status, res.x, float(res.fun) if status == OPTIMAL else -math.inf)
     finally:
         if clock is not None:
             clock.used += time.monotonic() - begin
@@ -527,10 +536,19 @@ def _compiled(model: Program):
     return model.compiled[1]
 
 
-def _bound_peaks(model: Program, ub: np.ndarray, least: tuple[Fraction, ...] | None = None) -> None:
+def _lower_peaks(model: Program, ub: np.ndarray, least_x: np.ndarray | None = None) -> None:
+    """The peaks' bounds a hair lower (HiGHS's tolerance let a peak over its limit), never below the least peak."""
+    floor = model.peaks(least_x) if least_x is not None else None
     for k, col in enumerate(model.peak_cols):
-        # a hair below the limit (HiGHS's tolerance), never below the least peak found
-        ub[col] = float(model.peak_bound[k] / model.peak_scale[k]) - 1e-7
+        ub[col] = max(ub[col] - 1e-6, float(floor[k] / model.peak_scale[k])) if floor is not None else ub[col] - 1e-6
+
+
+def _bound_peaks(model: Program, ub: np.ndarray, least: tuple[Fraction, ...] | None = None) -> None:
+    """The peaks bounded at their limits exactly (never below the least peak found): a layout at the limit is
+    within it for HiGHS of every version (a hair below, one version takes it at its tolerance and another
+    not); one HiGHS lets over it by its tolerance is solved again a hair lower (:func:`_lower_peaks`)."""
+    for k, col in enumerate(model.peak_cols):
+        ub[col] = float(model.peak_bound[k] / model.peak_scale[k])
         if least is not None:
             ub[col] = max(ub[col], float(least[k] / model.peak_scale[k]))
 
