@@ -156,15 +156,16 @@ def _human(n: float | Fraction) -> str:
 
 
 def _human_range(lo: Fraction, hi: Fraction, sign: bool = False) -> str:
-    """``lo..hi`` in the unit :func:`_human` gives ``hi`` (or the larger in size), ``lo`` rounded down and
-    ``hi`` up (3 significant digits of the larger), so that the range printed holds the one proven."""
+    """``lo..hi`` in the unit :func:`_human` gives the larger in size, ``lo`` rounded down and ``hi`` up
+    (to 4 significant digits of the larger: one more than a number alone, so that a narrow range shows
+    as one), so that the range printed holds the one proven."""
     top = max(abs(lo), abs(hi))
     scale, unit = Fraction(1), "B"
     for name in ("KiB", "MiB", "GiB"):
         if top < scale * 1024:
             break
         scale, unit = scale * 1024, name
-    step = Fraction(1) if unit == "B" else Fraction(10) ** (math.floor(math.log10(float(top / scale))) - 2)
+    step = Fraction(1) if unit == "B" else Fraction(10) ** (math.floor(math.log10(float(top / scale))) - 3)
     a, b = math.floor(lo / scale / step) * step, math.ceil(hi / scale / step) * step
     digits = 0 if step >= 1 else -int(round(math.log10(float(step))))
 
