@@ -10,6 +10,7 @@ best solution found and HiGHS's bound, below which no solution's objective lies.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -37,6 +38,14 @@ class HighsSolve:
     status: str
     x: np.ndarray | None
     bound: float
+
+
+def _check(left: list[int | None], event) -> None:
+    """HiGHS's limit check: one fewer left; past the budget, stop. Said at every check either way (HiGHS
+    keeps the last answer from one solve to the next)."""
+    if left[0] is not None:
+        left[0] -= 1
+    event.interrupt(left[0] is not None and left[0] < 0)
 
 
 class HighsModel:
@@ -67,14 +76,10 @@ class HighsModel:
                         start, index, value, np.asarray(integrality, dtype=np.int32))
         self._cols = np.arange(n, dtype=np.int32)
         self._spare = np.array([self.rows], dtype=np.int32)
-        self._left: int | None = None  # limit checks left to the solve running (None: no budget)
-        h.cbMipInterrupt.subscribe(self._check)
-
-    def _check(self, event) -> None:
-        # said at every check, either way: HiGHS keeps the last answer from one solve to the next
-        if self._left is not None:
-            self._left -= 1
-        event.interrupt(self._left is not None and self._left < 0)
+        # limit checks left to the solve running (None: no budget); the callback holds this list, not the
+        # model (no reference cycle through HiGHS's callbacks: the model is freed when dropped)
+        self._left: list[int | None] = [None]
+        h.cbMipInterrupt.subscribe(functools.partial(_check, self._left))
 
     def solve(self, cost: np.ndarray, lb: np.ndarray, ub: np.ndarray, spare_hi: float = math.inf,
               start: np.ndarray | None = None, checks: int | None = None, seconds: float | None = None,
@@ -92,12 +97,12 @@ class HighsModel:
             h.setOptionValue("presolve", "on" if presolve else "off")
         if start is not None:
             h.setSolution(self.n, self._cols, np.asarray(start, dtype=float))
-        self._left = checks
+        self._left[0] = checks
         try:
             with native_output_silenced():  # HiGHS may print to fd 1 from C++, past its output flag
                 h.run()
         finally:
-            self._left = None
+            self._left[0] = None
         model_status = h.getModelStatus()
         info = h.getInfo()
         found = info.primal_solution_status == highspy.SolutionStatus.kSolutionStatusFeasible
