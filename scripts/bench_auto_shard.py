@@ -10,11 +10,14 @@ their ratio, the bytes per worker and peak live activations per worker of both l
 distribute pipeline.
 
 ``--explain``: instead, times a plain ``auto-shard`` run against one with ``explain=True`` (every
-other layout of each parameter solved and counted, issue 23's target: at most 2x), min of
-``--repeat`` interleaved runs, on the GPT-2 block (``distir.tvm.nn_gpt2.block_module``, at
-b = 2, s = 10, 4 workers; one block, one window, and two blocks, two windows) and on the stripped attention block of tests/python/cli (memory budget
-100%); prints both times and their ratio, in wall-clock seconds and in this process's CPU seconds
-(steadier on a shared machine: other processes' load inflates the first, not the second).
+other layout of each parameter solved and counted, each proven the least; issue 23's target: at
+most 2x) and one with ``explain_checks=--checks`` (each alternative's programs stopped after that many
+of HiGHS's limit checks; how many alternatives are left a range, and the widest range's share of
+its upper end), min of ``--repeat`` interleaved runs, on the GPT-2 block
+(``distir.tvm.nn_gpt2.block_module``, at b = 2, s = 10, 4 workers; one block, one window, and two
+blocks, two windows) and on the stripped attention block of tests/python/cli (memory budget 100%);
+prints the times and their ratios to the plain run, in wall-clock seconds and in this process's CPU
+seconds (steadier on a shared machine: other processes' load inflates the first, not the second).
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ def peak(local) -> int:
     return memory_footprint(local).evaluate(AT).peak_bytes
 
 
-def explain_comparison(repeat: int) -> None:
+def explain_comparison(repeat: int, checks: int) -> None:
     from distir.examples import load
     from distir.tvm.nn_gpt2 import GPT2Config, block_module
 
@@ -55,22 +58,27 @@ def explain_comparison(repeat: int) -> None:
         ("gpt2 blocks x2 (2 windows)", block_module("split", GPT2Config(n_layer=2)), at),
         ("attention (cli test) 100%", strip_layouts(load("attention")), {"memory_budget": "100%"}),
     ]
-    print(f"{'module':<27} {'plain s':>8} {'explain s':>9} {'explain/plain':>13} {'plain cpu s':>11} "
-          f"{'explain cpu s':>13} {'cpu ratio':>9}")
+    ways = {"plain": {}, "explain": {"explain": True}, "checks": {"explain_checks": checks}}
+    print(f"{'module':<27} {'plain s':>8} {'explain s':>9} {'ratio':>6} {'cpu ratio':>9} "
+          f"{f'checks={checks} s':>11} {'ratio':>6} {'cpu ratio':>9} {'ranges':>7} {'widest':>7}")
     for name, mod, kw in cases:
-        plain = explained = plain_cpu = explained_cpu = float("inf")
+        wall, cpu = {w: float("inf") for w in ways}, {w: float("inf") for w in ways}
+        ranges = ""
         for _ in range(repeat):
-            cold()  # each run solves its own programs (none remembered from the run before)
-            t0, c0 = time.perf_counter(), time.process_time()
-            AutoShard(**kw)(mod)
-            plain, plain_cpu = min(plain, time.perf_counter() - t0), min(plain_cpu, time.process_time() - c0)
-            cold()
-            t0, c0 = time.perf_counter(), time.process_time()
-            AutoShard(explain=True, **kw)(mod)
-            explained = min(explained, time.perf_counter() - t0)
-            explained_cpu = min(explained_cpu, time.process_time() - c0)
-        print(f"{name:<27} {plain:8.2f} {explained:9.2f} {explained / plain:13.1f} {plain_cpu:11.2f} "
-              f"{explained_cpu:13.2f} {explained_cpu / plain_cpu:9.1f}")
+            for way, options in ways.items():
+                cold()  # each run solves its own programs (none remembered from the run before)
+                t0, c0 = time.perf_counter(), time.process_time()
+                p = AutoShard(**options, **kw)
+                p(mod)
+                wall[way] = min(wall[way], time.perf_counter() - t0)
+                cpu[way] = min(cpu[way], time.process_time() - c0)
+                if way == "checks":
+                    alts = [a for r in p.report.params for a in r.alternatives[1:] if a.sent is not None]
+                    widths = [(a.sent - a.least) / a.sent for a in alts if a.least is not None]
+                    ranges = (f"{len(widths)}/{len(alts)}", f"{float(max(widths, default=0)):.1%}")
+        print(f"{name:<27} {wall['plain']:8.2f} {wall['explain']:9.2f} {wall['explain'] / wall['plain']:6.1f} "
+              f"{cpu['explain'] / cpu['plain']:9.1f} {wall['checks']:11.2f} {wall['checks'] / wall['plain']:6.1f} "
+              f"{cpu['checks'] / cpu['plain']:9.1f} {ranges[0]:>7} {ranges[1]:>7}")
 
 
 def main() -> None:
@@ -78,9 +86,10 @@ def main() -> None:
     ap.add_argument("--layers", default="8,80", help="comma-separated layer counts (default 8,80)")
     ap.add_argument("--explain", action="store_true", help="plain auto-shard against --explain (time and ratio)")
     ap.add_argument("--repeat", type=int, default=1, help="with --explain: interleaved runs, the min reported")
+    ap.add_argument("--checks", type=int, default=3, help="with --explain: the budgeted run's explain_checks (default 3)")
     args = ap.parse_args()
     if args.explain:
-        explain_comparison(args.repeat)
+        explain_comparison(args.repeat, args.checks)
         return
     AutoShard()(strip_layouts(llama_stack(1)))  # warm up
     print(f"{'layers':>6} {'greedy s':>9} {'auto-shard s':>12} {'auto/greedy':>11} {'megatron B/worker':>17} "

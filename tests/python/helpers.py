@@ -70,6 +70,24 @@ class Module:
 """
 
 
+# A plain two-layer MLP on a symbolic mesh (auto-shard's explanations): 10 rows or columns of w1 and w2
+# cut unevenly at 3, 6 and 7 workers, 6 rows of x fewer than 7 or 8 workers
+PLAIN_MLP = """
+@I.ir_module
+class Module:
+    I.module_global_infos({"mesh": [R.device_mesh(("num_workers",), I.Range(0, "num_workers"))]})
+    @R.function
+    def main(x: R.Tensor((6, 10), "float32"), w1: R.Tensor((10, 12), "float32"),
+             w2: R.Tensor((12, 10), "float32")) -> R.Tensor((6, 10), "float32"):
+        with R.dataflow():
+            h = R.matmul(x, w1)
+            r = R.nn.relu(h)
+            y = R.matmul(r, w2)
+            R.output(y)
+        return y
+"""
+
+
 # the guarantee of propagate-sharding's default search: no more bytes than the greedy choice, at every size
 
 GUARANTEE_SEQ = (1, 10, 64, 512)

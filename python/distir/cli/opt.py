@@ -54,7 +54,7 @@ def parse_binding(text: str) -> dict[str, int]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of distir-opt, shared by ``distir opt``."""
-    from .args import activation_budget, axis_cost, memory_budget, non_negative_int, positive_float
+    from .args import activation_budget, axis_cost, memory_budget, non_negative_int, positive_float, positive_int
     from .models import add_shard_arguments
 
     parser.add_argument("file", metavar="FILE", help="module to read ('-' for stdin)")
@@ -81,7 +81,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--explain", action="store_true",
         help="for -p auto-shard: print (stderr) each parameter's layout and what every alternative would cost "
-        "(one propagation per alternative)",
+        "(one propagation per alternative, each proven the least)",
+    )
+    parser.add_argument(
+        "--explain-checks", type=positive_int, metavar="N",
+        help="for -p auto-shard: --explain within a budget of work, the same on every machine: each "
+        "alternative's programs stop after N of the solver's limit checks (a round of cuts, a node); one not "
+        "proven by then is shown as a range a..b (no layout sends less than a, the best found sends b)",
     )
     parser.add_argument(
         "--solver-seconds", type=positive_float, metavar="S",
@@ -128,6 +134,7 @@ class OptOptions:
     memory_budget: str | None = None  # the auto-shard pass's
     activation_budget: str | None = None  # the auto-shard pass's
     explain: bool = False  # print the auto-shard pass's report
+    explain_checks: int | None = None  # its alternatives within that budget of the solver's work (None: proven)
     axis_costs: object = None  # AxisCosts of --axis-cost (plans minimize time), or None (bytes)
     solver_seconds: float | None = None  # propagate-sharding's solver time per function (None: its default)
 
@@ -141,7 +148,8 @@ class OptOptions:
             bind.update(b)
         for flag, given in (("--memory-budget", getattr(args, "memory_budget", None) is not None),
                             ("--activation-budget", getattr(args, "activation_budget", None) is not None),
-                            ("--explain", getattr(args, "explain", False))):
+                            ("--explain", getattr(args, "explain", False)),
+                            ("--explain-checks", getattr(args, "explain_checks", None) is not None)):
             if given and "auto-shard" not in names:
                 from .args import UsageError
 
@@ -149,7 +157,8 @@ class OptOptions:
         return OptOptions(
             memory_budget=getattr(args, "memory_budget", None),
             activation_budget=getattr(args, "activation_budget", None),
-            explain=getattr(args, "explain", False),
+            explain=getattr(args, "explain", False) or getattr(args, "explain_checks", None) is not None,
+            explain_checks=getattr(args, "explain_checks", None),
             solver_seconds=getattr(args, "solver_seconds", None),
             shard_plan=_shard_plan(args, names),
             passes=names,
@@ -278,7 +287,7 @@ def _named_pass(name: str, opts: OptOptions):
     if name == "shard-params":
         return get_pass(name, plan=opts.shard_plan)
     if name == "auto-shard":
-        options = {"sizes": dict(opts.bind), "explain": opts.explain}
+        options = {"sizes": dict(opts.bind), "explain": opts.explain, "explain_checks": opts.explain_checks}
         if opts.memory_budget is not None:
             options["memory_budget"] = opts.memory_budget
         if opts.activation_budget is not None:

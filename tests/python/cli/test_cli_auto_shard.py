@@ -13,6 +13,7 @@ from distir.cli import main as distir_main
 from distir.cli import opt
 from distir.ir.types import DTensorType
 from distir.transform.layout_choice.auto_shard import strip_layouts
+from helpers import PLAIN_MLP
 from helpers import run_cli as run
 
 
@@ -70,7 +71,24 @@ def test_activation_budget_none_leaves_activations_to_communication(plain, capsy
     assert code == 0 and "(budget min+25%)" in err and "activations/device" in err
 
 
-@pytest.mark.parametrize("flag", [["--explain"], ["--memory-budget", "50%"], ["--activation-budget", "none"]])
+
+
+def test_explain_checks_shows_what_is_not_proven_as_a_range(tmp_path, capsys):
+    path = tmp_path / "mlp.py"
+    path.write_text(PLAIN_MLP)
+    code, out, err = run(opt.main, [str(path), "-p", "auto-shard", "--explain-checks", "2", "--bind", "num_workers=5",
+                                    "--activation-budget", "none", "--memory-budget", "100%"], capsys)
+    assert code == 0, err
+    assert "307..320 B" in err and "a..b is a range, no layout sends less than a, the best found sends b" in err
+    assert "@I.ir_module" in out and ".." not in out
+    code, out, _ = run(opt.main, ["--help"], capsys)
+    assert code == 0 and "--explain-checks N" in out and "shown as a range a..b" in " ".join(out.split())
+    code, _, err = run(opt.main, [str(path), "-p", "auto-shard", "--explain-checks", "0"], capsys)
+    assert code == 2 and "argument --explain-checks" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("flag", [["--explain"], ["--explain-checks", "4"], ["--memory-budget", "50%"],
+                                  ["--activation-budget", "none"]])
 def test_auto_shard_options_need_the_pass(plain, capsys, flag):
     code, _, err = run(opt.main, [plain, "-p", "distribute", *flag], capsys)
     assert code == 2 and f"{flag[0]} is for the auto-shard pass" in err

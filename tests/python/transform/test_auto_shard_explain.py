@@ -1,13 +1,18 @@
 """auto-shard --explain: every alternative's bytes are its optimum, checked against an independent
 computation (every strategy of every op tried, each plan written and its bytes counted), and the
 alternatives solved on the search's one program, from the chosen plan, equal fresh solves of the
-function typed with those layouts under the chosen plan's limit on the peak."""
+function typed with those layouts under the chosen plan's limit on the peak. Within a budget of the
+solver's work (``explain_checks``), an alternative not proven is a range that holds its exact bytes,
+and the report is the same on every run."""
 
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies
 
 import distir
 from distir.transform import AutoShard, PassContext
@@ -17,23 +22,12 @@ from distir.transform.layout_choice.measure import function_peak
 from distir.transform.layout_choice.plan import LayoutPlan, ParamChoice
 from distir.transform.layout_choice.propagate_sharding import write_layouts
 from distir.transform.layout_choice.sharding_graph import build_graph
-from distir.transform.layout_choice.solution import forget_solved
+from distir.transform.layout_choice import solution
+from distir.transform.layout_choice.solution import forget_solved, objective_of, solve_fixed, solve_program, start_of
 from distir.transform.layout_choice.windows import NoLayoutError, solve_layouts
+from helpers import PLAIN_MLP
 
-MLP = '''
-@I.ir_module
-class Module:
-    I.module_global_infos({"mesh": [R.device_mesh(("num_workers",), I.Range(0, "num_workers"))]})
-    @R.function
-    def main(x: R.Tensor((6, 10), "float32"), w1: R.Tensor((10, 12), "float32"),
-             w2: R.Tensor((12, 10), "float32")) -> R.Tensor((6, 10), "float32"):
-        with R.dataflow():
-            h = R.matmul(x, w1)
-            r = R.nn.relu(h)
-            y = R.matmul(r, w2)
-            R.output(y)
-        return y
-'''
+MLP = PLAIN_MLP
 
 
 def _search(mod, sizes, activations="min+25%", budget="min+10%"):
@@ -122,3 +116,88 @@ def test_an_alternative_no_layout_fits_is_marked_over_budget(capfd):
     alternatives = [a for r in p.report.params for a in r.alternatives[1:]]
     assert any(a.sent is None and a.activations is None and not a.within_budget for a in alternatives)
     assert "over budget (activations)" in p.report.render()
+
+
+def test_a_start_sending_the_chosen_plans_bytes_is_proven_without_a_solve(monkeypatch):
+    # the chosen plan is the least among the layouts the search offered under the same limit on the peak:
+    # an alternative among them whose start (the chosen plan, the parameter redistributed where it is
+    # read) sends as much is optimal; no bytes program is solved, and the numbers are a cold solve's
+    search, laid, env = _search(distir.parse(MLP), {"num_workers": 7}, budget="100%")
+    model = search.alternatives().program()
+    limit = search.plan.peak_limits[0]
+    solved = []
+    original = solution._solve_held
+    monkeypatch.setattr(solution, "_solve_held", lambda held, w, *a: solved.append(w is held.weights) or original(held, w, *a))
+    shortcuts = 0
+    for _i, _q, layouts in _alternatives(search, laid):
+        fixed = {s.id: layouts[i] for s, i in search.slots}
+        start = start_of(model, replace(search.plan, primary={**search.plan.primary, **fixed}))
+        if (not search.searched(layouts) or start is None or objective_of(model, start) != search.plan.objective
+                or any(p > b for p, b in zip(model.peaks(start), limit))):
+            continue  # not among the search's layouts, not as cheap, or over the limit on the peak
+        solved.clear()
+        x, cost, least = solve_fixed(model, fixed, limit, start=start, floor=search.plan.objective)
+        assert not any(solved) and least == cost.objective == search.plan.objective  # bytes: no solve
+        forget_solved()
+        _, cold = solve_program(model, fixed=fixed, peak_limit=limit)  # no start: HiGHS from scratch
+        assert (cost.objective, cost.sent) == (cold.objective, cold.sent)
+        shortcuts += 1
+    assert shortcuts == 1
+
+
+@settings(max_examples=6, deadline=None)
+@given(workers=strategies.sampled_from([1, 2, 3, 5, 6, 7, 8]), checks=strategies.integers(1, 2),
+       activations=strategies.sampled_from(["none", "min+25%"]))
+def test_a_budgeted_explanation_holds_the_exact_bytes(workers, checks, activations):
+    # within a budget of the solver's work, an alternative not proven is a range: the least any layout
+    # sends (HiGHS's bound, rounded down to whole bytes) .. what the best layout found sends; the exact
+    # bytes lie in it, and every alternative proven is exact. 10 rows and columns cut unevenly at 3, 6, 7
+    mod = distir.parse(MLP)
+    kw = {"sizes": {"num_workers": workers}, "activation_budget": activations, "memory_budget": "100%"}
+    forget_solved()
+    exact = AutoShard(explain=True, **kw)
+    exact(mod)
+    forget_solved()
+    budgeted = AutoShard(explain_checks=checks, **kw)
+    budgeted(mod)
+    pairs = [(a, e) for r, s in zip(budgeted.report.params, exact.report.params)
+             for a, e in zip(r.alternatives, s.alternatives)]
+    for a, e in pairs:
+        assert a.layout == e.layout
+        if a.least is None:
+            assert a.sent == e.sent
+        else:
+            assert a.least <= e.sent <= a.sent and a.least == int(a.least)
+    if any(a.least is not None for a, _ in pairs):
+        assert "a..b is a range" in budgeted.report.render()
+
+
+def test_a_budgeted_explanation_ranges_bound_the_exact_bytes_tightly():
+    # with two checks, HiGHS's bound (not only the chosen plan's bytes or zero) is a range's lower end
+    forget_solved()
+    kw = {"sizes": {"num_workers": 5}, "activation_budget": "none", "memory_budget": "100%"}
+    exact, budgeted = AutoShard(explain=True, **kw), AutoShard(explain_checks=2, **kw)
+    exact(distir.parse(MLP))
+    forget_solved()
+    budgeted(distir.parse(MLP))
+    ranges = [(a.least, e.sent, a.sent) for r, s in zip(budgeted.report.params, exact.report.params)
+              for a, e in zip(r.alternatives, s.alternatives) if a.least is not None]
+    assert ranges == [(307, 320, 320)]  # the bound, 307.2 bytes, rounded down
+    assert "307..320 B" in budgeted.report.render()
+
+
+def test_a_budgeted_explanation_is_the_same_on_every_run():
+    # the budget is counted in the solver's limit checks, not timed: the same ranges every time
+    kw = {"sizes": {"num_workers": 7}, "activation_budget": "min+25%", "memory_budget": "100%"}
+    reports = []
+    for _ in range(2):
+        forget_solved()
+        p = AutoShard(explain_checks=1, **kw)
+        p(distir.parse(MLP))
+        reports.append(p.report.render())
+    assert reports[0] == reports[1] and ".." in reports[0]
+
+
+def test_explain_checks_must_be_a_positive_integer():
+    with pytest.raises(A.AutoShardError, match="explain_checks must be a positive integer or None, got 0"):
+        AutoShard(explain_checks=0)(distir.parse(MLP))

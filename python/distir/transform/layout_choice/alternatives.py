@@ -16,7 +16,8 @@ nearer still.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from fractions import Fraction
 
 from ...ir.expr import Function
 from ...ir.placement import Placement
@@ -25,15 +26,26 @@ from .plan import ActivationLimit, LayoutPlan, ParamChoice
 from .program import Program
 from .propagate_sharding import write_layouts
 from .sharding_graph import Graph, Slot
-from .solution import Infeasible, plan_of, solve_program, start_of
+from .solution import Infeasible, objective_of, objective_per_byte, plan_of, solve_fixed, start_of
 from .windows import NoLayoutError, cut_windows, solve_layouts
 
-__all__ = ["Alternatives"]
+__all__ = ["Alternatives", "Explained"]
 
 #: how far from the changed parameter's readers a program's first, small solve may change the
 #: chosen plan (its optimum starts the whole program): on the GPT-2 block it found every
 #: alternative's optimum, which HiGHS then only proves (--explain 15.0 -> 12.6 CPU seconds)
 NEAR = 2
+
+
+@dataclass(frozen=True)
+class Explained:
+    """One alternative: the function laid out with it, the bytes each worker sends with that layout at
+    the sizes planned for (as the program counts them), and the least any layout with those parameters'
+    layouts sends (the same, where it is proven)."""
+
+    function: Function
+    sent: Fraction
+    least: Fraction
 
 
 class Alternatives:
@@ -45,17 +57,27 @@ class Alternatives:
 
     def __init__(self, graph: Graph, cost: CostModel, index: Mapping[int, int], chosen: LayoutPlan,
                  candidates: Callable[[Slot], list[Placement]], activations: ActivationLimit | None,
-                 window_ops: int, whole_ops: int):
+                 window_ops: int, whole_ops: int, searched: Callable[[Mapping[int, Placement]], bool] | None = None):
         self.graph, self.cost, self.index, self.chosen = graph, cost, dict(index), chosen
         self.candidates, self.activations = candidates, activations
         self.window_ops, self.whole_ops = window_ops, whole_ops
+        self.searched = searched
         self.whole = len(cut_windows(graph, window_ops, whole_ops, alike=False)) == 1
         self._program: Program | None = None  # a function solved whole: one program for every alternative
         self._prefixes: dict = {}  # in windows: the windows solved, by the windows up to them
+        self._floor: Fraction | None = None  # what no layout the search chose among sends (the chosen plan's)
+        self._ratio: tuple | None = None  # (ranged(), or False), once known
 
     def written(self, layouts: Mapping[int, Placement]) -> Function | None:
-        """The function laid out with parameter ``i`` in ``layouts[i]`` (every free parameter given).
-        None: no layout of the values meets the chosen plan's limit on the peak."""
+        """The function laid out with parameter ``i`` in ``layouts[i]`` (every free parameter given),
+        its bytes proven the least. None: no layout of the values meets the chosen plan's limit on the peak."""
+        got = self.explained(layouts)
+        return None if got is None else got.function
+
+    def explained(self, layouts: Mapping[int, Placement], checks: int | None = None) -> Explained | None:
+        """:meth:`written`, and what it sends; with ``checks``, each of a function's programs stops after
+        that work (:func:`~.solution.solve_fixed`) where a range of its bytes can be told (:meth:`ranged`):
+        then what the layout found sends, and the least any layout sends, may differ."""
         fixed = {sid: layouts[i] for sid, i in self.index.items()}
         start = replace(self.chosen, primary={**self.chosen.primary, **fixed})
         limits = self.chosen.peak_limits or None
@@ -63,19 +85,31 @@ class Alternatives:
         try:
             if self.whole:
                 model = self.program()
-                x, total = solve_program(model, fixed=fixed, peak_limit=limits[0] if limits else None,
-                                         start=start_of(model, start), near=near)
+                floor = self._floor if self.searched is not None and self.searched(layouts) else None
+                ratio = self.ranged() if checks is not None else None
+                x, total, least = solve_fixed(model, fixed, limits[0] if limits else None, start=start_of(model, start),
+                                              near=near, floor=floor, checks=checks if ratio is not None else None)
                 plan = plan_of(model, x, total)
+                least = total.sent if ratio is None else least / ratio
             else:
                 choice = ParamChoice(lambda s: [fixed[s.id]], lambda decided: [], self.activations)
                 plan, _ = solve_layouts(self.graph, None, self.cost, choice, self.window_ops, self.whole_ops,
                                         alike=False, prefixes=self._prefixes, peak_limits=limits, start=start,
                                         near=near)
+                least = plan.bytes
         except (Infeasible, NoLayoutError):
             return None
         for sid, p in fixed.items():
             plan.primary.setdefault(sid, p)
-        return write_layouts(self.graph, plan, self.cost)
+        return Explained(write_layouts(self.graph, plan, self.cost), plan.bytes, least)
+
+    def ranged(self) -> Fraction | None:
+        """Where a budgeted solve's bound is a bound on the bytes sent at the sizes planned for: the
+        program's objective over those bytes, the same for every column (every size given: the objective
+        weighs one point); else None (sizes sampled, or a time objective: each alternative is proven)."""
+        if self._ratio is None:
+            self._ratio = (None if self.cost.axis_costs is not None else objective_per_byte(self.program()),)
+        return self._ratio[0]
 
     def near(self, slots: list[int]) -> set[int]:
         """The sites (``id(site)``) within ``NEAR`` steps of the readers of ``slots`` (a step: to the
@@ -106,4 +140,10 @@ class Alternatives:
             self._program = Program(self.graph, None, self.cost,
                                     choice=ParamChoice(self.candidates, lambda decided: [], self.activations))
             self._program.build()
+            # the chosen plan is the proven least among the layouts the search offered, with the weights
+            # within the budget: an alternative among them sends at least as much (the same objective
+            # counted on this program, checked)
+            chosen = start_of(self._program, self.chosen)
+            if self.chosen.optimal and chosen is not None and objective_of(self._program, chosen) == self.chosen.objective:
+                self._floor = self.chosen.objective
         return self._program

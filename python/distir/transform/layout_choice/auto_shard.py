@@ -30,7 +30,7 @@ import functools
 import itertools
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, ClassVar
@@ -155,6 +155,32 @@ def _human(n: float | Fraction) -> str:
     return f"{x} B"  # pragma: no cover
 
 
+def _human_range(lo: Fraction, hi: Fraction, sign: bool = False) -> str:
+    """``lo..hi`` in the unit :func:`_human` gives the larger in size, ``lo`` rounded down and ``hi`` up
+    (to 4 significant digits of the larger: one more than a number alone, so that a narrow range shows
+    as one), so that the range printed holds the one proven."""
+    top = max(abs(lo), abs(hi))
+    scale, unit = Fraction(1), "B"
+    for name in ("KiB", "MiB", "GiB"):
+        if top < scale * 1024:
+            break
+        scale, unit = scale * 1024, name
+    step = Fraction(1) if unit == "B" else Fraction(10) ** (math.floor(math.log10(float(top / scale))) - 3)
+    a, b = math.floor(lo / scale / step) * step, math.ceil(hi / scale / step) * step
+    digits = 0 if step >= 1 else -int(round(math.log10(float(step))))
+
+    def fmt(v: Fraction) -> str:
+        text = f"{float(v):,.{digits}f}" if unit == "B" else f"{float(v):.{digits}f}"
+        return ("+" if sign and v > 0 else "") + text
+
+    return f"{fmt(a)}..{fmt(b)} {unit}"
+
+
+def _range_diff(lo: Fraction, hi: Fraction) -> str:
+    """A range of differences from the chosen layout's bytes (``vs chosen``)."""
+    return _human_range(lo, hi, sign=True)
+
+
 # ---------------------------------------------------------------------------------------------
 # stripping layouts (to auto-shard a hand-annotated module)
 
@@ -209,6 +235,9 @@ class Alternative:
     weights: int  # bytes of weights each device holds
     within_budget: bool  # the weights' budget, and the activation budget where the layout was laid out
     activations: int | None = None  # peak live activation bytes per worker (measure.function_peak)
+    # the least any layout with this parameter's layout sends, where that is below ``sent`` (not proven
+    # within the explanation's budget: the bytes are a range); None: ``sent`` is the least
+    least: Fraction | None = None
 
 
 @dataclass(frozen=True)
@@ -270,7 +299,10 @@ class AutoShardReport:
             base = p.alternatives[0].sent
             for i, a in enumerate(p.alternatives):
                 diff = "" if i == 0 or a.sent is None or base is None else (
+                    _range_diff(a.least - base, a.sent - base) if a.least is not None else
                     "same" if a.sent == base else f"{'+' if a.sent > base else '-'}{_human(abs(a.sent - base))}")
+                sent = ("-" if a.sent is None else _human_range(a.least, a.sent) if a.least is not None
+                        else _human(a.sent))
                 # over the weights' budget, or (weights within it) no layout of the values within the chosen
                 # plan's limit on the peak of activations
                 mark = ("chosen" if i == 0 else "over budget" if a.weights > self.budget_bytes
@@ -278,7 +310,7 @@ class AutoShardReport:
                 if not p.weight:
                     mark = (mark + ", input").strip(", ")
                 rows.append((p.name if i == 0 else "", p.shape if i == 0 else "", str(a.layout),
-                             _human(p.held) if i == 0 else "", "-" if a.sent is None else _human(a.sent), diff,
+                             _human(p.held) if i == 0 else "", sent, diff,
                              _human(a.weights), "-" if a.activations is None else _human(a.activations), mark))
         widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
         right = {3, 4, 5, 6, 7} if explained else {3}
@@ -313,11 +345,18 @@ class AutoShard(ModulePass):
     func: str | None = None
     mesh: DeviceMesh | None = None
     explain: bool = False
+    # explain within a budget of work: each alternative's programs stop after this many of HiGHS's limit
+    # checks (a round of cuts at the root, a node after it), counted, not timed, so the report is the same
+    # on every machine; an alternative not proven by then is a range. None: each proven (docs/auto_shard.md)
+    explain_checks: int | None = None
     report: AutoShardReport | None = field(default=None, init=False, compare=False, repr=False)
 
     def transform_module(self, mod: IRModule, ctx: PassContext) -> IRModule:
         budget = MemoryBudget.parse(self.memory_budget)
         activations = parse_activation_budget(self.activation_budget)
+        checks = self.explain_checks
+        if checks is not None and (not isinstance(checks, int) or isinstance(checks, bool) or checks < 1):
+            raise AutoShardError(f"auto-shard: explain_checks must be a positive integer or None, got {checks!r}")
         sizes = dict(self.sizes or {})
         for k, v in sizes.items():
             if not isinstance(k, str) or not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -336,7 +375,8 @@ class AutoShard(ModulePass):
             infos = dict(mod.global_infos)
             infos["mesh"] = tuple(meshes if mesh in meshes else [*meshes, mesh])
             out = mod.replace(functions={**mod.functions, fname: written}, global_infos=infos)
-        self.report = _report(search, fname, laid, written, self.explain, _mesh_label(mod, mesh))
+        self.report = _report(search, fname, laid, written, self.explain or self.explain_checks is not None,
+                              _mesh_label(mod, mesh), self.explain_checks)
         return out
 
     def _function(self, mod: IRModule) -> str:
@@ -543,6 +583,9 @@ class _Search:
         self.cost: CostModel | None = None
         self.slots: list[tuple[Slot, int]] = []
         self.plan: LayoutPlan | None = None
+        # the layouts the chosen plan was chosen among: each parameter's offered layouts, and the budget's rows
+        self.offered: dict[int, list[Placement]] = {}
+        self.budget_rows: Callable | None = None
         # the sizes planned for: the given ones (--bind) over propagation's size hints; only the rest is sampled
         self.hints = dict(ctx.config.get("propagate-sharding.size_hints", {}) or {})
         self.hints.update(sizes)
@@ -567,8 +610,19 @@ class _Search:
             self._alternatives = Alternatives(
                 self.graph, self.cost, {s.id: i for s, i in self.slots}, self.plan,
                 lambda s: list(candidate_layouts(ndim[s.id], self.mesh)), self.activation_limit(),
-                WINDOW_OPS, 2 * WINDOW_OPS)
+                WINDOW_OPS, 2 * WINDOW_OPS, self.searched)
         return self._alternatives
+
+    def searched(self, layouts: Mapping[int, Placement]) -> bool:
+        """Whether the chosen plan was chosen among layouts that include parameter ``i`` laid out
+        ``layouts[i]`` (every free parameter given): each offered, the weights within the budget's rows
+        as the search's program has them. Then the chosen plan sends no more than the best plan with
+        these layouts under the same limit on the peak (where the search solved its program whole)."""
+        if self.budget_rows is None or any(layouts[i] not in self.offered.get(i, ()) for i in self.free):
+            return False
+        chosen = {(s.id, layouts[i]) for s, i in self.slots}
+        return all(sum(v for key, v in coefs.items() if key in chosen) <= bound
+                   for coefs, bound in self.budget_rows([(s, [layouts[i]]) for s, i in self.slots]))
 
     def fits(self, i: int, q: Placement, limits: list[_Limit]) -> bool:
         """Whether parameter ``i`` laid out ``q`` leaves room for every other weight at its smallest, at
@@ -745,7 +799,7 @@ class _Search:
                 if not over:
                     for sid, i in index.items():
                         plan.primary.setdefault(sid, laid[i])
-                    self.plan = plan
+                    self.plan, self.offered, self.budget_rows = plan, offered, budget_rows
                     return laid, write_layouts(graph, plan, cost)
             return None
 
@@ -765,7 +819,7 @@ class _Search:
 
 
 def _report(search: _Search, fname: str, laid: dict[int, Placement], written: Function | None, explain: bool,
-            mesh_label: str) -> AutoShardReport:
+            mesh_label: str, checks: int | None = None) -> AutoShardReport:
     func, mesh = search.func, search.mesh
     env = _report_env(func, mesh, search.sizes)
     weights, names = search.weights, param_names(func)
@@ -785,7 +839,7 @@ def _report(search: _Search, fname: str, laid: dict[int, Placement], written: Fu
     bound = search.budget.bound(replicated, least, devices)
     sent = _sent(written, mesh, env) if written is not None else None
     peak = function_peak(written, env) if written is not None else None
-    explained = 0
+    explained = ranges = 0
     note = ""
     params = []
     for i in sorted(laid):
@@ -797,21 +851,42 @@ def _report(search: _Search, fname: str, laid: dict[int, Placement], written: Fu
                 if q == laid[i]:
                     continue
                 lay = {**layout, i: q}
-                cost = held_peak = None
+                cost = held_peak = least = None
                 fits = True
                 if explained < MAX_EXPLAINED:
-                    other, explained = search.alternatives().written(lay), explained + 1
+                    other, explained = search.alternatives().explained(lay, checks), explained + 1
                     fits = other is not None
                     if other is not None:
-                        cost, held_peak = _sent(other, mesh, env), function_peak(other, env)
+                        cost = _sent(other.function, mesh, env)
+                        if other.least < other.sent and cost != other.sent:
+                            # the bound is on the bytes the program counts, and this layout's measure differs
+                            # from its count: proven instead
+                            other = search.alternatives().explained(lay)
+                            cost = _sent(other.function, mesh, env)
+                        held_peak = function_peak(other.function, env)
+                        if other.least < other.sent:
+                            least = _floor_bytes(other.least)
+                            ranges += 1
                 else:
                     note = (f"(bytes of alternatives after the first {MAX_EXPLAINED} not computed: each is one "
                             "solve of the whole function)")
-                alts.append(Alternative(q, cost, weights_bytes(lay), fits and weights_bytes(lay) <= bound, held_peak))
+                alts.append(Alternative(q, cost, weights_bytes(lay), fits and weights_bytes(lay) <= bound, held_peak,
+                                        least))
         shape = "(" + ", ".join(sym.to_str(d) if not isinstance(d, int) else str(d) for d in p.type.shape) + ")"
         params.append(ParamReport(names[i], shape, i in weights, laid[i], held(i, laid[i]), tuple(alts)))
+    if ranges:
+        note = "\n".join(x for x in (
+            f"({ranges} alternative{'s' if ranges > 1 else ''} not proven within {checks} checks of the solver's "
+            "work each: a..b is a range, no layout sends less than a, the best found sends b; without "
+            "--explain-checks each is proven)",
+            note) if x)
     return AutoShardReport(fname, f"{mesh_label} {mesh.shape_str()}", env, search.budget, bound, weights_bytes(layout),
                            replicated, devices, sent, params, note, search.activations, peak)
+
+
+def _floor_bytes(n: Fraction) -> Fraction:
+    """``n`` rounded down to whole bytes (a lower bound stays one)."""
+    return Fraction(math.floor(n))
 
 
 def _mesh_label(mod: IRModule, mesh: DeviceMesh) -> str:

@@ -29,6 +29,9 @@ class LayoutPlan:
     peak: tuple[Fraction, ...] = ()  # the ActivationLimit's estimate of the peak per sample (the largest window's)
     # per window (one for a function solved whole), the limit on its peak per sample it was solved under
     peak_limits: tuple[tuple[Fraction, ...], ...] = ()
+    # ``objective`` is the proven least over every layout of the function's program (solved whole, to the
+    # proof): a lower bound on what a narrower choice of layouts sends under the same limits
+    optimal: bool = False
 
     def root_of(self, s: Slot) -> int:
         return self.root.get(s.id, s.id)

@@ -109,6 +109,7 @@ class Program:
         self.peak_scale: list[Fraction] = []  # per sample: the peak with every value whole (no copies)
         self.peak_bound: list[Fraction] | None = None  # the limit per sample, once the least peak is known
         self.compiled: tuple | None = None  # the rows as HiGHS reads them, made by the solver once (solution.py)
+        self.in_highs: tuple | None = None  # the program passed to HiGHS once, for many solves (solution.py)
         self.rows: list[tuple[list[tuple[int, float]], float, float]] = []
         self.root: dict[int, int] = dict(window.root) if window else {}
         self.slot_by_id = {s.id: s for s in graph.slots}
@@ -573,10 +574,11 @@ class Program:
 
     def peaks(self, x: np.ndarray) -> tuple[Fraction, ...]:
         """The peak live activation bytes per worker at each sample, exactly, for the columns ``x`` chooses."""
-        out = [Fraction(0)] * len(self.peak_cols)
-        for k, terms, const in self.peak_rows:
-            out[k] = max(out[k], const + sum((v for c, v in terms.items() if x[c] > 0.5), Fraction(0)))
-        return tuple(out)
+        out = [0] * len(self.peak_cols)
+        chosen = set(np.flatnonzero(np.asarray(x) > 0.5).tolist())
+        for k, terms, const in self.peak_rows:  # whole bytes: summed as integers
+            out[k] = max(out[k], const + sum(v for c, v in terms.items() if c in chosen))
+        return tuple(Fraction(v) for v in out)
 
 
 def result_slots(graph: Graph) -> list[Slot]:

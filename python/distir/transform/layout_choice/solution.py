@@ -22,11 +22,12 @@ from scipy.sparse import coo_matrix, issparse, vstack
 
 from ...ir.placement import Placement
 from ...quiet import native_output_silenced
+from .highs_model import FAILED, HIGHS_THREADS, INFEASIBLE, OPTIMAL, STOPPED, HighsModel, HighsSolve
 from .plan import LayoutPlan
 from .program import Program, result_slots
 
-__all__ = ["SolverClock", "SolverTimeout", "alternative", "alternative_cost", "forget_solved", "solver_time_limit",
-           "start_of", "visible_layouts"]
+__all__ = ["SolverClock", "SolverTimeout", "alternative", "alternative_cost", "forget_solved", "objective_of",
+           "objective_per_byte", "solve_fixed", "solver_time_limit", "start_of", "visible_layouts"]
 
 MEMORY_WEIGHT = Fraction(0)  # bytes held count only as a tie-break (W_MEMORY), not against bytes sent
 # HiGHS, exact (no gap). Presolve off: on these programs (a few thousand columns, mostly implied by a
@@ -206,7 +207,8 @@ def _highs_from(start: np.ndarray, c, options, integrality, bounds, constraints)
     lp.integrality_ = [highspy.HighsVarType(int(i)) for i in integrality]
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
-    for name, value in options.items():  # scipy takes presolve as a bool, HiGHS itself as "on"/"off"
+    # one thread, as highs_model's: HiGHS starts its threads once per process, for whichever count it meets first
+    for name, value in {**options, "threads": HIGHS_THREADS}.items():  # scipy takes presolve as a bool, HiGHS "on"/"off"
         h.setOptionValue(name, ("on" if value else "off") if name == "presolve" else value)
     h.passModel(lp)
     given = highspy.HighsSolution()
@@ -245,6 +247,7 @@ class ProgramCost:
     sent: Fraction  # bytes each worker sends at the size hints (results counted as gathered)
     held: Fraction  # bytes each worker holds at the size hints, summed over the values and their versions
     peak: tuple[Fraction, ...] = ()  # peak live activation bytes per worker at each ActivationLimit sample
+    optimal: bool = True  # ``objective`` is the proven least of the program (no layout kept for its peak, no time limit)
 
     @property
     def total(self) -> Fraction:
@@ -292,14 +295,7 @@ def solve_program(model: Program, force: tuple[int, Placement] | None = None, *,
     # recomputation or redistribute would let a later program cover a need in part
     integrality, lb, ub = np.ones(n, dtype=int), np.array(model.lb), np.array(model.ub)
     integrality[model.peak_cols] = 0
-    for sid, p in (fixed or {}).items():
-        if sid not in model.param_cols:
-            continue  # not a column of this program (not on the mesh, or not read in this window)
-        cols = {q: c for c, q in model.param_cols[sid]}
-        if p not in cols:
-            raise Infeasible()
-        for q, c in cols.items():
-            lb[c] = ub[c] = float(q == p)
+    _fix(model, lb, ub, fixed or {})
     least_x = None
     if model.peak_cols and peak_limit is not None:  # the limit given in bytes: no least-peak program
         model.peak_bound = list(peak_limit)
@@ -321,18 +317,191 @@ def solve_program(model: Program, force: tuple[int, Placement] | None = None, *,
     for _ in range(_PEAK_RETRIES):
         x = _lexicographic(model, costs, total_cost, integrality, (lb, ub), list(constraints), start, force is None,
                            local)
-        if least_x is None and model.peak_cols and any(p > b for p, b in zip(model.peaks(x), model.peak_bound)):
-            # the solver's tolerance let a peak over its limit by a hair: a hair lower, and again
-            for k, col in enumerate(model.peak_cols):
-                ub[col] -= 1e-6
-            start = None
+        if model.peak_cols and any(p > b for p, b in zip(model.peaks(x), model.peak_bound)):
+            # the solver's tolerance let a peak over its limit by a hair: a hair lower, and again (never below
+            # the least peak found, which is within the limit exactly)
+            _lower_peaks(model, ub, least_x)
+            start = local = None
             continue
         break
     else:
-        raise Infeasible()
+        if least_x is None:
+            raise Infeasible()
+    optimal = _CLOCK.get() is None  # a program solved under a time limit may have been cut short
     if least_x is not None and any(p > b for p, b in zip(model.peaks(x), model.peak_bound)):
-        x = least_x  # the solver's tolerance let a peak over its limit: the least peak is within it exactly
-    return x, ProgramCost(_sum(costs, x), _sum(at_hint, x), _sum(model.mem, x), model.peaks(x))
+        x, optimal = least_x, False  # the solver's tolerance let a peak over its limit: the least peak is within it exactly
+    return x, ProgramCost(_sum(costs, x), _sum(at_hint, x), _sum(model.mem, x), model.peaks(x), optimal)
+
+
+@dataclass(frozen=True)
+class Held:
+    """A program held in HiGHS for auto-shard's explanations (:func:`solve_fixed`): the model, the bytes
+    in whole units (and the unit), the columns of each site."""
+
+    highs: HighsModel
+    weights: np.ndarray
+    unit: Fraction
+    site_cols: dict[int, np.ndarray]
+    A: object  # the rows, bounds and integrality as passed (scipy's HiGHS solves them where highspy fails)
+    row_lo: np.ndarray
+    row_hi: np.ndarray
+    integrality: np.ndarray
+
+
+def _held(model: Program) -> Held:
+    """``model`` in HiGHS, passed once (auto-shard's explanations solve it once per alternative)."""
+    if model.in_highs is None or model.in_highs[0] != len(model.rows):
+        costs, _, total_cost, A, lo, hi = _compiled(model)
+        weights, unit = _in_units(total_cost)
+        integrality = np.ones(len(costs), dtype=int)
+        integrality[model.peak_cols] = 0
+        highs = HighsModel(A, lo, hi, integrality, {**SOLVER_OPTIONS, **HIGHS_OPTIONS}, weights)
+        site_cols = {key: np.array([c for c, _ in cols], dtype=int) for key, cols in model.site_cols.items()}
+        model.in_highs = (len(model.rows), Held(highs, weights, unit, site_cols, A, lo, hi, integrality))
+    return model.in_highs[1]
+
+
+#: the share of a whole unit by which HiGHS's bound may pass the true least of an integer objective
+#: (its tolerances): a bound is rounded up to a whole unit only from this far below it
+BOUND_TOLERANCE = 1e-6
+
+
+def solve_fixed(model: Program, fixed: Mapping[int, Placement], peak_limit: tuple[Fraction, ...] | None = None, *,
+                start: np.ndarray | None = None, near: Collection[int] | None = None, floor: Fraction | None = None,
+                checks: int | None = None) -> tuple[np.ndarray, ProgramCost, Fraction]:
+    """auto-shard's explanations: the optimum of ``model`` (built with every free parameter offered every
+    layout) with the parameters laid out as ``fixed``, the peak bounded by ``peak_limit`` (bytes per
+    sample), solved in HiGHS on the program passed once (:func:`_held`): the columns chosen, what they
+    cost, and the least objective any layout can have (the cost's own when its optimum is proven).
+
+    ``start``, ``near``: as :func:`solve_program`. ``floor``: an objective no layout of the program
+    can beat, known beforehand (the chosen plan's, where the search chose among these layouts under
+    the same limits): a start, or the first solve around it, that reaches it is the optimum, proven
+    without HiGHS. ``checks``: the work each of the two programs (the bytes, then the tie-break among
+    the layouts sending them) may take, in HiGHS's limit checks (:class:`HighsModel`); a bytes program
+    stopped by it keeps the best layout found, and its bound is the least (rounded up to a whole unit
+    of the bytes, which are whole in it); None: each is solved to its proof."""
+    costs, at_hint, total_cost, A, lo, hi = _compiled(model)
+    n = len(costs)
+    if not n or (model.peak_cols and peak_limit is None):  # nothing to choose, or a limit still to find
+        x, cost = solve_program(model, fixed=fixed, peak_limit=peak_limit)
+        return x, cost, cost.objective
+    held = _held(model)
+    lb, ub = np.array(model.lb), np.array(model.ub)
+    _fix(model, lb, ub, fixed)
+    if model.peak_cols:
+        model.peak_bound = list(peak_limit)
+        _bound_peaks(model, ub)
+    rows = [LinearConstraint(A, lo, hi)]
+    if start is not None and not _meets(start, lb, ub, rows):
+        start = None  # not a solution of this program (a start is a hint; the optimum is the same without)
+    local = near if near is not None and start is not None and n >= LOCAL_COLUMNS else None
+    for _ in range(_PEAK_RETRIES):
+        x, least = _least_bytes(model, held, lb, ub, start, local, floor, checks)
+        if not any(p > b for p, b in zip(model.peaks(x), model.peak_bound or ())):
+            break
+        _lower_peaks(model, ub)  # HiGHS's tolerance let a peak over its limit by a hair: a hair lower, and again
+        start, local = None, None
+    else:
+        raise Infeasible()
+    x = _tie_broken(model, held, lb, ub, x, least, local, checks)
+    objective = _sum(costs, x)
+    return x, ProgramCost(objective, _sum(at_hint, x), _sum(model.mem, x), model.peaks(x), least == objective), least
+
+
+def _least_bytes(model: Program, held: Held, lb, ub, start, near, floor, checks) -> tuple[np.ndarray, Fraction]:
+    """The bytes' program of :func:`solve_fixed`: the layout found, and the least objective proven."""
+    total_cost = _compiled(model)[2]
+    if start is not None and floor is not None and _sum(total_cost, start) == floor:
+        return _snapped(start), floor
+    if near is not None:
+        start = _around_held(model, held, held.weights, lb, ub, math.inf, near, start, start)
+        if floor is not None and _sum(total_cost, start) == floor:
+            return start, floor
+    got = _solve_held(held, held.weights, lb, ub, math.inf, start, checks)
+    if got.x is None and got.status == STOPPED and checks is not None:  # stopped before any layout was found
+        got = _solve_held(held, held.weights, lb, ub, math.inf, start, None)
+    if got.x is None:
+        raise SolverTimeout() if got.status == STOPPED else Infeasible()
+    x = got.x
+    found = _sum(total_cost, x)
+    if got.status == OPTIMAL:
+        return x, found
+    units = math.ceil(got.bound - BOUND_TOLERANCE * max(1.0, abs(got.bound))) if math.isfinite(got.bound) else 0
+    least = max(units * held.unit, floor or Fraction(0), Fraction(0))
+    return x, min(least, found)
+
+
+def _tie_broken(model: Program, held: Held, lb, ub, x: np.ndarray, least: Fraction, near, checks) -> np.ndarray:
+    """The tie-break's program of :func:`solve_fixed`: among the layouts sending at most what ``x`` sends,
+    the one the tie-break prefers (``x`` itself where none is found that keeps the bytes and the peak)."""
+    if not any(model.tb):
+        return x
+    total_cost = _compiled(model)[2]
+    weights = np.array(model.tb)
+    sent = _sum(total_cost, x)
+    met = float(held.weights @ (x > 0.5)) + 0.5  # a whole number of units: the row is exact up to 1/2
+    start = _snapped(x)
+    if near is not None:
+        start = _around_held(model, held, weights, lb, ub, met, near, start, start)
+    got = _solve_held(held, weights, lb, ub, met, start, checks)
+    if got.x is None:
+        return x
+    kept = _sum(total_cost, got.x)
+    # kept only if it sends no more exactly (fractions: HiGHS's tolerances are not exact on rows with
+    # coefficients in the millions), sends the proven least where that is proven, and keeps the peak
+    if kept > sent or (sent == least and kept != least):
+        return x
+    if any(p > b for p, b in zip(model.peaks(got.x), model.peak_bound or ())):
+        return x
+    return got.x
+
+
+def _solve_held(held: Held, weights, lb, ub, spare_hi: float, start, checks) -> HighsSolve:
+    """``weights`` x least on the program held in HiGHS; where HiGHS ends otherwise than it should (an
+    error: say another user of highspy in the process started its threads otherwise), scipy's HiGHS
+    solves it from scratch, to the proof."""
+    clock = _CLOCK.get()
+    begin = time.monotonic()
+    try:
+        got = held.highs.solve(weights, lb, ub, spare_hi, start, checks, clock.left() if clock is not None else None)
+        if got.status != FAILED:
+            return got
+        constraints = [LinearConstraint(held.A, held.row_lo, held.row_hi)]
+        if math.isfinite(spare_hi):
+            constraints.append(LinearConstraint(held.weights.reshape(1, -1), -np.inf, spare_hi))
+        res = _milp(weights, integrality=held.integrality, bounds=(lb, ub), constraints=constraints)
+        status = OPTIMAL if res.status == OPTIMAL_STATUS else INFEASIBLE if res.status == INFEASIBLE_STATUS else STOPPED
+        return HighsSolve(status, res.x, float(res.fun) if status == OPTIMAL else -math.inf)
+    finally:
+        if clock is not None:
+            clock.used += time.monotonic() - begin
+
+
+def _around_held(model: Program, held: Held, weights, lb, ub, spare_hi: float, near: Collection[int],
+                 basis: np.ndarray, start: np.ndarray | None) -> np.ndarray | None:
+    """:func:`_around` on the program held in HiGHS: the optimum of ``weights`` with every site but
+    those in ``near`` running the strategy it runs in ``basis`` (else ``start``, unchanged)."""
+    lb, ub = lb.copy(), ub.copy()
+    for key, cols in held.site_cols.items():
+        if key not in near:
+            lb[cols] = ub[cols] = (basis[cols] > 0.5).astype(float)
+    if start is not None and not _meets(start, lb, ub, []):
+        start = None
+    got = _solve_held(held, weights, lb, ub, spare_hi, start, None)
+    return start if got.x is None else _snapped(got.x)
+
+
+def _fix(model: Program, lb: np.ndarray, ub: np.ndarray, fixed: Mapping[int, Placement]) -> None:
+    """Free parameters laid out as ``fixed`` (slot id -> layout) by their columns' bounds."""
+    for sid, p in fixed.items():
+        if sid not in model.param_cols:
+            continue  # not a column of this program (not on the mesh, or not read in this window)
+        cols = {q: c for c, q in model.param_cols[sid]}
+        if p not in cols:
+            raise Infeasible()
+        for q, c in cols.items():
+            lb[c] = ub[c] = float(q == p)
 
 
 _PEAK_RETRIES = 4  # re-solves with the peak's bound a hair lower when HiGHS's tolerance passed it
@@ -367,10 +536,19 @@ def _compiled(model: Program):
     return model.compiled[1]
 
 
-def _bound_peaks(model: Program, ub: np.ndarray, least: tuple[Fraction, ...] | None = None) -> None:
+def _lower_peaks(model: Program, ub: np.ndarray, least_x: np.ndarray | None = None) -> None:
+    """The peaks' bounds a hair lower (HiGHS's tolerance let a peak over its limit), never below the least peak."""
+    floor = model.peaks(least_x) if least_x is not None else None
     for k, col in enumerate(model.peak_cols):
-        # a hair below the limit (HiGHS's tolerance), never below the least peak found
-        ub[col] = float(model.peak_bound[k] / model.peak_scale[k]) - 1e-7
+        ub[col] = max(ub[col] - 1e-6, float(floor[k] / model.peak_scale[k])) if floor is not None else ub[col] - 1e-6
+
+
+def _bound_peaks(model: Program, ub: np.ndarray, least: tuple[Fraction, ...] | None = None) -> None:
+    """The peaks bounded at their limits exactly (never below the least peak found): a layout at the limit is
+    within it for HiGHS of every version (a hair below, one version takes it at its tolerance and another
+    not); one HiGHS lets over it by its tolerance is solved again a hair lower (:func:`_lower_peaks`)."""
+    for k, col in enumerate(model.peak_cols):
+        ub[col] = float(model.peak_bound[k] / model.peak_scale[k])
         if least is not None:
             ub[col] = max(ub[col], float(least[k] / model.peak_scale[k]))
 
@@ -465,11 +643,16 @@ def _sum(values: list[Fraction], x: np.ndarray) -> Fraction:
 def _units(values: list[Fraction]) -> np.ndarray:
     """``values`` in units of their greatest common divisor (the gcd of the numerators over the lcm of
     the denominators): whole numbers, as floats."""
+    return _in_units(values)[0]
+
+
+def _in_units(values: list[Fraction]) -> tuple[np.ndarray, Fraction]:
+    """``values`` in whole units (:func:`_units`), and the unit."""
     nums = [Fraction(v).numerator for v in values]
     dens = [Fraction(v).denominator for v in values]
     top = math.gcd(*nums) or 1
     bottom = math.lcm(*dens) if dens else 1
-    return np.array([float(n * (bottom // d) // top) for n, d in zip(nums, dens)])
+    return np.array([float(n * (bottom // d) // top) for n, d in zip(nums, dens)]), Fraction(top, bottom)
 
 
 def plan_of(model: Program, x: np.ndarray, total: Fraction) -> LayoutPlan:
@@ -493,7 +676,22 @@ def plan_of(model: Program, x: np.ndarray, total: Fraction) -> LayoutPlan:
             recompute[(rid, q)] = st
     candidates = {sid: [q for _, q in cols] for sid, cols in model.param_cols.items()}
     return LayoutPlan(strategy, primary, recompute, dict(model.root), total.sent, total.held, total.objective,
-                      candidates, total.peak)
+                      candidates, total.peak, optimal=total.optimal)
+
+
+def objective_of(model: Program, x: np.ndarray) -> Fraction:
+    """What the columns ``x`` chooses cost in ``model``'s objective (bytes summed over the samples)."""
+    return _sum(_compiled(model)[2], x)
+
+
+def objective_per_byte(model: Program) -> Fraction | None:
+    """The objective of every column over the bytes it sends at the size hints, where that is one
+    number (every size given: the samples weigh one point; and bytes, not time); else None."""
+    costs, at_hint = _compiled(model)[:2]
+    ratios = {c / h for c, h in zip(costs, at_hint) if h}
+    if len(ratios) != 1 or any(bool(c) != bool(h) for c, h in zip(costs, at_hint)):
+        return None
+    return next(iter(ratios))
 
 
 def start_of(model: Program, plan: LayoutPlan) -> np.ndarray | None:
