@@ -25,8 +25,8 @@ import os
 import pytest
 from hypothesis import settings
 
-os.environ.setdefault("DISTIR_LLVM_OPT_LEVEL", "0")
-gc.set_threshold(50_000, 20, 20)  # inherited by the processes tests start
+os.environ.setdefault("DISTIR_LLVM_OPT_LEVEL", "0")  # inherited by the processes tests start
+gc.set_threshold(50_000, 20, 20)
 
 settings.register_profile("repeatable", derandomize=True)
 settings.register_profile("explore", derandomize=False)
@@ -44,7 +44,6 @@ def pytest_collection_modifyitems(items):
         return LONGEST_FIRST.index(folder) if folder in LONGEST_FIRST else len(LONGEST_FIRST)
 
     items.sort(key=folder_rank)  # stable: the order within a folder and a module stays
-
 
 
 def pytest_collection_finish(session):
