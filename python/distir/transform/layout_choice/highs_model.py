@@ -38,6 +38,7 @@ class HighsSolve:
     status: str
     x: np.ndarray | None
     bound: float
+    gap: float | None = None  # HiGHS's relative gap between ``x`` and ``bound`` (None: no solution found)
 
 
 def _check(left: list[int | None], event) -> None:
@@ -108,12 +109,13 @@ class HighsModel:
         found = info.primal_solution_status == highspy.SolutionStatus.kSolutionStatusFeasible
         x = np.array(h.getSolution().col_value) if found else None
         statuses = highspy.HighsModelStatus
+        gap = info.mip_gap if x is not None else None
         if model_status == statuses.kOptimal:
-            return HighsSolve(OPTIMAL, x, info.mip_dual_bound)
+            return HighsSolve(OPTIMAL, x, info.mip_dual_bound, gap)
         if model_status == statuses.kInfeasible:
             return HighsSolve(INFEASIBLE, None, math.inf)
         if model_status in (statuses.kInterrupt, statuses.kHighsInterrupt, statuses.kTimeLimit, statuses.kIterationLimit,
                             statuses.kSolutionLimit):
             bound = info.mip_dual_bound
-            return HighsSolve(STOPPED, x, bound if math.isfinite(bound) else -math.inf)
+            return HighsSolve(STOPPED, x, bound if math.isfinite(bound) else -math.inf, gap)
         return HighsSolve(FAILED, x, -math.inf)

@@ -22,7 +22,7 @@ from scipy.sparse import coo_matrix, issparse, vstack
 
 from ...ir.placement import Placement
 from ...quiet import native_output_silenced
-from .highs_model import FAILED, HIGHS_THREADS, INFEASIBLE, OPTIMAL, STOPPED, HighsModel, HighsSolve
+from .highs_model import FAILED, INFEASIBLE, OPTIMAL, STOPPED, HighsModel, HighsSolve
 from .plan import LayoutPlan
 from .program import Program, result_slots
 
@@ -186,49 +186,23 @@ WHOLE_TOLERANCE = 1e-9  # how far from 0 or 1 a relaxation's column may be and s
 
 
 def _highs_from(start: np.ndarray, c, options, integrality, bounds, constraints) -> OptimizeResult | None:
-    """The program solved by ``highspy`` from the feasible solution ``start`` (scipy's ``milp`` takes
-    none), answered as ``milp`` answers: ``status`` 0 optimal, 1 time limit, 2 infeasible; ``x``.
-    None for any other end (HiGHS's error, an unbounded program): the caller solves it without."""
-    import highspy  # only auto-shard's explanations start from a solution; its import costs 0.1 s
-
+    """The program solved once by ``highspy`` (:class:`~.highs_model.HighsModel`) from the feasible
+    solution ``start`` (scipy's ``milp`` takes none), answered as ``milp`` answers: ``status`` 0
+    optimal, 1 time limit, 2 infeasible; ``x``. None for any other end (HiGHS's error, an unbounded
+    program): the caller solves it without."""
     A = vstack([con.A if issparse(con.A) else coo_matrix(con.A) for con in constraints]).tocsr()
     lo = np.concatenate([np.broadcast_to(np.asarray(con.lb, dtype=float), (con.A.shape[0],)) for con in constraints])
     hi = np.concatenate([np.broadcast_to(np.asarray(con.ub, dtype=float), (con.A.shape[0],)) for con in constraints])
     n = len(c)
-    lp = highspy.HighsLp()
-    lp.num_col_, lp.num_row_ = n, A.shape[0]
-    lp.col_cost_ = np.asarray(c, dtype=float)
-    lp.col_lower_ = np.broadcast_to(np.asarray(bounds[0], dtype=float), (n,)).copy()
-    lp.col_upper_ = np.broadcast_to(np.asarray(bounds[1], dtype=float), (n,)).copy()
-    lp.row_lower_, lp.row_upper_ = lo, hi
-    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
-    lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = n, A.shape[0]
-    lp.a_matrix_.start_, lp.a_matrix_.index_, lp.a_matrix_.value_ = A.indptr, A.indices, A.data
-    lp.integrality_ = [highspy.HighsVarType(int(i)) for i in integrality]
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    # one thread, as highs_model's: HiGHS starts its threads once per process, for whichever count it meets first
-    for name, value in {**options, "threads": HIGHS_THREADS}.items():  # scipy takes presolve as a bool, HiGHS "on"/"off"
-        h.setOptionValue(name, ("on" if value else "off") if name == "presolve" else value)
-    h.passModel(lp)
-    given = highspy.HighsSolution()
-    given.col_value = [float(v) for v in start]
-    given.value_valid = True
-    h.setSolution(given)
-    h.run()
-    status = h.getModelStatus()
-    found = h.getInfo().primal_solution_status == highspy.SolutionStatus.kSolutionStatusFeasible
-    x = np.array(h.getSolution().col_value) if found else None
-    if status == highspy.HighsModelStatus.kOptimal:
-        code = OPTIMAL_STATUS
-    elif status in (highspy.HighsModelStatus.kTimeLimit, highspy.HighsModelStatus.kIterationLimit):
-        code = TIME_LIMIT_STATUS
-    elif status == highspy.HighsModelStatus.kInfeasible:
-        code, x = INFEASIBLE_STATUS, None
-    else:
+    held = HighsModel(A, lo, hi, integrality, {k: v for k, v in options.items() if k != "time_limit"}, np.zeros(n))
+    got = held.solve(np.asarray(c, dtype=float), np.broadcast_to(np.asarray(bounds[0], dtype=float), (n,)),
+                     np.broadcast_to(np.asarray(bounds[1], dtype=float), (n,)), start=start,
+                     seconds=options.get("time_limit"))
+    if got.status == FAILED:
         return None
-    gap = h.getInfo().mip_gap if x is not None else None
-    return OptimizeResult(status=code, x=x, fun=None if x is None else float(np.dot(c, x)), mip_gap=gap)
+    code = {OPTIMAL: OPTIMAL_STATUS, STOPPED: TIME_LIMIT_STATUS, INFEASIBLE: INFEASIBLE_STATUS}[got.status]
+    x = got.x
+    return OptimizeResult(status=code, x=x, fun=None if x is None else float(np.dot(c, x)), mip_gap=got.gap)
 
 
 def _timed_out(step) -> bool:
