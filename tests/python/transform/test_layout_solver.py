@@ -490,6 +490,22 @@ def test_the_rows_that_tighten_the_relaxation_keep_every_optimum(monkeypatch, na
         assert lp >= lp_loose - 1e-6 * max(1.0, abs(lp_loose))
 
 
+def test_the_used_primary_rows_make_a_relaxation_exact(monkeypatch):
+    # Program.used_primary_rows: every program of sequence-to-heads (the tie warnings' re-solves with a
+    # value's layout forced among them) keeps its optimum, no relaxation is looser, and one whose
+    # relaxation was half its optimum without them is exact with them
+    run = LAID_OUT["sequence-to-heads"]
+    tight = _solved_programs(monkeypatch, run, True)
+    monkeypatch.setattr(program.Program, "used_primary_rows", lambda self: None)
+    without = _solved_programs(monkeypatch, run, True)
+    assert len(tight) == len(without) > 0
+    for (opt, lp), (opt_without, lp_without) in zip(tight, without):
+        assert opt == pytest.approx(opt_without, rel=1e-9, abs=1e-9)
+        assert lp >= lp_without - 1e-6 * max(1.0, abs(lp_without))
+    tightened = [(opt, lp, lp0) for (opt, lp), (_, lp0) in zip(tight, without) if lp > lp0 + 1e-6]
+    assert tightened and all(lp == pytest.approx(opt) and lp0 <= opt / 2 + 1e-6 for opt, lp, lp0 in tightened)
+
+
 def test_a_whole_relaxation_gives_the_layout_the_integer_program_gives(monkeypatch):
     # the least bytes of a stack's windows come from their linear relaxation, whose optimal vertex is
     # whole: the layout is the one solving every program as integers gives

@@ -111,6 +111,8 @@ class Program:
         self.compiled: tuple | None = None  # the rows as HiGHS reads them, made by the solver once (solution.py)
         self.in_highs: tuple | None = None  # the program passed to HiGHS once, for many solves (solution.py)
         self.rows: list[tuple[list[tuple[int, float]], float, float]] = []
+        # value (root slot id) -> its rows of used_primary_rows (a solve that forces the value's layout lifts them)
+        self.used_rows: dict[int, list[int]] = {}
         self.root: dict[int, int] = dict(window.root) if window else {}
         self.slot_by_id = {s.id: s for s in graph.slots}
         # per root slot id: placement -> list of (column, coefficient) (or None: fixed, always 1)
@@ -200,6 +202,7 @@ class Program:
         self.supplies()
         if self.tight:
             self.consumption_rows()
+            self.used_primary_rows()
         if self.choice is not None and self.choice.activations is not None:
             self.activation_rows(self.choice.activations)
 
@@ -445,6 +448,64 @@ class Program:
                             terms += [(z, -1.0) for src, z in moved.get((rid, q), []) if src == p]
                             terms += [(r, -1.0) for r in remade.get((rid, q), [])]
                     self.row(terms, -np.inf, 0)
+
+    def used_primary_rows(self) -> None:
+        """Rows that make the relaxation tighter where a value may be recomputed: the layout ``p`` a
+        value is made in is read in ``p`` by some op, or redistributed from.
+
+        The reader rows above let any recomputation stand in for the primary, whatever the primary
+        is, and the relaxation uses that: it makes a value partly in a layout nobody reads. A choice
+        whose primary nobody reads (every reader reads a recomputation) is never needed, though: the
+        producer can run the strategy of one of those recomputations instead and drop it, which sends
+        no more bytes. The row is added where that swap costs nothing in the other objectives and
+        limits, for every recomputation of the value: its strategy's tie-break exceeds the least of
+        those making ``p`` by at most a recomputation's, and it holds no more than ``p`` at each sample
+        of an activation limit (whose rows count a primary from its binding on, a recomputation from
+        its first reader). Where some recomputation may not be swapped, the row would have to let it
+        stand in for ``p``; measured, such rows only slowed HiGHS. Results, values needed in a given
+        layout and values read by a hint or outside the program's sites (a later window) get none.
+        A value whose layout a solve forces (``solve_program(force=...)``) is not swapped: its rows are
+        lifted there."""
+        recomputed: dict[int, list[tuple[Placement, Strategy]]] = {}
+        remade_by: dict[int, list[tuple[int, Strategy]]] = {}  # id(site) -> its recomputations' columns
+        for r, rid, q, st in self.r_cols:
+            recomputed.setdefault(rid, []).append((q, st))
+            remade_by.setdefault(id(self.slot_by_id[rid].producer), []).append((r, st))
+        if not recomputed:
+            return
+        g = self.g
+        sites = self.window.sites if self.window is not None else g.sites
+        end = g.position[id(sites[-1])] if sites else -1  # a value read after it is read by a later window
+        moved: dict[tuple[int, Placement], list[int]] = {}
+        for z, rid, p, _ in self.z_cols:
+            moved.setdefault((rid, p), []).append(z)
+        kept = {rid for rid, _ in self.forced} | {rid for rid, *_ in self.result_costs}
+        kept |= {self.rid(s) for s in result_slots(g)}
+        limit = self.choice.activations if self.choice is not None else None
+        for rid, remade in recomputed.items():
+            prim = self.prim.get(rid)
+            readers = g.readers.get(rid, [])
+            if (rid in kept or rid in self.param_cols or not prim or len(prim) < 2 or not readers
+                    or any(v is None for v in prim.values())
+                    or g.position[id(readers[-1][0])] > end
+                    or any(site.is_hint or id(site) not in self.site_cols for site, _ in readers)):
+                continue
+            s = self.slot_by_id[rid]
+            by_strategy = {st: c for c, st in self.site_cols[id(s.producer)]}
+            for p, made in prim.items():
+                others = [(q, st) for q, st in remade if q != p]  # none: the reader rows say as much
+                least_tb = min(self.tb[c] for c in made)
+                if not others or any(self.tb[by_strategy[st]] - least_tb > W_RECOMPUTE
+                                     or (limit is not None and any(limit.held(s, q, k) > limit.held(s, p, k)
+                                                                   for k in range(limit.samples)))
+                                     for q, st in others):
+                    continue
+                terms = [(c, 1.0) for c in made] + [(z, -1.0) for z in moved.get((rid, p), [])]
+                for site, i in readers:  # its strategies and recomputations reading the value in p
+                    terms += [(c, -1.0) for c, st in (*self.site_cols[id(site)], *remade_by.get(id(site), ()))
+                              if st.ins[i] == p]
+                self.used_rows.setdefault(rid, []).append(len(self.rows))
+                self.row(terms, -np.inf, 0)
 
     def recomputations(self, site: Site, rid: int, q: Placement, s: Slot) -> list[int]:
         """Columns: value ``rid`` recomputed in layout ``q`` by ``site``, one per strategy making ``q``.

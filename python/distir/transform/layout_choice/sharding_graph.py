@@ -19,6 +19,7 @@ recorded so the pass can name the tensor that one more hint would settle.
 
 from __future__ import annotations
 
+import functools
 import weakref
 from dataclasses import dataclass, field
 
@@ -143,6 +144,20 @@ class Graph:
     @property
     def is_distributed(self) -> bool:
         return bool(self.mesh_of)
+
+    @functools.cached_property
+    def position(self) -> dict[int, int]:
+        """``id(site)`` -> its index in :attr:`sites`."""
+        return {id(site): i for i, site in enumerate(self.sites)}
+
+    @functools.cached_property
+    def readers(self) -> dict[int, list[tuple[Site, int]]]:
+        """Slot id -> the sites reading it and at which input, in the order of the sites."""
+        found: dict[int, list[tuple[Site, int]]] = {}
+        for site in self.sites:
+            for i, s in enumerate(site.ins):
+                found.setdefault(s.id, []).append((site, i))
+        return found
 
 
 def _lead(dims) -> tuple[str | None, ...]:

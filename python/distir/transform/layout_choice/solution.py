@@ -259,6 +259,9 @@ def solve_program(model: Program, force: tuple[int, Placement] | None = None, *,
             raise Infeasible()
         return np.zeros(0), ProgramCost(Fraction(0), Fraction(0), Fraction(0))
     n = len(costs)
+    if force is not None and force[0] in model.used_rows:  # the forced layout may be one nobody reads
+        hi = hi.copy()
+        hi[model.used_rows[force[0]]] = np.inf
     constraints = [LinearConstraint(A, lo, hi)]
     for terms, a, b in extra:
         row = np.zeros((1, n))
