@@ -115,20 +115,19 @@ class Alternatives:
         """The sites (``id(site)``) within ``NEAR`` steps of the readers of ``slots`` (a step: to the
         producer or the other readers of a value a site reads, or the readers of what it makes)."""
         graph = self.graph
-        producer = {s.id: site for site in graph.sites for s in site.outs}
-        readers: dict[int, list] = {}
-        for site in graph.sites:
-            for s in site.ins:
-                readers.setdefault(s.id, []).append(site)
-        front = [site for sid in slots for site in readers.get(sid, [])]
+
+        def readers(sid: int) -> list:
+            return [site for site, _ in graph.readers.get(sid, [])]
+
+        front = [site for sid in slots for site in readers(sid)]
         seen = {id(site) for site in front}
         for _ in range(NEAR):
             step = []
             for site in front:
                 for s in site.ins:
-                    step.extend(([producer[s.id]] if s.id in producer else []) + readers.get(s.id, []))
+                    step.extend(([s.producer] if s.producer is not None else []) + readers(s.id))
                 for s in site.outs:
-                    step.extend(readers.get(s.id, []))
+                    step.extend(readers(s.id))
             front = [site for site in step if id(site) not in seen]
             seen.update(id(site) for site in front)
         return seen
