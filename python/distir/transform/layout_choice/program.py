@@ -113,6 +113,7 @@ class Program:
         self.rows: list[tuple[list[tuple[int, float]], float, float]] = []
         # value (root slot id) -> its rows of used_primary_rows (a solve that forces the value's layout lifts them)
         self.used_rows: dict[int, list[int]] = {}
+        self.used_rows_added = False
         self.root: dict[int, int] = dict(window.root) if window else {}
         self.slot_by_id = {s.id: s for s in graph.slots}
         # per root slot id: placement -> list of (column, coefficient) (or None: fixed, always 1)
@@ -202,7 +203,8 @@ class Program:
         self.supplies()
         if self.tight:
             self.consumption_rows()
-            self.used_primary_rows()
+            if self.choice is not None:  # propagation's programs: where their relaxation is not whole (solution.py)
+                self.add_used_primary_rows()
         if self.choice is not None and self.choice.activations is not None:
             self.activation_rows(self.choice.activations)
 
@@ -448,6 +450,15 @@ class Program:
                             terms += [(z, -1.0) for src, z in moved.get((rid, q), []) if src == p]
                             terms += [(r, -1.0) for r in remade.get((rid, q), [])]
                     self.row(terms, -np.inf, 0)
+
+    def add_used_primary_rows(self) -> bool:
+        """:meth:`used_primary_rows`, once (only to a tight program); whether it added any."""
+        if not self.tight or self.used_rows_added:
+            return False
+        self.used_rows_added = True
+        before = len(self.rows)
+        self.used_primary_rows()
+        return len(self.rows) > before
 
     def used_primary_rows(self) -> None:
         """Rows that make the relaxation tighter where a value may be recomputed: the layout ``p`` a

@@ -259,10 +259,7 @@ def solve_program(model: Program, force: tuple[int, Placement] | None = None, *,
             raise Infeasible()
         return np.zeros(0), ProgramCost(Fraction(0), Fraction(0), Fraction(0))
     n = len(costs)
-    if force is not None and force[0] in model.used_rows:  # the forced layout may be one nobody reads
-        hi = hi.copy()
-        hi[model.used_rows[force[0]]] = np.inf
-    constraints = [LinearConstraint(A, lo, hi)]
+    constraints = [_rows(model, force)]
     for terms, a, b in extra:
         row = np.zeros((1, n))
         for c, v in terms:
@@ -292,8 +289,7 @@ def solve_program(model: Program, force: tuple[int, Placement] | None = None, *,
     if start is not None and not _meets(start, lb, ub, constraints):
         start = None  # not a solution of this program (a start is a hint; the optimum is the same without)
     for _ in range(_PEAK_RETRIES):
-        x = _lexicographic(model, costs, total_cost, integrality, (lb, ub), list(constraints), start, force is None,
-                           local)
+        x = _lexicographic(model, costs, total_cost, integrality, (lb, ub), list(constraints), start, force, local)
         if model.peak_cols and any(p > b for p, b in zip(model.peaks(x), model.peak_bound)):
             # the solver's tolerance let a peak over its limit by a hair: a hair lower, and again (never below
             # the least peak found, which is within the limit exactly)
@@ -513,6 +509,16 @@ def _compiled(model: Program):
     return model.compiled[1]
 
 
+def _rows(model: Program, force: tuple[int, Placement] | None = None) -> LinearConstraint:
+    """The program's rows, those of :meth:`Program.used_primary_rows` for the value ``force`` lays out
+    lifted (the layout forced may be one nobody reads)."""
+    A, lo, hi = _compiled(model)[3:]
+    if force is not None and force[0] in model.used_rows:
+        hi = hi.copy()
+        hi[model.used_rows[force[0]]] = np.inf
+    return LinearConstraint(A, lo, hi)
+
+
 def _lower_peaks(model: Program, ub: np.ndarray, least_x: np.ndarray | None = None) -> None:
     """The peaks' bounds a hair lower (HiGHS's tolerance let a peak over its limit), never below the least peak."""
     floor = model.peaks(least_x) if least_x is not None else None
@@ -540,10 +546,16 @@ def _meets(x: np.ndarray, lb: np.ndarray, ub: np.ndarray, constraints) -> bool:
 
 
 def _lexicographic(model: Program, costs, total_cost, integrality, bounds, constraints, start,
-                   tell_clock: bool, local: tuple[Collection[int], np.ndarray] | None = None) -> np.ndarray:
-    """The least bytes, then the tie-break among them (see :func:`solve_program`); ``tell_clock``: a
+                   force: tuple[int, Placement] | None, local: tuple[Collection[int], np.ndarray] | None = None
+                   ) -> np.ndarray:
+    """The least bytes, then the tie-break among them (see :func:`solve_program`); without ``force``, a
     time limit's gap is told to the :class:`SolverClock`; ``local``: (``near``, the start given,
-    perhaps not a solution) for a first solve of each aim around the start."""
+    perhaps not a solution) for a first solve of each aim around the start.
+
+    Propagation's programs get the rows of :meth:`Program.used_primary_rows` only where their
+    relaxation is not whole without them: the rows made a GPT-2 block's first window whole, but cost
+    a stack's windows, whole already, a fifth more of HiGHS's time for their tie-break."""
+    tell_clock = force is None
     # lexicographic, one program per aim, each keeping the optimum of the one before: the least
     # bytes (results counted as gathered), then the tie-break. One objective with the tie-break
     # scaled below a byte would ask HiGHS to tell apart values below its tolerance once the bytes
@@ -562,9 +574,15 @@ def _lexicographic(model: Program, costs, total_cost, integrality, bounds, const
             basis = start if start is not None else local[1]
             start = _around(model, weights, integrality, bounds, constraints, local[0], basis, start)
         step = None
-        if not tie_break and model.choice is None and (clock is None or clock.relaxations_whole):
-            # propagation's programs: a tight relaxation
-            step = _whole_relaxation(weights, share, integrality=integrality, bounds=bounds, constraints=constraints)
+        if not tie_break and model.choice is None:  # propagation's programs: a tight relaxation
+            relax = clock is None or clock.relaxations_whole
+            if relax:
+                step = _whole_relaxation(weights, share, integrality=integrality, bounds=bounds, constraints=constraints)
+            if step is None and model.add_used_primary_rows():
+                constraints[0] = _rows(model, force)
+                if relax:
+                    step = _whole_relaxation(weights, share, integrality=integrality, bounds=bounds,
+                                             constraints=constraints)
             if step is None and clock is not None:
                 clock.relaxations_whole = False
         if step is None:
