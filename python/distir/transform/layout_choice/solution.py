@@ -162,9 +162,9 @@ def _whole_relaxation(c, share: float, *, integrality, bounds, constraints) -> O
     need not search. None where it is not (the caller solves the integer program).
 
     Propagation's programs are built so that their relaxation is tight (:mod:`.program`); the least
-    bytes of a stack's windows come out whole, at about half the time of the integer solve. Only
-    the optimum's value matters to what follows (the tie-break program keeps it), not which of
-    several optimal layouts the vertex is."""
+    bytes of a stack's windows come out whole, at about half the time of the integer solve. For the
+    bytes only the optimum's value matters to what follows (the tie-break program keeps it), not
+    which of several optimal layouts the vertex is; for the tie-break the vertex is the layout."""
     lp = _milp(c, share, integrality=np.zeros_like(integrality), bounds=bounds, constraints=constraints)
     if lp.status != OPTIMAL_STATUS or lp.x is None:
         return None
@@ -563,6 +563,7 @@ def _lexicographic(model: Program, costs, total_cost, integrality, bounds, const
     # two programs together
     res, clock = None, _CLOCK.get()
     kept: list[tuple[list[Fraction], Fraction]] = []  # the byte aims met so far, and their optima
+    exact_bytes = None  # the bytes' row at their optimum, without the half unit of HiGHS's tolerance
     for k, aim in enumerate((total_cost, model.tb)):
         if k and not any(aim):
             continue
@@ -585,6 +586,12 @@ def _lexicographic(model: Program, costs, total_cost, integrality, bounds, const
                                              constraints=constraints)
             if step is None and clock is not None:
                 clock.relaxations_whole = False
+        elif tie_break and model.choice is None and exact_bytes is not None and (clock is None or clock.relaxations_whole):
+            # the tie-break's relaxation with the bytes at their optimum exactly: where its vertex is whole,
+            # it is the tie-break's optimum (the integer program's bytes row, up to half a unit, admits the
+            # same whole choices); with the half unit, the relaxation trades it for a fractional tie-break
+            step = _whole_relaxation(weights, share, integrality=integrality, bounds=bounds,
+                                     constraints=[*constraints[:-1], exact_bytes])
         if step is None:
             step = _milp(weights, share, integrality=integrality, bounds=bounds, constraints=constraints, start=start)
         if res is None and step.x is None:
@@ -603,6 +610,7 @@ def _lexicographic(model: Program, costs, total_cost, integrality, bounds, const
             kept.append((aim, _sum(aim, res.x)))
             met = float(weights @ (res.x > 0.5))  # a whole number of units: the row is exact up to 1/2
             constraints.append(LinearConstraint(weights.reshape(1, -1), -np.inf, met + 0.5))
+            exact_bytes = LinearConstraint(weights.reshape(1, -1), -np.inf, met)
             if start is not None:
                 start = _snapped(res.x)  # the bytes' optimum: a solution of the tie-break's program
     return res.x
