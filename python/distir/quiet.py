@@ -1,6 +1,6 @@
 """Silence what native code prints: file descriptors 1 and 2 sent to ``/dev/null`` for a while.
 
-HiGHS (``scipy.optimize.milp``) sometimes writes a line such as
+HiGHS sometimes writes a line such as
 ``HighsMipSolverData::transformNewIntegerFeasibleSolution tmpSolver.run();`` straight to the
 process's stdout from C++, which its display option does not silence; in ``distir-opt x.py >
 out.py`` that line lands in the output module. Python's ``sys.stdout`` cannot catch it (the

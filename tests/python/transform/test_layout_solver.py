@@ -12,7 +12,6 @@ from functools import partial
 
 import numpy as np
 import pytest
-from scipy.optimize import milp
 
 import distir
 from distir.testing import assert_sharded_equivalent
@@ -408,12 +407,14 @@ def test_a_program_solved_before_is_answered_without_the_solver(monkeypatch):
     solution.forget_solved()
     runs = []
 
+    highs = solution.highs
+
     def counted(*args, **kw):
-        res = milp(*args, **kw)
+        res = highs(*args, **kw)
         runs.append(res.status)
         return res
 
-    monkeypatch.setattr(solution, "milp", counted)
+    monkeypatch.setattr(solution, "highs", counted)
     first = distir.script.print_module(get_pass("propagate-sharding")(distir.parse(SEQUENCE_TO_HEADS)))
     solved = len(runs)
     assert solved and set(runs) == {0} and len(solution._solved) == solved
@@ -443,14 +444,16 @@ def _solved_programs(monkeypatch, run, tight: bool) -> list[tuple[float, float]]
     solution.forget_solved()
     found = []
 
+    highs = solution.highs
+
     def spied(c, **kw):
-        res = milp(c, **kw)
-        relaxed = milp(c, **{**kw, "integrality": np.zeros(len(c))})
+        res = highs(c, **kw)
+        relaxed = highs(c, **{**kw, "integrality": np.zeros(len(c)), "start": None})
         found.append((res.fun, relaxed.fun))
         return res
 
     with monkeypatch.context() as m:
-        m.setattr(solution, "milp", spied)
+        m.setattr(solution, "highs", spied)
         m.setattr(solution, "_whole_relaxation", lambda *a, **kw: None)  # every program solved as integers
         m.setattr(windows, "Program", partial(program.Program, tight=tight))
         with warnings.catch_warnings():
@@ -532,13 +535,11 @@ def test_a_whole_relaxation_gives_the_layout_the_integer_program_gives(monkeypat
 
 def test_a_relaxation_that_is_not_whole_is_left_to_the_integer_solver():
     # two columns, at most one and a half of them: the relaxation takes 1.5, the integers only 1
-    from scipy.optimize import LinearConstraint
-
     c, whole = np.array([-1.0, -1.0]), np.ones(2, dtype=int)
-    bounds, rows = (np.zeros(2), np.ones(2)), [LinearConstraint(np.array([[1.0, 1.0]]), -np.inf, 1.5)]
+    bounds, rows = (np.zeros(2), np.ones(2)), [solution.Rows(np.array([[1.0, 1.0]]), -np.inf, 1.5)]
     solution.forget_solved()
     assert solution._whole_relaxation(c, 1.0, integrality=whole, bounds=bounds, constraints=rows) is None
-    rows = [LinearConstraint(np.array([[1.0, 1.0]]), -np.inf, 1.0)]
+    rows = [solution.Rows(np.array([[1.0, 1.0]]), -np.inf, 1.0)]
     found = solution._whole_relaxation(c, 1.0, integrality=whole, bounds=bounds, constraints=rows)
     assert found is not None and found.fun == -1.0 and sorted(found.x) == [0.0, 1.0]
     solution.forget_solved()

@@ -36,7 +36,6 @@ from fractions import Fraction
 from typing import Any, ClassVar
 
 import numpy as np
-from scipy.optimize import LinearConstraint, milp
 
 from ...errors import DistirError, PassError
 from ...ir import sym
@@ -47,7 +46,6 @@ from ...ir.mesh import DeviceMesh
 from ...ir.placement import Placement, Replicate, Shard
 from ...ir.sharding import without_placement
 from ...ir.types import DTensorType, TensorType
-from ...quiet import native_output_silenced
 from ..legalize_redistribute import axis_costs_of, fuse_reshapes
 from ..pass_infra import ModulePass, PassContext, register_pass
 from ..rewrite import map_bindings
@@ -58,6 +56,7 @@ from .measure import GUARD_MESH_SAMPLES, function_bytes, function_peak
 from .plan import ActivationLimit, LayoutPlan, ParamChoice
 from .propagate_sharding import write_layouts
 from .sharding_graph import Graph, Slot, build_graph
+from .solution import Rows, highs
 from .windows import NoLayoutError, solve_layouts
 
 __all__ = ["AutoShard", "AutoShardError", "AutoShardReport", "MemoryBudget", "parse_activation_budget", "strip_layouts"]
@@ -545,14 +544,13 @@ def _least_weights(weights: list[int], cands: Mapping[int, list[Placement]], hel
     aim = np.array([float(held(i, q, k)) for i, q in cols])
     scale = [Fraction(1)] * len(bounds)
     for _ in range(_RETRIES):
-        rows = [LinearConstraint(one, 1, 1)]
+        rows = [Rows(one, 1, 1)]
         for j, b in enumerate(bounds):
             if b <= 0:
                 return None
-            rows.append(LinearConstraint(np.array([[float(held(i, q, j) / (b * scale[j])) for i, q in cols]]), -np.inf, 1))
-        with native_output_silenced():
-            res = milp(aim / max(aim.max(), 1.0), integrality=np.ones(len(cols)), bounds=(0, 1), constraints=rows,
-                       options={"mip_rel_gap": 0.0})
+            rows.append(Rows(np.array([[float(held(i, q, j) / (b * scale[j])) for i, q in cols]]), -np.inf, 1))
+        res = highs(aim / max(aim.max(), 1.0), integrality=np.ones(len(cols)), bounds=(0, 1), constraints=rows,
+                    options={"mip_rel_gap": 0.0})
         if res.x is None:
             return None
         got = {i: q for (i, q), x in zip(cols, res.x) if x > 0.5}

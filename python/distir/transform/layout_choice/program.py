@@ -32,7 +32,7 @@ second program over the layouts that send the least bytes, in this order of weig
 layouts that differ from the preferences of
 :func:`~distir.transform.layout_choice.sharding_graph.preferred_placements` (so that where costs tie the answer
 is the one a reader of the hints expects), fewer redistributes and recomputations, less memory per
-worker, and cuts of outer dims before inner ones. ``scipy.optimize.milp`` (HiGHS) solves both; the
+worker, and cuts of outer dims before inner ones. HiGHS (``highspy``, :func:`.solution.highs`) solves both; the
 model is built in the order of the bindings and the solver is deterministic, so the same module
 gives the same layout.
 """

@@ -1,4 +1,4 @@
-"""Solving the integer program of :mod:`.program` with HiGHS (``scipy.optimize.milp``), exactly and
+"""Solving the integer program of :mod:`.program` with HiGHS (through ``highspy``), exactly and
 lexicographically (the least bytes, then the tie-break), and reading the plan it chose; what another
 layout of one value would cost (:func:`alternative`, for the ambiguity warnings and auto-shard's
 explanations)."""
@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
-from scipy.optimize import LinearConstraint, OptimizeResult, milp
 from scipy.sparse import coo_matrix, issparse, vstack
 
 from ...ir.placement import Placement
@@ -26,14 +25,14 @@ from .highs_model import FAILED, INFEASIBLE, OPTIMAL, STOPPED, HighsModel, Highs
 from .plan import LayoutPlan
 from .program import Program, result_slots
 
-__all__ = ["SolverClock", "SolverTimeout", "alternative", "alternative_cost", "forget_solved", "objective_of",
-           "objective_per_byte", "solve_fixed", "solver_time_limit", "start_of", "visible_layouts"]
+__all__ = ["Rows", "Solved", "SolverClock", "SolverTimeout", "alternative", "alternative_cost", "forget_solved", "objective_of",
+           "objective_per_byte", "highs", "solve_fixed", "solver_time_limit", "start_of", "visible_layouts"]
 
 MEMORY_WEIGHT = Fraction(0)  # bytes held count only as a tie-break (W_MEMORY), not against bytes sent
 # HiGHS, exact (no gap). Presolve off: on these programs (a few thousand columns, mostly implied by a
 # few hundred strategy choices) it costs more than it saves (measured: frontend Llama 1.4 s -> 0.6 s)
 SOLVER_OPTIONS = {"mip_rel_gap": 0.0, "presolve": False}
-# HiGHS options scipy does not list (it passes them on with a warning). The feasibility-jump
+# More of HiGHS's options (scipy's milp, where it solves, passes them on with a warning). The feasibility-jump
 # heuristic looks for a first solution the root LP and its cuts find anyway on these programs:
 # without it each program takes half the time (measured on llama_stack(8)'s windows). With the
 # relaxation tight the bound is found early and the time goes into finding the optimal layout:
@@ -91,16 +90,41 @@ class SolverTimeout(Exception):
     """The solver's time ran out before it found any layout of a program."""
 
 
-TIME_LIMIT_STATUS = 1  # scipy.optimize.milp: iteration or time limit reached
+TIME_LIMIT_STATUS = 1  # iteration or time limit reached (the codes of scipy.optimize.milp)
 
 
-OPTIMAL_STATUS = 0  # scipy.optimize.milp: an optimal solution found (and proven)
-INFEASIBLE_STATUS = 2  # scipy.optimize.milp: no solution meets the rows
+OPTIMAL_STATUS = 0  # an optimal solution found (and proven)
+INFEASIBLE_STATUS = 2  # no solution meets the rows
+FAILED_STATUS = 4  # any other end
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Rows ``lb <= A x <= ub`` of a program: ``A`` sparse or dense, the bounds numbers or arrays
+    (``scipy.optimize.LinearConstraint``'s fields; that module takes 0.8 s to import, a third of a
+    ``distir-opt`` run, and the program is solved through ``highspy``)."""
+
+    A: object
+    lb: object
+    ub: object
+
+
+@dataclass(frozen=True)
+class Solved:
+    """What a solve gave: ``status`` (:data:`OPTIMAL_STATUS`, :data:`TIME_LIMIT_STATUS`,
+    :data:`INFEASIBLE_STATUS` or :data:`FAILED_STATUS`), ``x`` (None: no solution found), the
+    objective ``fun`` at ``x``, and HiGHS's relative gap (None: none known)."""
+
+    status: int
+    x: np.ndarray | None
+    fun: float | None = None
+    mip_gap: float | None = None
+
 #: the proven optima of the programs solved last in this process, by :func:`_program_key`: a program
 #: met again (the same module distributed again, a sweep, auto-shard's alternatives, a test suite)
 #: is not solved again. HiGHS is deterministic, so the answer is the one a new solve would give
 SOLVED_CACHE_SIZE = 256
-_solved: OrderedDict[bytes, OptimizeResult] = OrderedDict()
+_solved: OrderedDict[bytes, Solved] = OrderedDict()
 
 
 def forget_solved() -> None:
@@ -123,12 +147,11 @@ def _program_key(c, integrality, bounds, constraints) -> bytes:
     return h.digest()
 
 
-def _milp(c, share: float = 1.0, *, integrality, bounds, constraints, start: np.ndarray | None = None):
-    """``scipy.optimize.milp`` with :data:`SOLVER_OPTIONS` and :data:`HIGHS_OPTIONS`, within
-    ``share`` of the time left on the :class:`SolverClock` if one runs; a program solved to its
-    proven optimum before in this process is answered from :data:`_solved`. ``start``: a feasible
-    solution HiGHS starts from (:func:`_highs_from`): the same optimum, proven sooner when the start
-    is near it."""
+def _milp(c, share: float = 1.0, *, integrality, bounds, constraints, start: np.ndarray | None = None) -> Solved:
+    """:func:`highs` with :data:`SOLVER_OPTIONS` and :data:`HIGHS_OPTIONS`, within ``share`` of the time
+    left on the :class:`SolverClock` if one runs; a program solved to its proven optimum before in this
+    process is answered from :data:`_solved`. ``start``: a feasible solution HiGHS starts from: the
+    same optimum, proven sooner when the start is near it."""
     key = _program_key(c, integrality, bounds, constraints)
     found = _solved.get(key)
     if found is not None:
@@ -140,11 +163,7 @@ def _milp(c, share: float = 1.0, *, integrality, bounds, constraints, start: np.
         options["time_limit"] = clock.left(share)
     begin = time.monotonic()
     try:
-        with warnings.catch_warnings(), native_output_silenced():  # HiGHS may print to fd 1 from C++, past its display option
-            warnings.filterwarnings("ignore", "Unrecognized options detected", RuntimeWarning)
-            res = None if start is None else _highs_from(start, c, options, integrality, bounds, constraints)
-            if res is None:
-                res = milp(c, options=options, integrality=integrality, bounds=bounds, constraints=constraints)
+        res = highs(c, integrality=integrality, bounds=bounds, constraints=constraints, options=options, start=start)
     finally:
         if clock is not None:
             clock.used += time.monotonic() - begin
@@ -156,7 +175,39 @@ def _milp(c, share: float = 1.0, *, integrality, bounds, constraints, start: np.
     return res
 
 
-def _whole_relaxation(c, share: float, *, integrality, bounds, constraints) -> OptimizeResult | None:
+def highs(c, *, integrality, bounds, constraints: list[Rows], options: dict, start: np.ndarray | None = None) -> Solved:
+    """The least ``c`` x within ``bounds`` (lower, upper: numbers or arrays) and the ``constraints``,
+    columns integer where ``integrality`` is 1, solved once by HiGHS through ``highspy``
+    (:class:`~.highs_model.HighsModel`, one thread) from the feasible solution ``start`` if given.
+    ``options``: HiGHS's by name (``time_limit`` in seconds). Where ``highspy`` is missing or HiGHS
+    ends otherwise than it should, scipy's own HiGHS solves it (imported then only)."""
+    A = vstack([con.A if issparse(con.A) else coo_matrix(np.atleast_2d(con.A)) for con in constraints]).tocsr()
+    lo = np.concatenate([np.broadcast_to(np.asarray(con.lb, dtype=float), (con.A.shape[0],)) for con in constraints])
+    hi = np.concatenate([np.broadcast_to(np.asarray(con.ub, dtype=float), (con.A.shape[0],)) for con in constraints])
+    n = len(c)
+    try:
+        held = HighsModel(A, lo, hi, integrality, {k: v for k, v in options.items() if k != "time_limit"}, np.zeros(n))
+    except ImportError:
+        held = None
+    if held is not None:
+        got = held.solve(np.asarray(c, dtype=float), np.broadcast_to(np.asarray(bounds[0], dtype=float), (n,)),
+                         np.broadcast_to(np.asarray(bounds[1], dtype=float), (n,)), start=start,
+                         seconds=options.get("time_limit"))
+        if got.status != FAILED:
+            code = {OPTIMAL: OPTIMAL_STATUS, STOPPED: TIME_LIMIT_STATUS, INFEASIBLE: INFEASIBLE_STATUS}[got.status]
+            x = got.x
+            return Solved(code, x, None if x is None else float(np.dot(c, x)), got.gap)
+    from scipy.optimize import LinearConstraint, milp  # noqa: PLC0415  (0.8 s to import: only here)
+
+    with warnings.catch_warnings(), native_output_silenced():  # HiGHS may print to fd 1 from C++, past its display option
+        warnings.filterwarnings("ignore", "Unrecognized options detected", RuntimeWarning)
+        res = milp(c, options=options, integrality=integrality, bounds=bounds,
+                   constraints=[Rows(con.A, con.lb, con.ub) for con in constraints])
+    status = res.status if res.status in (OPTIMAL_STATUS, TIME_LIMIT_STATUS, INFEASIBLE_STATUS) else FAILED_STATUS
+    return Solved(status, res.x, None if res.x is None else float(res.fun), getattr(res, "mip_gap", None))
+
+
+def _whole_relaxation(c, share: float, *, integrality, bounds, constraints) -> Solved | None:
     """The optimum of the integer program from its linear relaxation, where the relaxation's optimal
     vertex is whole (every integer column 0 or 1): then no integer choice does better, and HiGHS
     need not search. None where it is not (the caller solves the integer program).
@@ -179,30 +230,10 @@ def _whole_relaxation(c, share: float, *, integrality, bounds, constraints) -> O
         if np.any(row < np.asarray(con.lb) - WHOLE_TOLERANCE) or np.any(row > np.asarray(con.ub) + WHOLE_TOLERANCE):
             return None
     x.setflags(write=False)
-    return OptimizeResult(x=x, fun=float(c @ x), status=OPTIMAL_STATUS, success=True, mip_gap=0.0)
+    return Solved(OPTIMAL_STATUS, x, float(c @ x), 0.0)
 
 
 WHOLE_TOLERANCE = 1e-9  # how far from 0 or 1 a relaxation's column may be and still count as whole
-
-
-def _highs_from(start: np.ndarray, c, options, integrality, bounds, constraints) -> OptimizeResult | None:
-    """The program solved once by ``highspy`` (:class:`~.highs_model.HighsModel`) from the feasible
-    solution ``start`` (scipy's ``milp`` takes none), answered as ``milp`` answers: ``status`` 0
-    optimal, 1 time limit, 2 infeasible; ``x``. None for any other end (HiGHS's error, an unbounded
-    program): the caller solves it without."""
-    A = vstack([con.A if issparse(con.A) else coo_matrix(con.A) for con in constraints]).tocsr()
-    lo = np.concatenate([np.broadcast_to(np.asarray(con.lb, dtype=float), (con.A.shape[0],)) for con in constraints])
-    hi = np.concatenate([np.broadcast_to(np.asarray(con.ub, dtype=float), (con.A.shape[0],)) for con in constraints])
-    n = len(c)
-    held = HighsModel(A, lo, hi, integrality, {k: v for k, v in options.items() if k != "time_limit"}, np.zeros(n))
-    got = held.solve(np.asarray(c, dtype=float), np.broadcast_to(np.asarray(bounds[0], dtype=float), (n,)),
-                     np.broadcast_to(np.asarray(bounds[1], dtype=float), (n,)), start=start,
-                     seconds=options.get("time_limit"))
-    if got.status == FAILED:
-        return None
-    code = {OPTIMAL: OPTIMAL_STATUS, STOPPED: TIME_LIMIT_STATUS, INFEASIBLE: INFEASIBLE_STATUS}[got.status]
-    x = got.x
-    return OptimizeResult(status=code, x=x, fun=None if x is None else float(np.dot(c, x)), mip_gap=got.gap)
 
 
 def _timed_out(step) -> bool:
@@ -264,7 +295,7 @@ def solve_program(model: Program, force: tuple[int, Placement] | None = None, *,
         row = np.zeros((1, n))
         for c, v in terms:
             row[0, c] += v
-        constraints.append(LinearConstraint(row, a, b))
+        constraints.append(Rows(row, a, b))
     # every column is 0 or 1 (a strategy, a need, a redistribute, a recomputation): a fractional
     # recomputation or redistribute would let a later program cover a need in part
     integrality, lb, ub = np.ones(n, dtype=int), np.array(model.lb), np.array(model.ub)
@@ -365,7 +396,7 @@ def solve_fixed(model: Program, fixed: Mapping[int, Placement], peak_limit: tupl
     if model.peak_cols:
         model.peak_bound = list(peak_limit)
         _bound_peaks(model, ub)
-    rows = [LinearConstraint(A, lo, hi)]
+    rows = [Rows(A, lo, hi)]
     if start is not None and not _meets(start, lb, ub, rows):
         start = None  # not a solution of this program (a start is a hint; the optimum is the same without)
     local = near if near is not None and start is not None and n >= LOCAL_COLUMNS else None
@@ -440,9 +471,9 @@ def _solve_held(held: Held, weights, lb, ub, spare_hi: float, start, checks) -> 
         got = held.highs.solve(weights, lb, ub, spare_hi, start, checks, clock.left() if clock is not None else None)
         if got.status != FAILED:
             return got
-        constraints = [LinearConstraint(held.A, held.row_lo, held.row_hi)]
+        constraints = [Rows(held.A, held.row_lo, held.row_hi)]
         if math.isfinite(spare_hi):
-            constraints.append(LinearConstraint(held.weights.reshape(1, -1), -np.inf, spare_hi))
+            constraints.append(Rows(held.weights.reshape(1, -1), -np.inf, spare_hi))
         res = _milp(weights, integrality=held.integrality, bounds=(lb, ub), constraints=constraints)
         status = OPTIMAL if res.status == OPTIMAL_STATUS else INFEASIBLE if res.status == INFEASIBLE_STATUS else STOPPED
         return HighsSolve(status, res.x, float(res.fun) if status == OPTIMAL else -math.inf)
@@ -509,14 +540,14 @@ def _compiled(model: Program):
     return model.compiled[1]
 
 
-def _rows(model: Program, force: tuple[int, Placement] | None = None) -> LinearConstraint:
+def _rows(model: Program, force: tuple[int, Placement] | None = None) -> Rows:
     """The program's rows, those of :meth:`Program.used_primary_rows` for the value ``force`` lays out
     lifted (the layout forced may be one nobody reads)."""
     A, lo, hi = _compiled(model)[3:]
     if force is not None and force[0] in model.used_rows:
         hi = hi.copy()
         hi[model.used_rows[force[0]]] = np.inf
-    return LinearConstraint(A, lo, hi)
+    return Rows(A, lo, hi)
 
 
 def _lower_peaks(model: Program, ub: np.ndarray, least_x: np.ndarray | None = None) -> None:
@@ -609,8 +640,8 @@ def _lexicographic(model: Program, costs, total_cost, integrality, bounds, const
         if not tie_break:
             kept.append((aim, _sum(aim, res.x)))
             met = float(weights @ (res.x > 0.5))  # a whole number of units: the row is exact up to 1/2
-            constraints.append(LinearConstraint(weights.reshape(1, -1), -np.inf, met + 0.5))
-            exact_bytes = LinearConstraint(weights.reshape(1, -1), -np.inf, met)
+            constraints.append(Rows(weights.reshape(1, -1), -np.inf, met + 0.5))
+            exact_bytes = Rows(weights.reshape(1, -1), -np.inf, met)
             if start is not None:
                 start = _snapped(res.x)  # the bytes' optimum: a solution of the tie-break's program
     return res.x
