@@ -556,3 +556,24 @@ def test_the_relaxation_of_a_stack_s_windows_is_its_optimum(monkeypatch):
     assert all(lp == pytest.approx(opt, rel=1e-12) for opt, lp in tight[0::2])  # each window's bytes, then its tie-break
     assert all(lp >= opt * (1 - 1e-4) for opt, lp in tight)
     assert min(lp / opt for opt, lp in loose if opt) < 0.7
+
+
+def test_only_a_budgeted_solve_runs_python_inside_highs(monkeypatch):
+    # Python runs its signal handlers (Ctrl-C, a timer) in HiGHS's callbacks, and HiGHS ends a solve whose
+    # callback raised with an error, the exception lost (a fuzz timer's SLOW came out as a crash): a solve
+    # without a budget subscribes none, so such an exception is raised when the solve returns
+    from scipy.sparse import csr_matrix
+
+    from distir.transform.layout_choice import highs_model
+
+    calls = []
+    counted = highs_model._check
+    monkeypatch.setattr(highs_model, "_check", lambda left, event: (calls.append(1), counted(left, event)))
+    # x0 + x1 <= 1.5 over whole columns, both wanted: the relaxation takes 1.5, a branch or a cut the answer 1
+    held = highs_model.HighsModel(csr_matrix([[1.0, 1.0]]), np.array([-np.inf]), np.array([1.5]), np.ones(2, dtype=int),
+                                  {"mip_rel_gap": 0.0, "presolve": False}, np.zeros(2))
+    solve = partial(held.solve, np.array([-1.0, -1.0]), np.zeros(2), np.ones(2))
+    assert solve().status == highs_model.OPTIMAL and sum(solve().x) == 1 and not calls
+    assert solve(checks=10).status == highs_model.OPTIMAL and calls  # the budget is counted in the callback
+    before = len(calls)
+    assert solve().status == highs_model.OPTIMAL and len(calls) == before

@@ -80,7 +80,11 @@ class HighsModel:
         # limit checks left to the solve running (None: no budget); the callback holds this list, not the
         # model (no reference cycle through HiGHS's callbacks: the model is freed when dropped)
         self._left: list[int | None] = [None]
-        h.cbMipInterrupt.subscribe(functools.partial(_check, self._left))
+        # subscribed only while solves are budgeted: Python runs its signal handlers (Ctrl-C, a timer) in a
+        # callback, and HiGHS ends a solve whose callback raised with an error, the exception lost; without
+        # one, the exception is raised when the solve returns
+        self._check = functools.partial(_check, self._left)
+        self._subscribed = False
 
     def solve(self, cost: np.ndarray, lb: np.ndarray, ub: np.ndarray, spare_hi: float = math.inf,
               start: np.ndarray | None = None, checks: int | None = None, seconds: float | None = None,
@@ -98,6 +102,9 @@ class HighsModel:
             h.setOptionValue("presolve", "on" if presolve else "off")
         if start is not None:
             h.setSolution(self.n, self._cols, np.asarray(start, dtype=float))
+        if (checks is not None) != self._subscribed:
+            (h.cbMipInterrupt.subscribe if checks is not None else h.cbMipInterrupt.unsubscribe)(self._check)
+            self._subscribed = checks is not None
         self._left[0] = checks
         try:
             with native_output_silenced():  # HiGHS may print to fd 1 from C++, past its output flag
