@@ -577,3 +577,21 @@ def test_only_a_budgeted_solve_runs_python_inside_highs(monkeypatch):
     assert solve(checks=10).status == highs_model.OPTIMAL and calls  # the budget is counted in the callback
     before = len(calls)
     assert solve().status == highs_model.OPTIMAL and len(calls) == before
+
+
+def test_without_highspy_scipy_solves_the_same_program(monkeypatch):
+    # highspy missing (the GPU machine's install had none): scipy's HiGHS, imported then only, gives the same answer
+    from distir.transform.layout_choice import highs_model
+
+    c, whole = np.array([-1.0, -2.0, -1.0]), np.ones(3, dtype=int)
+    rows = [solution.Rows(np.array([[1.0, 1.0, 0.0], [0.0, 1.0, 1.0]]), -np.inf, 1.0)]
+    kw = {"integrality": whole, "bounds": (0, 1), "constraints": rows, "options": dict(solution.SOLVER_OPTIONS)}
+    found = solution.highs(c, **kw)
+
+    def missing(*args, **kw):
+        raise ImportError("No module named 'highspy'")
+
+    monkeypatch.setattr(solution, "HighsModel", missing)
+    fallback = solution.highs(c, **kw)
+    assert found.status == fallback.status == solution.OPTIMAL_STATUS
+    assert found.fun == fallback.fun == -2.0 and list(found.x) == list(fallback.x) == [0.0, 1.0, 0.0]

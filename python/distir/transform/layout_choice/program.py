@@ -203,7 +203,7 @@ class Program:
         self.supplies()
         if self.tight:
             self.consumption_rows()
-            if self.choice is not None:  # propagation's programs: where their relaxation is not whole (solution.py)
+            if self.choice is not None:  # auto-shard's; propagation's where a relaxation is not whole (solution.py)
                 self.add_used_primary_rows()
         if self.choice is not None and self.choice.activations is not None:
             self.activation_rows(self.choice.activations)

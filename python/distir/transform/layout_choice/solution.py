@@ -101,7 +101,7 @@ FAILED_STATUS = 4  # any other end
 @dataclass(frozen=True)
 class Rows:
     """Rows ``lb <= A x <= ub`` of a program: ``A`` sparse or dense, the bounds numbers or arrays
-    (``scipy.optimize.LinearConstraint``'s fields; that module takes 0.8 s to import, a third of a
+    (``scipy.optimize.LinearConstraint``'s fields; that module takes 0.8 s to import, a quarter of a
     ``distir-opt`` run, and the program is solved through ``highspy``)."""
 
     A: object
@@ -202,7 +202,7 @@ def highs(c, *, integrality, bounds, constraints: list[Rows], options: dict, sta
     with warnings.catch_warnings(), native_output_silenced():  # HiGHS may print to fd 1 from C++, past its display option
         warnings.filterwarnings("ignore", "Unrecognized options detected", RuntimeWarning)
         res = milp(c, options=options, integrality=integrality, bounds=bounds,
-                   constraints=[Rows(con.A, con.lb, con.ub) for con in constraints])
+                   constraints=[LinearConstraint(con.A, con.lb, con.ub) for con in constraints])
     status = res.status if res.status in (OPTIMAL_STATUS, TIME_LIMIT_STATUS, INFEASIBLE_STATUS) else FAILED_STATUS
     return Solved(status, res.x, None if res.x is None else float(res.fun), getattr(res, "mip_gap", None))
 
@@ -284,7 +284,7 @@ def solve_program(model: Program, force: tuple[int, Placement] | None = None, *,
             raise Infeasible()
         if cols:
             extra.append(([(c, 1.0) for c in cols], 1, 1))
-    costs, at_hint, total_cost, A, lo, hi = _compiled(model)
+    costs, at_hint, total_cost = _compiled(model)[:3]
     if not costs:  # nothing to choose (every layout given): HiGHS needs a column, the answer is empty
         if any(a > 0 or b < 0 for _, a, b in model.rows + extra):
             raise Infeasible()
