@@ -560,8 +560,8 @@ def test_the_relaxation_of_a_stack_s_windows_is_its_optimum(monkeypatch):
 
 def test_only_a_budgeted_solve_runs_python_inside_highs(monkeypatch):
     # Python runs its signal handlers (Ctrl-C, a timer) in HiGHS's callbacks, and HiGHS ends a solve whose
-    # callback raised with an error, the exception lost (a fuzz timer's SLOW came out as a crash): a solve
-    # without a budget subscribes none, so such an exception is raised when the solve returns
+    # callback raised with an error, the exception lost (a fuzz timer's, and the program solved again
+    # without it): a solve without a budget subscribes none, so such an exception is raised when it returns
     from scipy.sparse import csr_matrix
 
     from distir.transform.layout_choice import highs_model
