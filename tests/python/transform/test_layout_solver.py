@@ -4,6 +4,7 @@ move the bound's bytes; a program where the greedy choice provably costs more ge
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -14,6 +15,8 @@ import numpy as np
 import pytest
 
 import distir
+from distir.driver import random_inputs
+from distir.ir.placement import Placement, Replicate
 from distir.testing import assert_sharded_equivalent
 from distir.transform import AutoShard, PassContext, get_pass
 from distir.transform.layout_choice import program, solution, windows
@@ -595,3 +598,68 @@ def test_without_highspy_scipy_solves_the_same_program(monkeypatch):
     fallback = solution.highs(c, **kw)
     assert found.status == fallback.status == solution.OPTIMAL_STATUS
     assert found.fun == fallback.fun == -2.0 and list(found.x) == list(fallback.x) == [0.0, 1.0, 0.0]
+
+
+# a random program on a mesh with an axis of one device (scripts/fuzz_auto_shard.py --seed 8 --only 19,
+# whose auto-shard took a minute: every strategy multiplied by the four layouts along that axis)
+UNIT_AXIS = '''
+@I.ir_module
+class Module:
+    I.module_global_infos({"mesh": [R.device_mesh((MESH), I.Range(0, "2 * num_workers"))]})
+
+    @R.function
+    def main(p0: R.Tensor((4, 6), "float64"), p1: R.Tensor((8, 3), "float64"), p2: R.Tensor((6, 6), "float64"), p3: R.Tensor((6, 12), "float64")):
+        with R.dataflow():
+            v1 = R.matmul(p0, p2, out_dtype=None)
+            t2 = R.split(v1, indices_or_sections=2, axis=0)
+            v3 = t2[1]
+            v5 = R.matmul(v1, p3, out_dtype=None)
+            v6 = R.permute_dims(v1, axes=[1, 0])
+            R.output(v3, v5, v6)
+        return (v3, v5, v6)
+'''
+
+
+def _with_unit_axis(p: Placement) -> Placement:
+    return Placement((*p.specs, Replicate()))
+
+
+def test_an_axis_of_one_device_adds_no_strategy_and_no_bytes():
+    unit = distir.parse(UNIT_AXIS.replace("MESH", '"num_workers", 2, 1'))
+    plain = distir.parse(UNIT_AXIS.replace("MESH", '"num_workers", 2'))
+    # every op runs replicated along the axis of one device: the strategies of the mesh without it, R added
+    # (the parameters given replicated, so that each op has a mesh)
+    unit_graph, plain_graph = (build_graph(distir.parse(re.sub(r'R.Tensor\((\(.*?\)), "float64"\)',
+                                                               rf'R.DTensor(\1, "float64", "mesh[0]", "{r}")',
+                                                               UNIT_AXIS.replace("MESH", mesh)))["main"])
+                               for mesh, r in (('"num_workers", 2, 1', "R, R, R"), ('"num_workers", 2', "R, R")))
+    for u, p in zip(unit_graph.sites, plain_graph.sites, strict=True):
+        partial = [{"sum"}] * len(p.ins)
+        expected = {(tuple(map(_with_unit_axis, st.ins)), tuple(map(_with_unit_axis, st.outs)))
+                    for st in site_strategies(p, CostModel(plain_graph), partial)}
+        assert {(st.ins, st.outs) for st in site_strategies(u, CostModel(unit_graph), partial)} == expected
+    # so auto-shard chooses the same layouts with R along that axis, and sends the same bytes
+    unit_pass, plain_pass = AutoShard(), AutoShard()
+    laid = unit_pass(unit)
+    plain_pass(plain)
+    assert unit_pass.report.sent == plain_pass.report.sent
+    assert unit_pass.report.layouts() == {k: _with_unit_axis(v) for k, v in plain_pass.report.layouts().items()}
+    assert_sharded_equivalent(laid, random_inputs(laid), num_workers=(1, 3), rtol=1e-9, atol=1e-12)
+
+
+def test_a_layout_given_along_an_axis_of_one_device_is_kept():
+    # x is given cut along the axis of one device: the ops reading it keep every strategy there
+    mod = distir.parse(HEADER.replace('("num_workers",)', '("num_workers", 1)') + '''    def main(x: R.DTensor((8, 6), "float32", "mesh[0]", "S[0], S[1]"), w: R.Tensor((6, 4), "float32")):
+        with R.dataflow():
+            y = R.matmul(x, w)
+            z = R.exp(y)
+            R.output(z)
+        return z
+''')
+    graph = build_graph(mod["main"])
+    matmul, exp = graph.sites
+    cut_there = lambda st: any(not isinstance(q[1], Replicate) for q in (*st.ins, *st.outs))  # noqa: E731
+    assert any(map(cut_there, site_strategies(matmul, CostModel(graph), [set(), set()])))
+    assert not any(map(cut_there, site_strategies(exp, CostModel(graph), [set()])))
+    stats = assert_sharded_equivalent(mod, _inputs(mod), num_workers=(1, 2, 3), rtol=1e-5, atol=1e-6)
+    assert all(s.bytes_per_worker == 0 for s in stats.values())  # x's rows cut, w replicated: a local matmul

@@ -436,11 +436,11 @@ def _check_sizes(sizes: Mapping[str, int], func: Function, mesh: DeviceMesh) -> 
 
 @functools.lru_cache(maxsize=256)
 def candidate_layouts(ndim: int, mesh: DeviceMesh) -> tuple[Placement, ...]:
-    """Replicated, and every way of cutting dims along mesh axes (each axis: R or S[d]); remembered
-    (asked per weight and per budget size)."""
+    """Replicated, and every way of cutting dims along mesh axes (each axis: R or S[d]; an axis of one
+    device only R: a cut there holds what R holds); remembered (asked per weight and per budget size)."""
     options = [Replicate()] + [Shard(d) for d in range(ndim)]
     out = []
-    for combo in itertools.product(options, repeat=mesh.ndim):
+    for combo in itertools.product(*([Replicate()] if isinstance(d, int) and d == 1 else options for d in mesh.shape)):
         p = Placement(tuple(combo))
         try:
             p.validate(mesh.ndim, ndim)

@@ -47,9 +47,10 @@ def site_strategies(site: Site, cost: CostModel, partial_ops: list[set[str]], ke
             for k in can:
                 if rule.partial_inputs is None or k in rule.partial_inputs:
                     options.append(tuple(Partial(op) if i == k else replicated for i in range(n)))
+    per_axis = [options[:1] if _replicated_only(site, a) else options for a in range(ndim)]
     out: list[Strategy] = []
     seen = set()
-    for combo in itertools.product(options, repeat=ndim):
+    for combo in itertools.product(*per_axis):
         placements = tuple(cost.one(Placement(tuple(combo[a][k] for a in range(ndim)))) for k in range(n))
         try:
             for s, p in zip(site.ins, placements):
@@ -66,3 +67,14 @@ def site_strategies(site: Site, cost: CostModel, partial_ops: list[set[str]], ke
             seen.add(key)
             out.append(Strategy(placements, outs))
     return out
+
+
+def _replicated_only(site: Site, axis: int) -> bool:
+    """Whether ``site`` runs replicated along mesh ``axis``: an axis of one device, where every layout
+    holds and moves what the replicated one does (the same bytes, so the same optimum; a 3-axis mesh
+    with such an axis had 10x the columns), unless a layout given to one of its values is cut there."""
+    size = site.mesh.shape[axis]
+    if not (isinstance(size, int) and size == 1):
+        return False
+    return not any(s.fixed is not None and (s.fixed.is_block or not isinstance(s.fixed[axis], Replicate))
+                   for s in (*site.ins, *site.outs))
