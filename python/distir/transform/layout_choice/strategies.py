@@ -26,7 +26,8 @@ class Strategy:
 def site_strategies(site: Site, cost: CostModel, partial_ops: list[set[str]], keep=None) -> list[Strategy]:
     """Every strategy of ``site`` its rule accepts, per mesh axis: all replicated; each factor of
     an input dim sharded in every input holding it; partial inputs passed through where the op is
-    linear (only for inputs that may come partial: ``partial_ops[k]``). ``keep(slot, placement)``
+    linear (only for inputs that may come partial: ``partial_ops[k]``); along a mesh axis of one
+    device, only the all-replicated one (unless a value's given layout is cut there). ``keep(slot, placement)``
     says a layout that does not :meth:`CostModel.fits` is allowed anyway (a given layout)."""
     rule = site.rule
     n, ndim = len(site.ins), site.mesh.ndim
