@@ -13,6 +13,10 @@
   Llama-like stack written in JAX, its weights laid out Megatron style on 4 CPU devices
   (``NamedSharding``), timed from ``jax.jit(...).lower`` through ``.compile()`` (XLA's SPMD
   partitioner and compiler), best of ``--repeat``; and distir's pipeline time over it.
+- The bundled Llama layer on a mesh with an axis of one device (``(num_workers, 1)`` and
+  ``(1, num_workers)``, every layout given ``R`` along it) against the same layer on
+  ``(num_workers,)``: the same program, so the ratio should be near 1 (``--unit-axis``; it was
+  about 100x while such an axis multiplied every op's strategies by four).
 
 Run it against an older commit in one run with ``scripts/bench_compare.py``.
 """
@@ -22,12 +26,14 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import time
 import warnings
 
 import numpy as np
 
 import distir
+from distir import examples
 from distir.examples import llama_stack
 from distir.transform import PassContext
 from distir.transform.instruments import PassTimingInstrument
@@ -60,6 +66,24 @@ def run(n_layers: int) -> tuple[int, float, float, dict[str, float]]:
     t2 = time.perf_counter()
     bindings = sum(1 for f in mod.functions.values() for _ in f.bindings())
     return bindings, t1 - t0, t2 - t1, {t.name: t.seconds for t in timing.timings}
+
+
+def unit_axis_text(mesh: str) -> str:
+    """The bundled Llama layer on ``mesh`` (``"num_workers", 1`` or ``1, "num_workers"``), each
+    layout given ``R`` along the axis of one device."""
+    text = examples.text("llama").replace('("num_workers",)', f"({mesh})")
+    given = r'(placement=|"mesh\[0\]", )"([^"]*)"'
+    if mesh.endswith("1"):
+        return re.sub(given, lambda m: f'{m.group(1)}"{m.group(2)}, R"', text)
+    return re.sub(given, lambda m: f'{m.group(1)}"R, {m.group(2)}"', text)
+
+
+def run_text(text: str) -> float:
+    cold()
+    mod = distir.parse(text)
+    t0 = time.perf_counter()
+    distribute_pipeline()(mod)
+    return time.perf_counter() - t0
 
 
 def best(fn, repeat: int):
@@ -202,7 +226,17 @@ def main() -> None:
     ap.add_argument("--gpt2", default="2,4,6,12", help="GPT-2 block counts (default 2,4,6,12; '' to skip)")
     ap.add_argument("--repeat", type=int, default=3, help="runs of each; the best is kept (default 3)")
     ap.add_argument("--no-jax", action="store_true", help="skip the comparison with JAX")
+    ap.add_argument("--unit-axis", action="store_true",
+                    help="only the Llama layer on meshes with an axis of one device against the 1-D mesh")
     args = ap.parse_args()
+    if args.unit_axis:
+        plain = min(run_text(examples.text("llama")) for _ in range(args.repeat))
+        print(f"{'mesh':<20} {'pipeline s':>10} {'vs (num_workers,)':>18}")
+        print(f"{'(num_workers,)':<20} {plain:>10.3f} {1:>18.2f}")
+        for mesh in ('"num_workers", 1', '1, "num_workers"'):
+            secs = min(run_text(unit_axis_text(mesh)) for _ in range(args.repeat))
+            print(f"{'(' + mesh.replace(chr(34), '') + ')':<20} {secs:>10.3f} {secs / plain:>18.2f}", flush=True)
+        return
     sizes = [int(s) for s in args.layers.split(",") if s]
     run(2)  # warm up: first-use costs (op registry, TVM's analyzer) are not per binding
     rows = []

@@ -584,8 +584,6 @@ def test_only_a_budgeted_solve_runs_python_inside_highs(monkeypatch):
 
 def test_without_highspy_scipy_solves_the_same_program(monkeypatch):
     # highspy missing (the GPU machine's install had none): scipy's HiGHS, imported then only, gives the same answer
-    from distir.transform.layout_choice import highs_model
-
     c, whole = np.array([-1.0, -2.0, -1.0]), np.ones(3, dtype=int)
     rows = [solution.Rows(np.array([[1.0, 1.0, 0.0], [0.0, 1.0, 1.0]]), -np.inf, 1.0)]
     kw = {"integrality": whole, "bounds": (0, 1), "constraints": rows, "options": dict(solution.SOLVER_OPTIONS)}
