@@ -65,6 +65,7 @@ class CostModel:
         # an op's strategies depend on its structure and on which layouts fit (this model's sizes):
         # programs built with this model remember them here (Program.op)
         self.strategies: dict[tuple, list] = {}
+        self._replicated_axes: dict[int, frozenset[int]] = {}
 
     def one(self, p: Placement) -> Placement:
         """The one object of placement ``p`` among the strategies built with this model: the programs'
@@ -102,6 +103,22 @@ class CostModel:
         if key is None:
             key = self._likes[s.id] = (s.tensor, id(self.g.mesh_of.get(s.id)))
         return key
+
+    def replicated_axes(self, mesh: DeviceMesh) -> frozenset[int]:
+        """The axes of ``mesh`` every op on it runs replicated along: those of one device that no layout
+        given to a value of the function (a parameter's type, a hint) cuts. Along such an axis every
+        layout holds and sends what R does, so offering the others only multiplied each op's strategies
+        (the bundled Llama layer on a ``(num_workers, 1)`` mesh took 100x the 1-D mesh's time); where a
+        given layout cuts one, its ops keep every strategy, so that no layout change is forced there."""
+        found = self._replicated_axes.get(id(mesh))
+        if found is None:
+            axes = {a for a, d in enumerate(mesh.shape) if isinstance(d, int) and d == 1}
+            for s in self.g.slots:
+                if axes and s.fixed is not None and self.g.mesh_of.get(s.id) == mesh:
+                    axes -= set(range(mesh.ndim)) if s.fixed.is_block else {
+                        a for a in axes if not isinstance(s.fixed[a], Replicate)}
+            found = self._replicated_axes[id(mesh)] = frozenset(axes)
+        return found
 
     def nbytes_at(self, s: Slot, mesh_size: int, dim_size: int) -> int:
         """Bytes of ``s`` with symbolic mesh sizes at ``mesh_size`` and other symbolic dims at ``dim_size``

@@ -237,7 +237,7 @@ class Program:
             partial = [self.partial_ops(s) for s in site.ins]
             key = None if site.structure is None else (
                 site.structure, tuple(frozenset(x) for x in partial),
-                tuple((self.slot_by_id[self.rid(s)].fixed, s.fixed) for s in (*site.ins, *site.outs)))
+                tuple(self.slot_by_id[self.rid(s)].fixed for s in (*site.ins, *site.outs)))
             strategies = self.cost.strategies.get(key) if key is not None else None
             if strategies is None:  # alike sites (the layers of a stack) share them: the cost model is one
                 strategies = site_strategies(site, self.cost, partial, self.keep)

@@ -26,8 +26,8 @@ class Strategy:
 def site_strategies(site: Site, cost: CostModel, partial_ops: list[set[str]], keep=None) -> list[Strategy]:
     """Every strategy of ``site`` its rule accepts, per mesh axis: all replicated; each factor of
     an input dim sharded in every input holding it; partial inputs passed through where the op is
-    linear (only for inputs that may come partial: ``partial_ops[k]``); along a mesh axis of one
-    device, only the all-replicated one (unless a value's given layout is cut there). ``keep(slot, placement)``
+    linear (only for inputs that may come partial: ``partial_ops[k]``); along an axis of
+    :meth:`CostModel.replicated_axes`, only the all-replicated one. ``keep(slot, placement)``
     says a layout that does not :meth:`CostModel.fits` is allowed anyway (a given layout)."""
     rule = site.rule
     n, ndim = len(site.ins), site.mesh.ndim
@@ -48,7 +48,8 @@ def site_strategies(site: Site, cost: CostModel, partial_ops: list[set[str]], ke
             for k in can:
                 if rule.partial_inputs is None or k in rule.partial_inputs:
                     options.append(tuple(Partial(op) if i == k else replicated for i in range(n)))
-    per_axis = [options[:1] if _replicated_only(site, a) else options for a in range(ndim)]
+    replicated_axes = cost.replicated_axes(site.mesh)
+    per_axis = [options[:1] if a in replicated_axes else options for a in range(ndim)]
     out: list[Strategy] = []
     seen = set()
     for combo in itertools.product(*per_axis):
@@ -69,13 +70,3 @@ def site_strategies(site: Site, cost: CostModel, partial_ops: list[set[str]], ke
             out.append(Strategy(placements, outs))
     return out
 
-
-def _replicated_only(site: Site, axis: int) -> bool:
-    """Whether ``site`` runs replicated along mesh ``axis``: an axis of one device, where every layout
-    holds and moves what the replicated one does (the same bytes, so the same optimum; a 3-axis mesh
-    with such an axis had 10x the columns), unless a layout given to one of its values is cut there."""
-    size = site.mesh.shape[axis]
-    if not (isinstance(size, int) and size == 1):
-        return False
-    return not any(s.fixed is not None and (s.fixed.is_block or not isinstance(s.fixed[axis], Replicate))
-                   for s in (*site.ins, *site.outs))
