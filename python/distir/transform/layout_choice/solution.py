@@ -682,11 +682,13 @@ def _units(values: list[Fraction]) -> np.ndarray:
 
 def _in_units(values: list[Fraction]) -> tuple[np.ndarray, Fraction]:
     """``values`` in whole units (:func:`_units`), and the unit."""
-    nums = [Fraction(v).numerator for v in values]
-    dens = [Fraction(v).denominator for v in values]
+    exact = [v if isinstance(v, (int, Fraction)) else Fraction(v) for v in values]
+    nums = [v.numerator for v in exact]
+    dens = [v.denominator for v in exact]
     top = math.gcd(*nums) or 1
-    bottom = math.lcm(*dens) if dens else 1
-    return np.array([float(n * (bottom // d) // top) for n, d in zip(nums, dens)]), Fraction(top, bottom)
+    bottom = math.lcm(*set(dens)) if dens else 1
+    scale = {d: bottom // d for d in set(dens)}  # few denominators: each column one multiplication
+    return np.array([float(n * scale[d] // top) for n, d in zip(nums, dens)]), Fraction(top, bottom)
 
 
 def plan_of(model: Program, x: np.ndarray, total: Fraction) -> LayoutPlan:
