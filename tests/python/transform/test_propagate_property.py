@@ -26,9 +26,11 @@ from distir.transform.layout_choice.cost_model import CostModel
 from distir.transform.layout_choice.propagate_sharding import ShardingAmbiguityWarning
 from distir.transform.layout_choice.sharding_graph import build_graph
 
-MESHES = {
-    "1d": ('R.device_mesh(("num_workers",), I.Range(0, "num_workers"))', 1),
-    "2d": ('R.device_mesh((2, "num_workers"), I.Range(0, "2 * num_workers"))', 2),
+MESHES = {  # the text, its axes, the axes of one device (layouts drawn mostly R there, so that both
+    # the functions no given layout cuts there, whose ops run replicated along them, and the others come up)
+    "1d": ('R.device_mesh(("num_workers",), I.Range(0, "num_workers"))', 1, ()),
+    "2d": ('R.device_mesh((2, "num_workers"), I.Range(0, "2 * num_workers"))', 2, ()),
+    "unit": ('R.device_mesh(("num_workers", 1), I.Range(0, "num_workers"))', 2, (1,)),
 }
 SIZES = (16, 32)
 EXAMPLES = int(os.environ.get("PROP_EXAMPLES", "100"))  # more when exploring  # divisible by 2 * 8: every layout fits every device count tested
@@ -44,25 +46,25 @@ OPS = {
 }
 
 
-def _placement(draw, mesh_ndim: int, rank: int, partial: bool, dtype: str = "float32") -> str:
+def _placement(draw, mesh_ndim: int, rank: int, partial: bool, dtype: str = "float32", unit_axes=()) -> str:
     kinds = [k for k in PARTIAL_KINDS if partial_refusal(k, dtype) is None]
     kind = draw(st.sampled_from(kinds))
     p = "P" if kind == "sum" else f"P[{kind}]"
     options = ["R"] + [f"S[{d}]" for d in range(rank)] + ([p] if partial else [])
-    return ", ".join(draw(st.sampled_from(options)) for _ in range(mesh_ndim))
+    return ", ".join(draw(st.sampled_from(["R"] * 8 + options if a in unit_axes else options)) for a in range(mesh_ndim))
 
 
 @st.composite
 def programs(draw):
     mesh_key = draw(st.sampled_from(sorted(MESHES)))
-    mesh_text, mesh_ndim = MESHES[mesh_key]
+    mesh_text, mesh_ndim, unit_axes = MESHES[mesh_key]
     dtype = draw(st.sampled_from(DTYPES))
     params, tensors, lines = [], [], []
     for i in range(draw(st.integers(2, 3))):
         shape = (draw(st.sampled_from(SIZES)), draw(st.sampled_from(SIZES)))
         name = f"p{i}"
         if i == 0 or draw(st.booleans()):  # at least one laid-out input: the program is distributed
-            pl = _placement(draw, mesh_ndim, 2, partial=draw(st.booleans()), dtype=dtype)
+            pl = _placement(draw, mesh_ndim, 2, partial=draw(st.booleans()), dtype=dtype, unit_axes=unit_axes)
             params.append(f'{name}: R.DTensor({shape}, "{dtype}", "mesh[0]", "{pl}")')
         else:
             params.append(f'{name}: R.Tensor({shape}, "{dtype}")')
@@ -112,7 +114,7 @@ def programs(draw):
         elif kind == "hint":
             if 1 in sa:
                 continue
-            pl = _placement(draw, mesh_ndim, 2, partial=False)
+            pl = _placement(draw, mesh_ndim, 2, partial=False, unit_axes=unit_axes)
             lines.append(f'{name} = R.dist.annotate_sharding({a}, device_mesh="mesh[0]", placement="{pl}")')
             shape = sa
         else:
