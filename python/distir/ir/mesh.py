@@ -94,6 +94,11 @@ class DeviceMesh:
     def is_static(self) -> bool:
         return all(isinstance(s, int) for s in self.shape)
 
+    @property
+    def unit_axes(self) -> tuple[int, ...]:
+        """The axes of one device (static size 1): every layout along one holds what R holds."""
+        return tuple(a for a, d in enumerate(self.shape) if isinstance(d, int) and d == 1)
+
     def shape_str(self) -> str:
         return "(" + ", ".join(sym.to_str(s) for s in self.shape) + ("," if len(self.shape) == 1 else "") + ")"
 

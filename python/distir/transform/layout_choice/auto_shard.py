@@ -440,7 +440,7 @@ def candidate_layouts(ndim: int, mesh: DeviceMesh) -> tuple[Placement, ...]:
     device only R: a cut there holds what R holds); remembered (asked per weight and per budget size)."""
     options = [Replicate()] + [Shard(d) for d in range(ndim)]
     out = []
-    for combo in itertools.product(*([Replicate()] if isinstance(d, int) and d == 1 else options for d in mesh.shape)):
+    for combo in itertools.product(*([Replicate()] if a in mesh.unit_axes else options for a in range(mesh.ndim))):
         p = Placement(tuple(combo))
         try:
             p.validate(mesh.ndim, ndim)

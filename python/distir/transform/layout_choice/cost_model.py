@@ -112,7 +112,7 @@ class CostModel:
         given layout cuts one, its ops keep every strategy, so that no layout change is forced there."""
         found = self._replicated_axes.get(id(mesh))
         if found is None:
-            axes = {a for a, d in enumerate(mesh.shape) if isinstance(d, int) and d == 1}
+            axes = set(mesh.unit_axes)
             for s in self.g.slots:
                 if axes and s.fixed is not None and self.g.mesh_of.get(s.id) == mesh:
                     axes -= set(range(mesh.ndim)) if s.fixed.is_block else {

@@ -69,4 +69,3 @@ def site_strategies(site: Site, cost: CostModel, partial_ops: list[set[str]], ke
             seen.add(key)
             out.append(Strategy(placements, outs))
     return out
-
