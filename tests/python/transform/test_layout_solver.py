@@ -669,3 +669,29 @@ def test_a_layout_given_along_an_axis_of_one_device_is_kept():
     assert {b.var.name: str(b.var.type.placement) for b in laid.bindings()}["z"] == "S[0], S[0]"
     stats = assert_sharded_equivalent(mod, _inputs(mod), num_workers=(1, 2, 3), rtol=1e-5, atol=1e-6)
     assert all(s.bytes_per_worker == 0 for s in stats.values())  # rows cut throughout: the changes are local
+
+
+@pytest.mark.parametrize("mesh, devices, solved", [('2, "num_workers", 1', 2, True), ('2, "num_workers", 2', 4, False)])
+def test_an_axis_of_one_device_does_not_count_toward_the_solvers_mesh_axes(monkeypatch, mesh, devices, solved):
+    # three axes are laid out greedily (strategies multiply per axis), but an axis of one device that no
+    # given layout cuts adds no strategy: (2, num_workers, 1) is solved as the 2-D mesh it is
+    from distir.transform.layout_choice import propagate_sharding
+
+    calls = []
+    real = propagate_sharding.solve_layouts
+    monkeypatch.setattr(propagate_sharding, "solve_layouts", lambda *a, **k: calls.append(1) or real(*a, **k))
+    mod = distir.parse(f'''
+@I.ir_module
+class Module:
+    I.module_global_infos({{"mesh": [R.device_mesh(({mesh}), I.Range(0, "{devices} * num_workers"))]}})
+
+    @R.function
+    def main(x: R.DTensor((16, 8), "float32", "mesh[0]", "S[0], S[1], R"), w: R.DTensor((8, 16), "float32", "mesh[0]", "R, S[1], R")):
+        with R.dataflow():
+            y = R.matmul(x, w)
+            z = R.nn.gelu(y)
+            R.output(z)
+        return z
+''')
+    assert_sharded_equivalent(mod, _inputs(mod), num_workers=(1, 2, 3), rtol=1e-4, atol=1e-5)
+    assert bool(calls) == solved

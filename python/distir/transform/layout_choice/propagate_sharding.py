@@ -16,7 +16,8 @@ Three steps:
    replicated, and sliced locally: XLA's reshape reshard cache), minimizing the bytes each
    worker sends summed over sampled sizes, as an integer program (HiGHS; long functions in
    windows between layers). ``propagate-sharding.search = "greedy"`` (or a mesh of more
-   than ``MILP_MAX_MESH_AXES`` axes) uses the greedy choice instead: walking the bindings in
+   than ``MILP_MAX_MESH_AXES`` axes, not counting axes of one device that no given layout
+   cuts) uses the greedy choice instead: walking the bindings in
    order, each op takes the input layouts that move the fewest bytes given what exists so far.
 3. Materialization writes the function with the chosen layouts. With the default search
    (``"auto"``) both layouts are written and the solver's is kept only where it sends no
@@ -733,7 +734,9 @@ def _compare_with_plain(func: Function, new: Function, declared, names, ctx: Pas
 SEARCHES = ("auto", "milp", "greedy")
 GREEDY_DIM_SIZE = 512
 GREEDY_FIT_COUNT = 8
-MILP_MAX_MESH_AXES = 2  # "auto": functions on meshes of more axes are laid out greedily (strategies multiply per axis)
+# "auto": functions on meshes of more axes (not counting CostModel.replicated_axes) are laid out greedily
+# (strategies multiply per axis)
+MILP_MAX_MESH_AXES = 2
 
 
 def lay_out(graph: Graph, ctx: PassContext) -> Function:
@@ -746,12 +749,13 @@ def lay_out(graph: Graph, ctx: PassContext) -> Function:
             f"propagate-sharding.search must be one of {', '.join(SEARCHES)}, got {search!r}"
         )
     guard = search == "auto"
-    if search == "auto":
-        search = "milp" if all(m.ndim <= MILP_MAX_MESH_AXES for m in graph.mesh_of.values()) else "greedy"
-    if search == "milp" and _has_block_layouts(graph):
-        search = "greedy"  # the solver does not cost block layouts (docs/blocks.md); greedy does
     axis_costs = axis_costs_of(ctx)  # plans by time: propagation prices redistributes as legalize will plan them
     cost = CostModel(graph, hints, axis_costs=axis_costs)
+    if search == "auto":  # the axes ops run replicated along (of one device, cut by no given layout) add no strategy
+        search = "milp" if all(m.ndim - len(cost.replicated_axes(m)) <= MILP_MAX_MESH_AXES
+                               for m in graph.mesh_of.values()) else "greedy"
+    if search == "milp" and _has_block_layouts(graph):
+        search = "greedy"  # the solver does not cost block layouts (docs/blocks.md); greedy does
     # the greedy choice as it always was: bytes with other symbolic dims at 512, and a symbolic mesh
     # size taken as 8 when deciding whether a cut would leave workers empty
     greedy_cost = CostModel(graph, hints, dim_size=GREEDY_DIM_SIZE, fit_count=GREEDY_FIT_COUNT, axis_costs=axis_costs)
