@@ -113,8 +113,8 @@ class CostModel:
         found = self._replicated_axes.get(id(mesh))
         if found is None:
             axes = set(mesh.unit_axes)
-            for s in self.g.slots:
-                if axes and s.fixed is not None and self.g.mesh_of.get(s.id) == mesh:
+            for s in self.g.slots if axes else ():  # most meshes have none: no walk over the values
+                if s.fixed is not None and self.g.mesh_of.get(s.id) == mesh:
                     axes -= set(range(mesh.ndim)) if s.fixed.is_block else {
                         a for a in axes if not isinstance(s.fixed[a], Replicate)}
             found = self._replicated_axes[id(mesh)] = frozenset(axes)
