@@ -40,7 +40,7 @@ Byte counts: ``stats.total_bytes`` is the sum over workers of bytes sent;
 ``stats.bytes_per_worker`` divides it by D, the devices of the module's meshes (each counted once;
 an id in no mesh is no device). On one mesh of D devices that is what the
 per-worker cost model of the step kinds (:mod:`distir.ops.collectives`) predicts; a redistribute between
-meshes is planned by total bytes (:func:`distir.transform.redistribute_plan.plan_cross_mesh`),
+meshes is planned by total bytes (:func:`distir.transform.cross_mesh_plan.plan_cross_mesh`),
 which ``total_bytes`` measures. ``stats.simulated`` is the number of devices simulated.
 """
 

@@ -7,7 +7,7 @@ printable and checkable. The plan comes from
 :mod:`distir.transform.redistribute_plan`; a redistribute to the same layout becomes the
 value itself. A redistribute onto another mesh (pipeline stages) becomes steps on the
 source mesh, one ``R.dist.transfer`` and steps on the target mesh, chosen together by
-bytes sent (:func:`~distir.transform.redistribute_plan.plan_cross_mesh`). The pass is an
+bytes sent (:func:`~distir.transform.cross_mesh_plan.plan_cross_mesh`). The pass is an
 epilogue: run it again after any pass that adds redistributes; on a legalized module it
 changes nothing.
 
@@ -43,13 +43,12 @@ from ..ir.steps import get_step, steps_version
 from ..ir.types import DTensorType, dtype_bytes
 from ..ops.manipulate import reshape_moves_data
 from .pass_infra import FunctionPass, PassContext, register_pass
+from .cross_mesh_plan import Transfer, plan_cross_mesh
 from .redistribute_plan import (
     Timing,
-    Transfer,
     exchange_link,
     needs_replan,
     plan_cost,
-    plan_cross_mesh,
     plan_redistribute,
     replan_points,
     sample_points,

@@ -23,7 +23,8 @@ from distir.ir.exchange import received_total
 from distir.ir.mesh import MAX_DEVICES, MeshError
 from distir.ir.placement import Replicate, Shard
 from distir.ir.transfer import kept_shares, transfer_volume
-from distir.transform.redistribute_plan import MeshPoint, plan_cost, plan_cross_mesh, plan_redistribute, transfer_cost
+from distir.transform.cross_mesh_plan import MeshPoint, plan_cross_mesh, transfer_cost
+from distir.transform.redistribute_plan import plan_cost, plan_redistribute
 from distir.transform.specialize import specialize
 
 # ---------------------------------------------------------------- the oracle: masks device by device

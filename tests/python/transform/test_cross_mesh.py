@@ -30,7 +30,7 @@ from distir.ir.types import dtype_bytes
 from distir.runtime import run
 from distir.runtime.spmd import SpmdError, SpmdStats, run_spmd
 from distir.transform import distribute_pipeline, get_pass
-from distir.transform.redistribute_plan import (
+from distir.transform.cross_mesh_plan import (
     MeshPoint,
     Transfer,
     cross_plan_cost,
