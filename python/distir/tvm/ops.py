@@ -6,7 +6,8 @@ calls, or an emitter of this package for a form composed of several Relax ops. T
 emitters for such ops live here: ``take`` (modes Relax lacks are an error),
 ``strided_slice`` (bounds clamped on workers outside a mesh), ``tril``/``triu`` (a
 diagonal that depends on the worker), ``shard_take`` (a vocab-parallel lookup) and
-``layer_norm``/``group_norm`` (the ``center``/``scale`` flags TVM's legalization ignores). The
+``layer_norm``/``group_norm`` (the ``center``/``scale`` flags TVM's legalization ignores)
+and ``image.resize2d`` (its ``out_dtype``, which TVM's legalization ignores too). The
 ``R.ccl.*`` collectives are emitted as their step kind says (:mod:`distir.tvm.collectives`).
 An op with neither is an error naming it.
 """
@@ -41,6 +42,7 @@ __all__ = [
     "emit_negative",
     "emit_reduction",
     "emit_relax_form",
+    "emit_resize2d",
     "emit_shard_take",
     "emit_strided_slice",
     "emit_take",
@@ -258,6 +260,18 @@ def emit_affine_norm(ex: _FunctionExporter, call: Call) -> relax.Expr:
     if not attrs["center"]:
         beta = ex.emit(relax.op.zeros_like(beta))
     return emit_relax_form(ex, call, args=[data, gamma, beta])
+
+
+def emit_resize2d(ex: _FunctionExporter, call: Call) -> relax.Expr:
+    """``relax.op.image.resize2d`` in the input's dtype, then ``astype(out_dtype)`` (TVM 0.27's
+    legalization ignores out_dtype: the kernel returns the input's dtype under a type that says
+    out_dtype)."""
+    attrs = call.op.full_attrs(call.attrs)
+    out_dtype = attrs["out_dtype"]
+    resized = emit_relax_form(ex, Call(call.op, call.args, {**attrs, "out_dtype": None}, call.span))
+    if out_dtype is None or out_dtype == call.args[0].type.dtype:
+        return resized
+    return relax.op.astype(ex.emit(resized), out_dtype)
 
 
 def emit_triangle(ex: _FunctionExporter, call: Call) -> relax.Expr:
