@@ -224,7 +224,8 @@ def seed_as_python_reads_it(text: str) -> dict[str, dict]:
             params.append((a.arg, _dotted(ann.func), [_dim_text(d) for d in given[0].elts],
                            *(ast.literal_eval(g) for g in given[1:])))
         bindings = []
-        for node in sorted((n for n in ast.walk(fn) if isinstance(n, (ast.Assign, ast.AnnAssign))), key=lambda n: n.lineno):
+        assignments = (n for n in ast.walk(fn) if isinstance(n, (ast.Assign, ast.AnnAssign)))
+        for node in sorted(assignments, key=lambda n: n.lineno):
             call = node.value
             name = _dotted(call.func) if isinstance(call, ast.Call) else ""
             if not name.startswith("R.") or name[2:] in _NOT_OPS:

@@ -96,7 +96,8 @@ CASES = [
     Case("softplus", "nn.softplus", "x", {"beta": "2.0", "threshold": "1.0"}, X46),
     Case("prelu", "nn.prelu", "x, a", {"axis": "0"}, {"x": _t(4, 6), "a": _t(4)}),
     # reductions (the float form; the integer mean and bool max take emit_reduction's own paths)
-    *[Case(op, op, "x", {"axis": "[0]", "keepdims": "True"}, {"x": _t(4, 3, 2)}) for op in ("sum", "max", "min", "prod")],
+    *[Case(op, op, "x", {"axis": "[0]", "keepdims": "True"}, {"x": _t(4, 3, 2)})
+      for op in ("sum", "max", "min", "prod")],
     Case("mean", "mean", "x", {"axis": "[0, 2]", "keepdims": "True"}, {"x": _t(4, 3, 2)}),
     Case("mean_int", "mean", "x", {"axis": "[0]", "keepdims": "True"}, {"x": _t(5, 3, dtype="int32")}),
     Case("max_bool", "max", "x", {"axis": "[1]", "keepdims": "True"}, {"x": _t(4, 5, dtype="bool")}),
@@ -219,9 +220,12 @@ def _calls(mod) -> list[Call]:
             if isinstance(b.value, Call)]
 
 
+def _lists(v):
+    return [_lists(x) for x in v] if isinstance(v, (list, tuple)) else v
+
+
 def _same(a, b) -> bool:
-    norm = (lambda v: [norm(x) for x in v] if isinstance(v, (list, tuple)) else v)
-    return norm(a) == norm(b)
+    return _lists(a) == _lists(b)
 
 
 def test_every_attribute_of_an_exported_op_is_set_away_from_its_default(module):
