@@ -304,9 +304,12 @@ register_op(
         sharding=_resize_rule,
         doc="Resize the image dims to `size` (nearest_neighbor or linear; the coordinate modes and roundings "
         "of TVM's topi.image.resize2d, computed in float32 as TVM computes them).",
-        relax=RelaxForm.same_name(
-            "image.resize2d", "roi", "layout", "method", "coordinate_transformation_mode", "rounding_method",
-            "cubic_alpha", "cubic_exclude", "extrapolation_value", "out_dtype",
+        relax=RelaxForm(
+            "relax.op.image.resize2d",
+            ("roi", "layout", "method", "coordinate_transformation_mode", "rounding_method", "cubic_alpha",
+             "cubic_exclude", "extrapolation_value", "out_dtype"),
+            emit="distir.tvm.ops:emit_resize2d",
+            doc="in the input's dtype, then astype(out_dtype) (TVM ignores out_dtype)",
         ),
         category="convolution",
         sharding_doc=ShardingDoc(passes="batch, channels", blocked="the image dims (height, width)"),

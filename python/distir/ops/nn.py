@@ -99,6 +99,9 @@ register_op(
 
 # ---------------------------------------------------------------- layer_norm / rms_norm
 
+# TVM 0.27 computes layer_norm and group_norm with gamma and beta whatever center and scale say
+_AFFINE_DOC = "with scale off, gamma is ones; with center off, beta is zeros (TVM ignores the flags)"
+
 
 def _check_param(name: str, what: str, p: TensorType, x: TensorType, axes: list[int]) -> None:
     want = tuple(x.shape[a] for a in axes)
@@ -190,7 +193,12 @@ register_op(
         numpy=_layer_norm,
         sharding=_norm_rule("nn.layer_norm", 2),
         doc="Layer normalisation over `axes` (whole), scaled by gamma and shifted by beta; batch dims pass.",
-        relax=RelaxForm.same_name("nn.layer_norm", "axes", "epsilon", "center", "scale"),
+        relax=RelaxForm(
+            "relax.op.nn.layer_norm",
+            ("axes", "epsilon", "center", "scale"),
+            emit="distir.tvm.ops:emit_affine_norm",
+            doc=_AFFINE_DOC,
+        ),
         category="normalisation",
         sharding_doc=ShardingDoc(
             passes="other dims (gamma, beta replicated)", blocked="`axes` (and gamma/beta, which span them)"
@@ -297,7 +305,12 @@ register_op(
         sharding=_group_norm_rule,
         doc="Group normalisation: the channels in `num_groups` groups, each normalised with `axes`; "
         "scaled by gamma and shifted by beta per channel.",
-        relax=RelaxForm.same_name("nn.group_norm", "num_groups", "channel_axis", "axes", "epsilon", "center", "scale"),
+        relax=RelaxForm(
+            "relax.op.nn.group_norm",
+            ("num_groups", "channel_axis", "axes", "epsilon", "center", "scale"),
+            emit="distir.tvm.ops:emit_affine_norm",
+            doc=_AFFINE_DOC,
+        ),
         category="normalisation",
         sharding_doc=ShardingDoc(
             passes="other dims (batch)", blocked="the channel axis and `axes` (gamma, beta replicated)"

@@ -5,7 +5,9 @@ dotted name and the attributes it passes, which :func:`emit_relax_form` resolves
 calls, or an emitter of this package for a form composed of several Relax ops. The
 emitters for such ops live here: ``take`` (modes Relax lacks are an error),
 ``strided_slice`` (bounds clamped on workers outside a mesh), ``tril``/``triu`` (a
-diagonal that depends on the worker) and ``shard_take`` (a vocab-parallel lookup). The
+diagonal that depends on the worker), ``shard_take`` (a vocab-parallel lookup) and
+``layer_norm``/``group_norm`` (the ``center``/``scale`` flags TVM's legalization ignores)
+and ``image.resize2d`` (its ``out_dtype``, which TVM's legalization ignores too). The
 ``R.ccl.*`` collectives are emitted as their step kind says (:mod:`distir.tvm.collectives`).
 An op with neither is an error naming it.
 """
@@ -36,9 +38,11 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "emit_op",
     "emit_extremum",
+    "emit_affine_norm",
     "emit_negative",
     "emit_reduction",
     "emit_relax_form",
+    "emit_resize2d",
     "emit_shard_take",
     "emit_strided_slice",
     "emit_take",
@@ -101,8 +105,10 @@ def emit_op(ex: _FunctionExporter, call: Call) -> relax.Expr:
     raise ex.error(f"R.{op.name} has no TVM Relax form (declare OpDef.relax){hint}")
 
 
-def emit_relax_form(ex: _FunctionExporter, call: Call, form: RelaxForm | None = None) -> relax.Expr:
-    """The declared Relax op (``form``, by default the op's own) on the call's arguments and attributes."""
+def emit_relax_form(ex: _FunctionExporter, call: Call, form: RelaxForm | None = None,
+                    args: list[relax.Expr] | None = None) -> relax.Expr:
+    """The declared Relax op (``form``, by default the op's own) on the call's arguments (or
+    ``args``, already Relax) and attributes."""
     form = form or call.op.relax
     if form.op is None:
         raise ex.error(f"R.{call.op.name}'s Relax form names no Relax op, only the emitter {form.emit}")
@@ -111,7 +117,7 @@ def emit_relax_form(ex: _FunctionExporter, call: Call, form: RelaxForm | None = 
     except DistirError as err:
         raise ex.error(f"{err} (declared by R.{call.op.name})") from None
     attrs = call.op.full_attrs(call.attrs)
-    args = [ex.value(a) for a in call.args]
+    args = [ex.value(a) for a in call.args] if args is None else args
     kwargs = {}
     for a in form.attrs:
         value = attrs[a.name]
@@ -240,6 +246,32 @@ def emit_rms_norm(ex: _FunctionExporter, call: Call) -> relax.Expr:
     data = ex.emit(relax.op.reshape(ex.value(call.args[0]), row))
     out = ex.emit(relax.op.nn.rms_norm(data, ex.value(call.args[1]), axes=[-1], epsilon=attrs["epsilon"]))
     return relax.op.reshape(out, relax.ShapeExpr([_p(ex.dim(x.shape[0]))]))
+
+
+def emit_affine_norm(ex: _FunctionExporter, call: Call) -> relax.Expr:
+    """``relax.op.nn.layer_norm``/``group_norm``; with ``scale`` off, gamma is ones, with ``center``
+    off, beta is zeros (TVM 0.27's legalization ignores both flags and applies gamma and beta)."""
+    attrs = call.op.full_attrs(call.attrs)
+    if attrs["center"] and attrs["scale"]:
+        return emit_relax_form(ex, call)
+    data, gamma, beta = (ex.value(a) for a in call.args)
+    if not attrs["scale"]:
+        gamma = ex.emit(relax.op.ones_like(gamma))
+    if not attrs["center"]:
+        beta = ex.emit(relax.op.zeros_like(beta))
+    return emit_relax_form(ex, call, args=[data, gamma, beta])
+
+
+def emit_resize2d(ex: _FunctionExporter, call: Call) -> relax.Expr:
+    """``relax.op.image.resize2d`` in the input's dtype, then ``astype(out_dtype)`` (TVM 0.27's
+    legalization ignores out_dtype: the kernel returns the input's dtype under a type that says
+    out_dtype)."""
+    attrs = call.op.full_attrs(call.attrs)
+    out_dtype = attrs["out_dtype"]
+    resized = emit_relax_form(ex, Call(call.op, call.args, {**attrs, "out_dtype": None}, call.span))
+    if out_dtype is None or out_dtype == call.args[0].type.dtype:
+        return resized
+    return relax.op.astype(ex.emit(resized), out_dtype)
 
 
 def emit_triangle(ex: _FunctionExporter, call: Call) -> relax.Expr:

@@ -283,8 +283,9 @@ def test_every_block_is_what_its_labelled_devices_hold_in_the_runtime(case):
 
 
 def test_show_is_registered_with_the_cli(capsys):
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as info:
         distir_main.main(["show", "--help"])
+    assert info.value.code == 0  # help, not a usage error
     assert "visualize_array_sharding" in capsys.readouterr().out
 
 

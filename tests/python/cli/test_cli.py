@@ -240,8 +240,9 @@ def test_help_has_description_and_examples(capsys):
     assert info.value.code == 0
     out = capsys.readouterr().out
     assert "examples:" in out and "--bind" in out and "-p" in out
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as info:
         distir_main.main(["--help"])
+    assert info.value.code == 0
     out = capsys.readouterr().out
     for cmd in ("opt", "demo", "passes"):
         assert cmd in out

@@ -317,7 +317,7 @@ def test_an_unexpected_exception_is_one_line_unless_the_traceback_is_asked_for(m
     assert err == ("distir x: internal error: RuntimeError: last line (a bug in distir; set DISTIR_TRACEBACK=1 "
                    "for the traceback)\n")
     monkeypatch.setenv("DISTIR_TRACEBACK", "1")
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match=r"^first\nlast line$"):  # the exception itself, every line
         report_errors("distir x", boom)
 
     def no_memory():

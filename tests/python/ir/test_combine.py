@@ -4,6 +4,8 @@ kind, every dtype and 1-8 workers, with values at the ends of each dtype's range
 
 from __future__ import annotations
 
+import re
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -67,7 +69,7 @@ def test_split_combines_back_exactly_at_every_count(dtype):
     value = extremes(dtype, rng)
     for kind in PARTIAL_KINDS:
         if partial_refusal(kind, dtype) is not None:
-            with pytest.raises(PlacementError):
+            with pytest.raises(PlacementError, match=re.escape(f"{dtype} values cannot be P[{kind}]")):
                 split(value, kind, 2, rng)
             continue
         for n in range(1, 9):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+import re
 
 import pytest
 from hypothesis import given
@@ -84,9 +85,9 @@ def test_assume_positive_is_scoped():
         assert sym.prove_ge(n, 1)
     assert not sym.prove_le(m, P("m * n"))
     assert not sym.prove_ge(n, 1)
-    with pytest.raises(RuntimeError), sym.assume_positive({"n", "m"}):
+    with pytest.raises(RuntimeError, match="leaving the scope by an exception"), sym.assume_positive({"n", "m"}):
         assert sym.prove_ge(P("n * m"), 1)
-        raise RuntimeError
+        raise RuntimeError("leaving the scope by an exception")
     assert not sym.prove_ge(P("n * m"), 1)
 
 
@@ -213,7 +214,7 @@ def test_overflow_is_a_symbolic_error():
         sym.mul(sym.mul(n, 2**62), 4)
     with pytest.raises(sym.SymbolicError, match="int64 range"):
         sym.ceildiv(n, 2**63)
-    with pytest.raises(sym.SymbolicError):
+    with pytest.raises(sym.SymbolicError, match=r"the size T\.ceildiv\(n \+ 9223372036854775800, 16\) overflows int64"):
         sym.ceildiv(P("n + 9223372036854775800"), 16)  # n + c + 15 leaves int64
     with pytest.raises(sym.SymbolicError, match="int64 range"):
         P("9223372036854775807 + 1")
@@ -287,15 +288,16 @@ def test_from_tvm_renames_to_distir_variables():
     assert sym.from_tvm(tirx.IntImm("int64", 5)) == 5 and sym.from_tvm(7) == 7
     k32 = sym.from_tvm(tirx.Var("k", "int32") + 1)  # an int32 size becomes distir's int64 one
     assert sym.identical(k32, P("k + 1")) and str(k32.ty) == "int64"
-    for bad in (
-        tirx.Select(own_n > 0, own_n, tirx.IntImm("int64", 1)),
-        own_n > 0,
-        tirx.FloatImm("float32", 1.5),
-        tirx.IntImm("bool", 1),
-        True,
-        "n",
+    not_an_integer = "expected a TVM integer expression, got "
+    for bad, message in (
+        (tirx.Select(own_n > 0, own_n, tirx.IntImm("int64", 1)), "unsupported symbolic expression T.Select("),
+        (own_n > 0, not_an_integer + "n > T.int64(0)"),
+        (tirx.FloatImm("float32", 1.5), not_an_integer + "T.float32(1.5)"),
+        (tirx.IntImm("bool", 1), not_an_integer + "T.bool(True)"),
+        (True, not_an_integer + "True"),
+        ("n", not_an_integer + "'n'"),
     ):
-        with pytest.raises(sym.SymbolicError):
+        with pytest.raises(sym.SymbolicError, match=re.escape(message)):
             sym.from_tvm(bad)
 
 

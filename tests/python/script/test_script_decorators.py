@@ -156,14 +156,14 @@ def test_placeholders_are_inert():
     R.dist.redistribute(None, device_mesh="mesh[0]", placement="R")
     R.anything.at.all(1, 2)
     T.int64()
-    with pytest.raises(AttributeError):
+    with pytest.raises(AttributeError, match="module 'R' has no attribute '__wrapped__'"):
         R.__wrapped__  # noqa: B018
-    with pytest.raises(AttributeError):
+    with pytest.raises(AttributeError, match="^__code__$"):
         R.nn.__code__  # noqa: B018
-    with pytest.raises(AttributeError):
+    with pytest.raises(AttributeError, match="module 'T' has no attribute '_private'"):
         T._private  # noqa: B018
 
 
 def test_ir_module_needs_a_class():
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="@I.ir_module decorates a class"):
         I.ir_module(lambda: None)

@@ -425,6 +425,12 @@ def test_hostile_expression_in_the_file_is_positioned():
 def test_sym_parse_refuses_hostile_expressions():
     from distir.ir import sym
 
-    for text in ["n // 0", "n % (2 - 2)", "99999999999999999999 * n", "+".join(["1"] * 10000), "-" * 5000 + "n"]:
-        with pytest.raises(sym.SymbolicError):
+    for text, message in [
+        ("n // 0", "division by zero in 'n // 0'"),
+        ("n % (2 - 2)", r"modulo by zero in 'n % \(2 - 2\)'"),
+        ("99999999999999999999 * n", "integer 99999999999999999999 is out of the int64 range"),
+        ("+".join(["1"] * 10000), r"symbolic integer expression is too long \(19999 characters; at most 4096\)"),
+        ("-" * 5000 + "n", r"symbolic integer expression is too long \(5001 characters; at most 4096\)"),
+    ]:
+        with pytest.raises(sym.SymbolicError, match=message):
             sym.parse(text)

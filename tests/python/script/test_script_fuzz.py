@@ -13,6 +13,7 @@ Quick by default (derandomized, FUZZ_EXAMPLES examples per test); explore with
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import time
@@ -26,6 +27,7 @@ from hypothesis import strategies as st
 import distir
 from distir import examples
 from distir.errors import DistirError
+from distir.ir import Call, DeviceMesh, Placement, Var, sym
 from distir.ir.op import all_ops
 from distir.script.parser import decode_source
 from test_script_roundtrip import CORPUS
@@ -167,9 +169,135 @@ def parses_or_raises_a_distir_error(text: str) -> None:
     assert peak < PEAK_BYTES, f"{peak / 2**20:.0f} MiB to parse {len(text)} characters"
 
 
-def test_seeds_are_valid_ir():
-    for text in SEEDS:
-        distir.parse(text)
+# ---------------------------------------------------------------- the seeds, read twice
+
+_NOT_OPS = {"const", "shape", "prim_value", "str", "output", "dataflow", "tuple"}  # R.* calls that make no binding's op
+
+
+def _dotted(node: ast.AST) -> str:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return ".".join([node.id, *reversed(parts)]) if isinstance(node, ast.Name) else ""
+
+
+def _literal(node: ast.AST):
+    """A keyword's value as Python reads it, lists for tuples; ``None`` marks one that is not a literal."""
+    try:
+        value = ast.literal_eval(node)
+    except ValueError:
+        return _NOT_LITERAL
+    return _plain(value)
+
+
+_NOT_LITERAL = object()
+
+
+def _plain(value):
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _dim_text(node: ast.AST) -> int | str:
+    if isinstance(node, ast.Constant):
+        return node.value
+    return ast.unparse(node)  # a T.int64() variable by name, or an expression of them
+
+
+def seed_as_python_reads_it(text: str) -> dict[str, dict]:
+    """Each @R.function of ``text``, read by Python's own ast (not distir's parser): its
+    parameters (name, annotation, shape, dtype, mesh, placement) and, in source order, each
+    binding of an op: (name, op, the names passed, the keywords and their literal values)."""
+    out = {}
+    for fn in ast.walk(ast.parse(text)):
+        if not isinstance(fn, ast.FunctionDef) or not any(
+            _dotted(d.func if isinstance(d, ast.Call) else d) == "R.function" for d in fn.decorator_list
+        ):
+            continue
+        params = []
+        for a in fn.args.args:
+            ann = a.annotation
+            assert isinstance(ann, ast.Call), ast.unparse(ann)
+            given = [*ann.args, *(k.value for k in ann.keywords)]  # shape, dtype, then mesh and placement
+            params.append((a.arg, _dotted(ann.func), [_dim_text(d) for d in given[0].elts],
+                           *(ast.literal_eval(g) for g in given[1:])))
+        bindings = []
+        assignments = (n for n in ast.walk(fn) if isinstance(n, (ast.Assign, ast.AnnAssign)))
+        for node in sorted(assignments, key=lambda n: n.lineno):
+            call = node.value
+            name = _dotted(call.func) if isinstance(call, ast.Call) else ""
+            if not name.startswith("R.") or name[2:] in _NOT_OPS:
+                continue
+            target = node.targets[0] if isinstance(node, ast.Assign) else node.target
+            names = [x.id if isinstance(x, ast.Name) else None for x in call.args]
+            bindings.append((target.id, name[2:], names, {k.arg: _literal(k.value) for k in call.keywords}))
+        out[fn.name] = {"params": params, "bindings": bindings}
+    return out
+
+
+def _same_dim(written: int | str, parsed) -> bool:
+    if isinstance(written, int):
+        return parsed == written
+    return sym.prove_equal(sym.parse(written), parsed)
+
+
+def _attr_value(v):
+    if isinstance(v, (list, tuple)):
+        return [_attr_value(x) for x in v]
+    return v
+
+
+def _same_value(written, parsed, meshes) -> bool:
+    """Whether the parsed attribute is the written one: a mesh by its place in the module's
+    list, a placement by its text (spaces aside), anything else as Python compares it."""
+    if isinstance(parsed, DeviceMesh):
+        m = re.fullmatch(r"mesh\[(\d+)\]", str(written))
+        return m is not None and meshes[int(m.group(1))] is parsed
+    if isinstance(parsed, Placement):
+        return str(parsed).replace(" ", "") == str(written).replace(" ", "")
+    return _attr_value(parsed) == written
+
+
+@pytest.mark.parametrize("index", range(len(SEEDS)))
+def test_seeds_parse_to_what_they_say(index):
+    """Every seed parses, and the module holds what Python's ast reads in the text: the same
+    functions, parameters with the written shapes, dtypes, meshes and placements, and the same
+    bindings in order, each the written op on the written names with every written attribute
+    at its written value (and the others at the op's defaults). A parser that dropped or
+    reordered anything, or lost an attribute, fails here rather than mutating an empty seed."""
+    text = SEEDS[index]
+    mod = distir.parse(text)
+    written = seed_as_python_reads_it(text)
+    assert written, "a seed with no @R.function"
+    assert sorted(mod.functions) == sorted(written)
+    meshes = mod.global_infos.get("mesh", ())
+    for fname, want in written.items():
+        fn = mod[fname]
+        assert [p.name for p in fn.params] == [w[0] for w in want["params"]], fname
+        for p, (name, kind, shape, dtype, *where) in zip(fn.params, want["params"]):
+            t = p.type
+            assert type(t).__name__ == {"R.Tensor": "TensorType", "R.DTensor": "DTensorType"}[kind], (fname, name)
+            assert t.dtype == dtype and len(t.shape) == len(shape), (fname, name, t)
+            assert all(_same_dim(w, d) for w, d in zip(shape, t.shape)), (fname, name, shape, t.shape)
+            if kind == "R.DTensor":
+                mesh, placement = where
+                assert _same_value(mesh, t.mesh, meshes), (fname, name, t.mesh)
+                assert _same_value(placement, t.placement, meshes), (fname, name, t.placement)
+        calls = [b for block in fn.blocks for b in block.bindings if isinstance(b.value, Call)]
+        assert [(b.var.name, b.value.op.name) for b in calls] == [w[:2] for w in want["bindings"]], fname
+        for b, (name, op, args, keywords) in zip(calls, want["bindings"]):
+            got_args = [a.name if isinstance(a, Var) else None for a in b.value.args]
+            assert [g for g, w in zip(got_args, args) if w is not None] == [w for w in args if w is not None], (
+                fname, name, got_args)
+            attrs = dict(b.value.attrs)
+            for key, value in keywords.items():
+                assert key in attrs, (fname, name, key)
+                if value is not _NOT_LITERAL:
+                    assert _same_value(value, attrs[key], meshes), (fname, name, key, attrs[key])
+            for key in attrs.keys() - keywords.keys():  # filled in: the declared default
+                assert _attr_value(attrs[key]) == _attr_value(b.value.op.param(key).default), (fname, name, key)
 
 
 _SETTINGS = settings(

@@ -60,7 +60,7 @@ def test_parse_of_proc_self_environ_does_not_disclose_the_environment():
 def test_parse_of_a_valid_module_file_name_does_not_parse_the_file(tmp_path):
     p = tmp_path / "m.py"
     p.write_text(MODULE)
-    with pytest.raises(ParseError):
+    with pytest.raises(ParseError, match=r"distir\.parse reads its argument as IR text, never as a file name"):
         distir.parse(str(p))
     assert distir.parse_file(str(p))["main"] is not None
 

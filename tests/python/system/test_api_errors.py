@@ -54,5 +54,5 @@ def test_api_mistakes_raise_distir_errors(case):
 
 
 def test_an_unknown_function_is_still_a_key_error_for_dict_style_code():
-    with pytest.raises(KeyError):
+    with pytest.raises(KeyError, match=r"the module has no function 'nope' \(it has: main\)"):
         MOD["nope"]

@@ -428,7 +428,7 @@ def test_a_wrong_rank_or_a_reshape_through_an_exchange_is_refused():
 
     with pytest.raises(PlacementError, match="keeps the shape"):
         check_exchange(Placement.parse("B[2, 2]"), Placement.parse("S[0]"), (4, 4), (16,))
-    with pytest.raises(DistirError):
+    with pytest.raises(DistirError, match=r'placement "B\[2, 2\]" gives 2 shard sizes but the tensor has rank 3'):
         Placement.parse("B[2, 2]").validate(1, 3)
 
 

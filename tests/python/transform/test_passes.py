@@ -227,7 +227,7 @@ def test_required_passes_must_run_earlier_in_the_sequence():
     Sequential([Record(log, "a"), Sequential([needs_a])])(small_module())
     assert log == ["a", "needs-a"]
     log.clear()
-    with PassContext(disabled_passes=["a"]), pytest.raises(PassError):
+    with PassContext(disabled_passes=["a"]), pytest.raises(PassError, match="pass 'needs-a' requires 'a' to run"):
         Sequential([Record(log, "a"), needs_a])(small_module())
 
 
@@ -328,5 +328,5 @@ def test_pass_base_class_requires_transform():
     class Empty(Pass):
         name: ClassVar[str] = "empty"
 
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(NotImplementedError, match="Empty does not implement transform_module"):
         Empty()(small_module())
