@@ -76,10 +76,14 @@ def param_layout(p: Mapping) -> Any:
     return DTensorType(shape, p["dtype"], mesh_from_json(p["mesh"]), Placement.parse(p["placement"]))
 
 
-def _q(text: Any) -> str:
-    """A name from the manifest, quoted on one line (control characters escaped)."""
-    s = str(text)
-    return f"'{s}'" if s.isprintable() and len(s) <= 200 else repr(s[:200])
+def _q(value: Any) -> str:
+    """A value from the manifest on one line: a string quoted (control characters escaped), else its JSON."""
+    if not isinstance(value, str):
+        try:
+            return json.dumps(value)[:80]
+        except (TypeError, ValueError):
+            return type(value).__name__
+    return f"'{value}'" if value.isprintable() and len(value) <= 200 else repr(value[:200])
 
 
 @dataclass(frozen=True)
@@ -148,7 +152,7 @@ def _read_json(directory: Path, where: str) -> Any:
         raise WeightsError(f"{where}: {CACHE_JSON} is {st.st_size} bytes, more than a set's manifest ({MAX_JSON_BYTES})")
     fd, st = open_regular(path.resolve(), f"{where}: {CACHE_JSON}")
     with os.fdopen(fd, "rb") as f:
-        raw = f.read(MAX_JSON_BYTES + 1)
+        raw = f.read(min(st.st_size, MAX_JSON_BYTES) + 1)  # read(n) allocates n: the size it has, not the cap
     try:
         return json.loads(raw.decode("utf-8"), object_pairs_hook=_reject_repeats, parse_constant=_no_constant)
     except (ValueError, RecursionError) as err:
@@ -167,13 +171,13 @@ def _check_meta(meta: Any, where: str) -> None:
             raise WeightsError(f"{where}: metadata has no '{key}'")
         v = meta[key]
         if not isinstance(v, kind) or isinstance(v, bool) or (kind is int and v < (0 if key == "num_input" else 1)):
-            raise WeightsError(f"{where}: metadata '{key}' is {_q(json.dumps(v)[:60])}, not a{' positive' if kind is int else ''} "
+            raise WeightsError(f"{where}: metadata '{key}' is {_q(v)}, not a{' positive' if kind is int else ''} "
                                f"{'integer' if kind is int else kind.__name__}")
     sizes, symbol = meta["sizes"], meta["symbol"]
     if any(not _int(v, 1) for v in sizes.values()):
-        raise WeightsError(f"{where}: metadata 'sizes' must bind each name to a positive integer, got {_q(json.dumps(sizes)[:80])}")
+        raise WeightsError(f"{where}: metadata 'sizes' must bind each name to a positive integer, got {_q(sizes)}")
     if sizes not in ({symbol: meta["count"]}, {}):
-        raise WeightsError(f"{where}: metadata 'sizes' {_q(json.dumps(sizes)[:80])} do not say {symbol}={meta['count']} "
+        raise WeightsError(f"{where}: metadata 'sizes' {_q(sizes)} do not say {symbol}={meta['count']} "
                            f"(the set's count) or nothing (static meshes)")
     free = set()
     try:
@@ -199,9 +203,9 @@ def _check_meta(meta: Any, where: str) -> None:
             else:
                 top = max(top, max(ids) + 1)
         except DistirError as err:
-            raise WeightsError(f"{where}: metadata mesh {_q(json.dumps(mesh_json(m)))}: {err}") from None
+            raise WeightsError(f"{where}: metadata mesh {_q(mesh_json(m))}: {err}") from None
     if max(top, 1) != meta["workers"]:
-        raise WeightsError(f"{where}: metadata says {meta['workers']} workers; its meshes at {_q(json.dumps(sizes))} "
+        raise WeightsError(f"{where}: metadata says {meta['workers']} workers; its meshes at {_q(sizes)} "
                            f"have {max(top, 1)}")
     for i, p in enumerate(meta["params"]):
         _check_param(i, p, meta, where)
@@ -236,7 +240,7 @@ def _check_param(i: int, p: Any, meta: dict, where: str) -> None:
         raise WeightsError(f"{what}: {str(err).splitlines()[0] if str(err) else type(err).__name__}") from None
     if glob != p["global_shape"]:
         raise WeightsError(f"{what}: global shape {tuple(p['global_shape'])} is not its formula "
-                           f"{tuple(p['global_shape_formula'])} at {_q(json.dumps(sizes))} ({tuple(glob)})")
+                           f"{tuple(p['global_shape_formula'])} at {_q(sizes)} ({tuple(glob)})")
     if local != p["local_shape"]:
         raise WeightsError(f"{what}: local shape {tuple(p['local_shape'])} is not the piece of {tuple(glob)} "
                            f"laid out {p['placement']} ({tuple(local)})")
