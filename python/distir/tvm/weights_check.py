@@ -162,7 +162,8 @@ def _read_json(directory: Path, where: str) -> Any:
 def _check_meta(meta: Any, where: str) -> None:
     """The metadata's own fields, their types and how they agree with each other (nothing allocated)."""
     bad = f"{where}: {CACHE_JSON} is not a distir set of version {VERSION}"
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("version") != VERSION:
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT or not _int(meta.get("version")) \
+            or meta["version"] != VERSION:
         raise WeightsError(f"{bad} (no metadata.distir)")
     fields = {"function": str, "symbol": str, "num_input": int, "count": int, "workers": int, "sizes": dict,
               "meshes": list, "params": list}

@@ -17,9 +17,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tvm
 
 import distir
 from distir.driver import Driver
+from distir.runtime.spmd import shard_input
 from distir.transform.weights import WeightsError
 from distir.tvm import reshard_weights, shard_weights
 from distir.tvm.weights import assemble_weights, read_set
@@ -339,3 +341,110 @@ def test_a_run_refuses_a_damaged_set_before_any_worker_reads_it(damaged, mlp, tm
 
     with pytest.raises(WeightsError, match=r"dataPath goes up"):
         run_disco(driver.build(3), driver.local, x, num_workers=3, weights=str(d))
+
+
+# ---------------------------------------------------------------- 2-D meshes, meshes not starting at device 0
+
+TWO_D = """
+@I.ir_module
+class Module:
+    I.module_global_infos({"mesh": [R.device_mesh((2, "num_workers"), I.Range(START, "2 * num_workers + START"))]})
+
+    @R.function
+    def main(x: R.Tensor((4, 8), dtype="float32"), w1: R.Tensor((8, 12), dtype="float32"),
+             w2: R.Tensor((12, 8), dtype="float32")) -> R.Tensor((4, 8), dtype="float32"):
+        with R.dataflow():
+            w1_s: R.Tensor((8, 12), dtype="float32") = R.dist.annotate_sharding(w1, device_mesh="mesh[0]", placement="S[0], S[1]")
+            w2_s: R.Tensor((12, 8), dtype="float32") = R.dist.annotate_sharding(w2, device_mesh="mesh[0]", placement="S[1/2], S[0]")
+            h: R.Tensor((4, 12), dtype="float32") = R.matmul(x, w1_s, out_dtype=None)
+            y: R.Tensor((4, 8), dtype="float32") = R.matmul(h, w2_s, out_dtype=None)
+            y_r: R.Tensor((4, 8), dtype="float32") = R.dist.annotate_sharding(y, device_mesh="mesh[0]", placement="R, R")
+            R.output(y_r)
+        return y_r
+"""
+ON_4_TO_7 = """
+@I.ir_module
+class Module:
+    I.module_global_infos({"mesh": [R.device_mesh((2, 2), I.Range(4, 8))]})
+
+    @R.function
+    def main(x: R.Tensor((4, 8), dtype="float32"), w1: R.Tensor((8, 9), dtype="float32"),
+             w2: R.Tensor((9, 8), dtype="float32")) -> R.Tensor((4, 8), dtype="float32"):
+        with R.dataflow():
+            w1_s: R.Tensor((8, 9), dtype="float32") = R.dist.annotate_sharding(w1, device_mesh="mesh[0]", placement="S[1], R")
+            w2_s: R.Tensor((9, 8), dtype="float32") = R.dist.annotate_sharding(w2, device_mesh="mesh[0]", placement="B[3, 4]")
+            h: R.Tensor((4, 9), dtype="float32") = R.matmul(x, w1_s, out_dtype=None)
+            y: R.Tensor((4, 8), dtype="float32") = R.matmul(h, w2_s, out_dtype=None)
+            y_r: R.Tensor((4, 8), dtype="float32") = R.dist.annotate_sharding(y, device_mesh="mesh[0]", placement="R, R")
+            R.output(y_r)
+        return y_r
+"""
+
+
+def pad(a: np.ndarray, shape) -> np.ndarray:
+    out = np.zeros(shape, dtype=a.dtype)
+    out[tuple(slice(0, n) for n in a.shape)] = a
+    return out
+
+
+def two_d_pieces(w1, w2, n: int, start: int = 0) -> dict[int, list[np.ndarray]]:
+    """Device start+nr+c (row-major on the 2 x n mesh) holds w1's rows of block r and columns of block c,
+    and w2's rows of block c and, of each of its 2 column parts, the block r (written out by hand);
+    devices below ``start`` are outside the mesh and hold zeros."""
+    out = {w: [np.zeros((4, 12 // n), "float32"), np.zeros((12 // n, 4), "float32")] for w in range(start)}
+    for r in range(2):
+        for c in range(n):
+            b1, b2 = 12 // n, 12 // n
+            cols = [2 * r, 2 * r + 1, 4 + 2 * r, 4 + 2 * r + 1]
+            out[start + r * n + c] = [w1[4 * r:4 * r + 4, b1 * c:b1 * c + b1], w2[b2 * c:b2 * c + b2][:, cols]]
+    return out
+
+
+def four_to_seven_pieces(w1, w2) -> dict[int, list[np.ndarray]]:
+    """Devices 0..3 are outside the mesh (zeros); device 4+2r+c holds w1's columns of block r (5 and
+    4 + 1 padding) and the chunks c0 = p, c1 = p + 4 of w2's 3 x 2 grid of 3 x 4 chunks (p = 2r + c)."""
+    out = {w: [np.zeros((8, 5), "float32"), np.zeros((2, 3, 4), "float32")] for w in range(4)}
+    chunks = [w2[3 * (j // 2):3 * (j // 2) + 3, 4 * (j % 2):4 * (j % 2) + 4] for j in range(6)]
+    for p in range(4):
+        r = p // 2
+        mine = [chunks[j] for j in (p, p + 4) if j < 6]
+        storage = np.zeros((2, 3, 4), "float32")
+        storage[:len(mine)] = mine
+        out[4 + p] = [pad(w1[:, 5 * r:5 * r + 5], (8, 5)), storage]
+    return out
+
+
+@pytest.mark.parametrize("text, count, expected", [
+    (TWO_D.replace("START", "0"), 3, lambda w1, w2: two_d_pieces(w1, w2, 3)),
+    (TWO_D.replace("START", "0"), 2, lambda w1, w2: two_d_pieces(w1, w2, 2)),
+    (TWO_D.replace("START", "num_workers"), 3, lambda w1, w2: two_d_pieces(w1, w2, 3, start=3)),
+    (ON_4_TO_7, 4, four_to_seven_pieces),
+], ids=["2xW-at-3", "2xW-resharded-to-2", "2xW-from-device-W", "2x2-on-4..7"])
+def test_pieces_on_2d_meshes_and_on_devices_4_to_7_are_each_worker_s_own(tmp_path, text, count, expected):
+    rng = np.random.default_rng(5)
+    driver = Driver(distir.parse(text))
+    f = driver.local["main"]
+    x = rng.standard_normal((4, 8)).astype("float32")
+    weights = [rng.standard_normal(p.type.shape).astype("float32") for p in driver.mod["main"].params[1:]]
+    if count == 2:  # written for 3, re-cut for 2
+        path = reshard_weights(shard_weights(driver.local, weights, 3, tmp_path / "w3", num_input=1), 2, tmp_path / "w")
+    else:
+        path = shard_weights(driver.local, weights, count, tmp_path / "w", num_input=1)
+    want = expected(*weights)
+    assert read_set(path).workers == len(want)
+    values = {"num_workers": count}
+    for w, pieces in want.items():
+        # TVM's own reader of one worker's folder: the pieces written out by hand, and the simulator's
+        got, _ = tvm.contrib.tvmjs.load_tensor_cache(str(path / f"worker_{w}"), tvm.cpu())
+        for i, (piece, t) in enumerate(zip(pieces, f.attrs["distir.global_params"][1:])):
+            held = got[f"param_{i}_shard-{w + 1}-of-{len(want)}"].numpy()
+            np.testing.assert_array_equal(held, piece, err_msg=f"weight {i} on worker {w}")
+            sim = shard_input(t, weights[i], values, rng).get(w)
+            if sim is not None:
+                np.testing.assert_array_equal(held, sim)
+    put_back = assemble_weights(path)
+    np.testing.assert_array_equal(put_back["w1"], weights[0])
+    np.testing.assert_array_equal(put_back["w2"], weights[1])
+    r = driver.run([x], count, weights=str(path), backend="tvm")
+    assert r.ok and r.disco["num_workers"] == len(want), r.comparison.mismatch
+    np.testing.assert_allclose(r.outputs, x @ weights[0] @ weights[1], rtol=1e-5, atol=1e-5)
