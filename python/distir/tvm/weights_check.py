@@ -172,8 +172,9 @@ def _check_meta(meta: Any, where: str) -> None:
             raise WeightsError(f"{where}: metadata has no '{key}'")
         v = meta[key]
         if not isinstance(v, kind) or isinstance(v, bool) or (kind is int and v < (0 if key == "num_input" else 1)):
-            raise WeightsError(f"{where}: metadata '{key}' is {_q(v)}, not a{' positive' if kind is int else ''} "
-                               f"{'integer' if kind is int else kind.__name__}")
+            kind_name = ("a non-negative integer" if key == "num_input" else "a positive integer") if kind is int \
+                else f"a {kind.__name__}"
+            raise WeightsError(f"{where}: metadata '{key}' is {_q(v)}, not {kind_name}")
     sizes, symbol = meta["sizes"], meta["symbol"]
     if any(not _int(v, 1) for v in sizes.values()):
         raise WeightsError(f"{where}: metadata 'sizes' must bind each name to a positive integer, got {_q(sizes)}")
@@ -196,15 +197,14 @@ def _check_meta(meta: Any, where: str) -> None:
         ids = m.device_ids
         try:
             count = math.prod(sym.evaluate(d, sizes) for d in m.shape)
-            if isinstance(ids, Range):
-                start, stop = sym.evaluate(ids.start, sizes), sym.evaluate(ids.stop, sizes)
-                if stop - start != count or start < 0:
-                    raise WeightsError(f"{where}: metadata mesh {m.shape_str()} has {count} devices, ids {start}..{stop - 1}")
-                top = max(top, stop)
-            else:
-                top = max(top, max(ids) + 1)
+            start, stop = (sym.evaluate(ids.start, sizes), sym.evaluate(ids.stop, sizes)) if isinstance(ids, Range) \
+                else (min(ids), max(ids) + 1)
         except DistirError as err:
             raise WeightsError(f"{where}: metadata mesh {_q(mesh_json(m))}: {err}") from None
+        if isinstance(ids, Range) and (stop - start != count or start < 0):
+            raise WeightsError(f"{where}: metadata mesh {m.shape_str()} has {count} devices at {_q(sizes)}, "
+                               f"ids {start}..{stop - 1}")
+        top = max(top, stop)
     if max(top, 1) != meta["workers"]:
         raise WeightsError(f"{where}: metadata says {meta['workers']} workers; its meshes at {_q(sizes)} "
                            f"have {max(top, 1)}")
@@ -273,7 +273,7 @@ def _data_file(root: Path, data_path: Any, where: str) -> tuple[Path, os.stat_re
 
 
 def _md5(path: Path, size: int, where: str) -> str:
-    fd, st = open_regular(path, where)
+    fd, _ = open_regular(path, where)
     h = hashlib.md5()
     with os.fdopen(fd, "rb") as f:
         left = size + 1  # one byte more: a file grown since its check shows as a wrong size

@@ -263,6 +263,26 @@ def test_metadata_without_a_field_is_refused(damaged, tmp_path, drop, match):
     refused_everywhere(d, match, tmp_path)
 
 
+@pytest.mark.parametrize("change, match", [
+    (lambda m: m["params"][0].update(placement="S[5]"), r"weight 0 'w1': placement \"S\[5\]\": mesh axis 0 shards dim 5"),
+    (lambda m: m["params"][0].update(dtype="float128"), r"weight 0 'w1': unknown dtype 'float128'"),
+    (lambda m: m["params"][0].update(mesh={"shape": ["3"], "list": [0, 1, 2]}), r"its mesh is not one of the set's"),
+    (lambda m: m["params"][1].update(index=0), r"weight 1 'w2': metadata index 0 is not its position 1"),
+    (lambda m: m["params"][0].update(global_shape_formula=["8", "1/0"]), r"weight 0 'w1': "),
+    (lambda m: m.update(num_input=-1), r"metadata 'num_input' is -1, not a non-negative integer"),
+    (lambda m: m.update(workers=True), r"metadata 'workers' is true, not a positive integer"),
+    (lambda m: m["meshes"][0].update(range=["0", "num_workers + 1"]), r"metadata 'meshes': mesh of shape \(num_workers,\) has num_workers devices but its device range "
+                                                                     r"holds num_workers \+ 1"),
+    (lambda m: m["meshes"][0].update(shape=["n"], range=["0", "n"]), r"metadata 'meshes' use n, which 'sizes' do not bind"),
+    (lambda m: m.update(version=True), r"is not a distir set of version 1"),
+])
+def test_metadata_that_disagrees_with_itself_is_refused(damaged, tmp_path, change, match):
+    d, manifest, save = damaged
+    change(manifest["metadata"]["distir"])
+    save()
+    refused_everywhere(d, match, tmp_path)
+
+
 @pytest.mark.parametrize("text, match", [
     ('{"metadata": {"distir": 1}, "records": []', r"tensor-cache\.json is not valid JSON"),
     ("[1, 2]", r"is not a distir set of version 1 \(no metadata\.distir\)"),
