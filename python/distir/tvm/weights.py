@@ -65,6 +65,7 @@ from .weights_check import (
 __all__ = [
     "CACHE_JSON",
     "ShardedSet",
+    "assemble",
     "assemble_weights",
     "check_set",
     "read_set",
