@@ -261,6 +261,7 @@ def run_disco(
     session: str = "threads",
     target: Any = "llvm",
     weights: Any = None,
+    verify_weights: bool = True,
 ):
     """Run a TVM build on Disco from and to global arrays, as the simulator takes them.
 
@@ -272,7 +273,8 @@ def run_disco(
     them. ``num_workers`` is the value of ``symbol``; ``session`` ``"threads"`` or
     ``"processes"``. ``weights``: a pre-sharded set (a directory written by
     ``distir.tvm.shard_weights``) that every worker loads its pieces of for the parameters after
-    the inputs; ``global_arrays`` are then the inputs only. Pass a dict as ``stats`` to get
+    the inputs; ``global_arrays`` are then the inputs only. The set is checked before any worker
+    starts (:mod:`distir.tvm.weights_check`); ``verify_weights=False`` skips only its checksums. Pass a dict as ``stats`` to get
     Disco's session, the distributed program's collectives and bytes (``calls``, ``bytes_sent``:
     distir's steps, as the simulator and the analysis count them) and what Disco's collectives
     moved (``transport``). Errors are DiscoRunError, raised before any worker starts where they can be.
@@ -298,7 +300,7 @@ def run_disco(
     if weights is not None:
         from .tvm.weights import read_set
 
-        wset = read_set(weights)
+        wset = read_set(weights, verify=verify_weights)  # checked before TVM is handed a path of it
     first = wset.num_input if wset is not None else len(gparams)
     params = SimpleNamespace(name=f.name, params=f.params[:first])
     check_dtypes(gparams[:first], arrays, [p.name for p in params.params])
@@ -537,9 +539,10 @@ class Driver:
 
         return weight_arguments(self.mod[self.func], inputs, weights)
 
-    def _set_weights(self, directory) -> list:
-        """The global weights of a pre-sharded set, in order (cached while the set's files are unchanged)."""
-        from .tvm.weights import CACHE_JSON, assemble_weights, check_set, read_set
+    def _set_weights(self, directory, verify: bool = True) -> list:
+        """The global weights of a pre-sharded set, in order (cached while its manifest is unchanged; a
+        data file changed since is caught by the checksums when a run reads the set again)."""
+        from .tvm.weights import CACHE_JSON, assemble, check_set, read_set
 
         key = os.path.abspath(os.fspath(directory))
         try:
@@ -548,8 +551,9 @@ class Driver:
             stamp = None
         hit = self._weight_sets.get(key)
         if hit is None or hit[0] != stamp:
-            check_set(read_set(directory), self.local, self.func)
-            hit = self._weight_sets[key] = (stamp, list(assemble_weights(directory).values()))
+            s = read_set(directory, verify=verify)
+            check_set(s, self.local, self.func)
+            hit = self._weight_sets[key] = (stamp, list(assemble(s).values()))
         return hit[1]
 
     def reference(self, inputs: Sequence[Any], weights: Sequence[Any] | Mapping[str, Any] | None = None) -> Any:
@@ -573,6 +577,7 @@ class Driver:
         weights: Sequence[Any] | Mapping[str, Any] | str | os.PathLike | None = None,
         target: Any = None,
         session: str | None = None,
+        verify_weights: bool = True,
     ) -> CountResult:
         """Specialize to ``count``, run on ``backend``, compare with :meth:`reference`.
 
@@ -581,7 +586,10 @@ class Driver:
         function's inputs only (see :meth:`arguments`); each worker is given its block of each.
         ``weights`` may also be a directory written by ``distir.tvm.shard_weights`` (backend
         "tvm"): each Disco worker loads its own pieces with TVM's ShardLoader, and the
-        single-device run compared with takes the set's pieces put back together.
+        single-device run compared with takes the set's pieces put back together. The set is
+        checked first (paths, sizes, shapes, dtypes, checksums: docs/tvm.md, "Trusting a set");
+        ``verify_weights=False`` skips only the checksums, and then a damaged data file is not
+        noticed: the comparison is with the same damaged pieces.
         ``target`` (default: the driver's, "llvm") and ``session`` ("threads" or "processes";
         default: the driver's) choose the TVM backend's build and Disco session.
         """
@@ -595,8 +603,11 @@ class Driver:
             from .tvm.weights import check_set, read_set, session_workers
 
             local = self._specialize(self.values(count))[0]
-            check_set(read_set(weight_set), self.local, self.func, self.values(count), session_workers(local.meshes(), {}))
-        inputs = self.arguments(inputs, weights)
+            check_set(read_set(weight_set, verify=False), self.local, self.func, self.values(count),
+                      session_workers(local.meshes(), {}))  # the checksums: below, before anything reads the files
+            inputs = list(inputs) + self._set_weights(weight_set, verify_weights)
+        else:
+            inputs = self.arguments(inputs, weights)
         expected = self.reference(inputs)
         values = self.values(count)
         local, seconds = self._specialize(values)  # also checks that every sharded size divides, for either backend
@@ -609,7 +620,8 @@ class Driver:
         else:
             n = values.get(self.symbol, 0) if isinstance(count, Mapping) else int(count)
             run_inputs = given if weight_set is not None else inputs
-            result.outputs = self._run_disco(run_inputs, values, n, seed, result, target, session, weight_set)
+            result.outputs = self._run_disco(run_inputs, values, n, seed, result, target, session, weight_set,
+                                             verify_weights)
         result.comparison = compare(result.outputs, expected, rtol, atol, absolute_atol=absolute_atol)
         return result
 
@@ -645,7 +657,7 @@ class Driver:
         return built[0]
 
     def _run_disco(self, inputs, values: dict[str, int], n: int, seed: int, result: CountResult, target, session,
-                   weight_set):
+                   weight_set, verify_weights: bool = True):
         """Export the module specialized to this count, build it (both cached), run it on Disco."""
         target = self.target if target is None else target
         session = self.session if session is None else session
@@ -657,7 +669,8 @@ class Driver:
         result.disco = {}
         t0 = time.perf_counter()
         out = run_disco(built, self.local, *inputs, num_workers=n, func=self.func, symbol=self.symbol,
-                        seed=seed, stats=result.disco, session=session, target=target, weights=weight_set)
+                        seed=seed, stats=result.disco, session=session, target=target, weights=weight_set,
+                        verify_weights=verify_weights)
         result.timings["run"] = time.perf_counter() - t0
         return out
 

@@ -296,6 +296,26 @@ def cut_block(full: np.ndarray, placement: Placement, coords: Sequence[int], siz
     return out
 
 
+def place_block(out: np.ndarray, piece: np.ndarray, placement: Placement, coords: Sequence[int],
+                sizes: Sequence[int]) -> None:
+    """Write the real elements of the piece held at mesh ``coords`` into the global array ``out``:
+    the inverse of :func:`cut_block` (padding is dropped; a strided piece lands in its ``k`` parts,
+    a block layout's chunks where they lie)."""
+    if placement.is_block:
+        position = int(np.ravel_multi_index(tuple(coords), tuple(sizes))) if sizes else 0
+        place_chunks(out, piece, placement.block, int(np.prod(sizes, dtype=object)), position)
+        return
+    if placement.is_strided:
+        if not out.flags.c_contiguous:  # reshape would copy, and the writes below would be lost
+            raise ValueError("place_block writes a strided piece into a C-contiguous array only")
+        wide, plain = expand_strided(out.shape, placement)
+        view = out.reshape(tuple(int(d) for d in wide))  # a view: writing it writes ``out``
+        place_block(view, piece.reshape(block_slices(view.shape, plain, coords, sizes)[2]), plain, coords, sizes)
+        return
+    glob, loc, _ = block_slices(out.shape, placement, coords, sizes)
+    out[glob] = piece[loc]
+
+
 _LOCAL_TYPES: dict[DTensorType, TensorType] = {}
 
 

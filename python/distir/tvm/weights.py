@@ -42,17 +42,30 @@ from ..ir.layout import (
     cut_block,
     local_shape,
     mesh_coords,
-    place_chunks,
+    place_block,
 )
-from ..ir.mesh import DeviceMesh, Range
-from ..ir.placement import Placement, PlacementError
-from ..ir.types import DTensorType, TensorType, np_dtype
+from ..ir.mesh import DeviceMesh
+from ..ir.placement import PlacementError
+from ..ir.types import DTensorType, np_dtype
 from ..transform.lower_to_local import GLOBAL_PARAMS
 from ..transform.weights import NUM_INPUT, WeightsError, param_names, weight_arguments
+from .weights_check import (
+    CACHE_JSON,
+    FORMAT,
+    VERSION,
+    Record,
+    load_manifest,
+    mesh_from_json,
+    mesh_json,
+    open_regular,
+    param_layout,
+    record_name,
+)
 
 __all__ = [
     "CACHE_JSON",
     "ShardedSet",
+    "assemble",
     "assemble_weights",
     "check_set",
     "read_set",
@@ -61,29 +74,7 @@ __all__ = [
     "shard_weights",
 ]
 
-CACHE_JSON = "tensor-cache.json"
-FORMAT = "distir.sharded-weights"
-VERSION = 1
-
-
-def record_name(index: int, worker: int, workers: int) -> str:
-    """The name ``ShardLoaderLoadAllPresharded`` reads for weight ``index`` on ``worker`` of ``workers``."""
-    return f"param_{index}_shard-{worker + 1}-of-{workers}"
-
-
 # ---------------------------------------------------------------- layouts, written and read back
-
-
-def _mesh_json(mesh: DeviceMesh) -> dict:
-    ids = mesh.device_ids
-    device_ids = {"range": [sym.to_str(ids.start), sym.to_str(ids.stop)]} if isinstance(ids, Range) else {"list": list(ids)}
-    return {"shape": [sym.to_str(d) for d in mesh.shape], **device_ids}
-
-
-def _mesh_from_json(data: dict) -> DeviceMesh:
-    shape = tuple(sym.parse(d) for d in data["shape"])
-    ids = Range(*(sym.parse(d) for d in data["range"])) if "range" in data else tuple(int(i) for i in data["list"])
-    return DeviceMesh(shape, ids)
 
 
 def session_workers(meshes: Sequence[DeviceMesh], values: Mapping[str, int]) -> int:
@@ -129,13 +120,8 @@ def _place(t: Any, global_shape, pieces: Sequence[np.ndarray], values: Mapping[s
     out = np.zeros(tuple(global_shape), dtype=pieces[0].dtype)
     sizes = concrete_mesh_shape(t.mesh, values)
     placement = concrete_placement(t.placement, values)
-    devices = t.mesh.device_list(dict(values))
-    for pos, dev in enumerate(devices):
-        if placement.is_block:
-            place_chunks(out, pieces[dev], placement.block, len(devices), pos)
-        else:
-            glob, loc, _ = block_slices(out.shape, placement, mesh_coords(pos, sizes), sizes)
-            out[glob] = pieces[dev][loc]
+    for pos, dev in enumerate(t.mesh.device_list(dict(values))):
+        place_block(out, pieces[dev], placement, mesh_coords(pos, sizes), sizes)
     return out
 
 
@@ -144,12 +130,13 @@ def _place(t: Any, global_shape, pieces: Sequence[np.ndarray], values: Mapping[s
 
 @dataclass(frozen=True)
 class ShardedSet:
-    """A set read from disk: its directory, ``tensor-cache.json``'s text, and distir's metadata."""
+    """A set read from disk and checked (:mod:`distir.tvm.weights_check`): its directory, the checked
+    manifest's text (what TVM's ShardLoader is handed), distir's metadata and every piece's record."""
 
     directory: Path
     text: str
     meta: dict
-    records: dict  # record name -> (data file, byte offset, byte count, shape, dtype)
+    records: dict[str, Record]
 
     @property
     def json_path(self) -> Path:
@@ -168,47 +155,39 @@ class ShardedSet:
         return [p["name"] for p in self.meta["params"]]
 
     def piece(self, index: int, worker: int) -> np.ndarray:
-        """Weight ``index``'s piece on ``worker``, read from its file alone."""
-        path, offset, nbytes, shape, dtype = self.records[record_name(index, worker, self.workers)]
-        dt = np.dtype(np_dtype(dtype))
-        data = np.fromfile(self.directory / path, dtype=np.uint8, count=nbytes, offset=offset)
-        return data.view(dt).reshape(shape)
+        """Weight ``index``'s piece on ``worker``, read from its file alone (checked when the set was read)."""
+        if not (_index_ok(index, len(self.meta["params"])) and _index_ok(worker, self.workers)):
+            raise WeightsError(f"pre-sharded weights '{self.directory}' hold weights 0..{len(self.meta['params']) - 1} "
+                               f"on workers 0..{self.workers - 1}, not weight {index!r} on worker {worker!r}")
+        name = record_name(int(index), int(worker), self.workers)
+        r = self.records[name]
+        where = f"pre-sharded weights '{self.directory}': record '{name}' in '{r.data_path}'"
+        fd, _ = open_regular(r.file, where)
+        try:
+            data = os.pread(fd, r.nbytes, r.offset)
+        finally:
+            os.close(fd)
+        if len(data) != r.nbytes:
+            raise WeightsError(f"{where}: the file is shorter than when the set was read ({len(data)} of {r.nbytes} bytes)")
+        return np.frombuffer(data, dtype=np_dtype(r.dtype)).reshape(r.shape).copy()
 
     def layout(self, index: int) -> Any:
         """Weight ``index``'s type in the module's global view (a DTensorType, or a TensorType)."""
-        p = self.meta["params"][index]
-        shape = tuple(sym.parse(d) for d in p["global_shape_formula"])
-        if p["mesh"] is None:
-            return TensorType(shape, p["dtype"])
-        return DTensorType(shape, p["dtype"], _mesh_from_json(p["mesh"]), Placement.parse(p["placement"]))
+        return param_layout(self.meta["params"][index])
 
 
-def read_set(directory: str | os.PathLike) -> ShardedSet:
-    """Read a set's ``tensor-cache.json``; a directory that is not a distir set is one line."""
+def _index_ok(i: Any, n: int) -> bool:
+    return isinstance(i, (int, np.integer)) and not isinstance(i, bool) and 0 <= i < n
+
+
+def read_set(directory: str | os.PathLike, *, verify: bool = True) -> ShardedSet:
+    """Read a set and check it (:mod:`distir.tvm.weights_check`: paths, sizes, shapes, dtypes, and with
+    ``verify`` every data file's checksum); anything wrong is one WeightsError line."""
     d = Path(directory)
     where = f"pre-sharded weights '{d}'"
-    try:
-        text = (d / CACHE_JSON).read_text()
-    except FileNotFoundError:
-        raise WeightsError(f"{where}: no {CACHE_JSON} (write a set with distir.tvm.shard_weights)") from None
-    except OSError as err:
-        raise WeightsError(f"{where}: cannot read {CACHE_JSON}: {err.strerror or err}") from None
-    try:
-        data = json.loads(text)
-        meta = data["metadata"]["distir"]
-        if meta.get("format") != FORMAT or int(meta.get("version", -1)) != VERSION:
-            raise KeyError("format")
-        records = {}
-        for f in data["records"]:
-            for r in f["records"]:
-                records[r["name"]] = (f["dataPath"], int(r["byteOffset"]), int(r["nbytes"]), tuple(r["shape"]), r["dtype"])
-    except (ValueError, KeyError, TypeError):
-        raise WeightsError(f"{where}: {CACHE_JSON} is not a distir set of version {VERSION} (no metadata.distir)") from None
-    want = len(meta["params"]) * int(meta["workers"])
-    if len(records) != want:
-        raise WeightsError(f"{where}: {CACHE_JSON} lists {len(records)} records, not {want} (the set is incomplete)")
+    m = load_manifest(d, where, verify)
     # absolute: Disco's worker processes may have been started in another working directory
-    return ShardedSet(d.absolute(), text, meta, records)
+    return ShardedSet(d.absolute(), m.text, m.meta, m.records)
 
 
 def _weights_function(mod: IRModule, func: str | None) -> Function:
@@ -270,7 +249,7 @@ def _param_meta(index: int, name: str, t: Any, values: Mapping[str, int], worker
         "global_shape_formula": [sym.to_str(d) for d in t.shape],
         "local_shape": [sym.evaluate(d, values) for d in (local_shape(t.shape, t.mesh, t.placement)
                                                           if isinstance(t, DTensorType) else t.shape)],
-        "mesh": _mesh_json(t.mesh) if isinstance(t, DTensorType) else None,
+        "mesh": mesh_json(t.mesh) if isinstance(t, DTensorType) else None,
         "placement": str(t.placement) if isinstance(t, DTensorType) else None,
         "padding": _padding(t, values, workers),
     }
@@ -317,14 +296,18 @@ def shard_weights(
         params.append(_param_meta(i, name, t, values, workers))
     meta = {
         "format": FORMAT, "version": VERSION, "function": f.name, "num_input": n_in, "symbol": symbol, "count": count,
-        "sizes": values, "workers": workers, "meshes": [_mesh_json(m) for m in local_mod.meshes()], "params": params,
+        "sizes": values, "workers": workers, "meshes": [mesh_json(m) for m in local_mod.meshes()], "params": params,
     }  # fmt: skip
     return _write(Path(out_dir), meta, per_worker)
 
 
-def assemble_weights(directory: str | os.PathLike) -> dict[str, np.ndarray]:
+def assemble_weights(directory: str | os.PathLike, *, verify: bool = True) -> dict[str, np.ndarray]:
     """The global weights of a set, by name (read piece by piece; for checks against one device)."""
-    s = read_set(directory)
+    return assemble(read_set(directory, verify=verify))
+
+
+def assemble(s: ShardedSet) -> dict[str, np.ndarray]:
+    """The global weights of a set already read, by name."""
     values = dict(s.meta["sizes"])
     out = {}
     for i, p in enumerate(s.meta["params"]):
@@ -333,17 +316,18 @@ def assemble_weights(directory: str | os.PathLike) -> dict[str, np.ndarray]:
     return out
 
 
-def reshard_weights(src_dir: str | os.PathLike, num_workers: int, out_dir: str | os.PathLike) -> Path:
+def reshard_weights(src_dir: str | os.PathLike, num_workers: int, out_dir: str | os.PathLike, *,
+                    verify: bool = True) -> Path:
     """The set in ``src_dir`` (saved for one count) re-cut for ``num_workers``, written to ``out_dir``.
 
     Weight by weight: its pieces are read, placed in one global array, and cut for the new count
     by the same layout (the mesh and placement the set records, evaluated at the new count). A
-    set saved from a module whose meshes are static has one count only."""
-    s = read_set(src_dir)
+    set saved from a module whose meshes are static has one count only. ``verify``: as :func:`read_set`."""
+    s = read_set(src_dir, verify=verify)
     count = _check_count(num_workers)
     meta = dict(s.meta)
     symbol = meta["symbol"]
-    meshes = [_mesh_from_json(m) for m in meta["meshes"]]
+    meshes = [mesh_from_json(m) for m in meta["meshes"]]
     if count != meta["count"] and symbol not in set().union(*(sym.free_vars(d) for m in meshes for d in m.shape)):
         raise WeightsError(
             f"pre-sharded weights '{s.directory}' were saved for a module whose meshes are static ({meta['workers']} "
@@ -409,7 +393,7 @@ def check_set(s: ShardedSet, local_mod: IRModule, func: str, values: Mapping[str
         if p["dtype"] != t.dtype:
             raise WeightsError(f"{where}: {got} is {p['dtype']}, @{func} takes {t.dtype}")
         if _concrete_layout(t, dict(values)) != _concrete_layout(s.layout(i), dict(meta["sizes"])):
-            have = f"{p['placement']} on mesh {_mesh_from_json(p['mesh']).shape_str()}" if p["mesh"] else "plain"
+            have = f"{p['placement']} on mesh {mesh_from_json(p['mesh']).shape_str()}" if p["mesh"] else "plain"
             take = f"{t.placement} on mesh {t.mesh.shape_str()}" if isinstance(t, DTensorType) else "plain"
             raise WeightsError(f"{where}: {got} is laid out {have}, @{func} takes it {take}")
         want = [sym.evaluate(d, dict(values)) for d in (local_shape(t.shape, t.mesh, t.placement)

@@ -88,6 +88,29 @@ def test_gpt2_positions_and_the_tied_head_are_distributed(gpt2):
     assert str(f.attrs["distir.global_result"].placement) == "S[2]"  # logits cut by vocabulary (tied to wte)
 
 
+def test_gpt2_runs_from_a_presharded_set_of_its_own_plan(gpt2, tmp_path):
+    """c_attn is S[0/3] (q, k, v each cut by heads): the set holds each worker's block of each of the three
+    parts, Disco's workers load them, and the logits are TVM's own one-device build's."""
+    from distir.tvm import reshard_weights, shard_weights
+    from distir.tvm.weights import read_set
+
+    config, weights, ids, expected, driver = gpt2
+    three = shard_weights(driver.local, weights, 3, tmp_path / "w3")
+    s = read_set(three)
+    i = s.names.index("h.0.attn.c_attn.weight")
+    assert s.meta["params"][i]["placement"] == "S[0/3]"
+    w, d = weights["h.0.attn.c_attn.weight"], config.n_embd
+    block = -(-d // 3)  # each of q, k, v (n_embd rows) in blocks of ceil(n_embd / 3), the last padded
+    for worker in range(3):
+        rows = [np.pad(w[part * d + worker * block:part * d + min(d, (worker + 1) * block)],
+                       ((0, block - len(range(worker * block, min(d, (worker + 1) * block)))), (0, 0)))
+                for part in range(3)]
+        np.testing.assert_array_equal(s.piece(i, worker), np.concatenate(rows))
+    for count, path in ((3, three), (2, reshard_weights(three, 2, tmp_path / "w2"))):
+        r = driver.run([ids], count, weights=str(path), backend="tvm")
+        check(r, expected, ("presharded", count))
+
+
 # ---------------------------------------------------------------- grouped-query attention
 
 
