@@ -105,7 +105,8 @@ def verify(
             local = driver.specialize(count if symbolic else {})
         except DistirError as err:
             return verdict(NOT_CHECKED, done, reason=f"count {count}: the lowered module does not specialize: {err}")
-        replay = _replay(source, against, func, symbol, count if symbolic else None, seed, shown_dims)
+        replay = _replay(source, against, func, symbol, count if symbolic else None, seed, shown_dims,
+                         hand_written=local_mod is not None)
         sizes = {**values, **tensor_dims}
         try:
             got = flat_outputs(run_spmd(local, *inputs, func=func, seed=seed, rtol=replica[0], atol=replica[1]))
@@ -210,9 +211,15 @@ def _holders(f, out: int, index: tuple, values: Mapping[str, int]) -> str:
     return f"{what} worker{'s' if len(holders) > 1 else ''} {listed}: laid out \"{t.placement}\""
 
 
-def _replay(source, against, func, symbol, count, seed, dims) -> str:
+def _replay(source, against, func, symbol, count, seed, dims, *, hand_written: bool) -> str:
     """The command that shows the same wrong number: ``distir run`` for a module the pipeline lowered
-    (it distributes as the check did), ``distir verify --against`` for a hand-written lowering."""
+    (it distributes as the check did), ``distir verify --against`` for a hand-written lowering (or the
+    call, when the modules came from no file: ``distir run`` would check the pipeline's lowering)."""
+    if hand_written and not against:
+        keys = "".join(f", {k}={v!r}" for k, v in (("seed", seed), ("func", func), ("symbol", symbol))
+                       if v != {"seed": 0, "func": "main", "symbol": "num_workers"}[k])
+        at = f"counts=[{count}]" if count is not None else "counts=None"
+        return f"distir.verify(global_mod, local_mod, {at}, dims={dict(sorted(dims.items()))!r}{keys})"
     args = ["distir", "verify" if against else "run", source or "GLOBAL.py"]
     if against:
         args += ["--against", against]
