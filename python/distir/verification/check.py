@@ -80,7 +80,12 @@ def verify(
         raise DistirError(f"the mesh size{'s' if len(missing) > 1 else ''} {', '.join(missing)} need"
                           f"{'' if len(missing) > 1 else 's'} a value (e.g. dims={{'{missing[0]}': 2}}); "
                           f"only {symbol} is swept")
-    tensor_dims = {name: dims.get(name, DEFAULT_DIM) for name in _param_symbols(global_mod, func) - mesh_syms}
+    param_syms = _param_symbols(global_mod, func)
+    unknown = sorted(dims.keys() - mesh_syms - param_syms)
+    if unknown:
+        known = sorted((mesh_syms | param_syms) - {symbol})
+        raise DistirError(f"no symbolic size {', '.join(unknown)} in @{func} (its sizes: {', '.join(known) or 'none'})")
+    tensor_dims = {name: dims.get(name, DEFAULT_DIM) for name in param_syms - mesh_syms}
     symbolic = symbol in mesh_syms
     if not symbolic:
         domain = (0,)  # static meshes: the one count they have

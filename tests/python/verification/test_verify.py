@@ -236,3 +236,8 @@ def test_not_checked_names_the_count_a_module_refuses(monkeypatch):
     v = verify(distir.parse(gather_program(9, 3)), max_count=5)
     assert v.status == NOT_CHECKED and v.counts == (1, 2)
     assert "count 3" in v.reason and "refused here" in v.reason
+
+
+def test_unknown_size_is_refused():
+    with pytest.raises(DistirError, match="no symbolic size t in @main"):
+        verify(examples.load("llama"), dims={"t": 3})
