@@ -6,7 +6,7 @@ from .errors import DiagnosticError, DistirError, ParseError
 
 __version__ = "0.1.0"
 
-__all__ = ["DiagnosticError", "DistirError", "ParseError", "__version__", "parse", "parse_file"]
+__all__ = ["DiagnosticError", "DistirError", "ParseError", "__version__", "parse", "parse_file", "verify"]
 
 
 def parse(text: str, source_name: str | None = None):
@@ -24,8 +24,18 @@ def parse_file(path, source_name: str | None = None):
     return _parse_file(path, source_name=source_name)
 
 
+def verify(global_mod, local_mod=None, **kwargs):
+    """Check the lowered ``global_mod`` (or the hand-written ``local_mod``) against the global program
+    at every count 1..8 (``counts=``, ``dims=``, ``seed=``); a sampled check, never a proof for
+    other counts: :func:`distir.verification.verify`, docs/verify.md."""
+    from .verification import verify as _verify
+
+    return _verify(global_mod, local_mod, **kwargs)
+
+
 _SUBMODULES = frozenset(
-    {"analysis", "cli", "driver", "errors", "examples", "ir", "ops", "runtime", "script", "testing", "transform", "tvm"}
+    {"analysis", "cli", "driver", "errors", "examples", "ir", "ops", "runtime", "script", "testing", "transform", "tvm",
+     "verification"}
 )
 
 

@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "run": "distir.cli.run",
     "sweep": "distir.cli.sweep",
     "show": "distir.cli.show",
+    "verify": "distir.cli.verify",
 }
 
 EPILOG = """\

@@ -1,0 +1,243 @@
+"""distir verify: checked on correct lowerings, and a counterexample at the smallest failing count for
+each deliberately wrong lowering (a mutation of a collective, of the lowering of a reduction, or of
+the partial rules, injected with monkeypatch), replayed by `distir run`."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import distir
+from distir import examples
+from distir.cli.main import main
+from distir.driver import random_inputs
+from distir.errors import DistirError
+from distir.ir.steps import get_step
+from distir.verification import CHECKED, COUNTEREXAMPLE, NOT_CHECKED, verify
+
+MESH = 'I.module_global_infos({"mesh": [R.device_mesh(("num_workers",), I.Range(0, "num_workers"))]})'
+
+
+def program(params: str, body: str, ret: str) -> str:
+    return f"""
+@I.ir_module
+class Module:
+    {MESH}
+
+    @R.function
+    def main({params}) -> {ret}:
+        with R.dataflow():
+{body}
+        return r
+"""
+
+
+def gather_program(n: int, m: int) -> str:
+    """x cut by rows, doubled, asked for replicated: one all-gather of an n-row tensor."""
+    return program(
+        f'x: R.DTensor(({n}, {m}), "float32", "mesh[0]", "S[0]")',
+        f"""            y: R.Tensor(({n}, {m}), dtype="float32") = R.add(x, x)
+            r: R.Tensor(({n}, {m}), dtype="float32") = R.dist.annotate_sharding(y, device_mesh="mesh[0]", placement="R")
+            R.output(r)""",
+        f'R.Tensor(({n}, {m}), dtype="float32")',
+    )
+
+
+def reduce_program(op: str, dtype: str, n: int, m: int) -> str:
+    """x cut by columns, reduced over them, asked for replicated."""
+    return program(
+        f'x: R.DTensor(({n}, {m}), "{dtype}", "mesh[0]", "S[1]")',
+        f"""            y: R.Tensor(({n},), dtype="{dtype}") = R.{op}(x, axis=[1])
+            r: R.Tensor(({n},), dtype="{dtype}") = R.dist.annotate_sharding(y, device_mesh="mesh[0]", placement="R")
+            R.output(r)""",
+        f'R.Tensor(({n},), dtype="{dtype}")',
+    )
+
+
+# ---------------------------------------------------------------- correct lowerings are checked
+
+
+@pytest.mark.parametrize("name", ["mlp", "attention", "llama", "blocks"])
+def test_bundled_examples_are_checked(name):
+    v = verify(examples.load(name), max_count=6)
+    assert v.status == CHECKED and v.ok, str(v)
+    assert "Sampled, not proved" in str(v)
+    if name != "blocks":  # its meshes are static: one count
+        assert v.counts == (1, 2, 3, 4, 5, 6)
+
+
+def test_llama_stack_is_checked():
+    v = verify(examples.llama_stack(2), max_count=5)
+    assert v.ok, str(v)
+
+
+def test_integer_outputs_are_compared_exactly():
+    v = verify(distir.parse(reduce_program("sum", "int32", 6, 7)), max_count=4)
+    assert v.ok and v.exact == [0] and v.tolerant == []
+    assert "exactly" in str(v)
+
+
+def test_hand_written_lowering_is_checked_against_its_global_program():
+    from distir.driver import Driver
+
+    g = distir.parse(gather_program(9, 3))
+    local = Driver(g).local
+    assert verify(g, local, max_count=5).ok
+
+
+def test_a_hand_written_lowering_of_another_program_is_a_counterexample():
+    from distir.driver import Driver
+
+    g = distir.parse(gather_program(9, 3))
+    other = distir.parse(gather_program(9, 3).replace("R.add(x, x)", "R.multiply(x, x)"))
+    v = verify(g, Driver(other).local, max_count=5, source="g.py", against="l.py")
+    assert v.status == COUNTEREXAMPLE and v.counterexample.count == 1
+    assert v.counterexample.replay == "distir verify g.py --against l.py --counts 1"
+
+
+# ---------------------------------------------------------------- wrong lowerings are counterexamples
+
+
+def _replay_fails(tmp_path, capsys, text: str, count: int) -> None:
+    """`distir run -n count` shows the wrong number the check found (same seed, same sizes)."""
+    f = tmp_path / "m.py"
+    f.write_text(text)
+    capsys.readouterr()
+    assert main(["run", str(f), "-n", str(count)]) == 1
+    assert "DOES NOT match" in capsys.readouterr().out
+    if count > 1:
+        assert main(["run", str(f), "-n", str(count - 1)]) == 0
+
+
+def test_mutation_all_gather_wrong_owner(monkeypatch, tmp_path, capsys):
+    """All-gather concatenating the pieces in reverse worker order: wrong from 2 workers on."""
+    kind = get_step("all_gather")
+    real = kind.simulate
+
+    def reversed_owner(xs, attrs, env):
+        held = sorted(w for w, x in xs.items() if x is not None)  # worker k gets the piece of worker W-1-k
+        return real({**xs, **{w: xs[v] for w, v in zip(held, reversed(held))}}, attrs, env)
+
+    monkeypatch.setattr(kind, "simulate", reversed_owner)
+    text = gather_program(12, 3)
+    v = verify(distir.parse(text), max_count=8, source="m.py")
+    assert v.status == COUNTEREXAMPLE, str(v)
+    cx = v.counterexample
+    assert cx.count == 2 and v.counts == (1,)
+    x = random_inputs(distir.parse(text), seed=0)[0]
+    assert cx.expected == pytest.approx(float(2 * x[cx.index]))  # the global value, from numpy alone
+    assert cx.got != pytest.approx(cx.expected)
+    assert "held by every worker" in cx.workers
+    assert cx.replay == "distir run m.py -n 2"
+    _replay_fails(tmp_path, capsys, text, 2)
+
+
+def test_mutation_off_by_one_in_uneven_exchange(monkeypatch, tmp_path, capsys):
+    """The block exchange (how an uneven S[0] -> R is carried once specialized) writing its rows one place
+    off: wrong only where 12 rows do not divide the count, first at 5."""
+    kind = get_step("exchange")
+    real = kind.simulate
+
+    def shifted(xs, attrs, env):
+        out, sent = real(xs, attrs, env)
+        return {w: np.roll(y, 1, axis=0) for w, y in out.items()}, sent
+
+    monkeypatch.setattr(kind, "simulate", shifted)
+    text = gather_program(12, 2)
+    v = verify(distir.parse(text), max_count=8, source="m.py")
+    assert v.status == COUNTEREXAMPLE, str(v)
+    assert v.counterexample.count == 5 and v.counts == (1, 2, 3, 4)  # 12 = 1*12, 2*6, 3*4, 4*3; 5 pads
+    _replay_fails(tmp_path, capsys, text, 5)
+
+
+def test_mutation_sum_where_max_belongs(monkeypatch, tmp_path, capsys):
+    """The lowering of P[max] -> R writing an all-reduce by sum: wrong from 2 workers on."""
+    kind = get_step("all_reduce")
+    real = kind.lower
+
+    def as_sum(call, x):
+        c = real(call, x)
+        return type(c)(c.op, c.args, {**c.attrs, "op_type": "sum"}, c.span)
+
+    monkeypatch.setattr(kind, "lower", as_sum)
+    text = reduce_program("max", "float32", 5, 9)
+    v = verify(distir.parse(text), max_count=8, source="m.py")
+    assert v.status == COUNTEREXAMPLE, str(v)
+    cx = v.counterexample
+    assert cx.count == 2
+    x = random_inputs(distir.parse(text), seed=0)[0]
+    assert cx.expected == pytest.approx(float(x[cx.index[0]].max()))
+    _replay_fails(tmp_path, capsys, text, 2)
+
+
+def test_mutation_integer_mean_over_a_cut_dim(monkeypatch, tmp_path, capsys):
+    """The bug fixed before: an integer mean over a cut dim taken as a sum of rounded shares."""
+    import distir.ops.reduce as reduce_mod
+
+    real = reduce_mod.leaves
+    monkeypatch.setattr(reduce_mod, "leaves", lambda name, dtype: "sum" if name == "mean" else real(name, dtype))
+    text = reduce_program("mean", "int32", 7, 11)
+    v = verify(distir.parse(text), max_count=8, source="m.py")
+    assert v.status == COUNTEREXAMPLE, str(v)
+    cx = v.counterexample
+    assert cx.count == 2 and v.exact == [0]
+    x = random_inputs(distir.parse(text), seed=0)[0].astype(np.int64)
+    assert cx.expected == int(x[cx.index[0]].sum() // 11)  # non-negative: floor is truncation
+    assert cx.got != cx.expected
+    _replay_fails(tmp_path, capsys, text, 2)
+
+
+# ---------------------------------------------------------------- refusals and bad input
+
+
+def test_a_module_already_lowered_is_refused_as_the_global_one():
+    from distir.driver import Driver
+
+    local = Driver(examples.load("mlp")).local
+    with pytest.raises(DistirError, match="already in the local view"):
+        verify(local)
+
+
+def test_a_global_module_is_refused_as_the_local_one():
+    g = examples.load("mlp")
+    with pytest.raises(DistirError, match="not in the local view"):
+        verify(g, g)
+
+
+def test_bad_counts_are_refused():
+    with pytest.raises(DistirError, match="counts must be positive"):
+        verify(examples.load("mlp"), counts=[0, 1])
+
+
+def test_cli_checks_an_example(capsys):
+    assert main(["verify", str(examples.path("attention")), "--counts", "1-3", "--bind", "s=5"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("CHECKED for counts 1..3 with s=5")
+
+
+def test_cli_bad_file_is_one_line(capsys, tmp_path):
+    f = tmp_path / "bad.py"
+    f.write_text("this is not a module")
+    assert main(["verify", str(f)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith("distir verify: error: invalid syntax") and "Traceback" not in "".join(err)
+
+
+def test_not_checked_names_the_count_a_module_refuses(monkeypatch):
+    from distir.driver import Driver
+
+    real = Driver.specialize
+    def refuse_three(self, count):
+        if count == 3:
+            raise DistirError("refused here")
+        return real(self, count)
+
+    monkeypatch.setattr(Driver, "specialize", refuse_three)
+    v = verify(distir.parse(gather_program(9, 3)), max_count=5)
+    assert v.status == NOT_CHECKED and v.counts == (1, 2)
+    assert "count 3" in v.reason and "refused here" in v.reason
+
+
+def test_unknown_size_is_refused():
+    with pytest.raises(DistirError, match="no symbolic size t in @main"):
+        verify(examples.load("llama"), dims={"t": 3})
