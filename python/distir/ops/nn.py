@@ -214,7 +214,7 @@ register_op(
         relax=RelaxForm(
             "relax.op.nn.rms_norm",
             ("axes", "epsilon"),
-            emit="distir.tvm.ops:emit_rms_norm",
+            emit="distir.tvm.relax.ops:emit_rms_norm",
             doc="rank 1 through a (1, n) view",
         ),
         category="normalisation",

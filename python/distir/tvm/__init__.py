@@ -36,8 +36,8 @@ __all__ = [
 ]
 
 _LAZY = {
-    "DISCO_LAYOUT_FUNC": "export",
-    "to_relax": "export",
+    "DISCO_LAYOUT_FUNC": "convention",
+    "to_relax": "relax.export",
     "specialize_and_build": "disco",
     "from_relax": "importer",
     "from_nn": "frontend",

@@ -39,7 +39,7 @@ from ..ir.types import DTensorType, TensorType, Type
 from . import host_ccl
 from .workers import load_disco, process_workers
 from .errors import DiscoRunError, TargetError, tvm_message
-from .export import DISCO_LAYOUT_FUNC, SIZE_PREFIX
+from .convention import DISCO_LAYOUT_FUNC, SIZE_PREFIX
 from .targets import DEFAULT_TARGET, describe, has_nccl, is_host, parse_target, run_device
 
 __all__ = [

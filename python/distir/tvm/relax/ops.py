@@ -6,7 +6,7 @@ calls, or an emitter of this package for a form composed of several Relax ops. T
 emitters for such ops live here: ``take`` (modes Relax lacks are an error),
 ``strided_slice`` (bounds clamped on workers outside a mesh), ``tril``/``triu`` (a
 diagonal that depends on the worker) and ``shard_take`` (a vocab-parallel lookup). The
-``R.ccl.*`` collectives are emitted as their step kind says (:mod:`distir.tvm.collectives`).
+``R.ccl.*`` collectives are emitted as their step kind says (:mod:`distir.tvm.relax.collectives`).
 An op with neither is an error naming it.
 """
 
@@ -15,23 +15,20 @@ from __future__ import annotations
 import functools
 import importlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import tvm
 from tvm import relax
 
-from ..errors import DistirError
-from ..ir import sym
-from ..ir.combine import dtype_class
-from ..ir.expr import Call
-from ..ir.layout import depends_on_worker
-from ..ir.op import OpDef, RelaxForm, all_ops
-from ..ir.types import TensorType
+from ...errors import DistirError
+from ...ir import sym
+from ...ir.combine import dtype_class
+from ...ir.expr import Call
+from ...ir.layout import depends_on_worker
+from ...ir.op import OpDef, RelaxForm, all_ops
+from ...ir.types import TensorType
+from ..errors import tvm_message
 from .collectives import collective_ops, emit_collective
-from .errors import tvm_message
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .export import _FunctionExporter
+from .emitter import Emitter, Exporter
 
 __all__ = [
     "emit_op",
@@ -47,7 +44,6 @@ __all__ = [
     "supported_ops",
 ]
 
-Emitter = Callable[["_FunctionExporter", Call], relax.Expr]
 
 
 def supported_ops() -> frozenset[str]:
@@ -59,7 +55,7 @@ def supported_ops() -> frozenset[str]:
 def __getattr__(name: str):
     if name == "SUPPORTED_OPS":  # derived from the declarations when asked for
         return supported_ops()
-    raise AttributeError(f"module 'distir.tvm.ops' has no attribute '{name}'")
+    raise AttributeError(f"module 'distir.tvm.relax.ops' has no attribute '{name}'")
 
 
 @functools.cache
@@ -85,7 +81,7 @@ def _emitter(ref: str) -> Emitter:
         raise DistirError(f"the Relax emitter '{ref}' does not exist") from None
 
 
-def emit_op(ex: _FunctionExporter, call: Call) -> relax.Expr:
+def emit_op(ex: Exporter, call: Call) -> relax.Expr:
     """The Relax expression for one distir call (intermediate steps are emitted on the way)."""
     op: OpDef = call.op
     if op.step is not None and op is op.step.local_op:  # a step kind's collective, as its record says
@@ -101,7 +97,7 @@ def emit_op(ex: _FunctionExporter, call: Call) -> relax.Expr:
     raise ex.error(f"R.{op.name} has no TVM Relax form (declare OpDef.relax){hint}")
 
 
-def emit_relax_form(ex: _FunctionExporter, call: Call, form: RelaxForm | None = None) -> relax.Expr:
+def emit_relax_form(ex: Exporter, call: Call, form: RelaxForm | None = None) -> relax.Expr:
     """The declared Relax op (``form``, by default the op's own) on the call's arguments and attributes."""
     form = form or call.op.relax
     if form.op is None:
@@ -127,7 +123,7 @@ def emit_relax_form(ex: _FunctionExporter, call: Call, form: RelaxForm | None = 
 _TAKE_MODES = ("fast", "wrap", "clip")  # what Relax's take knows
 
 
-def emit_take(ex: _FunctionExporter, call: Call) -> relax.Expr:
+def emit_take(ex: Exporter, call: Call) -> relax.Expr:
     """``relax.op.take``, for the modes it has."""
     mode = call.op.full_attrs(call.attrs)["mode"]
     if mode not in _TAKE_MODES:
@@ -135,7 +131,7 @@ def emit_take(ex: _FunctionExporter, call: Call) -> relax.Expr:
     return emit_relax_form(ex, call)
 
 
-def emit_strided_slice(ex: _FunctionExporter, call: Call) -> relax.Expr:
+def emit_strided_slice(ex: Exporter, call: Call) -> relax.Expr:
     """``relax.op.strided_slice``, with worker-dependent bounds kept inside the tensor."""
     attrs = call.op.full_attrs(call.attrs)
     x = call.args[0].type
@@ -154,7 +150,7 @@ def emit_strided_slice(ex: _FunctionExporter, call: Call) -> relax.Expr:
     return emit_relax_form(ex, Call(call.op, call.args, {**attrs, "begin": begin, "end": end}, call.span))
 
 
-def emit_partial_mean(ex: _FunctionExporter, call: Call) -> relax.Expr:
+def emit_partial_mean(ex: Exporter, call: Call) -> relax.Expr:
     """``sum(x, axis) / count`` (count may be a size known at run time); of bools, any (a mean of
     bools cast to bool is whether one is true)."""
     attrs = call.op.full_attrs(call.attrs)
@@ -166,7 +162,7 @@ def emit_partial_mean(ex: _FunctionExporter, call: Call) -> relax.Expr:
     return relax.op.divide(total, ex.scalar(attrs["count"], t.dtype))
 
 
-def emit_negative(ex: _FunctionExporter, call: Call) -> relax.Expr:
+def emit_negative(ex: Exporter, call: Call) -> relax.Expr:
     """``relax.op.negative``; of unsigned integers ``0 - x``, which wraps around as numpy's negation does."""
     dtype = call.args[0].type.dtype
     if not dtype.startswith("uint"):
@@ -174,7 +170,7 @@ def emit_negative(ex: _FunctionExporter, call: Call) -> relax.Expr:
     return relax.op.subtract(ex.const(0, dtype), ex.value(call.args[0]))
 
 
-def emit_extremum(ex: _FunctionExporter, call: Call) -> relax.Expr:
+def emit_extremum(ex: Exporter, call: Call) -> relax.Expr:
     """``relax.op.maximum`` / ``minimum``; of bools, ``logical_or`` / ``logical_and``."""
     if call.args[0].type.dtype != "bool":
         return emit_relax_form(ex, call)
@@ -182,13 +178,13 @@ def emit_extremum(ex: _FunctionExporter, call: Call) -> relax.Expr:
     return fn(ex.value(call.args[0]), ex.value(call.args[1]))
 
 
-def _bool_reduction(ex: _FunctionExporter, fn, x: relax.Expr, attrs) -> relax.Expr:
+def _bool_reduction(ex: Exporter, fn, x: relax.Expr, attrs) -> relax.Expr:
     """A max (any) or min (all) of bools, through uint8 (TVM 0.27 has no max or min of bool)."""
     wide = ex.emit(relax.op.astype(x, "uint8"))
     return relax.op.astype(ex.emit(fn(wide, axis=attrs["axis"], keepdims=attrs["keepdims"])), "bool")
 
 
-def emit_reduction(ex: _FunctionExporter, call: Call) -> relax.Expr:
+def emit_reduction(ex: Exporter, call: Call) -> relax.Expr:
     """The Relax reduction of the same name, exact on every dtype as the numpy reference is: a max
     or min (and a mean) of bools through uint8, and a mean of integers rounded once toward zero,
     from int64 quotients and remainders by the count (Relax's mean adds in the input's dtype,
@@ -215,7 +211,7 @@ def emit_reduction(ex: _FunctionExporter, call: Call) -> relax.Expr:
     return relax.op.astype(ex.emit(relax.op.add(floor, ex.emit(relax.op.astype(up, "int64")))), dtype)
 
 
-def emit_mask_tail(ex: _FunctionExporter, call: Call) -> relax.Expr:
+def emit_mask_tail(ex: Exporter, call: Call) -> relax.Expr:
     """``where(arange(extent) < length, x, value)`` along ``axis``; the length may depend on the worker."""
     attrs = call.op.full_attrs(call.attrs)
     t: TensorType = call.args[0].type
@@ -229,7 +225,7 @@ def emit_mask_tail(ex: _FunctionExporter, call: Call) -> relax.Expr:
     return relax.op.where(keep, ex.value(call.args[0]), ex.const(attrs["value"], t.dtype))
 
 
-def emit_rms_norm(ex: _FunctionExporter, call: Call) -> relax.Expr:
+def emit_rms_norm(ex: Exporter, call: Call) -> relax.Expr:
     """``relax.op.nn.rms_norm``; a rank-1 tensor goes through a ``(1, n)`` view, which TVM 0.27's
     legalization needs (it fails to build rank 1)."""
     x: TensorType = call.args[0].type
@@ -242,7 +238,7 @@ def emit_rms_norm(ex: _FunctionExporter, call: Call) -> relax.Expr:
     return relax.op.reshape(out, relax.ShapeExpr([_p(ex.dim(x.shape[0]))]))
 
 
-def emit_triangle(ex: _FunctionExporter, call: Call) -> relax.Expr:
+def emit_triangle(ex: Exporter, call: Call) -> relax.Expr:
     """``relax.op.tril``/``triu``; with a diagonal offset that depends on the worker, a mask from index tensors."""
     k = call.op.full_attrs(call.attrs)["k"]
     if not depends_on_worker(k):
@@ -266,7 +262,7 @@ def _p(d):
     return sym.to_prim(d)
 
 
-def emit_shard_take(ex: _FunctionExporter, call: Call) -> relax.Expr:
+def emit_shard_take(ex: Exporter, call: Call) -> relax.Expr:
     """Look up the indices that fall in this worker's rows [offset, offset + rows); zeros elsewhere."""
     attrs = call.op.full_attrs(call.attrs)
     xt: TensorType = call.args[0].type
