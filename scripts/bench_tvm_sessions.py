@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     from distir.transform import ShardParams
     from distir.tvm import from_nn
     from distir.tvm import nn_llama as L
-    from distir.tvm.workers import close_all, process_workers
+    from distir.tvm.disco.workers import close_all, process_workers
 
     config = L.LlamaConfig()
     model = L.Llama(config)

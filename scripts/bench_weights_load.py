@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     from distir.transform import ShardParams
     from distir.tvm import from_nn, shard_weights
     from distir.tvm import nn_llama as L
-    from distir.tvm.workers import close_all, process_workers
+    from distir.tvm.disco.workers import close_all, process_workers
 
     config = L.LlamaConfig(vocab_size=8000, hidden_size=512, num_heads=8, intermediate_size=1024, num_layers=4)
     model = L.Llama(config)

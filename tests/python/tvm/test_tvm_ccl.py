@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import tvm
 
-from distir.tvm import DiscoRunError, host_ccl
-from distir.tvm.disco import load_disco
+from distir.tvm import DiscoRunError
+from distir.tvm.disco import host_ccl
+from distir.tvm.disco.workers import load_disco
 
 
 def per_worker(sess, arrays):
