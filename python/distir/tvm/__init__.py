@@ -39,8 +39,8 @@ _LAZY = {
     "DISCO_LAYOUT_FUNC": "convention",
     "to_relax": "relax.export",
     "specialize_and_build": "disco.run",
-    "from_relax": "importer",
-    "from_nn": "frontend",
+    "from_relax": "frontend.importer",
+    "from_nn": "frontend.nn",
     "shard_weights": "weights",
     "reshard_weights": "weights",
 }
