@@ -14,7 +14,7 @@ other layout of each parameter solved and counted, each proven the least; issue 
 most 2x) and one with ``explain_checks=--checks`` (each alternative's programs stopped after that many
 of HiGHS's limit checks; how many alternatives are left a range, and the widest range's share of
 its upper end), min of ``--repeat`` interleaved runs, on the GPT-2 block
-(``distir.tvm.nn_gpt2.block_module``, at b = 2, s = 10, 4 workers; one block, one window, and two
+(``distir.examples.nn.gpt2.block_module``, at b = 2, s = 10, 4 workers; one block, one window, and two
 blocks, two windows) and on the stripped attention block of tests/python/cli (memory budget 100%);
 prints the times and their ratios to the plain run, in wall-clock seconds and in this process's CPU
 seconds (steadier on a shared machine: other processes' load inflates the first, not the second).
@@ -50,7 +50,7 @@ def peak(local) -> int:
 
 def explain_comparison(repeat: int, checks: int) -> None:
     from distir.examples import load
-    from distir.tvm.nn_gpt2 import GPT2Config, block_module
+    from distir.examples.nn.gpt2 import GPT2Config, block_module
 
     at = {"sizes": {"b": 2, "s": 10, "num_workers": 4}}
     cases = [

@@ -22,10 +22,10 @@ from distir.ir.types import DTensorType, dtype_bytes
 from distir.transform import PassContext, ShardParams
 from distir.transform.weights import NUM_INPUT
 from distir.tvm import from_nn
-from distir.tvm import nn_decode as D
-from distir.tvm import nn_gpt2 as G
-from distir.tvm import nn_gqa as Q
-from distir.tvm import nn_moe as M
+from distir.examples.nn import decode as D
+from distir.examples.nn import gpt2 as G
+from distir.examples.nn import gqa as Q
+from distir.examples.nn import moe as M
 
 
 def weight_bytes(driver: Driver, count: int) -> int:

@@ -4,7 +4,7 @@
 Two tables, each timed in one run so the ratios compare like with like:
 
 - the bundled models (``distir.examples`` mlp, attention, llama, and the relax.frontend.nn Llama of
-  ``distir.tvm.nn_llama`` laid out by its tensor-parallel plan): ``propagate-sharding`` with
+  ``distir.examples.nn.llama`` laid out by its tensor-parallel plan): ``propagate-sharding`` with
   ``propagate-sharding.search`` = ``greedy`` and the default ``auto`` (the solver, its layout kept
   where it sends no more than the greedy one at every sampled size), and the whole distribute
   pipeline both ways, the best of ``--repeat`` runs after one to warm the planner's caches;
@@ -51,7 +51,7 @@ def bundled_models():
         yield name, load(name)
     try:
         from distir.tvm import from_nn
-        from distir.tvm import nn_llama as L
+        from distir.examples.nn import llama as L
     except ImportError:  # TVM not installed: the distir models only
         return
     config = L.LlamaConfig()

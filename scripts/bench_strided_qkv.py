@@ -6,8 +6,8 @@
 Two GPT-2 blocks written with ``relax.frontend.nn`` (fused QKV with bias, 4 heads of 16, MLP
 colwise/rowwise): ``split`` (q, k, v cut off the fused projection by ``op.split``, as
 ``scripts/bench_pipeline.py`` writes it) and ``reshape`` (the projection reshaped to
-``(b, s, 3, heads, head_dim)`` first, as ``distir.tvm.nn_gpt2.GPT2`` writes it), both
-``distir.tvm.nn_gpt2.block_module``. Each is laid out by
+``(b, s, 3, heads, head_dim)`` first, as ``distir.examples.nn.gpt2.GPT2`` writes it), both
+``distir.examples.nn.gpt2.block_module``. Each is laid out by
 the plain colwise plan (``c_attn`` ``S[0]``) and by the strided one (``S[0/3]``), distributed, run
 on the simulator at each count and compared with one device; the bytes each worker sends are
 printed. The numbers in docs/strided.md come from here. Nothing is timed.
@@ -24,18 +24,18 @@ import numpy as np
 from distir.testing import assert_sharded_equivalent
 from distir.transform import PassContext, ShardParams
 
-HIDDEN, HEADS = 64, 4  # distir.tvm.nn_gpt2.GPT2Config's
+HIDDEN, HEADS = 64, 4  # distir.examples.nn.gpt2.GPT2Config's
 
 
 def block(form: str):
-    """One GPT-2 block alone, without a layout (``distir.tvm.nn_gpt2.block_module``)."""
-    from distir.tvm.nn_gpt2 import block_module
+    """One GPT-2 block alone, without a layout (``distir.examples.nn.gpt2.block_module``)."""
+    from distir.examples.nn.gpt2 import block_module
 
     return block_module(form)
 
 
 def plan(qkv: str) -> dict[str, str]:
-    from distir.tvm.nn_gpt2 import BLOCK_COLWISE_PLAN
+    from distir.examples.nn.gpt2 import BLOCK_COLWISE_PLAN
 
     return {**BLOCK_COLWISE_PLAN, "h.*.attn.c_attn.weight": qkv, "h.*.attn.c_attn.bias": qkv}
 

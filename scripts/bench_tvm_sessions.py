@@ -1,6 +1,6 @@
 """Disco worker threads against worker processes: the time of one run per count, and the ratio.
 
-The frontend Llama (``distir.tvm.nn_llama``, default sizes) is built once per count and run on a
+The frontend Llama (``distir.examples.nn.llama``, default sizes) is built once per count and run on a
 ThreadedSession and on a ProcessSession (distir keeps the process session of each size, so the
 runs after the first reuse it; its start-up is reported on its own). Each run is timed
 ``--repeat`` times, alternating threads and processes, and the median is reported.
@@ -33,8 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     from distir.driver import Driver
     from distir.transform import ShardParams
     from distir.tvm import from_nn
-    from distir.tvm import nn_llama as L
-    from distir.tvm.workers import close_all, process_workers
+    from distir.examples.nn import llama as L
+    from distir.tvm.disco.workers import close_all, process_workers
 
     config = L.LlamaConfig()
     model = L.Llama(config)

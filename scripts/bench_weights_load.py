@@ -46,8 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     from distir.driver import Driver, run_disco
     from distir.transform import ShardParams
     from distir.tvm import from_nn, shard_weights
-    from distir.tvm import nn_llama as L
-    from distir.tvm.workers import close_all, process_workers
+    from distir.examples.nn import llama as L
+    from distir.tvm.disco.workers import close_all, process_workers
 
     config = L.LlamaConfig(vocab_size=8000, hidden_size=512, num_heads=8, intermediate_size=1024, num_layers=4)
     model = L.Llama(config)

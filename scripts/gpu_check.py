@@ -1,6 +1,6 @@
 """Check distir's CUDA path on one GPU: every count's build, run by W worker threads on the one GPU.
 
-The bundled mlp, attention and llama and a ``relax.frontend.nn`` model (``distir.tvm.nn_llama``)
+The bundled mlp, attention and llama and a ``relax.frontend.nn`` model (``distir.examples.nn.llama``)
 are distributed once, then for each W exported, built for the target and run on Disco with W
 worker threads on the GPU (distir's host collectives stage device buffers through host memory;
 at W = 1, NCCL where TVM has it), and compared with the one-device run (distir's interpreter;
@@ -81,7 +81,7 @@ def models(names: list[str], seq: int):
         if name == "nn_llama":
             from distir.transform import ShardParams
             from distir.tvm import from_nn
-            from distir.tvm import nn_llama as L
+            from distir.examples.nn import llama as L
 
             config = L.LlamaConfig()
             model = L.Llama(config)

@@ -335,7 +335,7 @@ def _step_accounting(local_mod: IRModule, func: str, values: Mapping[str, int]) 
     re-planned redistribute counts as the steps the export wrote for it (see ``with_plans``)."""
     from .analysis.comm import comm_volume
     from .analysis.errors import AnalysisError
-    from .tvm.export import with_plans
+    from .tvm.relax.export import with_plans
 
     ran = with_plans(local_mod)
     try:

@@ -1,4 +1,4 @@
-"""The Llama of ``distir.tvm.nn_llama`` as the TVM tests share it: imported, laid out by its
+"""The Llama of ``distir.examples.nn.llama`` as the TVM tests share it: imported, laid out by its
 tensor-parallel plan, and run by TVM alone on one device for reference (tests/python/tvm)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from tvm.relax.frontend import nn
 from distir.driver import Driver
 from distir.transform import ShardParams
 from distir.tvm import from_nn
-from distir.tvm import nn_llama as L
+from distir.examples.nn import llama as L
 from tvm_build import one_device_vm
 
 SEQ = 10

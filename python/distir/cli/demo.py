@@ -23,6 +23,7 @@ EPILOG = """\
 examples:
   distir demo                                   Llama layer, 4 workers
   distir demo --example attention -n 8          Megatron attention block, 8 workers
+  distir demo gpt2                              GPT-2 written with relax.frontend.nn, by its plan
   distir demo --print-ir                        also print the lowered per-worker module
   distir demo --list                            names of the bundled models"""
 DEFAULT_EXAMPLE = "llama"
@@ -31,7 +32,8 @@ DEFAULT_EXAMPLE = "llama"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from .args import MAX_WORKERS, positive_int, seed, workers
 
-    parser.add_argument("--example", default=DEFAULT_EXAMPLE, metavar="NAME",
+    parser.add_argument("name", nargs="?", metavar="NAME", help="bundled model to use (as --example)")
+    parser.add_argument("--example", default=None, metavar="NAME",
                         help=f"bundled model to use (default {DEFAULT_EXAMPLE}; see --list)")
     parser.add_argument("-n", "--num-workers", type=workers, default=4, metavar="N",
                         help=f"device count to specialize to and simulate (default 4, at most {MAX_WORKERS})")
@@ -61,10 +63,11 @@ def demo_job(example: str, out: TextIO, *, num_workers: int = 4, seq_len: int = 
     path = examples.path(example)
     mod = examples.load(example)
     verify(mod)
+    func = "main" if "main" in mod.functions else next(iter(mod.functions))  # an nn model's first method
     n_bindings = sum(1 for f in mod.functions.values() for _ in f.bindings())
     out.write(f"distir demo: '{example}' ({path}): {n_bindings} bindings, global view, num_workers symbolic\n")
 
-    driver = Driver(mod, time_passes=True)
+    driver = Driver(mod, func=func, time_passes=True)
     lowered = driver.local
     passes = ", ".join(f"{name} {seconds * 1e3:.0f} ms" for name, seconds in driver.pass_seconds)
     out.write(f"  1. distribute pipeline, once: {passes}\n")
@@ -77,7 +80,7 @@ def demo_job(example: str, out: TextIO, *, num_workers: int = 4, seq_len: int = 
     out.write(f"  2. specialize ({bound}): {driver.specialize_seconds(values) * 1e3:.0f} ms\n")
 
     try:
-        inputs = random_inputs(mod, dims={}, seed=seed, default_dim=seq_len)
+        inputs = random_inputs(mod, func, dims={}, seed=seed, default_dim=seq_len)
     except (MemoryError, ValueError) as err:  # numpy: too large to allocate, or beyond its largest array
         raise DistirError(f"cannot make the random inputs with --seq-len {seq_len}: "
                           f"{str(err).splitlines()[0].rstrip('.')}; use a smaller --seq-len") from None
@@ -99,5 +102,10 @@ def run(args: argparse.Namespace) -> int:
     if args.list:
         print("\n".join(examples.names()))
         return 0
-    return demo_job(args.example, sys.stdout, num_workers=args.num_workers, seq_len=args.seq_len, seed=args.seed,
+    from .args import UsageError
+
+    if args.name is not None and args.example is not None and args.name != args.example:
+        raise UsageError(f"two examples given: '{args.name}' and --example {args.example}")
+    example = args.name or args.example or DEFAULT_EXAMPLE
+    return demo_job(example, sys.stdout, num_workers=args.num_workers, seq_len=args.seq_len, seed=args.seed,
                     print_ir=args.print_ir)

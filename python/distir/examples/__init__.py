@@ -1,8 +1,10 @@
-"""Example modules shipped with distir, as IR text files inside the package.
+"""Example modules shipped with distir: IR text files, and models written with ``relax.frontend.nn``.
 
 Each ``<name>.py`` here is distir IR in TVMScript syntax: read by :func:`distir.parse`,
 never imported. They are package data so that ``distir demo`` and the docs work from a
 plain ``pip install``. :func:`llama_stack` builds Llama-like models of any depth (with the IR builder).
+The subpackage ``nn`` holds the ``relax.frontend.nn`` models (GPT-2, a Llama, ...), imported
+with TVM only when one is loaded; :func:`names` and :func:`load` know both kinds.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 
 from ..errors import DistirError
 from ._stack import llama_stack
+from .nn import MODELS as _NN_MODELS
 
 __all__ = ["llama_stack", "load", "names", "path", "text"]
 
@@ -22,12 +25,12 @@ def _dir():
 
 
 def names() -> list[str]:
-    """Names of the bundled examples (file stems), sorted."""
-    return sorted(
-        p.name[: -len(".py")]
-        for p in _dir().iterdir()
-        if p.name.endswith(".py") and not p.name.startswith("_")
-    )
+    """Names of the bundled examples (the IR files' stems and the nn models' names), sorted."""
+    return sorted(_text_names() | set(_NN_MODELS))
+
+
+def _text_names() -> set[str]:
+    return {p.name[: -len(".py")] for p in _dir().iterdir() if p.name.endswith(".py") and not p.name.startswith("_")}
 
 
 def path(name: str) -> Path:
@@ -37,16 +40,25 @@ def path(name: str) -> Path:
         close = difflib.get_close_matches(name, known, n=1)
         hint = f"; did you mean '{close[0]}'?" if close else ""
         raise DistirError(f"no bundled example '{name}'{hint} (known: {', '.join(known)})")
+    if name in _NN_MODELS:
+        from . import nn
+
+        return nn.path(name)
     return Path(str(_dir().joinpath(f"{name}.py")))
 
 
 def text(name: str) -> str:
-    """Source text of example ``name``."""
+    """Source text of example ``name`` (Python for an nn model)."""
     return path(name).read_text()
 
 
 def load(name: str):
-    """Parse example ``name`` into an IRModule."""
+    """Example ``name`` as an IRModule: the IR text parsed, or the nn model imported and laid out by its plan."""
+    file = path(name)
+    if name in _NN_MODELS:
+        from . import nn
+
+        return nn.load(name)
     from ..script import parse_file
 
-    return parse_file(path(name))
+    return parse_file(file)

@@ -79,7 +79,7 @@ class RelaxAttr:
 
 @dataclass(frozen=True)
 class RelaxForm:
-    """How an op becomes TVM Relax in the export (:mod:`distir.tvm.ops`).
+    """How an op becomes TVM Relax in the export (:mod:`distir.tvm.relax.ops`).
 
     - ``op``: the Relax op function by its dotted name under ``tvm``
       (``"relax.op.nn.softmax"``), called with the op's arguments in order and ``attrs``
@@ -89,7 +89,7 @@ class RelaxForm:
       the keyword is the same and the value needs no conversion).
     - ``emit``: for a form Relax has no single op for, a ``"module:function"`` emitter
       ``(exporter, call) -> relax.Expr``, also imported on first use; it may fall back to
-      ``op``/``attrs`` (``distir.tvm.ops.emit_relax_form``).
+      ``op``/``attrs`` (``distir.tvm.relax.ops.emit_relax_form``).
     - ``doc``: what the emitter does, for docs/ops.md (required with ``emit``).
     """
 

@@ -837,7 +837,7 @@ def _replan_lower(call: Call, x) -> Call:
 
 # ---------------------------------------------------------------- the declarations
 
-_EMIT = "distir.tvm.collectives:"
+_EMIT = "distir.tvm.relax.collectives:"
 
 register_step(StepKind(
     name="all_gather", acts_on=Shard, change="S[d] -> R", doc="all-gather: every worker gets the whole dim",

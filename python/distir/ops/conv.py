@@ -308,7 +308,7 @@ register_op(
             "relax.op.image.resize2d",
             ("roi", "layout", "method", "coordinate_transformation_mode", "rounding_method", "cubic_alpha",
              "cubic_exclude", "extrapolation_value", "out_dtype"),
-            emit="distir.tvm.ops:emit_resize2d",
+            emit="distir.tvm.relax.ops:emit_resize2d",
             doc="in the input's dtype, then astype(out_dtype) (TVM ignores out_dtype)",
         ),
         category="convolution",

@@ -180,7 +180,7 @@ for _name, _fn in (("tril", np.tril), ("triu", np.triu)):
             relax=RelaxForm(
                 f"relax.op.{_name}",
                 ("k",),
-                emit="distir.tvm.ops:emit_triangle",
+                emit="distir.tvm.relax.ops:emit_triangle",
                 doc="a `k` that depends on the worker masks with index tensors instead",
             ),
             category="creation",

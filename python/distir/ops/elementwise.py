@@ -90,7 +90,7 @@ def _binary_relax(name: str) -> RelaxForm:
     max of bools)."""
     if name not in ("maximum", "minimum"):
         return RelaxForm.same_name(name)
-    return RelaxForm(f"relax.op.{name}", emit="distir.tvm.ops:emit_extremum",
+    return RelaxForm(f"relax.op.{name}", emit="distir.tvm.relax.ops:emit_extremum",
                      doc="of bools: `relax.op.logical_or`" if name == "maximum" else "of bools: `relax.op.logical_and`")
 
 
@@ -256,7 +256,7 @@ for _name, (_fn, _partial, _pname, _what) in _UNARY.items():
             numpy=_unary_numpy(_fn),
             sharding=_unary_rule(_partial),
             doc=f"Elementwise {_what}" + ("." if _name in _ANY_DTYPE else "; needs floats."),
-            relax=RelaxForm("relax.op.negative", emit="distir.tvm.ops:emit_negative",
+            relax=RelaxForm("relax.op.negative", emit="distir.tvm.relax.ops:emit_negative",
                             doc="of unsigned integers: `0 - x`, wrapping around (TVM 0.27 builds no negation of them)")
             if _name == "negative" else RelaxForm.same_name(_name),
             category="elementwise",

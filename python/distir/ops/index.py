@@ -174,7 +174,7 @@ register_op(
         relax=RelaxForm(
             "relax.op.strided_slice",
             ("axes", "begin", "end", "strides", "assume_inbound"),
-            emit="distir.tvm.ops:emit_strided_slice",
+            emit="distir.tvm.relax.ops:emit_strided_slice",
             doc="a worker outside a mesh clamps its (unused) worker-dependent bounds into the tensor",
         ),
         category="indexing",
@@ -300,7 +300,7 @@ register_op(
         relax=RelaxForm(
             "relax.op.take",
             ("axis", "mode"),
-            emit="distir.tvm.ops:emit_take",
+            emit="distir.tvm.relax.ops:emit_take",
             doc="modes fast, wrap and clip (Relax has no nan)",
         ),
         category="indexing",
@@ -353,7 +353,7 @@ register_op(
         "[offset, offset + x.shape[axis]); indices in that range are looked up, the others give zeros. "
         "Summing over the workers gives the take. Local view only (not a Relax op).",
         relax=RelaxForm(
-            emit="distir.tvm.ops:emit_shard_take",
+            emit="distir.tvm.relax.ops:emit_shard_take",
             doc="take of the indices that fall in the worker's rows (`relax.op.take`), zeros for the others (`where`)",
         ),
         category="indexing",
@@ -411,7 +411,7 @@ register_op(
         identity_at=_mask_is_identity,
         doc="x with every element at index `length` or beyond along `axis` set to `value`: lowering writes it "
         "to fill the padding of an uneven block before a reduction, a contraction or an index lookup reads it.",
-        relax=RelaxForm(emit="distir.tvm.ops:emit_mask_tail", doc="where(arange(extent) < length, x, value)"),
+        relax=RelaxForm(emit="distir.tvm.relax.ops:emit_mask_tail", doc="where(arange(extent) < length, x, value)"),
         category="indexing",
         sharding_doc=ShardingDoc(passes="every dim but `axis`", blocked="`axis`"),
     )

@@ -196,7 +196,7 @@ register_op(
         relax=RelaxForm(
             "relax.op.nn.layer_norm",
             ("axes", "epsilon", "center", "scale"),
-            emit="distir.tvm.ops:emit_affine_norm",
+            emit="distir.tvm.relax.ops:emit_affine_norm",
             doc=_AFFINE_DOC,
         ),
         category="normalisation",
@@ -222,7 +222,7 @@ register_op(
         relax=RelaxForm(
             "relax.op.nn.rms_norm",
             ("axes", "epsilon"),
-            emit="distir.tvm.ops:emit_rms_norm",
+            emit="distir.tvm.relax.ops:emit_rms_norm",
             doc="rank 1 through a (1, n) view",
         ),
         category="normalisation",
@@ -308,7 +308,7 @@ register_op(
         relax=RelaxForm(
             "relax.op.nn.group_norm",
             ("num_groups", "channel_axis", "axes", "epsilon", "center", "scale"),
-            emit="distir.tvm.ops:emit_affine_norm",
+            emit="distir.tvm.relax.ops:emit_affine_norm",
             doc=_AFFINE_DOC,
         ),
         category="normalisation",

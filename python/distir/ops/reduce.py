@@ -115,7 +115,7 @@ def _relax_form(name: str) -> RelaxForm:
     the input's dtype, it has no max of bools), an emitter that is."""
     if name not in _EXACT_FORM:
         return RelaxForm.same_name(name, "axis", "keepdims")
-    return RelaxForm(f"relax.op.{name}", ("axis", "keepdims"), emit="distir.tvm.ops:emit_reduction",
+    return RelaxForm(f"relax.op.{name}", ("axis", "keepdims"), emit="distir.tvm.relax.ops:emit_reduction",
                      doc=_EXACT_FORM[name])
 
 
@@ -175,7 +175,7 @@ register_op(
         sharding=_rule("partial_mean", {}),
         doc="The sum over `axis` divided by `count`: a worker's share of a mean over a sharded dim "
         "(lowering writes it; the shares add up to the mean).",
-        relax=RelaxForm(emit="distir.tvm.ops:emit_partial_mean", doc="sum, then divide by count (of bools: any)"),
+        relax=RelaxForm(emit="distir.tvm.relax.ops:emit_partial_mean", doc="sum, then divide by count (of bools: any)"),
         category="reduction",
         sharding_doc=ShardingDoc(passes="– (local view only)"),
     )

@@ -4,7 +4,7 @@
   collectives as calls to Disco's runtime functions (``runtime.disco.*``), ``num_workers``
   symbolic until ``relax.transform.BindSymbolicVars`` specializes it;
 - :func:`specialize_and_build`: bind sizes and ``tvm.compile`` for a target (``llvm``, ``cuda``);
-- :func:`run_pieces` (in :mod:`distir.tvm.disco`): run a build on Disco, worker threads or
+- :func:`run_pieces` (in :mod:`distir.tvm.disco.run`): run a build on Disco, worker threads or
   worker processes, on every worker's piece of the inputs (:func:`distir.driver.run_disco`
   runs it from and to global arrays);
 - :func:`from_relax`: a TVM Relax module using ``R.dist`` as a distir module;
@@ -12,7 +12,7 @@
 - :func:`shard_weights` / :func:`reshard_weights`: each worker's blocks of a model's weights in
   TVM's tensor-cache format, which Disco's ``ShardLoader`` loads inside each worker.
 
-Submodules load on first use, so that a Disco worker process (:mod:`distir.tvm.worker`) imports
+Submodules load on first use, so that a Disco worker process (:mod:`distir.tvm.disco.worker`) imports
 only the collectives. See docs/tvm.md.
 """
 
@@ -36,11 +36,11 @@ __all__ = [
 ]
 
 _LAZY = {
-    "DISCO_LAYOUT_FUNC": "export",
-    "to_relax": "export",
-    "specialize_and_build": "disco",
-    "from_relax": "importer",
-    "from_nn": "frontend",
+    "DISCO_LAYOUT_FUNC": "convention",
+    "to_relax": "relax.export",
+    "specialize_and_build": "disco.run",
+    "from_relax": "frontend.importer",
+    "from_nn": "frontend.nn",
     "shard_weights": "weights",
     "reshard_weights": "weights",
 }
@@ -50,6 +50,6 @@ def __getattr__(name: str):
     if name in _LAZY:
         return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     try:
-        return importlib.import_module(f".{name}", __name__)  # a submodule: distir.tvm.host_ccl
+        return importlib.import_module(f".{name}", __name__)  # a submodule: distir.tvm.weights
     except ModuleNotFoundError:
         raise AttributeError(f"module 'distir.tvm' has no attribute '{name}'") from None

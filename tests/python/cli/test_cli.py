@@ -223,6 +223,19 @@ def test_distir_demo_count_that_does_not_divide(capsys):
     assert info.value.code == 2
 
 
+def test_distir_demo_of_an_nn_model(capsys):
+    """GPT-2 written with relax.frontend.nn, laid out by its plan: 2 layers, one all-reduce after each
+    attention block and each MLP (c_proj cut by rows) and one after the vocabulary-cut lookup."""
+    assert distir_main.main(["demo", "gpt2", "-n", "2", "--seq-len", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "'gpt2'" in out and "examples/nn/gpt2.py" in out and "simulated 2 workers" in out
+    assert "collectives: all_reduce x5;" in out and "result matches the single-device run" in out
+    assert distir_main.main(["demo", "--list"]) == 0
+    assert {"gpt2", "nn_llama", "gqa", "decode", "moe"} <= set(capsys.readouterr().out.split())
+    assert distir_main.main(["demo", "gpt2", "--example", "mlp"]) == 2
+    assert "two examples given: 'gpt2' and --example mlp" in capsys.readouterr().err
+
+
 def test_distir_demo_unknown_example(capsys):
     assert distir_main.main(["demo", "--example", "mpl"]) == 1
     assert "did you mean 'mlp'" in capsys.readouterr().err

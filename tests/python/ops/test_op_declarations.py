@@ -54,7 +54,7 @@ def test_partials_text_reads_the_rule_tables():
 
 
 def test_every_declared_relax_form_resolves_with_keywords_tvm_takes():
-    from distir.tvm.ops import _emitter, relax_function
+    from distir.tvm.relax.ops import _emitter, relax_function
 
     forms = {name: op for name, op in all_ops().items() if op.relax is not None}
     assert len(forms) > 50
@@ -73,8 +73,8 @@ def test_every_declared_relax_form_resolves_with_keywords_tvm_takes():
 
 
 def test_supported_ops_are_the_declared_forms_and_the_collectives():
-    from distir.tvm.collectives import collective_ops
-    from distir.tvm.ops import SUPPORTED_OPS, supported_ops
+    from distir.tvm.relax.collectives import collective_ops
+    from distir.tvm.relax.ops import SUPPORTED_OPS, supported_ops
 
     declared = {name for name, op in all_ops().items() if op.relax is not None}
     assert supported_ops() == SUPPORTED_OPS == declared | collective_ops()
@@ -87,9 +87,9 @@ def test_a_relax_form_is_checked_where_it_is_declared():
     with pytest.raises(DistirError, match="dotted name under tvm"):
         RelaxForm("tvm_relax_add")
     with pytest.raises(DistirError, match="must be 'module:function'"):
-        RelaxForm(emit="distir.tvm.ops.emit_take", doc="x")
+        RelaxForm(emit="distir.tvm.relax.ops.emit_take", doc="x")
     with pytest.raises(DistirError, match="needs a doc"):
-        RelaxForm(emit="distir.tvm.ops:emit_take")
+        RelaxForm(emit="distir.tvm.relax.ops:emit_take")
     assert RelaxForm("relax.op.sum", ("axis",)).attrs == (RelaxAttr("axis", "axis"),)
     op = OpDef(
         name="toy.bad_attr",
@@ -124,9 +124,9 @@ def test_a_relax_op_tvm_lacks_is_an_export_error_naming_the_declaration():
         name="toy.missing_emitter",
         params=(Param("x", "tensor"),),
         infer=lambda types, attrs: types[0],
-        relax=RelaxForm(emit="distir.tvm.ops:emit_nothing", doc="nothing"),
+        relax=RelaxForm(emit="distir.tvm.relax.ops:emit_nothing", doc="nothing"),
     )
-    with temporary_op(emitter), pytest.raises(TvmExportError, match="emitter 'distir.tvm.ops:emit_nothing' does not"):
+    with temporary_op(emitter), pytest.raises(TvmExportError, match="emitter 'distir.tvm.relax.ops:emit_nothing' does not"):
         to_relax(_one_call_module(emitter))
 
 

@@ -108,7 +108,7 @@ def workdir(tmp_path_factory):
     from distir import examples
     from distir.tvm import from_nn
     from distir.transform.layout_choice.auto_shard import strip_layouts
-    from distir.tvm import nn_llama as L
+    from distir.examples.nn import llama as L
 
     d = tmp_path_factory.mktemp("docs")
     (d / "python").symlink_to(ROOT / "python")

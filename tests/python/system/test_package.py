@@ -58,14 +58,41 @@ def test_pinned_dependencies():
     assert metadata.version("apache-tvm-ffi") == "0.1.15.post2"
 
 
+NN_EXAMPLES = {"nn_llama": "llama", "gpt2": "gpt2", "gqa": "gqa", "decode": "decode", "moe": "moe"}
+
+
 def test_bundled_examples_load_and_verify():
     assert "mlp" in examples.names()
-    for name in examples.names():
+    assert set(NN_EXAMPLES) <= set(examples.names())
+    for name in sorted(set(examples.names()) - set(NN_EXAMPLES)):
         p = examples.path(name)
         assert p.is_file() and p.parent == Path(examples.__file__).parent
         mod = examples.load(name)
         verify(mod)
         assert "main" in mod
+
+
+@pytest.mark.parametrize("name", sorted(NN_EXAMPLES))
+def test_bundled_nn_models_load_laid_out_by_their_plans(name):
+    """An nn model is a module of distir.examples.nn, loaded as the tests import it: from_nn with its
+    spec, then every weight its plan names laid out (a DTensor), every other parameter a plain input."""
+    from fnmatch import fnmatchcase
+
+    from distir.ir.types import DTensorType
+    from distir.transform.weights import param_names
+    from distir.tvm import from_nn
+
+    p = examples.path(name)
+    assert p.is_file() and p == Path(examples.__file__).parent / "nn" / f"{NN_EXAMPLES[name]}.py"
+    model, spec, plan = examples.nn.model(name)
+    mod = examples.load(name)
+    verify(mod)
+    assert list(mod.functions) == list(spec) == list(from_nn(model, spec).functions)
+    for func in mod.functions.values():
+        names = param_names(func)
+        laid_out = {n for n, prm in zip(names, func.params) if isinstance(prm.type, DTensorType)}
+        named = {n for n in names if any(fnmatchcase(n, pattern) for pattern in plan)}
+        assert named and named <= laid_out, (name, func.name, sorted(named - laid_out))
 
 
 def test_mlp_example_keeps_num_workers_symbolic():
@@ -171,6 +198,9 @@ from distir.driver import Driver, random_inputs
 mlp = examples.load("mlp")
 assert Driver(mlp).run(random_inputs(mlp), 2).ok
 assert "distir.tvm" not in sys.modules, "the driver's simulator run imports distir.tvm"
+assert "gpt2" in examples.names() and examples.path("gpt2").name == "gpt2.py"
+assert not [m for m in sys.modules if m.startswith("distir.examples.nn.")], "listing imports the nn models"
+assert "distir.tvm" not in sys.modules, "listing the examples imports distir.tvm"
 
 # import distir, then distir.transform works, as tvm.relax does after import tvm
 print(distir.transform.PropagateSharding.__name__, distir.runtime.__name__, distir.tvm.__name__)

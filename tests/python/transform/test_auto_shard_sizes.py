@@ -15,7 +15,7 @@ from distir.transform import PassContext, ShardParams, get_pass
 from distir.transform.layout_choice.auto_shard import AutoShard
 from distir.transform.layout_choice.measure import function_bytes
 from distir.transform.legalize_redistribute import fuse_reshapes
-from distir.tvm.nn_gpt2 import BLOCK_COLWISE_PLAN, block_module
+from distir.examples.nn.gpt2 import BLOCK_COLWISE_PLAN, block_module
 
 SIZES = {"b": 2, "s": 10}
 

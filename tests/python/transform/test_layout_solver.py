@@ -469,7 +469,7 @@ def _solved_programs(monkeypatch, run, tight: bool) -> list[tuple[float, float]]
 def _gpt2_block(colwise: bool = False):
     """One GPT-2 block written with relax.frontend.nn, without a layout or with the Megatron plan."""
     from distir.transform import ShardParams
-    from distir.tvm import nn_gpt2 as G
+    from distir.examples.nn import gpt2 as G
 
     block = G.block_module("split")
     return ShardParams(G.BLOCK_COLWISE_PLAN)(block) if colwise else block

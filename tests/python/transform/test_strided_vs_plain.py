@@ -14,7 +14,7 @@ from distir.transform.layout_choice.measure import function_bytes
 from distir.transform.layout_choice.propagate_sharding import StridedLayoutWarning
 from distir.transform.legalize_redistribute import fuse_reshapes
 from distir.tvm import from_nn
-from distir.tvm import nn_gpt2 as G
+from distir.examples.nn import gpt2 as G
 
 # the strided dim is summed over: a reduction refuses a strided input, so the declared S[1/3] weight
 # is converted to S[1] first, where the plain S[1] is one all-reduce of the sums

@@ -14,10 +14,10 @@ from distir.ir.types import DTensorType
 from distir.transform import PassContext, ShardParams
 from distir.transform.weights import param_names
 from distir.tvm import from_nn
-from distir.tvm import nn_decode as D
-from distir.tvm import nn_gpt2 as G
-from distir.tvm import nn_gqa as Q
-from distir.tvm import nn_moe as M
+from distir.examples.nn import decode as D
+from distir.examples.nn import gpt2 as G
+from distir.examples.nn import gqa as Q
+from distir.examples.nn import moe as M
 from tvm_build import one_device_vm
 
 COUNTS = (1, 2, 3, 4)

@@ -10,7 +10,7 @@ from distir.analysis import comm_volume, memory_footprint
 from distir.driver import Driver
 from distir.transform import AutoShard
 from distir.transform.specialize import specialize
-from distir.tvm import nn_llama as L
+from distir.examples.nn import llama as L
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import tvm
 
-from distir.tvm import DiscoRunError, host_ccl
-from distir.tvm.disco import load_disco
+from distir.tvm import DiscoRunError
+from distir.tvm.disco import host_ccl
+from distir.tvm.disco.workers import load_disco
 
 
 def per_worker(sess, arrays):
@@ -83,3 +84,27 @@ def test_a_failing_collective_is_reported_not_fatal(session):
 def test_groups_must_divide_the_workers():
     with pytest.raises(DiscoRunError, match="3 workers cannot be split into 2 equal groups"), host_ccl.session(3, 2):
         pass
+
+
+WORKER_IMPORTS = """
+import sys
+from distir.tvm.disco import worker
+worker._load_runtime()
+from distir.tvm.disco.host_ccl import register
+register()
+print(" ".join(sorted(m for m in sys.modules if m.startswith("distir"))))
+"""
+
+
+def test_a_worker_process_loads_only_the_collectives():
+    """What ``python -m distir.tvm.disco.worker`` loads before it serves Disco (its start-up time is
+    every session's): the collectives and their channels, no exporter, no runner, no passes."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", WORKER_IMPORTS], capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["distir", "distir.errors", "distir.partials", "distir.tvm", "distir.tvm.disco",
+                                   "distir.tvm.disco.host_ccl", "distir.tvm.disco.transport",
+                                   "distir.tvm.disco.worker", "distir.tvm.errors"]

@@ -24,9 +24,10 @@ from distir.ir import DeviceMesh, Range, sym
 from distir.transform import ShardParams
 from distir.transform.pipelines import distribute_pipeline
 from distir.transform.weights import WeightsError
-from distir.tvm import DiscoRunError, from_nn, host_ccl, reshard_weights, shard_weights, specialize_and_build, to_relax
-from distir.tvm import nn_llama as L
-from distir.tvm import workers as disco_workers
+from distir.tvm import DiscoRunError, from_nn, reshard_weights, shard_weights, specialize_and_build, to_relax
+from distir.examples.nn import llama as L
+from distir.tvm.disco import host_ccl
+from distir.tvm.disco import workers as disco_workers
 from distir.tvm.errors import TargetError
 from distir.tvm.weights import read_set
 from helpers import redistribute_module

@@ -20,7 +20,7 @@ from distir.runtime import run
 from distir.transform.pipelines import distribute_pipeline
 from distir.tvm import DISCO_LAYOUT_FUNC, TvmExportError, specialize_and_build, to_relax
 from distir.tvm.targets import default_target
-from distir.tvm.ops import SUPPORTED_OPS
+from distir.tvm.relax.ops import SUPPORTED_OPS
 
 MESH_1D = 'I.module_global_infos({"mesh": [R.device_mesh(("num_workers",), I.Range(0, "num_workers"))]})'
 

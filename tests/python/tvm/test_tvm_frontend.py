@@ -21,7 +21,7 @@ from distir.transform.layout_choice.shard_params import ShardPlanError
 from distir.transform.weights import PARAM_NAMES, WeightsError, weight_names
 from distir.tvm import TvmImportError, from_nn, shard_weights
 from distir.tvm.weights import assemble_weights, read_set
-from distir.tvm import nn_llama as L
+from distir.examples.nn import llama as L
 from frontend_llama import llama_inputs, tvm_reference
 from helpers import assert_no_worse_than_greedy
 

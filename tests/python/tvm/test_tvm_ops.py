@@ -159,7 +159,7 @@ def test_an_op_declared_outside_distir_exports_builds_and_runs_on_disco():
 
     import distir
     from distir.testing import temporary_op
-    from distir.tvm.ops import supported_ops
+    from distir.tvm.relax.ops import supported_ops
 
     with temporary_op(_leaky_relu_op()):
         assert "toy.leaky_relu" in supported_ops()

@@ -1,11 +1,11 @@
 """Disco sessions for distir's runs: worker threads, or one worker process each.
 
 - ``threads``: a Disco ``ThreadedSession``, made per run (cheap); its collectives are
-  :mod:`distir.tvm.host_ccl`'s, through memory.
+  :mod:`distir.tvm.disco.host_ccl`'s, through memory.
 - ``processes``: a Disco ``ProcessSession`` whose workers 1..W-1 are processes started here with
-  distir's worker entry point (``python -m distir.tvm.worker``, which registers distir's
+  distir's worker entry point (``python -m distir.tvm.disco.worker``, which registers distir's
   collectives before it serves Disco) and worker 0 is a thread of the caller, as in TVM. The
-  workers join each other through Unix-domain sockets (:mod:`distir.tvm.transport`). Starting
+  workers join each other through Unix-domain sockets (:mod:`distir.tvm.disco.transport`). Starting
   W - 1 Python processes that import TVM takes seconds, so a healthy session is kept for the
   next run of the same size (:func:`process_workers`; :func:`close_all` ends them).
 
@@ -38,8 +38,8 @@ from pathlib import Path
 import tvm
 import tvm_ffi
 
+from ..errors import DiscoRunError, tvm_message
 from . import host_ccl
-from .errors import DiscoRunError, tvm_message
 
 __all__ = ["ProcessWorkers", "close_all", "load_disco", "process_workers"]
 
@@ -68,7 +68,7 @@ def load_disco():
 
 
 _POOL_FUNC = "distir.disco.create_process_pool"
-_ENTRY = "distir.tvm.worker"
+_ENTRY = "distir.tvm.disco.worker"
 _PROBE_TIMEOUT = 10.0  # seconds a live worker has to answer the ping before a run (it answers in milliseconds)
 _CONNECT_TIMEOUT = host_ccl.TIMEOUT  # seconds for the workers to start (load TVM) and join; then a collective's wait
 _pending: dict[int, "_Pool"] = {}  # pools made by SessionProcess, claimed by the ProcessWorkers that asked
@@ -77,7 +77,7 @@ _pending_lock = threading.Lock()
 
 def _python_path() -> str:
     """PYTHONPATH for the workers: this distir first, then the caller's own path."""
-    here = str(Path(__file__).resolve().parents[2])
+    here = str(Path(__file__).resolve().parents[3])
     rest = os.environ.get("PYTHONPATH", "")
     return here + (os.pathsep + rest if rest else "")
 

@@ -16,9 +16,9 @@ from typing import Any
 
 from tvm import relax
 
-from ..ir.expr import IRModule
-from ..transform.weights import NUM_INPUT, PARAM_NAMES
-from .errors import TvmImportError, tvm_message
+from ...ir.expr import IRModule
+from ...transform.weights import NUM_INPUT, PARAM_NAMES
+from ..errors import TvmImportError, tvm_message
 from .importer import from_relax
 
 __all__ = ["from_nn"]

@@ -2,11 +2,11 @@
 
 :func:`run_pieces` takes what ``tvm.compile`` built from :func:`distir.tvm.to_relax`'s
 export and every worker's piece of every input, and runs it on a Disco session of worker
-threads or worker processes (:mod:`distir.tvm.workers`), on the CPU or on the build target's
+threads or worker processes (:mod:`distir.tvm.disco.workers`), on the CPU or on the build target's
 device: scatters the pieces through Disco (or loads pre-sharded weights with Disco's
 ``ShardLoader`` inside each worker, :mod:`distir.tvm.weights`), calls the function on every
 worker and returns each worker's outputs. The collectives are NCCL's where TVM has it and the
-workers have a GPU each, else distir's host collectives (:mod:`distir.tvm.host_ccl`). Cutting
+workers have a GPU each, else distir's host collectives (:mod:`distir.tvm.disco.host_ccl`). Cutting
 global arrays into pieces and reassembling the outputs is the simulator's
 (:mod:`distir.runtime.spmd`); :func:`distir.driver.run_disco` joins the two.
 
@@ -35,12 +35,12 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from ..ir.types import DTensorType, TensorType, Type
+from ...ir.types import DTensorType, TensorType, Type
 from . import host_ccl
 from .workers import load_disco, process_workers
-from .errors import DiscoRunError, TargetError, tvm_message
-from .export import DISCO_LAYOUT_FUNC, SIZE_PREFIX
-from .targets import DEFAULT_TARGET, describe, has_nccl, is_host, parse_target, run_device
+from ..errors import DiscoRunError, TargetError, tvm_message
+from ..convention import DISCO_LAYOUT_FUNC, SIZE_PREFIX
+from ..targets import DEFAULT_TARGET, describe, has_nccl, is_host, parse_target, run_device
 
 __all__ = [
     "SESSIONS",

@@ -13,7 +13,7 @@ MLC-LLM's cache pages are).
   k_cache, v_cache)`` of ``n + 1``: each layer appends the token's keys and values
   (``nn.op.concat`` on the position axis) and attends over all of them.
 
-The layers are :mod:`distir.tvm.nn_gqa`'s (``num_kv_heads`` may be below ``num_heads``; the
+The layers are :mod:`distir.examples.nn.gqa`'s (``num_kv_heads`` may be below ``num_heads``; the
 default here has one key/value head per query head). :data:`TP_PLAN` cuts every projection by
 heads and the caches by heads, ``S[1]``: every worker keeps and extends the cache of its own
 heads, so the cache itself never moves; the collectives are those of the layers (one
@@ -29,9 +29,9 @@ import numpy as np
 from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import op
 
-from . import nn_gqa
-from .nn_gqa import GQAAttention, GQAConfig, rope_tables
-from .nn_llama import DecoderLayer, _rotate
+from . import gqa as nn_gqa
+from .gqa import GQAAttention, GQAConfig, rope_tables
+from .llama import DecoderLayer, _rotate
 
 __all__ = ["TP_PLAN", "DecodeConfig", "DecoderLM", "random_weights", "rope_tables", "spec"]
 
@@ -132,5 +132,5 @@ TP_PLAN: dict[str, str] = {
 
 
 def random_weights(model: DecoderLM, seed: int = 0) -> dict[str, np.ndarray]:
-    """Random weights by name (as :func:`distir.tvm.nn_gqa.random_weights`)."""
+    """Random weights by name (as :func:`distir.examples.nn.gqa.random_weights`)."""
     return nn_gqa.random_weights(model, seed)

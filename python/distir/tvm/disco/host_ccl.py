@@ -7,11 +7,11 @@ have an empty library name, so the builtins look for ``runtime.disco..allreduce`
 functions registered here. The exported module calls the same builtins with NCCL and with
 this library; only what stands behind them differs.
 
-Each collective is written once over a worker's :class:`~distir.tvm.transport.Endpoint`
+Each collective is written once over a worker's :class:`~distir.tvm.disco.transport.Endpoint`
 (``post``/``take`` between pairs of workers): the threads of a ``ThreadedSession`` share one
-:class:`~distir.tvm.transport.ThreadHub`; each worker of a ``ProcessSession`` has its own
+:class:`~distir.tvm.disco.transport.ThreadHub`; each worker of a ``ProcessSession`` has its own
 socket endpoint, set up by ``distir.session.connect`` (run on every worker by
-:mod:`distir.tvm.workers`). Buffers may live on a device (a CUDA build run by several worker
+:mod:`distir.tvm.disco.workers`). Buffers may live on a device (a CUDA build run by several worker
 threads on one GPU): they are copied to the host, combined, and copied back. Sums of floats are
 taken in float64.
 
@@ -31,8 +31,8 @@ from contextlib import contextmanager
 import numpy as np
 import tvm_ffi
 
-from ..partials import combine
-from .errors import DiscoRunError
+from ...partials import combine
+from ..errors import DiscoRunError
 from .transport import Aborted, ChannelError, Endpoint, ThreadHub, connect_sockets
 
 __all__ = ["CCL_NAMES", "TIMEOUT", "register", "session"]

@@ -4,7 +4,7 @@ Disco (TVM 0.27) offers ``runtime.disco.allreduce`` (sum, prod, min, max, avg),
 ``allgather`` (concatenates the workers' flat buffers), ``broadcast_from_worker0``,
 ``scatter_from_worker0``, ``gather_to_worker0`` and point-to-point send/recv; each
 collective runs over all workers or within the session's groups (see
-:mod:`distir.tvm.session`). distir's collectives become:
+:mod:`distir.tvm.relax.session`). distir's collectives become:
 
 - allreduce: ``runtime.disco.allreduce``;
 - allgather on axis a: ``runtime.disco.allgather`` into an ``(n, *x.shape)`` buffer, then
@@ -28,7 +28,7 @@ collective runs over all workers or within the session's groups (see
   worker's piece to every worker: total x (source piece) bytes per worker, against the
   target's piece for point-to-point sends.
 
-An axis whose groups Disco cannot express ("gather" in :mod:`distir.tvm.session`) gathers
+An axis whose groups Disco cannot express ("gather" in :mod:`distir.tvm.relax.session`) gathers
 from all workers and takes its own group's pieces, then reduces or concatenates them. Every
 form calls Disco's own collectives only (``runtime.disco.*``), which NCCL runs.
 """
@@ -36,19 +36,16 @@ form calls Disco's own collectives only (``runtime.disco.*``), which NCCL runs.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
 
 from tvm import relax, tirx
 
-from ..ir import sym
-from ..ir.expr import Call
-from ..ir.layout import WORKER_ID, coord_expr, ids_are_contiguous, mesh_start, position_expr
-from ..ir.steps import all_steps
-from ..ir.types import TensorType
+from ...ir import sym
+from ...ir.expr import Call
+from ...ir.layout import WORKER_ID, coord_expr, ids_are_contiguous, mesh_start, position_expr
+from ...ir.steps import all_steps
+from ...ir.types import TensorType
+from .emitter import Exporter
 from .session import AxisGroups, SessionPlan
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .export import _FunctionExporter
 
 __all__ = [
     "REDUCE_KIND",
@@ -108,7 +105,7 @@ def _bool(flag: bool) -> relax.Expr:
 class _Collective:
     """Emits one collective call for an exporter."""
 
-    def __init__(self, ex: _FunctionExporter, call: Call):
+    def __init__(self, ex: Exporter, call: Call):
         self.ex = ex
         self.call = call
         self.attrs = call.op.full_attrs(call.attrs)
@@ -208,7 +205,7 @@ class _Collective:
 def _axis_collective(emit):
     """An emitter for a collective on one mesh axis: the identity when the axis has one device."""
 
-    def emitter(ex: _FunctionExporter, call: Call) -> relax.Expr:
+    def emitter(ex: Exporter, call: Call) -> relax.Expr:
         c = _Collective(ex, call)
         if c.groups.kind == "single":
             return c.x
@@ -279,7 +276,7 @@ def emit_regroup(c: _Collective) -> relax.Expr:
     blocks, and a slice of this worker's new block. With symbolic sizes the blockings may agree
     at some counts only, and Relax's dataflow has no branch on sizes: the gather then runs at
     every count (export the specialized module to drop it where it moves nothing)."""
-    from ..ops.collectives import regroup_blocks
+    from ...ops.collectives import regroup_blocks
 
     attrs = c.attrs
     axis = attrs["axis"] % c.xt.ndim
@@ -296,7 +293,7 @@ def emit_regroup(c: _Collective) -> relax.Expr:
 def exchange_codes(placement) -> list:
     """A placement without partials as ints: 0 then one per mesh axis (-1 for R, d for S[d]); or,
     for a block layout, 1 then its shard sizes (which may be symbolic: passed at run time)."""
-    from ..ir.placement import Shard
+    from ...ir.placement import Shard
 
     if placement.is_block:
         return [1, *placement.block]
@@ -306,7 +303,7 @@ def exchange_codes(placement) -> list:
 class _Index:
     """Elementwise int64 arithmetic on index tensors of one exporter (sizes may be symbolic)."""
 
-    def __init__(self, ex: _FunctionExporter):
+    def __init__(self, ex: Exporter):
         self.ex = ex
 
     def _s(self, d):
@@ -359,7 +356,7 @@ def _exchange_target(ix: _Index, mesh, placement, shape, store, position):
     local = ix.unravel(t, store)
     valid = None
     if placement.is_block:
-        from ..ir.layout import chunk_count, chunk_grid
+        from ...ir.layout import chunk_count, chunk_grid
 
         block, grid = list(placement.block), list(chunk_grid(shape, placement.block))
         chunk = ix.add(ix.mul(local[0], mesh.size), position)  # slot k holds chunk k * D + position
@@ -370,7 +367,7 @@ def _exchange_target(ix: _Index, mesh, placement, shape, store, position):
             valid = ix.both(valid, ix.less(g, shape[e]))
             coords.append(g)
         return ix.ravel(coords, shape), valid
-    from ..ir.layout import block_start_expr, valid_length_expr
+    from ...ir.layout import block_start_expr, valid_length_expr
 
     coords = []
     for e, n in enumerate(shape):
@@ -386,14 +383,14 @@ def _exchange_source(ix: _Index, mesh, placement, shape, store, flat, receiver_c
     lies in, and on the other axes the receiver's own coordinate (as distir.ir.exchange.gather_plan)."""
     coords = ix.unravel(flat, shape)
     if placement.is_block:
-        from ..ir.layout import chunk_grid
+        from ...ir.layout import chunk_grid
 
         block, grid = list(placement.block), list(chunk_grid(shape, placement.block))
         chunk = ix.ravel([ix.div(h, b) for h, b in zip(coords, block)], grid)
         position = ix.mod(chunk, mesh.size)
         inner = [ix.div(chunk, mesh.size), *(ix.mod(h, b) for h, b in zip(coords, block))]
         return position, ix.ravel(inner, store)
-    from ..ir.layout import level_extents
+    from ...ir.layout import level_extents
 
     holder = list(receiver_coords)
     offsets = []
@@ -407,7 +404,7 @@ def _exchange_source(ix: _Index, mesh, placement, shape, store, flat, receiver_c
     return ix.ravel(holder, mesh.shape), ix.ravel(offsets, store)
 
 
-def emit_exchange(ex: _FunctionExporter, call: Call) -> relax.Expr:
+def emit_exchange(ex: Exporter, call: Call) -> relax.Expr:
     """A block exchange from Disco's allgather: every worker's source storage gathered from all
     workers, then each worker takes, element by element, the real elements of its target storage
     from the holder distir's simulator takes them from (:func:`distir.ir.exchange.gather_plan`),
@@ -443,7 +440,7 @@ def _with_extent(t: TensorType, axis: int, extent) -> TensorType:
     return TensorType(tuple(shape), t.dtype)
 
 
-def emit_collective(ex: _FunctionExporter, call: Call) -> relax.Expr:
+def emit_collective(ex: Exporter, call: Call) -> relax.Expr:
     """The Relax form of a step kind's local op, as its declaration names it (see distir.ir.steps)."""
     step = call.op.step
     emit = _resolve(step.tvm) if step is not None and step.tvm is not None else None
@@ -460,18 +457,18 @@ def _resolve(ref):
     return getattr(importlib.import_module(module), name)
 
 
-def _gather_all(ex: _FunctionExporter, x: relax.Expr, xt: TensorType) -> relax.Expr:
+def _gather_all(ex: Exporter, x: relax.Expr, xt: TensorType) -> relax.Expr:
     """``(total, *x.shape)``: every worker's value, by worker id."""
     shape = [_p(d) for d in ex.dims([ex.plan.total, *xt.shape])]
     out = relax.TensorType(shape, xt.dtype)
     return ex.emit(relax.op.call_dps_packed("runtime.disco.allgather", [x, _bool(False)], out_ty=out))
 
 
-def _clamped(ex: _FunctionExporter, value, high):
+def _clamped(ex: Exporter, value, high):
     return value if ex.plan.every_mesh_covers_all else sym.clamp(value, 0, high)
 
 
-def _device_ids_at(ex: _FunctionExporter, mesh, positions: relax.Expr) -> relax.Expr:
+def _device_ids_at(ex: Exporter, mesh, positions: relax.Expr) -> relax.Expr:
     """The device ids at the given mesh positions (an int64 tensor of any rank): the k-th listed device is at position k."""
     if ids_are_contiguous(mesh):
         return ex.emit(relax.op.add(positions, ex.scalar(mesh_start(mesh))))
@@ -479,7 +476,7 @@ def _device_ids_at(ex: _FunctionExporter, mesh, positions: relax.Expr) -> relax.
     return ex.emit(relax.op.take(table, positions, axis=0, mode="clip"))
 
 
-def _holders(ex: _FunctionExporter, mesh, placement, counts) -> relax.Expr:
+def _holders(ex: Exporter, mesh, placement, counts) -> relax.Expr:
     """Worker ids holding each block of a ``placement`` layout, as a ``(prod(counts),)`` tensor.
 
     Block ``(b_0, ..., b_r-1)`` lies at the mesh coordinates that shard each dim (the lower
@@ -509,9 +506,9 @@ def _holders(ex: _FunctionExporter, mesh, placement, counts) -> relax.Expr:
     return _device_ids_at(ex, mesh, positions)
 
 
-def emit_transfer(ex: _FunctionExporter, call: Call) -> relax.Expr:
+def emit_transfer(ex: Exporter, call: Call) -> relax.Expr:
     """An allgather over all workers, then each worker rebuilds the tensor and slices its target block."""
-    from ..ir.layout import block_start_expr, shard_count
+    from ...ir.layout import block_start_expr, shard_count
 
     attrs = call.op.full_attrs(call.attrs)
     shape = list(attrs["shape"])
@@ -558,7 +555,7 @@ def _real_elements(ex, whole, d: int, n, mesh, placement, padded) -> relax.Expr:
     """Along dim ``d``, the ``n`` real elements of blocks laid side by side (each padded): for one
     cut that is the first ``n``; nested cuts interleave padding, so element g is taken from
     ``(i1 * k2 + i2) * c2 + r`` where ``g = i1 * c1 + i2 * c2 + r`` (two axes; more nest alike)."""
-    from ..ir.layout import level_extents
+    from ...ir.layout import level_extents
 
     axes = placement.mesh_axes_of(d)
     sizes = [mesh.shape[a] for a in axes]
@@ -579,7 +576,7 @@ def _real_elements(ex, whole, d: int, n, mesh, placement, padded) -> relax.Expr:
 
 def _block_reach(mesh, placement, d: int, n):
     """How far the blocks of dim ``d`` reach, padding included: the last block's start plus its extent."""
-    from ..ir.layout import level_extents
+    from ...ir.layout import level_extents
 
     axes = placement.mesh_axes_of(d)
     blocks = level_extents(n, [mesh.shape[a] for a in axes])

@@ -8,7 +8,7 @@ emitters for such ops live here: ``take`` (modes Relax lacks are an error),
 diagonal that depends on the worker), ``shard_take`` (a vocab-parallel lookup) and
 ``layer_norm``/``group_norm`` (the ``center``/``scale`` flags TVM's legalization ignores)
 and ``image.resize2d`` (its ``out_dtype``, which TVM's legalization ignores too). The
-``R.ccl.*`` collectives are emitted as their step kind says (:mod:`distir.tvm.collectives`).
+``R.ccl.*`` collectives are emitted as their step kind says (:mod:`distir.tvm.relax.collectives`).
 An op with neither is an error naming it.
 """
 
@@ -17,23 +17,20 @@ from __future__ import annotations
 import functools
 import importlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import tvm
 from tvm import relax
 
-from ..errors import DistirError
-from ..ir import sym
-from ..ir.combine import dtype_class
-from ..ir.expr import Call
-from ..ir.layout import depends_on_worker
-from ..ir.op import OpDef, RelaxForm, all_ops
-from ..ir.types import TensorType
+from ...errors import DistirError
+from ...ir import sym
+from ...ir.combine import dtype_class
+from ...ir.expr import Call
+from ...ir.layout import depends_on_worker
+from ...ir.op import OpDef, RelaxForm, all_ops
+from ...ir.types import TensorType
+from ..errors import tvm_message
 from .collectives import collective_ops, emit_collective
-from .errors import tvm_message
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .export import _FunctionExporter
+from .emitter import Emitter, Exporter
 
 __all__ = [
     "emit_op",
@@ -51,7 +48,6 @@ __all__ = [
     "supported_ops",
 ]
 
-Emitter = Callable[["_FunctionExporter", Call], relax.Expr]
 
 
 def supported_ops() -> frozenset[str]:
@@ -63,7 +59,7 @@ def supported_ops() -> frozenset[str]:
 def __getattr__(name: str):
     if name == "SUPPORTED_OPS":  # derived from the declarations when asked for
         return supported_ops()
-    raise AttributeError(f"module 'distir.tvm.ops' has no attribute '{name}'")
+    raise AttributeError(f"module 'distir.tvm.relax.ops' has no attribute '{name}'")
 
 
 @functools.cache
@@ -89,7 +85,7 @@ def _emitter(ref: str) -> Emitter:
         raise DistirError(f"the Relax emitter '{ref}' does not exist") from None
 
 
-def emit_op(ex: _FunctionExporter, call: Call) -> relax.Expr:
+def emit_op(ex: Exporter, call: Call) -> relax.Expr:
     """The Relax expression for one distir call (intermediate steps are emitted on the way)."""
     op: OpDef = call.op
     if op.step is not None and op is op.step.local_op:  # a step kind's collective, as its record says
@@ -105,7 +101,7 @@ def emit_op(ex: _FunctionExporter, call: Call) -> relax.Expr:
     raise ex.error(f"R.{op.name} has no TVM Relax form (declare OpDef.relax){hint}")
 
 
-def emit_relax_form(ex: _FunctionExporter, call: Call, form: RelaxForm | None = None,
+def emit_relax_form(ex: Exporter, call: Call, form: RelaxForm | None = None,
                     args: list[relax.Expr] | None = None) -> relax.Expr:
     """The declared Relax op (``form``, by default the op's own) on the call's arguments (or
     ``args``, already Relax) and attributes."""
@@ -133,7 +129,7 @@ def emit_relax_form(ex: _FunctionExporter, call: Call, form: RelaxForm | None = 
 _TAKE_MODES = ("fast", "wrap", "clip")  # what Relax's take knows
 
 
-def emit_take(ex: _FunctionExporter, call: Call) -> relax.Expr:
+def emit_take(ex: Exporter, call: Call) -> relax.Expr:
     """``relax.op.take``, for the modes it has."""
     mode = call.op.full_attrs(call.attrs)["mode"]
     if mode not in _TAKE_MODES:
@@ -141,7 +137,7 @@ def emit_take(ex: _FunctionExporter, call: Call) -> relax.Expr:
     return emit_relax_form(ex, call)
 
 
-def emit_strided_slice(ex: _FunctionExporter, call: Call) -> relax.Expr:
+def emit_strided_slice(ex: Exporter, call: Call) -> relax.Expr:
     """``relax.op.strided_slice``, with worker-dependent bounds kept inside the tensor."""
     attrs = call.op.full_attrs(call.attrs)
     x = call.args[0].type
@@ -160,7 +156,7 @@ def emit_strided_slice(ex: _FunctionExporter, call: Call) -> relax.Expr:
     return emit_relax_form(ex, Call(call.op, call.args, {**attrs, "begin": begin, "end": end}, call.span))
 
 
-def emit_partial_mean(ex: _FunctionExporter, call: Call) -> relax.Expr:
+def emit_partial_mean(ex: Exporter, call: Call) -> relax.Expr:
     """``sum(x, axis) / count`` (count may be a size known at run time); of bools, any (a mean of
     bools cast to bool is whether one is true)."""
     attrs = call.op.full_attrs(call.attrs)
@@ -172,7 +168,7 @@ def emit_partial_mean(ex: _FunctionExporter, call: Call) -> relax.Expr:
     return relax.op.divide(total, ex.scalar(attrs["count"], t.dtype))
 
 
-def emit_negative(ex: _FunctionExporter, call: Call) -> relax.Expr:
+def emit_negative(ex: Exporter, call: Call) -> relax.Expr:
     """``relax.op.negative``; of unsigned integers ``0 - x``, which wraps around as numpy's negation does."""
     dtype = call.args[0].type.dtype
     if not dtype.startswith("uint"):
@@ -180,7 +176,7 @@ def emit_negative(ex: _FunctionExporter, call: Call) -> relax.Expr:
     return relax.op.subtract(ex.const(0, dtype), ex.value(call.args[0]))
 
 
-def emit_extremum(ex: _FunctionExporter, call: Call) -> relax.Expr:
+def emit_extremum(ex: Exporter, call: Call) -> relax.Expr:
     """``relax.op.maximum`` / ``minimum``; of bools, ``logical_or`` / ``logical_and``."""
     if call.args[0].type.dtype != "bool":
         return emit_relax_form(ex, call)
@@ -188,13 +184,13 @@ def emit_extremum(ex: _FunctionExporter, call: Call) -> relax.Expr:
     return fn(ex.value(call.args[0]), ex.value(call.args[1]))
 
 
-def _bool_reduction(ex: _FunctionExporter, fn, x: relax.Expr, attrs) -> relax.Expr:
+def _bool_reduction(ex: Exporter, fn, x: relax.Expr, attrs) -> relax.Expr:
     """A max (any) or min (all) of bools, through uint8 (TVM 0.27 has no max or min of bool)."""
     wide = ex.emit(relax.op.astype(x, "uint8"))
     return relax.op.astype(ex.emit(fn(wide, axis=attrs["axis"], keepdims=attrs["keepdims"])), "bool")
 
 
-def emit_reduction(ex: _FunctionExporter, call: Call) -> relax.Expr:
+def emit_reduction(ex: Exporter, call: Call) -> relax.Expr:
     """The Relax reduction of the same name, exact on every dtype as the numpy reference is: a max
     or min (and a mean) of bools through uint8, and a mean of integers rounded once toward zero,
     from int64 quotients and remainders by the count (Relax's mean adds in the input's dtype,
@@ -221,7 +217,7 @@ def emit_reduction(ex: _FunctionExporter, call: Call) -> relax.Expr:
     return relax.op.astype(ex.emit(relax.op.add(floor, ex.emit(relax.op.astype(up, "int64")))), dtype)
 
 
-def emit_mask_tail(ex: _FunctionExporter, call: Call) -> relax.Expr:
+def emit_mask_tail(ex: Exporter, call: Call) -> relax.Expr:
     """``where(arange(extent) < length, x, value)`` along ``axis``; the length may depend on the worker."""
     attrs = call.op.full_attrs(call.attrs)
     t: TensorType = call.args[0].type
@@ -235,7 +231,7 @@ def emit_mask_tail(ex: _FunctionExporter, call: Call) -> relax.Expr:
     return relax.op.where(keep, ex.value(call.args[0]), ex.const(attrs["value"], t.dtype))
 
 
-def emit_rms_norm(ex: _FunctionExporter, call: Call) -> relax.Expr:
+def emit_rms_norm(ex: Exporter, call: Call) -> relax.Expr:
     """``relax.op.nn.rms_norm``; a rank-1 tensor goes through a ``(1, n)`` view, which TVM 0.27's
     legalization needs (it fails to build rank 1)."""
     x: TensorType = call.args[0].type
@@ -248,7 +244,7 @@ def emit_rms_norm(ex: _FunctionExporter, call: Call) -> relax.Expr:
     return relax.op.reshape(out, relax.ShapeExpr([_p(ex.dim(x.shape[0]))]))
 
 
-def emit_affine_norm(ex: _FunctionExporter, call: Call) -> relax.Expr:
+def emit_affine_norm(ex: Exporter, call: Call) -> relax.Expr:
     """``relax.op.nn.layer_norm``/``group_norm``; with ``scale`` off, gamma is ones, with ``center``
     off, beta is zeros (TVM 0.27's legalization ignores both flags and applies gamma and beta)."""
     attrs = call.op.full_attrs(call.attrs)
@@ -262,7 +258,7 @@ def emit_affine_norm(ex: _FunctionExporter, call: Call) -> relax.Expr:
     return emit_relax_form(ex, call, args=[data, gamma, beta])
 
 
-def emit_resize2d(ex: _FunctionExporter, call: Call) -> relax.Expr:
+def emit_resize2d(ex: Exporter, call: Call) -> relax.Expr:
     """``relax.op.image.resize2d`` in the input's dtype, then ``astype(out_dtype)`` (TVM 0.27's
     legalization ignores out_dtype: the kernel returns the input's dtype under a type that says
     out_dtype)."""
@@ -274,7 +270,7 @@ def emit_resize2d(ex: _FunctionExporter, call: Call) -> relax.Expr:
     return relax.op.astype(ex.emit(resized), out_dtype)
 
 
-def emit_triangle(ex: _FunctionExporter, call: Call) -> relax.Expr:
+def emit_triangle(ex: Exporter, call: Call) -> relax.Expr:
     """``relax.op.tril``/``triu``; with a diagonal offset that depends on the worker, a mask from index tensors."""
     k = call.op.full_attrs(call.attrs)["k"]
     if not depends_on_worker(k):
@@ -298,7 +294,7 @@ def _p(d):
     return sym.to_prim(d)
 
 
-def emit_shard_take(ex: _FunctionExporter, call: Call) -> relax.Expr:
+def emit_shard_take(ex: Exporter, call: Call) -> relax.Expr:
     """Look up the indices that fall in this worker's rows [offset, offset + rows); zeros elsewhere."""
     attrs = call.op.full_attrs(call.attrs)
     xt: TensorType = call.args[0].type

@@ -183,7 +183,7 @@ def block_module(form: str = "split", config: GPT2Config | None = None):
     """``config.n_layer`` GPT-2 blocks alone (no embeddings, no head; input ``(b, s, n_embd)``), q, k and
     v cut by ``split`` or ``reshape``, imported into distir without a layout (``@forward``): the block
     the layout benchmarks and tests measure (scripts/bench_strided_qkv.py, docs/strided.md)."""
-    from .frontend import from_nn
+    from ...tvm import from_nn
 
     config = config or GPT2Config(n_layer=1)
     return from_nn(_Blocks(config, form), {"forward": {"x": nn.spec.Tensor(["b", "s", config.n_embd], "float32")}})

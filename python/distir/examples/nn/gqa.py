@@ -1,6 +1,6 @@
 """A Llama with grouped-query attention written with ``tvm.relax.frontend.nn``, and its plans.
 
-Plain TVM, as :mod:`distir.tvm.nn_llama` but with fewer key/value heads than query heads
+Plain TVM, as :mod:`distir.examples.nn.llama` but with fewer key/value heads than query heads
 (``num_kv_heads`` divides ``num_heads``; each key/value head serves ``num_heads / num_kv_heads``
 query heads): separate ``q_proj``, ``k_proj``, ``v_proj`` (``nn.Linear``, Hugging Face's
 names), rotary embedding on q and k, the key and value heads repeated with
@@ -22,7 +22,7 @@ import numpy as np
 from tvm.relax.frontend import nn
 from tvm.relax.frontend.nn import op
 
-from .nn_llama import Llama, _rotate, rope_tables
+from .llama import Llama, _rotate, rope_tables
 
 __all__ = ["GQALlama", "GQAConfig", "kv_heads_cut", "random_weights", "rope_tables", "spec", "tp_plan"]
 
@@ -78,7 +78,7 @@ class GQAAttention(nn.Module):
 
 
 class GQALlama(Llama):
-    """:class:`distir.tvm.nn_llama.Llama` with :class:`GQAAttention`: ``forward(ids, cos, sin)``, token ids
+    """:class:`distir.examples.nn.llama.Llama` with :class:`GQAAttention`: ``forward(ids, cos, sin)``, token ids
     ``(s,)`` and rotary tables ``(s, head_dim)`` to logits."""
 
     def __init__(self, config: GQAConfig | None = None):
@@ -130,7 +130,7 @@ def mesh(num_workers: int):
     (``ShardParams(tp_plan(config, n), mesh=mesh(n))``): on a static mesh propagation sees that the count
     divides them (on a symbolic one it weighs counts that do not, and gathers them). The replicated plan
     is the same at every count that does not divide them: laid out once, ``num_workers`` symbolic."""
-    from ..ir import DeviceMesh
-    from ..ir.mesh import Range
+    from ...ir import DeviceMesh
+    from ...ir.mesh import Range
 
     return DeviceMesh((num_workers,), Range(0, num_workers))

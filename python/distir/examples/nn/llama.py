@@ -127,7 +127,7 @@ class DecoderLayer(nn.Module):
 
 class Llama(nn.Module):
     """Embedding, ``num_layers`` decoder layers, final norm, LM head (see the module docstring);
-    ``attention`` is the layers' attention module (:mod:`distir.tvm.nn_gqa` gives its own)."""
+    ``attention`` is the layers' attention module (:mod:`distir.examples.nn.gqa` gives its own)."""
 
     def __init__(self, config: LlamaConfig | None = None, attention: type[nn.Module] = Attention):
         config = config or LlamaConfig()

@@ -2,7 +2,7 @@
 
 Every op becomes the standard Relax op of the same name (``relax.op.*``), collectives
 become ``R.call_dps_packed("runtime.disco.<collective>", ...)`` (see
-:mod:`distir.tvm.collectives`), and the worker's id comes from
+:mod:`distir.tvm.relax.collectives`), and the worker's id comes from
 ``runtime.disco.worker_id``. Symbolic sizes stay symbolic: each function takes one
 ``R.Shape([v])`` parameter per size variable ``v`` (named ``size_<v>``, before the tensor
 parameters), so ``relax.transform.BindSymbolicVars({"num_workers": 4})`` specializes the
@@ -25,8 +25,8 @@ import numpy as np
 import tvm
 from tvm import relax, te, tirx
 
-from ..ir import sym
-from ..ir.expr import (
+from ...ir import sym
+from ...ir.expr import (
     Binding,
     Call,
     Constant,
@@ -40,7 +40,7 @@ from ..ir.expr import (
     TupleGetItem,
     Var,
 )
-from ..ir.layout import (
+from ...ir.layout import (
     WORKER_ID,
     depends_on_worker,
     ids_are_contiguous,
@@ -48,21 +48,19 @@ from ..ir.layout import (
     position_var_name,
     worker_values,
 )
-from ..ir.mesh import DeviceMesh, Range
-from ..ir.sym import Dim
-from ..ir.types import DTensorType, PrimType, ShapeType, TensorType, TupleType, Type, np_dtype
-from .errors import TvmExportError, tvm_message
+from ...ir.mesh import DeviceMesh, Range
+from ...ir.sym import Dim
+from ...ir.types import DTensorType, PrimType, ShapeType, TensorType, TupleType, Type, np_dtype
+from ..convention import DISCO_LAYOUT_FUNC, SIZE_PREFIX
+from ..errors import TvmExportError, tvm_message
+from .emitter import Exporter
 from .session import SessionPlan
 
 __all__ = ["DISCO_LAYOUT_FUNC", "SIZE_PREFIX", "to_relax", "with_plans"]
 
-DISCO_LAYOUT_FUNC = "distir_disco_layout"
-SIZE_PREFIX = "size_"
-
-
 def to_relax(local_mod: IRModule) -> tvm.IRModule:
     """The TVM Relax form of a local-view module, symbolic or specialized (module docstring)."""
-    from .. import ops  # noqa: F401  (declares every op)
+    from ... import ops  # noqa: F401  (declares every op)
     from .ops import emit_op  # noqa: F401  (the op table, loaded before the first binding)
 
     check_local_view(local_mod)
@@ -84,7 +82,7 @@ def with_plans(mod: IRModule) -> IRModule:
     """Each ``R.ccl.replan`` (a redistribute planned for the bound count) as the steps of its plan:
     the plan for the module's sizes when they are concrete (specialize wrote those already), else
     the plan made for every count. Specialize before export to run the plan for the count."""
-    from ..transform.legalize_redistribute import expand_replans
+    from ...transform.legalize_redistribute import expand_replans
 
     funcs = {name: expand_replans(f, exact_only=False) for name, f in mod.functions.items()}
     if all(funcs[n] is f for n, f in mod.functions.items()):
@@ -170,7 +168,7 @@ def function_dims(func: Function):
 # ---------------------------------------------------------------- one function
 
 
-class _FunctionExporter:
+class _FunctionExporter(Exporter):
     """Emits one distir function into a BlockBuilder; the op table calls back into it."""
 
     def __init__(self, bb: relax.BlockBuilder, func: Function, plan: SessionPlan):
@@ -458,7 +456,7 @@ def _proves_same(have, want: Dim) -> bool:
 
 def _used_after_each_block(f: Function) -> list[set[Var]]:
     """For block i: the vars bound in it that later blocks or the result read."""
-    from ..ir.expr import leaf_vars
+    from ...ir.expr import leaf_vars
 
     out: list[set[Var]] = []
     later: set[Var] = set(leaf_vars(f.result))

@@ -1,6 +1,6 @@
 """How Disco workers without NCCL reach each other: one FIFO channel per ordered pair of workers.
 
-distir's host collectives (:mod:`distir.tvm.host_ccl`) are written once over two operations of
+distir's host collectives (:mod:`distir.tvm.disco.host_ccl`) are written once over two operations of
 an :class:`Endpoint`, one per worker: ``post(dst, array)``, which never blocks, and
 ``take(src)``, which waits for the next array ``src`` posted to this worker. Every worker runs
 the same program, so the arrays two workers exchange pair up in program order.

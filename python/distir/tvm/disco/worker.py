@@ -1,4 +1,4 @@
-"""The entry point of a Disco worker process started by distir: ``python -m distir.tvm.worker``.
+"""The entry point of a Disco worker process started by distir: ``python -m distir.tvm.disco.worker``.
 
 TVM's own entry point (``tvm.exec.disco_worker``) serves Disco with the functions TVM
 registers; a worker of a distir session also needs distir's collectives (Disco's builtins look
@@ -39,7 +39,7 @@ def _load_runtime() -> None:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 5:
-        print("usage: python -m distir.tvm.worker WORKER NUM_WORKERS NUM_GROUPS READ_FD WRITE_FD", file=sys.stderr)
+        print("usage: python -m distir.tvm.disco.worker WORKER NUM_WORKERS NUM_GROUPS READ_FD WRITE_FD", file=sys.stderr)
         return 2
     worker, num_workers, num_groups, read_fd, write_fd = (int(a) for a in argv)
     _load_runtime()

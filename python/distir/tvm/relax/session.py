@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..ir import sym
-from ..ir.expr import IRModule
-from ..ir.layout import ids_are_contiguous, mesh_start
-from ..ir.mesh import DeviceMesh, Range
-from ..ir.sym import Dim
+from ...ir import sym
+from ...ir.expr import IRModule
+from ...ir.layout import ids_are_contiguous, mesh_start
+from ...ir.mesh import DeviceMesh, Range
+from ...ir.sym import Dim
 
 
 @dataclass(frozen=True)

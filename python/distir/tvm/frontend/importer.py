@@ -24,13 +24,13 @@ import tvm
 import tvm_ffi
 from tvm import relax
 
-from .. import (
+from ... import (
     ops,  # noqa: F401  (declares every op, which the imported calls name)
     script,  # noqa: F401  (the text format, so that imported modules print)
 )
-from ..errors import DistirError
-from ..ir import sym
-from ..ir.expr import (
+from ...errors import DistirError
+from ...ir import sym
+from ...ir.expr import (
     Binding,
     Block,
     Call,
@@ -45,11 +45,11 @@ from ..ir.expr import (
     TupleGetItem,
     Var,
 )
-from ..ir.mesh import DeviceMesh, Range
-from ..ir.op import OpDef, get_op
-from ..ir.placement import Placement
-from ..ir.types import DTensorType, PrimType, ShapeType, TensorType, TupleType, Type
-from .errors import TvmImportError
+from ...ir.mesh import DeviceMesh, Range
+from ...ir.op import OpDef, get_op
+from ...ir.placement import Placement
+from ...ir.types import DTensorType, PrimType, ShapeType, TensorType, TupleType, Type
+from ..errors import TvmImportError
 
 __all__ = ["from_relax"]
 
