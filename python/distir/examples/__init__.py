@@ -17,7 +17,7 @@ from ..errors import DistirError
 from ._stack import llama_stack
 from .nn import MODELS as _NN_MODELS
 
-__all__ = ["llama_stack", "load", "names", "path", "text"]
+__all__ = ["ir_names", "llama_stack", "load", "names", "path", "text"]
 
 
 def _dir():
@@ -27,6 +27,11 @@ def _dir():
 def names() -> list[str]:
     """Names of the bundled examples (the IR files' stems and the nn models' names), sorted."""
     return sorted(_text_names() | set(_NN_MODELS))
+
+
+def ir_names() -> list[str]:
+    """Names of the examples written as IR text (whose :func:`text` :func:`distir.parse` reads), sorted."""
+    return sorted(_text_names())
 
 
 def _text_names() -> set[str]:

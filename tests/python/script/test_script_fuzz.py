@@ -37,7 +37,7 @@ EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "2000" if _EXPLORE else "300"))
 SECONDS = 2.0  # of CPU per case (not wall time: a busy machine does not make parsing slower)
 PEAK_BYTES = 256 * 1024 * 1024  # per case, as tracemalloc counts Python's allocations
 
-SEEDS = [examples.text(name) for name in examples.names()] + [CORPUS[k] for k in sorted(CORPUS)]
+SEEDS = [examples.text(name) for name in examples.ir_names()] + [CORPUS[k] for k in sorted(CORPUS)]
 TOKEN = re.compile(r"""[A-Za-z_]\w*|\d+|"[^"\n]*"|'[^'\n]*'|[ \t]+|\n|.""", re.DOTALL)
 
 ODD_CHARS = [
