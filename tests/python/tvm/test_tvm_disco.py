@@ -54,6 +54,28 @@ def test_models_on_disco_equal_the_single_device_run(model, workers):
     assert on_disco.summary() == on_sim.summary()  # one line, word for word: names, bytes, per worker
 
 
+def test_disco_reports_the_steps_of_the_plan_it_ran_at_the_count():
+    """``R, P`` -> ``R, R`` on a ``(2, num_workers)`` mesh is re-planned per count: the plan made for
+    every count (all_gather + all_reduce) is not what runs at 1 (nothing) or 2 (one all_reduce).
+    Disco's numbers are those of the specialized program, equal to the simulator's and to the bytes
+    Disco's own collectives moved."""
+    from distir.analysis import comm_volume
+    from distir.tvm.export import with_plans
+
+    driver = Driver(redistribute_module((2, W), (12, 12), "R, P", "R, R"))
+    x = np.arange(144, dtype="float32").reshape(12, 12)
+    general = comm_volume(with_plans(driver.local))
+    for workers, steps in ((1, {}), (2, {"all_reduce": 1})):
+        on_disco, on_sim = driver.run([x], workers, backend="tvm"), driver.run([x], workers)
+        assert on_disco.ok and on_sim.ok
+        assert on_sim.stats.counts == steps  # the case is what it claims: the general plan differs here
+        assert dict(general.evaluate({"num_workers": workers}).counts) == {"all_gather": 1, "all_reduce": 1}
+        assert on_disco.disco["calls"] == steps
+        assert on_disco.disco["bytes_sent"] == on_sim.stats.total_bytes == on_disco.disco["transport"]["bytes_sent"]
+        assert on_disco.summary() == on_sim.summary()
+    assert on_disco.disco["transport"]["bytes_sent"] == 2 * 2 * (12 * 12 * 4)  # a ring all_reduce per group of 2
+
+
 LEGALIZE_AND_LOWER = ("legalize-redistribute", "canonicalize", "lower-global-view-to-local-view")
 
 ONE_D = DeviceMesh((W,), Range(0, W))
