@@ -182,7 +182,9 @@ class _FunctionExporter:
         self.uses_worker_id = any(is_worker_var(n) for n in used) or _needs_worker(func, plan)
         # a worker's position in each mesh listed out of order (collectives may need it too)
         self.position_names = sorted({position_var_name(m) for m in plan.meshes if not ids_are_contiguous(m)})
-        self.names = size_names(dims)
+        # a collective may gather from every worker of the session, whose size may name a mesh size the
+        # function's own types do not (a static mesh beside a symbolic one): that size is a parameter too
+        self.names = size_names(dims + [plan.total] if _calls_collectives(func) else dims)
         self.vars: dict[str, tirx.Var] = {n: tirx.Var(n, "int64") for n in self.names}
         self.env: dict[Var, relax.Expr] = {}
         self.worker_var: tirx.Var | None = None
@@ -468,6 +470,13 @@ def _used_after_each_block(f: Function) -> list[set[Var]]:
         for b in block.bindings:
             later |= set(leaf_vars(b.value))
     return list(reversed(out))
+
+
+def _calls_collectives(func: Function) -> bool:
+    from .collectives import collective_ops
+
+    ops = collective_ops()
+    return any(isinstance(b.value, Call) and b.value.op.name in ops for b in func.bindings())
 
 
 def _needs_worker(func: Function, plan: SessionPlan) -> bool:

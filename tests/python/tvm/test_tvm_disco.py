@@ -76,6 +76,36 @@ def test_disco_reports_the_steps_of_the_plan_it_ran_at_the_count():
     assert on_disco.disco["transport"]["bytes_sent"] == 2 * 2 * (12 * 12 * 4)  # a ring all_reduce per group of 2
 
 
+STATIC_BESIDE_SYMBOLIC = """
+@I.ir_module
+class Module:
+    I.module_global_infos({"mesh": [R.device_mesh(("num_workers",), I.Range(0, "num_workers")),
+                                    R.device_mesh((2,), I.Range(0, 2))]})
+
+    @R.function
+    def main(p1: R.DTensor((2, 3), "float32", "mesh[1]", "R"), p2: R.DTensor((2, 3), "float32", "mesh[1]", "P[min]")):
+        with R.dataflow():
+            v2 = R.concat((p1, p2), axis=1)
+            R.output(v2)
+        return v2
+"""
+
+
+def test_a_collective_on_a_static_mesh_beside_a_symbolic_one_exports_symbolically():
+    """The session has max(num_workers, 2) workers; the all-reduce on the static mesh gathers from
+    all of them, so the function takes num_workers although none of its types names it (the
+    export used to fail: Var num_workers is not defined). One symbolic build, exact at every count."""
+    local = distribute_pipeline()(distir.parse(STATIC_BESIDE_SYMBOLIC))
+    built = specialize_and_build(to_relax(local), {})
+    rng = np.random.default_rng(1)
+    p1, p2 = rng.integers(-50, 50, (2, 2, 3)).astype("float32")
+    for workers in (1, 2, 3):
+        stats: dict = {}
+        got = run_disco(built, local, p1, p2, num_workers=workers, seed=workers, stats=stats)
+        np.testing.assert_array_equal(got, np.concatenate([p1, p2], axis=1))  # the parts' min is p2
+        assert stats["num_workers"] == max(workers, 2) and stats["calls"] == {"all_reduce": 1}
+
+
 LEGALIZE_AND_LOWER = ("legalize-redistribute", "canonicalize", "lower-global-view-to-local-view")
 
 ONE_D = DeviceMesh((W,), Range(0, W))
