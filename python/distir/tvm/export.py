@@ -391,7 +391,9 @@ class _FunctionExporter:
         """This worker's position in a mesh listed out of order: a lookup in a table by worker id,
         as a tensor and as a shape variable (``tensor_to_shape`` + ``match_cast``)."""
         mesh = next(m for m in self.plan.meshes if not ids_are_contiguous(m) and position_var_name(m) == name)
-        table = [worker_values([mesh], w)[name] for w in range(int(self.plan.total))]
+        # up to one past the mesh's largest id, whose entry (0: not a member) the clip gives every later
+        # worker: the table does not depend on the session's size, which may be symbolic
+        table = [worker_values([mesh], w)[name] for w in range(max(mesh.device_ids) + 2)]
         pos = self.bb.emit(relax.op.take(self.const(table, "int64"), self._worker_tensor, axis=0, mode="clip"), name_hint="position")
         self._position_tensors[name] = pos
         shape = self.bb.emit(relax.op.tensor_to_shape(relax.op.reshape(pos, relax.ShapeExpr([1]))), name_hint="position_shape")

@@ -106,6 +106,35 @@ def test_a_collective_on_a_static_mesh_beside_a_symbolic_one_exports_symbolicall
         assert stats["num_workers"] == max(workers, 2) and stats["calls"] == {"all_reduce": 1}
 
 
+LISTED_BESIDE_SYMBOLIC = """
+@I.ir_module
+class Module:
+    I.module_global_infos({"mesh": [R.device_mesh(("num_workers",), I.Range(0, "num_workers")),
+                                    R.device_mesh((2, 2), [3, 2, 1, 4])]})
+
+    @R.function
+    def main(p1: R.DTensor((4, 6), "float32", "mesh[1]", "S[0], S[1]")):
+        with R.dataflow():
+            v1 = R.dist.redistribute(p1, device_mesh="mesh[1]", placement="S[1], R")
+            v2 = R.dist.redistribute(v1, device_mesh="mesh[0]", placement="S[0]")
+            R.output(v2)
+        return v2
+"""
+
+
+def test_a_mesh_listed_out_of_order_beside_a_symbolic_one_exports_symbolically():
+    """Each worker's position in a listed mesh is looked up in a table by worker id; the table was
+    as long as the session, max(num_workers, 5) here, and the symbolic export crashed on it. One
+    symbolic build, exact with fewer workers than the listed mesh's ids and with more."""
+    local = distribute_pipeline()(distir.parse(LISTED_BESIDE_SYMBOLIC))
+    built = specialize_and_build(to_relax(local), {})
+    x = np.arange(24, dtype="float32").reshape(4, 6)
+    for workers in (1, 4, 5, 7):
+        stats: dict = {}
+        np.testing.assert_array_equal(run_disco(built, local, x, num_workers=workers, stats=stats), x)
+        assert stats["num_workers"] == max(workers, 5)
+
+
 LEGALIZE_AND_LOWER = ("legalize-redistribute", "canonicalize", "lower-global-view-to-local-view")
 
 ONE_D = DeviceMesh((W,), Range(0, W))
