@@ -102,9 +102,9 @@ def _headers(path: str) -> dict[str, _Member]:
                     try:
                         version = npy.read_magic(fh)
                         if version == (1, 0):
-                            shape, fortran, dtype = npy.read_array_header_1_0(fh)
+                            shape, _fortran, dtype = npy.read_array_header_1_0(fh)
                         elif version == (2, 0):
-                            shape, fortran, dtype = npy.read_array_header_2_0(fh)
+                            shape, _fortran, dtype = npy.read_array_header_2_0(fh)
                         else:
                             raise ValueError(f".npy format version {version[0]}.{version[1]} is not read (1.0 and 2.0 are)")
                     except ValueError as err:

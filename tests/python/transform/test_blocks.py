@@ -371,7 +371,7 @@ def test_replicated_to_a_block_layout_runs_exactly_on_disco(mesh_shape, src, blo
         built = specialize_and_build(exported, values)
         np.testing.assert_array_equal(run_disco(built, d.local, x, num_workers=workers), x)
         cut = [shard_input(d.mod["main"].params[0].type, x, values, np.random.default_rng(0))]
-        outs = run_pieces(built, "main", 1, values, lambda total: cut)
+        outs = run_pieces(built, "main", 1, values, lambda total, cut=cut: cut)
         for w in range(devices):
             np.testing.assert_array_equal(np.asarray(outs[w]), _block_storage(x, block, devices, w), err_msg=f"worker {w}")
         sim, on_disco = d.run([x], workers), d.run([x], workers, backend="tvm")
