@@ -667,8 +667,9 @@ class Driver:
         result.timings["export"] = self._exports[key][1]
         result.timings["build"] = 0.0 if cached else self._builds[(key, str(target))][1]
         result.disco = {}
+        ran = self._specialize(values)[0]  # what was exported and built: its steps are the ones counted
         t0 = time.perf_counter()
-        out = run_disco(built, self.local, *inputs, num_workers=n, func=self.func, symbol=self.symbol,
+        out = run_disco(built, ran, *inputs, num_workers=n, func=self.func, symbol=self.symbol,
                         seed=seed, stats=result.disco, session=session, target=target, weights=weight_set,
                         verify_weights=verify_weights)
         result.timings["run"] = time.perf_counter() - t0

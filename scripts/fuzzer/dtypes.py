@@ -8,6 +8,8 @@ from dataclasses import replace
 from .generate import BINARY, PARTIALS, UNARY_FLOAT, UNARY_INT, Generator, Val
 from .model import Pl, Program, Raw, Ref
 
+# what bools combine by (numpy's bool results: or, and; subtract, divide and power are type errors)
+BOOL_BINARY = ["R.maximum", "R.minimum", "R.add", "R.multiply"]
 DIRECTED_DTYPES = ["int8", "int16", "int32", "int64", "uint8", "bool", "float16", "bfloat16", "float32", "float64"]
 DIRECTED_WEIGHTS = [3, 2, 2, 3, 3, 3, 2, 2, 1, 1]  # mostly the dtypes the default generator never draws
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
@@ -46,13 +48,13 @@ class DtypeGenerator(Generator):
 
     def op_binary(self, a: Val):
         r = self.rng
-        if r.random() < 0.25 and a.dtype != "bool" and (not self._float(a) or self._exact_float(a)):
-            # a comparison: a bool from numbers (of floats, only of exact ones: see op_astype)
+        if r.random() < 0.25 and (not self._float(a) or self._exact_float(a)):
+            # a comparison: a bool from numbers or bools (of floats, only of exact ones: see op_astype)
             same = [v for v in self.vals if v.shape == a.shape and v.dtype == a.dtype and v.mesh == a.mesh
                     and (not self._float(v) or self._exact_float(v))]
             b = r.choice(same)
             return self.emit(r.choice(COMPARE), [Ref(a.name), Ref(b.name)], shape=a.shape, dtype="bool", mesh=a.mesh)
-        ops = ["R.maximum", "R.minimum"] if a.dtype == "bool" else BINARY
+        ops = BOOL_BINARY if a.dtype == "bool" else BINARY
         if r.random() < 0.12 and a.dtype != "bool":
             c = f'R.const({r.choice([0.5, -1.5, 2.0])}, "{a.dtype}")' if self._float(a) else \
                 f'R.const({r.choice([1, 2, 3, 100])}, "{a.dtype}")'

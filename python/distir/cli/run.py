@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, TextIO
 
 from ..errors import DistirError
 from .args import MAX_DISCO_WORKERS, MAX_WORKERS
+from .inputs import load_inputs
 
 if TYPE_CHECKING:
     import numpy as np
@@ -78,67 +78,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="absolute tolerance, relative to the largest expected magnitude (default by the output's "
                              "dtype, as --rtol)")
     add_shard_arguments(parser)
-
-
-_NPY_MAGIC = b"\x93NUMPY"
-_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a zip with members, an empty zip
-
-
-def load_inputs(path: str, names: Sequence[str], aliases: Mapping[str, str] | None = None) -> list[np.ndarray]:
-    """Arrays for the parameters ``names`` from an .npz file (by name, else arr_0, arr_1, ...).
-
-    ``aliases`` maps other names of a parameter to its name (a model's state-dict names,
-    ``wte.weight`` for ``wte_weight``): an array may be stored under either."""
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(6)
-    except FileNotFoundError:
-        raise DistirError(f"cannot read '{path}': no such file") from None
-    except IsADirectoryError:
-        raise DistirError(f"cannot read '{path}': it is a directory") from None
-    except OSError as err:
-        raise DistirError(f"cannot read '{path}': {err.strerror or err}") from None
-    if head.startswith(_NPY_MAGIC):
-        raise DistirError(
-            f"--inputs '{path}' is a single .npy array; give an .npz archive with one array per parameter "
-            f"({', '.join(names)}), e.g. numpy.savez('inputs.npz', {names[0] if names else 'x'}=...)"
-        )
-    if not head.startswith(_ZIP_MAGIC):
-        raise DistirError(f"--inputs '{path}' is not an .npz archive (numpy.savez writes one)")
-    import numpy as np
-
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            files = dict(data.items())
-    except Exception as err:  # noqa: BLE001 - zipfile, zlib and numpy raise many kinds for a damaged archive
-        msg = str(err).splitlines()[0] if str(err) else type(err).__name__
-        if "allow_pickle" in msg:
-            msg = "it holds Python objects (pickled arrays), which are not read"
-        raise DistirError(f"cannot read '{path}' as an .npz archive: {msg}") from None
-    other = {}
-    for alias, name in (aliases or {}).items():
-        other.setdefault(name, []).append(alias)
-    out, used = [], set()
-    for i, name in enumerate(names):
-        keys = [name, *other.get(name, ())]
-        given = [k for k in keys if k in files]
-        if len(given) > 1:
-            raise DistirError(f"'{path}' has two arrays for parameter '{name}': {' and '.join(map(repr, given))}")
-        for key in (*keys, f"arr_{i}"):
-            if key in files:
-                out.append(files[key])
-                used.add(key)
-                break
-        else:
-            also = f" or '{other[name][0]}'" if name in other else ""
-            raise DistirError(f"'{path}' has no array for parameter '{name}'{also} (it has: {', '.join(files) or 'none'})")
-    extra = [k for k in files if k not in used]
-    if extra:  # a misspelt name would otherwise be ignored
-        raise DistirError(
-            f"'{path}' has {'an array' if len(extra) == 1 else 'arrays'} {', '.join(repr(k) for k in extra)} that "
-            f"no parameter reads (the parameters: {', '.join(names) or 'none'})"
-        )
-    return out
 
 
 def _random_inputs(mod, func: str, dims: dict[str, int], seed: int, symbols: set[str]) -> list[np.ndarray]:
@@ -243,7 +182,7 @@ def run_job(args: argparse.Namespace, out: TextIO) -> int:
         )
     params = [p.name for p in mod[func].params]
     if args.inputs:
-        inputs = load_inputs(args.inputs, params, parameter_aliases(mod[func]))
+        inputs = load_inputs(args.inputs, params, parameter_aliases(mod[func]), mod[func], {**dims, **values})
         source = f"inputs from {args.inputs}"
     else:
         inputs = _random_inputs(mod, func, dims, args.seed, symbols)

@@ -58,12 +58,25 @@ _COMPARE = {
 _BROADCAST = "all dims, broadcasting"
 
 
+# Bool arithmetic follows numpy where its result is a bool: add is or, multiply is and, maximum and
+# minimum the same, comparisons order False before True. The rest is refused at the type check, as
+# numpy refuses a bool subtract and leaves bools for floats (divide) or int8 (power), where distir's
+# binary ops keep their input's dtype, and TVM builds none of them on bools.
+_NO_BOOL = {
+    "subtract": "numpy refuses it; R.not_equal is the exclusive or",
+    "divide": "numpy's division of bools gives floats",
+    "power": "numpy's power of bools gives int8",
+}
+
+
 def _binary_infer(name, result_dtype=None):
     def infer(types, attrs):
         a = expect_tensor(types[0], name, "lhs")
         b = expect_tensor(types[1], name, "rhs")
         if a.dtype != b.dtype:
             raise TypeInferenceError(f"R.{name}: dtypes differ ({a.dtype} and {b.dtype}); use R.astype first")
+        if a.dtype == "bool" and name in _NO_BOOL:
+            raise TypeInferenceError(f"R.{name}: does not apply to bool tensors ({_NO_BOOL[name]}); use R.astype first")
         return TensorType(broadcast_shapes([a.shape, b.shape], name), result_dtype or a.dtype)
 
     return infer
@@ -85,13 +98,15 @@ def _binary_numpy(fn, keep_dtype: bool):
     return numpy
 
 
+_BOOL_LOGIC = {"add": "logical_or", "maximum": "logical_or", "multiply": "logical_and", "minimum": "logical_and"}
+
+
 def _binary_relax(name: str) -> RelaxForm:
-    """Relax's op of the same name; maximum and minimum of bools are or / and (TVM 0.27 builds no
-    max of bools)."""
-    if name not in ("maximum", "minimum"):
+    """Relax's op of the same name; add and maximum of bools are or, multiply and minimum and (TVM
+    0.27 builds no arithmetic on bools)."""
+    if name not in _BOOL_LOGIC:
         return RelaxForm.same_name(name)
-    return RelaxForm(f"relax.op.{name}", emit="distir.tvm.relax.ops:emit_extremum",
-                     doc="of bools: `relax.op.logical_or`" if name == "maximum" else "of bools: `relax.op.logical_and`")
+    return RelaxForm(f"relax.op.{name}", emit="distir.tvm.relax.ops:emit_bool_logic", doc=f"of bools: `relax.op.{_BOOL_LOGIC[name]}`")
 
 
 def _only(partial_inputs) -> str:
@@ -107,7 +122,8 @@ for _name, (_fn, _partial, _pin, _why) in _BINARY.items():
             numpy=_binary_numpy(_fn, keep_dtype=True),
             # an integer division rounds: the sum of quotients is not the quotient of the sum
             sharding=_binary_rule(_partial, _pin, wrapping=_name != "divide"),
-            doc=f"Elementwise {_name} with numpy-style broadcasting.",
+            doc=f"Elementwise {_name} with numpy-style broadcasting."
+            + (f" Not of bools ({_NO_BOOL[_name]})." if _name in _NO_BOOL else ""),
             relax=_binary_relax(_name),
             category="elementwise",
             sharding_doc=ShardingDoc(
@@ -125,7 +141,8 @@ for _name, (_fn, _what) in _COMPARE.items():
             numpy=_binary_numpy(_fn, keep_dtype=False),
             sharding=_binary_rule({}, None),
             doc=f"Elementwise comparison {_what}, with broadcasting; the result is bool.",
-            relax=RelaxForm.same_name(_name),
+            relax=RelaxForm(f"relax.op.{_name}", emit="distir.tvm.relax.ops:emit_comparison",
+                            doc="of bools: compared as uint8 (False before True)"),
             category="elementwise",
             sharding_doc=ShardingDoc(passes=_BROADCAST, blocked="size-1 dims"),
         )

@@ -295,13 +295,120 @@ def test_inputs_must_be_an_npz_archive(tmp_path, capsys):
     np.savez(objects, x=np.array([{"a": 1}], dtype=object))
     code, _, err = run_cli(["run", MLP, "-n", "2", "--inputs", str(objects)], capsys)
     assert code == 1
-    assert_one_error_line(err, "distir run", "it holds Python objects (pickled arrays), which are not read")
+    assert_one_error_line(err, "distir run", "member 'x.npy' holds Python objects (pickled arrays), which are not read")
     code, _, err = run_cli(["run", MLP, "-n", "2", "--inputs", str(tmp_path)], capsys)
     assert code == 1
     assert_one_error_line(err, "distir run", f"cannot read '{tmp_path}': it is a directory")
     code, _, err = run_cli(["run", MLP, "-n", "2", "--inputs", str(good)], capsys)
     assert code == 1
     assert_one_error_line(err, "distir run", "has no array for parameter 'w2' (it has: x, w1)")
+
+
+def _npz_member(archive, name: str, header: dict, data_bytes: int, chunk: int = 1 << 22) -> None:
+    """Write member ``name`` of ``archive``: a .npy header saying ``header`` then ``data_bytes`` zero bytes
+    (deflated, so a large array costs little on disk), the way numpy.savez writes a member."""
+    import zipfile
+
+    from numpy.lib import format as npy
+
+    info = zipfile.ZipInfo(name)
+    info.compress_type = archive.compression
+    with archive.open(info, "w", force_zip64=True) as fh:
+        npy.write_array_header_1_0(fh, header)
+        zeros = bytes(min(chunk, data_bytes))
+        left = data_bytes
+        while left:
+            fh.write(zeros[: min(left, chunk)])
+            left -= min(left, chunk)
+
+
+def _load_peak(path, func, names, sizes=None):
+    """(the error load_inputs raised, the most memory Python held meanwhile)."""
+    import tracemalloc
+
+    from distir.cli.inputs import load_inputs
+    from distir.errors import DistirError
+
+    tracemalloc.start()
+    try:
+        load_inputs(str(path), names, None, func, sizes or {})
+    except DistirError as err:
+        return str(err), tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    raise AssertionError("load_inputs accepted the archive")
+
+
+def test_inputs_are_checked_from_the_headers_before_anything_is_inflated(tmp_path, capsys):
+    """An archive is checked member by member from its .npy headers against the parameters (names,
+    dtypes, shapes, the bytes each member holds) before any array is read: a 0.1 MB archive of a
+    128 MiB array of the wrong shape, or a header claiming 40 GB over a few bytes, is one line at
+    once, with Python holding a few hundred KiB at most."""
+    import zipfile
+
+    import distir
+
+    mod = distir.parse_file(MLP)
+    func, names = mod["main"], [p.name for p in mod["main"].params]
+    rows = {"descr": "<f4", "fortran_order": False}
+    big = tmp_path / "big.npz"  # x is (128, 256) float32; this one is (128, 2**18): 128 MiB inflated
+    with zipfile.ZipFile(big, "w", zipfile.ZIP_DEFLATED) as z:
+        _npz_member(z, "x.npy", {**rows, "shape": (128, 2**18)}, 128 * 2**18 * 4)
+        _npz_member(z, "w1.npy", {**rows, "shape": (256, 512)}, 256 * 512 * 4)
+        _npz_member(z, "w2.npy", {**rows, "shape": (512, 256)}, 512 * 256 * 4)
+    assert big.stat().st_size < 4 << 20
+    t0 = time.perf_counter()
+    message, peak = _load_peak(big, func, names)
+    assert time.perf_counter() - t0 < 5
+    assert message == f"'{big}': parameter 'x' dim 1: expected size 256, got 262144"
+    assert peak < 1 << 20, peak
+    code, _, err = run_cli(["run", MLP, "-n", "2", "--inputs", str(big)], capsys)
+    assert code == 1
+    assert_one_error_line(err, "distir run", "parameter 'x' dim 1: expected size 256, got 262144")
+
+    liar = tmp_path / "liar.npz"  # a header claiming (100000, 100000) float32 over 16 bytes of data
+    with zipfile.ZipFile(liar, "w", zipfile.ZIP_DEFLATED) as z:
+        _npz_member(z, "x.npy", {**rows, "shape": (100000, 100000)}, 16)
+    message, peak = _load_peak(liar, func, names)
+    assert "member 'x.npy' says it holds 144 bytes, but its header (shape (100000, 100000), float32) needs " \
+           "40000000128" in message
+    assert peak < 1 << 20, peak
+
+    wrong = tmp_path / "wrong.npz"  # the right shapes in float64
+    with zipfile.ZipFile(wrong, "w") as z:
+        for name, shape in (("x", (128, 256)), ("w1", (256, 512)), ("w2", (512, 256))):
+            _npz_member(z, f"{name}.npy", {"descr": "<f8", "fortran_order": False, "shape": shape},
+                        int(np.prod(shape)) * 8)
+    message, _ = _load_peak(wrong, func, names)
+    assert message == f"'{wrong}': parameter 'x': expected dtype float32, got float64; convert it with .astype"
+
+    other = tmp_path / "other.npz"  # not an array at all
+    with zipfile.ZipFile(other, "w") as z:
+        z.writestr("x.npy", b"\x93NUMPY\x09\x00garbage")
+    message, _ = _load_peak(other, func, names)
+    assert message.startswith(f"cannot read '{other}' as an .npz archive: member 'x.npy': ")
+    assert "version" in message
+
+
+def test_symbolic_sizes_are_bound_alike_across_the_archive_and_memory_is_checked(tmp_path, monkeypatch):
+    import distir
+    from distir.cli import inputs
+
+    mod = distir.parse_file(ATTENTION)
+    func, names = mod["main"], [p.name for p in mod["main"].params]
+    rng = np.random.default_rng(0)
+    arrays = {p.name: rng.standard_normal([8 if not isinstance(d, int) else d for d in p.type.shape]).astype("float32")
+              for p in func.params}
+    path = tmp_path / "in.npz"
+    np.savez(path, **arrays)
+    got = inputs.load_inputs(str(path), names, None, func, {})
+    assert all(np.array_equal(g, arrays[n]) for g, n in zip(got, names))
+    message, _ = _load_peak(path, func, names, {"s": 16})  # --bind s=16 against arrays of s = 8
+    assert message == f"'{path}': parameter 'x' dim 0: 's' is 16 (from sym_values), but this dim is 8"
+    monkeypatch.setattr(inputs.os, "sysconf", lambda name: {"SC_PHYS_PAGES": 4, "SC_PAGE_SIZE": 4096}[name])
+    message, _ = _load_peak(path, func, names)
+    total = sum(a.nbytes for a in arrays.values())
+    assert message == f"'{path}' holds arrays of {total} bytes in all, more than this machine's memory (16384 bytes)"
 
 
 # ---------------------------------------------------------------- errors nobody foresaw

@@ -67,6 +67,27 @@ def test_unary_keeps_type(name):
     assert call(name, T(N, 7)).type == TensorType((N, 7), "float32")
 
 
+@pytest.mark.parametrize("name, why", [
+    ("subtract", "numpy refuses it"),
+    ("divide", "numpy's division of bools gives floats"),
+    ("power", "numpy's power of bools gives int8"),
+])
+def test_bool_arithmetic_numpy_has_no_bool_result_for_is_refused_at_the_type_check(name, why):
+    with pytest.raises(TypeInferenceError, match=rf"R.{name}: does not apply to bool tensors \({why}.*use R.astype first"):
+        _ = call(name, T(4, dtype="bool"), T(4, dtype="bool")).type
+    with pytest.raises(TypeError, match="boolean|ufunc"):  # the oracle: numpy refuses, or leaves bool
+        out = getattr(np, name)(np.array([True, False]), np.array([True, True]))
+        if out.dtype != np.bool_:
+            raise TypeError(f"ufunc gives {out.dtype}")
+    assert call(name, T(4, dtype="uint8"), T(4, dtype="uint8")).type == TensorType((4,), "uint8")
+
+
+@pytest.mark.parametrize("name", ["add", "multiply", "maximum", "minimum", "equal", "not_equal", "less",
+                                  "less_equal", "greater", "greater_equal"])
+def test_bool_logic_and_comparisons_type_check_to_bool(name):
+    assert call(name, T(4, dtype="bool"), T(1, dtype="bool")).type == TensorType((4,), "bool")
+
+
 def test_binary_errors_name_the_op_and_the_problem():
     with pytest.raises(TypeInferenceError, match=r"R.add: shapes \(4, 8\), \(4, 7\) do not broadcast"):
         _ = call("add", T(4, 8), T(4, 7)).type

@@ -110,3 +110,30 @@ def test_sweep_builds_a_module_without_num_workers():
 
     result = sweep(distir.parse(STATIC), [2], build=tvm_builder())
     assert result.rows[0].error is None and result.rows[0].build_seconds > 0
+
+
+REPLANNED = """
+@I.ir_module
+class Module:
+    I.module_global_infos({"mesh": [R.device_mesh((2, "num_workers"), I.Range(0, "num_workers * 2"))]})
+
+    @R.function
+    def main(x: R.DTensor((12, 12), "float32", "mesh[0]", "R, P")):
+        num_workers = T.int64()
+        with R.dataflow():
+            y: R.DTensor((12, 12), "float32", "mesh[0]", "R, R") = R.dist.redistribute(x, device_mesh="mesh[0]", placement="R, R")
+            R.output(y)
+        return y
+"""
+
+
+def test_run_on_tvm_prints_the_steps_of_the_program_specialized_to_the_count(tmp_path, capsys):
+    """Re-planned at 2: one all_reduce per group of 2 (576 B each way), not the plan made for every
+    count (all_gather + all_reduce); the line names what Disco's collectives carried too."""
+    path = tmp_path / "replanned.py"
+    path.write_text(REPLANNED)
+    assert distir_main.main(["run", str(path), "-n", "2", "--backend", "tvm"]) == 0
+    out = capsys.readouterr().out
+    assert ("4 workers: all_reduce x1; 576 bytes sent per worker (2304 in all); carried by Disco's collectives "
+            "allreduce x2, 2304 bytes on the wire") in out
+    assert "all_gather" not in out

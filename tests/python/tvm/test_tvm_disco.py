@@ -54,6 +54,87 @@ def test_models_on_disco_equal_the_single_device_run(model, workers):
     assert on_disco.summary() == on_sim.summary()  # one line, word for word: names, bytes, per worker
 
 
+def test_disco_reports_the_steps_of_the_plan_it_ran_at_the_count():
+    """``R, P`` -> ``R, R`` on a ``(2, num_workers)`` mesh is re-planned per count: the plan made for
+    every count (all_gather + all_reduce) is not what runs at 1 (nothing) or 2 (one all_reduce).
+    Disco's numbers are those of the specialized program, equal to the simulator's and to the bytes
+    Disco's own collectives moved."""
+    from distir.analysis import comm_volume
+    from distir.tvm.export import with_plans
+
+    driver = Driver(redistribute_module((2, W), (12, 12), "R, P", "R, R"))
+    x = np.arange(144, dtype="float32").reshape(12, 12)
+    general = comm_volume(with_plans(driver.local))
+    for workers, steps in ((1, {}), (2, {"all_reduce": 1})):
+        on_disco, on_sim = driver.run([x], workers, backend="tvm"), driver.run([x], workers)
+        assert on_disco.ok and on_sim.ok
+        assert on_sim.stats.counts == steps  # the case is what it claims: the general plan differs here
+        assert dict(general.evaluate({"num_workers": workers}).counts) == {"all_gather": 1, "all_reduce": 1}
+        assert on_disco.disco["calls"] == steps
+        assert on_disco.disco["bytes_sent"] == on_sim.stats.total_bytes == on_disco.disco["transport"]["bytes_sent"]
+        assert on_disco.summary() == on_sim.summary()
+    assert on_disco.disco["transport"]["bytes_sent"] == 2 * 2 * (12 * 12 * 4)  # a ring all_reduce per group of 2
+
+
+STATIC_BESIDE_SYMBOLIC = """
+@I.ir_module
+class Module:
+    I.module_global_infos({"mesh": [R.device_mesh(("num_workers",), I.Range(0, "num_workers")),
+                                    R.device_mesh((2,), I.Range(0, 2))]})
+
+    @R.function
+    def main(p1: R.DTensor((2, 3), "float32", "mesh[1]", "R"), p2: R.DTensor((2, 3), "float32", "mesh[1]", "P[min]")):
+        with R.dataflow():
+            v2 = R.concat((p1, p2), axis=1)
+            R.output(v2)
+        return v2
+"""
+
+
+def test_a_collective_on_a_static_mesh_beside_a_symbolic_one_exports_symbolically():
+    """The session has max(num_workers, 2) workers; the all-reduce on the static mesh gathers from
+    all of them, so the function takes num_workers although none of its types names it (the
+    export used to fail: Var num_workers is not defined). One symbolic build, exact at every count."""
+    local = distribute_pipeline()(distir.parse(STATIC_BESIDE_SYMBOLIC))
+    built = specialize_and_build(to_relax(local), {})
+    rng = np.random.default_rng(1)
+    p1, p2 = rng.integers(-50, 50, (2, 2, 3)).astype("float32")
+    for workers in (1, 2, 3):
+        stats: dict = {}
+        got = run_disco(built, local, p1, p2, num_workers=workers, seed=workers, stats=stats)
+        np.testing.assert_array_equal(got, np.concatenate([p1, p2], axis=1))  # the parts' min is p2
+        assert stats["num_workers"] == max(workers, 2) and stats["calls"] == {"all_reduce": 1}
+
+
+LISTED_BESIDE_SYMBOLIC = """
+@I.ir_module
+class Module:
+    I.module_global_infos({"mesh": [R.device_mesh(("num_workers",), I.Range(0, "num_workers")),
+                                    R.device_mesh((2, 2), [3, 2, 1, 4])]})
+
+    @R.function
+    def main(p1: R.DTensor((4, 6), "float32", "mesh[1]", "S[0], S[1]")):
+        with R.dataflow():
+            v1 = R.dist.redistribute(p1, device_mesh="mesh[1]", placement="S[1], R")
+            v2 = R.dist.redistribute(v1, device_mesh="mesh[0]", placement="S[0]")
+            R.output(v2)
+        return v2
+"""
+
+
+def test_a_mesh_listed_out_of_order_beside_a_symbolic_one_exports_symbolically():
+    """Each worker's position in a listed mesh is looked up in a table by worker id; the table was
+    as long as the session, max(num_workers, 5) here, and the symbolic export crashed on it. One
+    symbolic build, exact with fewer workers than the listed mesh's ids and with more."""
+    local = distribute_pipeline()(distir.parse(LISTED_BESIDE_SYMBOLIC))
+    built = specialize_and_build(to_relax(local), {})
+    x = np.arange(24, dtype="float32").reshape(4, 6)
+    for workers in (1, 4, 5, 7):
+        stats: dict = {}
+        np.testing.assert_array_equal(run_disco(built, local, x, num_workers=workers, stats=stats), x)
+        assert stats["num_workers"] == max(workers, 5)
+
+
 LEGALIZE_AND_LOWER = ("legalize-redistribute", "canonicalize", "lower-global-view-to-local-view")
 
 ONE_D = DeviceMesh((W,), Range(0, W))

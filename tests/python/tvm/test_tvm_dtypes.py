@@ -88,3 +88,56 @@ def test_disco_gives_the_single_device_numbers(driver, workers):
     assert len(got) == len(want)
     for k, (g, w) in enumerate(zip(got, want)):
         np.testing.assert_array_equal(g, w, err_msg=f"output {k} at {workers} workers")
+
+
+BOOL_BINARY = '''
+@I.ir_module
+class Module:
+    I.module_global_infos({{"mesh": [R.device_mesh(("num_workers",), I.Range(0, "num_workers"))]}})
+
+    @R.function
+    def main(x: R.DTensor((4, 3), "bool", "mesh[0]", "S[0]"), y: R.DTensor((4, 3), "bool", "mesh[0]", "R")):
+        num_workers = T.int64()
+        with R.dataflow():
+            z = R.{op}(x, y)
+            R.output(z)
+        return z
+'''
+
+# what each op of bools is, written as logic (the oracle: not numpy, which distir's reference calls)
+BOOL_TRUTH = {
+    "add": lambda a, b: a | b,
+    "multiply": lambda a, b: a & b,
+    "maximum": lambda a, b: a | b,
+    "minimum": lambda a, b: a & b,
+    "equal": lambda a, b: ~(a ^ b),
+    "not_equal": lambda a, b: a ^ b,
+    "less": lambda a, b: ~a & b,  # False < True
+    "less_equal": lambda a, b: ~a | b,
+    "greater": lambda a, b: a & ~b,
+    "greater_equal": lambda a, b: a | ~b,
+}
+
+
+@pytest.mark.parametrize("op", sorted(BOOL_TRUTH))
+def test_bool_logic_and_comparisons_agree_on_both_backends(op):
+    """TVM builds no arithmetic or comparison of bools (LLVM's float compare of i1, "power only
+    applies to float"): add / multiply are emitted as or / and, comparisons through uint8."""
+    a = np.array([[0, 0, 1], [1, 0, 1], [1, 1, 0], [0, 1, 1]], bool)
+    b = np.array([[0, 1, 0], [1, 1, 0], [0, 1, 1], [1, 0, 0]], bool)
+    want = BOOL_TRUTH[op](a, b)
+    driver = Driver(distir.parse(BOOL_BINARY.format(op=op)))
+    for workers in (1, 2, 3):
+        for backend in ("sim", "tvm"):
+            got = np.asarray(driver.run([a, b], workers, backend=backend).outputs)
+            assert got.dtype == np.bool_, (backend, workers)
+            np.testing.assert_array_equal(got, want, err_msg=f"{backend} at {workers} workers")
+
+
+@pytest.mark.parametrize("op", ["subtract", "divide", "power"])
+def test_bool_arithmetic_without_a_bool_result_is_one_line_before_either_backend(op):
+    from distir.errors import ParseError
+
+    with pytest.raises(ParseError, match=rf"R.{op}: does not apply to bool tensors .*use R.astype first") as err:
+        distir.parse(BOOL_BINARY.format(op=op))
+    assert "Traceback" not in str(err.value)

@@ -306,9 +306,11 @@ class _Index:
     def __init__(self, ex: Exporter):
         self.ex = ex
 
-    def _s(self, d):
+    def tensor(self, d):
         """A tensor as is; a size (an int or a symbolic dim, which may name the worker id) as a 0-d tensor."""
         return d if isinstance(getattr(d, "ty", None), relax.TensorType) else self.ex.scalar(d)
+
+    _s = tensor
 
     def add(self, a, b):
         return self.ex.emit(relax.op.add(self._s(a), self._s(b)))
@@ -425,7 +427,8 @@ def emit_exchange(ex: Exporter, call: Call) -> relax.Expr:
     piece = sym.product(xt.shape)
     everyone = _gather_all(ex, x, xt)
     pool = ex.emit(relax.op.reshape(everyone, relax.ShapeExpr([_p(ex.dim(sym.mul(ex.plan.total, piece)))])))
-    index = ix.add(ix.mul(_device_ids_at(ex, mesh, holder), piece), local)
+    # from R (or axes that do not cut the source) the holder is the receiver itself: a size, not yet a tensor
+    index = ix.add(ix.mul(_device_ids_at(ex, mesh, ix.tensor(holder)), piece), local)
     if valid is not None:
         index = ex.emit(relax.op.where(valid, index, ex.const(0, "int64")))
     values = ex.emit(relax.op.take(pool, index, axis=0, mode="clip"))

@@ -180,7 +180,9 @@ class _FunctionExporter(Exporter):
         self.uses_worker_id = any(is_worker_var(n) for n in used) or _needs_worker(func, plan)
         # a worker's position in each mesh listed out of order (collectives may need it too)
         self.position_names = sorted({position_var_name(m) for m in plan.meshes if not ids_are_contiguous(m)})
-        self.names = size_names(dims)
+        # a collective may gather from every worker of the session, whose size may name a mesh size the
+        # function's own types do not (a static mesh beside a symbolic one): that size is a parameter too
+        self.names = size_names(dims + [plan.total] if _calls_collectives(func) else dims)
         self.vars: dict[str, tirx.Var] = {n: tirx.Var(n, "int64") for n in self.names}
         self.env: dict[Var, relax.Expr] = {}
         self.worker_var: tirx.Var | None = None
@@ -387,7 +389,9 @@ class _FunctionExporter(Exporter):
         """This worker's position in a mesh listed out of order: a lookup in a table by worker id,
         as a tensor and as a shape variable (``tensor_to_shape`` + ``match_cast``)."""
         mesh = next(m for m in self.plan.meshes if not ids_are_contiguous(m) and position_var_name(m) == name)
-        table = [worker_values([mesh], w)[name] for w in range(int(self.plan.total))]
+        # up to one past the mesh's largest id, whose entry (0: not a member) the clip gives every later
+        # worker: the table does not depend on the session's size, which may be symbolic
+        table = [worker_values([mesh], w)[name] for w in range(max(mesh.device_ids) + 2)]
         pos = self.bb.emit(relax.op.take(self.const(table, "int64"), self._worker_tensor, axis=0, mode="clip"), name_hint="position")
         self._position_tensors[name] = pos
         shape = self.bb.emit(relax.op.tensor_to_shape(relax.op.reshape(pos, relax.ShapeExpr([1]))), name_hint="position_shape")
@@ -466,6 +470,13 @@ def _used_after_each_block(f: Function) -> list[set[Var]]:
         for b in block.bindings:
             later |= set(leaf_vars(b.value))
     return list(reversed(out))
+
+
+def _calls_collectives(func: Function) -> bool:
+    from .collectives import collective_ops
+
+    ops = collective_ops()
+    return any(isinstance(b.value, Call) and b.value.op.name in ops for b in func.bindings())
 
 
 def _needs_worker(func: Function, plan: SessionPlan) -> bool:

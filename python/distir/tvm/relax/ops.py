@@ -34,8 +34,9 @@ from .emitter import Emitter, Exporter
 
 __all__ = [
     "emit_op",
-    "emit_extremum",
     "emit_affine_norm",
+    "emit_bool_logic",
+    "emit_comparison",
     "emit_negative",
     "emit_reduction",
     "emit_relax_form",
@@ -176,12 +177,23 @@ def emit_negative(ex: Exporter, call: Call) -> relax.Expr:
     return relax.op.subtract(ex.const(0, dtype), ex.value(call.args[0]))
 
 
-def emit_extremum(ex: Exporter, call: Call) -> relax.Expr:
-    """``relax.op.maximum`` / ``minimum``; of bools, ``logical_or`` / ``logical_and``."""
+def emit_bool_logic(ex: Exporter, call: Call) -> relax.Expr:
+    """The Relax op of the same name; of bools (TVM builds no arithmetic on them), add and maximum
+    are ``logical_or``, multiply and minimum ``logical_and``, as numpy computes them."""
     if call.args[0].type.dtype != "bool":
         return emit_relax_form(ex, call)
-    fn = relax.op.logical_or if call.op.name == "maximum" else relax.op.logical_and
+    fn = relax.op.logical_or if call.op.name in ("add", "maximum") else relax.op.logical_and
     return fn(ex.value(call.args[0]), ex.value(call.args[1]))
+
+
+def emit_comparison(ex: Exporter, call: Call) -> relax.Expr:
+    """The Relax comparison of the same name; of bools through uint8 (TVM's LLVM code compares i1
+    values as floats and fails), where False < True as in numpy."""
+    fn = getattr(relax.op, call.op.name)
+    a, b = ex.value(call.args[0]), ex.value(call.args[1])
+    if call.args[0].type.dtype == "bool":
+        a, b = ex.emit(relax.op.astype(a, "uint8")), ex.emit(relax.op.astype(b, "uint8"))
+    return fn(a, b)
 
 
 def _bool_reduction(ex: Exporter, fn, x: relax.Expr, attrs) -> relax.Expr:
