@@ -60,7 +60,7 @@ def test_disco_reports_the_steps_of_the_plan_it_ran_at_the_count():
     Disco's numbers are those of the specialized program, equal to the simulator's and to the bytes
     Disco's own collectives moved."""
     from distir.analysis import comm_volume
-    from distir.tvm.export import with_plans
+    from distir.tvm.relax.export import with_plans
 
     driver = Driver(redistribute_module((2, W), (12, 12), "R, P", "R, R"))
     x = np.arange(144, dtype="float32").reshape(12, 12)
