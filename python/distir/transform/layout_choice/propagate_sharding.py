@@ -25,8 +25,8 @@ Three steps:
 
 A layout may cut a dim unevenly (blocks of ``ceil(n / k)``, see :mod:`distir.ir.layout`),
 but propagation does not introduce one that cuts a static dim into more pieces than it has
-elements at the hinted device count (a symbolic mesh size counts as 4, for the solver and the
-greedy choice alike), which would leave workers holding nothing:
+elements at the hinted device count (a symbolic mesh size counts as 4 for the solver,
+``GREEDY_FIT_COUNT`` = 8 for the greedy choice), which would leave workers holding nothing:
 a reshape to ``[2, 16]`` leaves the 2 whole.
 Byte counts need sizes: the solver sums them over samples (see
 :mod:`~distir.transform.layout_choice.cost_model`) and reports them with each symbolic mesh size at 4 and
@@ -733,11 +733,7 @@ def _compare_with_plain(func: Function, new: Function, declared, names, ctx: Pas
 
 SEARCHES = ("auto", "milp", "greedy")
 GREEDY_DIM_SIZE = 512
-# the count a symbolic mesh size is taken at when the greedy choice asks whether a cut fits: None, the
-# hinted mesh size, as for the solver, so that the guard compares two layouts made under one rule (it
-# was 8: the greedy choice then refused cuts the solver made, and the guard, comparing up to 4096
-# tokens, kept its gather of a MoE's experts cut S[0] even at 2 workers)
-GREEDY_FIT_COUNT: int | None = None
+GREEDY_FIT_COUNT = 8
 # "auto": functions on meshes of more axes (not counting CostModel.replicated_axes) are laid out greedily
 # (strategies multiply per axis)
 MILP_MAX_MESH_AXES = 2
