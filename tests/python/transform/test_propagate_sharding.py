@@ -304,23 +304,46 @@ def test_seed_reshape_moves_zero_bytes():
     np.testing.assert_array_equal(np.asarray(replicated), np.abs(x.reshape(64)))
 
 
+def _on_mesh(src: str, n: int) -> str:
+    return src.replace("R.device_mesh((4,), I.Range(0, 4))", f"R.device_mesh(({n},), I.Range(0, {n}))")
+
+
+@pytest.mark.parametrize("workers", [2, 3, 4, 8])
 @pytest.mark.parametrize("search", ["auto", "milp"])
-def test_seed_form_abs_reads_the_hint_where_it_says(search):
-    # the hint sits on the reshape and abs reads it: abs runs on S[0] as the hint says (TVM's and XLA's
-    # meaning), and nowhere else; its replicated result is gathered (3/4 of 128 B per worker at 4), not
-    # abs computed again from a replicated copy of the hinted value, which would leave the S[0] abs unread
-    mod = distir.parse(SEED_RESHAPE_SEED_FORM)
+def test_seed_form_abs_reads_the_cached_replicated_reshape(search, workers):
+    # seed 000's own program: the hint sits on the reshape, abs reads it and abs's value is hinted
+    # replicated (XLA: abs carries sharding={replicated}). The hint fixes the layout the reshape is
+    # returned in (S[0], a local slice of the replicated reshape); abs, laid out by its own hint, reads
+    # the replicated reshape of p0 that is there anyway (XLA's reshard cache): no collective at any count
+    mod = distir.parse(_on_mesh(SEED_RESHAPE_SEED_FORM, workers))
     with PassContext(config={"propagate-sharding.search": search}):
         after = propagate(mod)
+        dist = distribute_pipeline()(mod)
     types = {b.var.name: str(b.var.type.placement) for b in after["main"].bindings()}
-    assert types["a"] == "S[0]" and types["a_r"] == "R", types
-    assert after.script().count("R.abs(") == 1
-    local = specialize(distribute_pipeline()(mod), {})
-    x = np.random.default_rng(1).standard_normal((8, 8)).astype(ml_dtypes.bfloat16)
+    assert types["a"] == "R" and types["rs"] == "S[0]", types
+    text = after.script()
+    assert text.count("R.reshape(p0,") == 1 and text.count("R.abs(") == 1 and "R.abs(r)" in text, text
+    local = specialize(dist, {})
+    assert [op for op in _ops(local) if op.startswith("ccl.")] == ["ccl.local_shard"]
+    x = np.random.default_rng(workers).standard_normal((8, 8)).astype(ml_dtypes.bfloat16)
     stats = SpmdStats()
     sharded, replicated = run_spmd(local, x, stats=stats)
-    assert stats.counts == {"all_gather": 1} and stats.bytes_per_worker == 96
+    assert stats.counts == {} and stats.total_bytes == 0, stats.summary()
+    # each worker's block of the sharded result is its block of the reshape (np's, on the block rule)
+    np.testing.assert_array_equal(np.asarray(sharded), x.reshape(64))
     np.testing.assert_array_equal(np.asarray(replicated), np.abs(x.reshape(64)))
+
+
+def test_seed_form_reader_without_a_hint_reads_the_hinted_layout():
+    # the same program with abs's hint dropped: abs, laid out by no hint, takes the hinted layout of what
+    # it reads (XLA's propagation from the constraint), and its S[0] result is returned as is
+    src = SEED_RESHAPE_SEED_FORM.replace(
+        '            a_r = R.dist.annotate_sharding(a, device_mesh="mesh[0]", placement="R")\n', "").replace(
+        "R.output(rs, a_r)", "R.output(rs, a)").replace("return (rs, a_r)", "return (rs, a)")
+    assert "a_r" not in src
+    after = propagate(distir.parse(src))
+    types = {b.var.name: str(b.var.type.placement) for b in after["main"].bindings()}
+    assert types["a"] == "S[0]", types
 
 
 # --- choices, warnings, errors, idempotence ---------------------------------------------------

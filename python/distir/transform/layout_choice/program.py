@@ -11,7 +11,9 @@ The problem (Alpa's formulation, as XLA's auto-sharding uses it), over the graph
   its *primary*: the producer's chosen output, or for a parameter its given layout or, when
   free, a binary choice among the layouts its consumers read;
 - a consumer that reads a value in layout ``q`` *needs* it in ``q``; an op reading a hint
-  reads it in the hinted layout (a recomputation of that op too); each needed layout is
+  reads it in the hinted layout (a recomputation of that op too), unless a hint lays out the op's
+  own value (then it reads it in any layout, as XLA's instruction with a user sharding, whose
+  operands come from the reshard cache where a copy exists); each needed layout is
   supplied once (later readers reuse it) from the primary by a redistribute, costed by the
   planner (:func:`~distir.transform.redistribute_plan.plan_redistribute`, bytes per worker),
   or by recomputing the producer from inputs in matching layouts (reshape, permute,
@@ -65,6 +67,22 @@ W_MEMORY = 1  # per value, times the share of it each worker holds
 # cutting outer dims, so that exact ties do not fall to the solver's internals (and the windows of
 # a stack, each ending in such a tie, stay alike); far below a difference in memory
 W_OUTER_DIMS = 1 / 256
+
+
+def hinted_values(graph: Graph) -> frozenset[int]:
+    """The values (root slot ids) an annotate_sharding on their own mesh lays out, hints of hints
+    followed back to the value; memoized on the graph."""
+    got = graph.__dict__.get("_hinted")
+    if got is None:
+        root: dict[int, int] = {}
+        for site in graph.sites:
+            x, y = site.ins[0] if site.ins else None, site.outs[0] if site.outs else None
+            if (site.is_hint and site.mesh is not None and site.op.name in ALIAS_OPS and x is not None
+                    and x.distributable and x.id in graph.mesh_of
+                    and graph.mesh_of.get(x.id) == graph.mesh_of.get(y.id)):
+                root[y.id] = root.get(x.id, x.id)
+        got = graph.__dict__["_hinted"] = frozenset(root.values())
+    return got
 
 
 def _cut_dims(p: Placement) -> int:
@@ -130,6 +148,7 @@ class Program:
         self.heap: list[int] = []  # their ids, negated (the latest first)
         # a hint's output slot id -> the layout its readers read it in
         self.read_as: dict[int, Placement] = dict(window.read_as) if window else {}
+        self.hinted = hinted_values(graph)  # values a hint lays out (their producers read inputs freely)
 
     # -- columns and rows --------------------------------------------------------------------
     def col(self, cost: Fraction = Fraction(0), tb: float = 0.0, lb: float = 0.0,
@@ -243,11 +262,15 @@ class Program:
                 strategies = site_strategies(site, self.cost, partial, self.keep)
                 if key is not None:
                     self.cost.strategies[key] = strategies
-        # the op reads a hint's value in the hinted layout (TVM's meaning, XLA's and the greedy pass's),
-        # and so does every recomputation of it: the hinted value is read nowhere in another layout
-        # (where its rule accepts that layout; else, as the greedy pass does, in one it accepts)
-        strategies = [st for st in strategies
-                      if all(self.read_as.get(s.id, p) == p for s, p in zip(site.ins, st.ins))] or strategies
+        # the op reads a hint's value in the hinted layout (TVM's meaning, XLA's sharding propagation and
+        # the greedy pass's), and so does every recomputation of it (where its rule accepts that layout;
+        # else, as the greedy pass does, in one it accepts). Not an op whose own value a hint lays out
+        # (XLA's instruction with a user sharding): it runs as that hint says and reads its inputs in any
+        # layout, the cheapest supply of which may be a copy made anyway (XLA's reshard cache)
+        outs = [s for s in site.outs if self.distributed(s)]
+        if not outs or not all(s.id in self.hinted for s in outs):
+            strategies = [st for st in strategies
+                          if all(self.read_as.get(s.id, p) == p for s, p in zip(site.ins, st.ins))] or strategies
         self.strategies[id(site)] = strategies
         if not strategies:
             raise DiagnosticError(

@@ -12,7 +12,7 @@ from ...errors import DiagnosticError
 from ...ir.placement import Placement
 from .cost_model import CostModel
 from .plan import LayoutPlan, ParamChoice
-from .program import ALIAS_OPS, Program, Window, result_slots
+from .program import ALIAS_OPS, Program, Window, hinted_values, result_slots
 from .sharding_graph import Graph, Preferences, Site, Slot
 from .solution import Infeasible, ProgramCost, plan_of, solve_program, start_of
 from .strategies import Strategy
@@ -252,6 +252,7 @@ def _signature(graph: Graph, prefs: Preferences | None, w: Window,
     root, read_as = dict(w.root), dict(w.read_as)
     items: list = []
     inside = {id(site) for site in w.sites}
+    hinted = hinted_values(graph)  # a value a hint lays out (maybe in a later window) frees its producer's reads
 
     def ref(s: Slot) -> int:
         if s.id not in local:
@@ -264,6 +265,7 @@ def _signature(graph: Graph, prefs: Preferences | None, w: Window,
                 read_as.get(s.id), local.get(rid) if rid != s.id else None,
                 prefs.placement(s) if prefs is not None and s.id in prefs.specs else None,
                 tuple(choice.candidates(s)) if choice is not None and s.id in free and s.distributable else None,
+                s.id in hinted,
             ))
         return local[s.id]
 

@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""One program for every count against a program per count (issue 39): bytes per worker, model x count.
+
+    PYTHONPATH=python python scripts/bench_counts.py [--counts 1 2 3 4 6 8] [--models gqa,decode,moe,gpt2]
+
+For each model and plan: the plan laid out once with ``num_workers`` symbolic and specialized to
+each count, against the same plan laid out on a static 1-D mesh of that count (what distir does
+when told the count), each run on the simulator and compared with one device (a mismatch stops
+the script). Printed per row: the bytes each worker sends (all collectives of one call, summed over
+the workers, divided by the count) both ways, their ratio (symbolic / static; above 1 is what the
+symbolic workflow costs), and XLA's figure where issue 39 gives one. No size hints anywhere: the
+question is what a user gets without them. Nothing is timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import warnings
+from collections.abc import Callable
+
+import numpy as np
+
+from distir.driver import Driver
+from distir.ir import DeviceMesh
+from distir.ir.mesh import Range
+from distir.testing import assert_sharded_equivalent
+from distir.transform import ShardParams
+
+# issue 39's XLA column (bytes per worker): the GPT-2 block, fused QKV colwise, b=2, s=64
+XLA_GPT2 = {2: 81_920, 4: 139_264, 8: 188_416}
+
+
+def static_mesh(n: int) -> DeviceMesh:
+    return DeviceMesh((n,), Range(0, n))
+
+
+def nn_bytes(mod, plan, func: str, inputs, weights, counts) -> tuple[dict[int, float], dict[int, float]]:
+    """(symbolic, static) bytes per worker of ``mod`` laid out by ``plan``, per count."""
+    sym = Driver(ShardParams(plan)(mod), func=func)
+    out_sym, out_static = {}, {}
+    for n in counts:
+        r = sym.run(inputs, n, weights=weights)
+        assert r.ok, (func, "symbolic", n, r.comparison.mismatch)
+        out_sym[n] = float(r.stats.bytes_per_worker)
+        r = Driver(ShardParams(plan, mesh=static_mesh(n))(mod), func=func).run(inputs, n, weights=weights)
+        assert r.ok, (func, "static", n, r.comparison.mismatch)
+        out_static[n] = float(r.stats.bytes_per_worker)
+    return out_sym, out_static
+
+
+def gqa(counts):
+    from distir.tvm import from_nn
+    from distir.tvm import nn_gqa as Q
+
+    q = Q.GQAConfig()
+    model = Q.GQALlama(q)
+    plan = {**Q.tp_plan(q, q.num_kv_heads), "*.k_proj.weight": "colwise", "*.v_proj.weight": "colwise"}
+    ids = np.random.default_rng(0).integers(0, q.vocab_size, 16).astype("int32")
+    yield "GQA, k/v colwise, 16 tokens", nn_bytes(from_nn(model, Q.spec(q)), plan, "forward",
+                                                  [ids, *Q.rope_tables(16, q.head_dim)], Q.random_weights(model), counts)
+
+
+def decode(counts):
+    from distir.tvm import from_nn
+    from distir.tvm import nn_decode as D
+
+    c = D.DecodeConfig()
+    model = D.DecoderLM(c)
+    cos, sin = D.rope_tables(17, c.head_dim)
+    ids = np.random.default_rng(0).integers(0, c.vocab_size, 1).astype("int32")
+    cache = np.random.default_rng(1).standard_normal((c.num_layers, c.num_kv_heads, 16, c.head_dim)).astype("float32")
+    yield "decode, cache S[1], 1 token after 16", nn_bytes(from_nn(model, D.spec(c)), D.TP_PLAN, "decode",
+                                                          [ids, cos[16:], sin[16:], cache, cache],
+                                                          D.random_weights(model), counts)
+
+
+def moe(counts):
+    from distir.tvm import from_nn
+    from distir.tvm import nn_moe as M
+
+    m = M.MoEConfig()
+    model = M.MoE(m)
+    x = np.random.default_rng(0).standard_normal((16, m.hidden_size)).astype("float32")
+    yield "MoE expert parallel, 16 tokens, no size hints", nn_bytes(from_nn(model, M.spec(m)), M.EP_PLAN, "forward",
+                                                                   [x], M.random_weights(model), counts)
+
+
+def gpt2(counts, batch: int = 2, seq: int = 64):
+    from distir.tvm.nn_gpt2 import BLOCK_COLWISE_PLAN, block_module
+
+    for form in ("split", "reshape"):
+        mod = block_module(form)
+        rng = np.random.default_rng(0)
+        inputs = []
+        for p in mod["forward"].params:
+            shape = [d if isinstance(d, int) else {"b": batch, "s": seq}[str(d)] for d in p.type.shape]
+            inputs.append((rng.standard_normal(shape) / math.sqrt(shape[-1])).astype("float32"))
+        sym = ShardParams(BLOCK_COLWISE_PLAN)(mod)
+        got_sym = assert_sharded_equivalent(sym, inputs, num_workers=counts, func="forward", rtol=1e-4, atol=1e-4)
+        got_static = {}
+        for n in counts:
+            static = ShardParams(BLOCK_COLWISE_PLAN, mesh=static_mesh(n))(mod)
+            got_static[n] = assert_sharded_equivalent(static, inputs, num_workers=(n,), func="forward",
+                                                      rtol=1e-4, atol=1e-4)[n]
+        yield (f"GPT-2 block ({form}), c_attn colwise, b={batch}, s={seq} dynamic",
+               ({n: float(got_sym[n].bytes_per_worker) for n in counts},
+                {n: float(got_static[n].bytes_per_worker) for n in counts}), XLA_GPT2)
+
+
+MODELS: dict[str, Callable] = {"gqa": gqa, "decode": decode, "moe": moe, "gpt2": gpt2}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--counts", type=int, nargs="+", default=[1, 2, 3, 4, 6, 8])
+    ap.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
+    args = ap.parse_args(argv)
+    names = [m for m in args.models.split(",") if m]
+    unknown = [m for m in names if m not in MODELS]
+    if unknown:
+        ap.error(f"--models: unknown {', '.join(unknown)} (known: {', '.join(MODELS)})")
+    print("| model, plan | workers | symbolic B/worker | static mesh B/worker | symbolic / static | XLA |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    worse = 0
+    for name in names:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            rows = list(MODELS[name](args.counts))
+        for label, (got_sym, got_static), *xla in rows:
+            for n in args.counts:
+                s, t = got_sym[n], got_static[n]
+                ratio = "-" if t == 0 and s == 0 else ("inf" if t == 0 else f"{s / t:.2f}")
+                worse += s > t
+                ref = f"{xla[0][n]:,}" if xla and n in xla[0] else ""
+                print(f"| {label} | {n} | {s:,.0f} | {t:,.0f} | {ratio} | {ref} |")
+    print(f"\nrows where the symbolic program sends more than the static one: {worse}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
