@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""One program for every count against a program per count (issue 39): bytes per worker, model x count.
+"""One program for every count against a program per count: bytes per worker, model x count.
 
     PYTHONPATH=python python scripts/bench_counts.py [--counts 1 2 3 4 6 8] [--models gqa,decode,moe,gpt2]
 
@@ -51,7 +51,7 @@ def nn_bytes(mod, plan, func: str, inputs, weights, counts) -> tuple[dict[int, f
 
 def gqa(counts):
     from distir.tvm import from_nn
-    from distir.tvm import nn_gqa as Q
+    from distir.examples.nn import gqa as Q
 
     q = Q.GQAConfig()
     model = Q.GQALlama(q)
@@ -63,7 +63,7 @@ def gqa(counts):
 
 def decode(counts):
     from distir.tvm import from_nn
-    from distir.tvm import nn_decode as D
+    from distir.examples.nn import decode as D
 
     c = D.DecodeConfig()
     model = D.DecoderLM(c)
@@ -77,7 +77,7 @@ def decode(counts):
 
 def moe(counts):
     from distir.tvm import from_nn
-    from distir.tvm import nn_moe as M
+    from distir.examples.nn import moe as M
 
     m = M.MoEConfig()
     model = M.MoE(m)
@@ -87,7 +87,7 @@ def moe(counts):
 
 
 def gpt2(counts, batch: int = 2, seq: int = 64):
-    from distir.tvm.nn_gpt2 import BLOCK_COLWISE_PLAN, block_module
+    from distir.examples.nn.gpt2 import BLOCK_COLWISE_PLAN, block_module
 
     for form in ("split", "reshape"):
         mod = block_module(form)
