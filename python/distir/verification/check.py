@@ -43,21 +43,22 @@ def verify(
     local_mod: IRModule | None = None,
     *,
     counts: Sequence[int] | None = None,
-    max_count: int = DEFAULT_MAX_COUNT,
+    max_count: int | None = None,
     dims: Mapping[str, int] | None = None,
     seed: int = 0,
     func: str = "main",
     symbol: str = "num_workers",
     source: str | None = None,
     against: str | None = None,
-    every_count: bool = True,
+    every_count: bool | None = None,
 ) -> Verdict:
     """Check that the lowered ``global_mod`` (or the hand-written ``local_mod``) computes the global
     program at every count in ``counts`` (default ``1..max_count``); a :class:`Verdict`.
 
-    ``every_count`` (with ``counts`` not given): first try the cutoff argument
-    (:mod:`distir.verification.cutoff`); where it applies the check runs counts ``1..C`` and the
-    verdict covers every count, else the default domain is run and the verdict says why not.
+    ``every_count`` (default: when neither ``counts`` nor ``max_count`` is given): first try the
+    cutoff argument (:mod:`distir.verification.cutoff`); where it applies the check runs counts
+    ``1..C`` (and the domain) and the verdict covers every count, else the domain is run and the
+    verdict says why not.
 
     ``dims``: values of the other symbolic sizes (a second mesh axis must be given; a tensor dim
     defaults to :data:`DEFAULT_DIM`). ``source``/``against``: the files the modules came from, for
@@ -77,7 +78,9 @@ def verify(
         if GLOBAL_PARAMS not in local_mod[func].attrs:
             raise DistirError(f"@{func} of the local module is not in the local view (it has no {GLOBAL_PARAMS}); "
                               "give a module the distribute pipeline produced, or one written like it")
-    domain = _domain(counts, max_count)
+    if every_count is None:
+        every_count = counts is None and max_count is None
+    domain = _domain(counts, DEFAULT_MAX_COUNT if max_count is None else max_count)
     dims = {k: int(v) for k, v in (dims or {}).items()}
     if symbol in dims:
         raise DistirError(f"{symbol} is the number of workers: give its values as counts, not as a dim")
@@ -112,7 +115,7 @@ def verify(
 
     driver.distribute()
     cut, not_proved = None, ""
-    if every_count and counts is None and symbolic:
+    if every_count and symbolic:
         try:
             cut = cutoff(driver.local[func], symbol, {**tensor_dims, **mesh_sizes})
         except NotProved as err:
@@ -120,7 +123,7 @@ def verify(
         if cut is not None and cut.count > MAX_CUTOFF:
             cut, not_proved = None, f"the cutoff {cut.count} is past {MAX_CUTOFF} counts"
         if cut is not None:
-            domain = tuple(range(1, max(cut.count, domain[-1]) + 1))
+            domain = tuple(sorted(set(domain) | set(range(1, cut.count + 1))))
     done: list[int] = []
     for count in domain:
         values = driver.values(count) if symbolic else {}
