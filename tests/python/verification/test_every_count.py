@@ -116,3 +116,16 @@ def test_mutation_mask_one_short_is_a_counterexample(monkeypatch):
     assert v.status == COUNTEREXAMPLE and v.counterexample.count == 1, str(v)
     x = random_inputs(distir.parse(text), seed=0)[0].astype(np.int64)
     assert v.counterexample.expected == int(x[v.counterexample.index[0]].sum())
+
+
+def test_sym_fold_agrees_with_evaluate():
+    """fold into Python integers (floor division as Python's) gives what evaluate gives, negative values too."""
+    from distir.ir import sym
+
+    e = sym.parse("T.min(T.max(7 - T.min(w, n - 1) * T.ceildiv(7, n), 0), T.ceildiv(7, n)) + (w - 9) % n")
+    ops = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+           "floordiv": lambda a, b: a // b, "floormod": lambda a, b: a % b, "min": min, "max": max}
+    for n in range(1, 12):
+        for w in range(n):
+            env = {"n": n, "w": w}
+            assert sym.fold(e, env.__getitem__, int, ops) == sym.evaluate(e, env)
