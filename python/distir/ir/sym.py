@@ -50,6 +50,7 @@ __all__ = [
     "evaluate",
     "floordiv",
     "floormod",
+    "fold",
     "free_vars",
     "from_tvm",
     "identical",
@@ -998,6 +999,33 @@ def _eval(e, values) -> int:
         name, args = _opaque_parts(e)
         return int(_OPAQUE[name](*(_eval(a, values) for a in args)))
     raise SymbolicError(f"unsupported symbolic expression {e}")
+
+
+_FOLD_OPS = {_pe.Add: "add", _pe.Sub: "sub", _pe.Mul: "mul", _pe.FloorDiv: "floordiv", _pe.FloorMod: "floormod",
+             _pe.Min: "min", _pe.Max: "max"}
+
+
+def fold(x: Dim, var: Callable[[str], object], const: Callable[[int], object], ops: Mapping[str, Callable]) -> object:
+    """``x`` rebuilt in another algebra (a solver's terms): each variable through ``var``, each
+    integer through ``const``, each node through ``ops[name](a, b)`` for the names ``add``, ``sub``,
+    ``mul``, ``floordiv``, ``floormod``, ``min``, ``max`` (floor semantics, as :func:`evaluate`).
+    So callers reason about a formula without knowing TVM's node types; an opaque function
+    (:func:`opaque`) has no algebraic form and is refused (SymbolicError)."""
+
+    def go(e):
+        if isinstance(e, int):
+            return const(e)
+        if isinstance(e, _pe.IntImm):
+            return const(int(e.value))
+        if isinstance(e, tirx.Var):
+            return var(str(e.name))
+        if type(e) in _FOLD_OPS:
+            return ops[_FOLD_OPS[type(e)]](go(e.a), go(e.b))
+        if type(e) is _pe.Cast:
+            return go(e.value)
+        raise SymbolicError(f"no algebraic form for {to_str(e)}")
+
+    return go(x)
 
 
 def floordivs(x: Dim):

@@ -2,12 +2,13 @@
 
 :func:`verify` runs the lowered module (the distribute pipeline's, or one written by hand) on
 the simulator at each count of a domain and compares it with the single-device run: a
-:class:`Verdict` that is a sampled check, a counterexample, or a refusal naming what stopped it.
+:class:`Verdict` that is a check at every count (counts 1..C run, every count past C proved to
+compute what C computes), a sampled check, a counterexample, or a refusal naming what stopped it.
 The statement and its limits: docs/verify.md.
 """
 
 from .check import DEFAULT_DIM, DEFAULT_MAX_COUNT, verify
-from .verdict import CHECKED, COUNTEREXAMPLE, NOT_CHECKED, Counterexample, Verdict
+from .verdict import CHECKED, COUNTEREXAMPLE, EVERY_COUNT, NOT_CHECKED, Counterexample, Verdict
 
-__all__ = ["CHECKED", "COUNTEREXAMPLE", "DEFAULT_DIM", "DEFAULT_MAX_COUNT", "NOT_CHECKED", "Counterexample",
+__all__ = ["CHECKED", "COUNTEREXAMPLE", "DEFAULT_DIM", "EVERY_COUNT", "DEFAULT_MAX_COUNT", "NOT_CHECKED", "Counterexample",
            "Verdict", "verify"]

@@ -25,11 +25,14 @@ from ..ir.expr import IRModule
 from ..ir.layout import block_slices, concrete_mesh_shape, concrete_placement, mesh_coords
 from ..ir.types import DTensorType, TupleType
 from ..runtime.spmd import run_spmd
-from .verdict import CHECKED, COUNTEREXAMPLE, NOT_CHECKED, Counterexample, Verdict
+from .cutoff import NotProved, cutoff
+from .verdict import CHECKED, COUNTEREXAMPLE, EVERY_COUNT, NOT_CHECKED, Counterexample, Verdict
 
 __all__ = ["DEFAULT_DIM", "DEFAULT_MAX_COUNT", "verify"]
 
 DEFAULT_MAX_COUNT = 8
+#: the every-count argument runs counts 1..C; past this C it is not attempted (the run would take too long)
+MAX_CUTOFF = 1024
 #: symbolic dims other than the mesh sizes default to a prime, so that every count from 2 on cuts them unevenly
 DEFAULT_DIM = 13
 _REPLICA_TOLERANCE = (1e-5, 1e-6)  # run_spmd's default, what `distir run` uses for float replicas
@@ -40,16 +43,22 @@ def verify(
     local_mod: IRModule | None = None,
     *,
     counts: Sequence[int] | None = None,
-    max_count: int = DEFAULT_MAX_COUNT,
+    max_count: int | None = None,
     dims: Mapping[str, int] | None = None,
     seed: int = 0,
     func: str = "main",
     symbol: str = "num_workers",
     source: str | None = None,
     against: str | None = None,
+    every_count: bool | None = None,
 ) -> Verdict:
     """Check that the lowered ``global_mod`` (or the hand-written ``local_mod``) computes the global
     program at every count in ``counts`` (default ``1..max_count``); a :class:`Verdict`.
+
+    ``every_count`` (default: when neither ``counts`` nor ``max_count`` is given): first try the
+    cutoff argument (:mod:`distir.verification.cutoff`); where it applies the check runs counts
+    ``1..C`` (and the domain) and the verdict covers every count, else the domain is run and the
+    verdict says why not.
 
     ``dims``: values of the other symbolic sizes (a second mesh axis must be given; a tensor dim
     defaults to :data:`DEFAULT_DIM`). ``source``/``against``: the files the modules came from, for
@@ -69,7 +78,9 @@ def verify(
         if GLOBAL_PARAMS not in local_mod[func].attrs:
             raise DistirError(f"@{func} of the local module is not in the local view (it has no {GLOBAL_PARAMS}); "
                               "give a module the distribute pipeline produced, or one written like it")
-    domain = _domain(counts, max_count)
+    if every_count is None:
+        every_count = counts is None and max_count is None
+    domain = _domain(counts, DEFAULT_MAX_COUNT if max_count is None else max_count)
     dims = {k: int(v) for k, v in (dims or {}).items()}
     if symbol in dims:
         raise DistirError(f"{symbol} is the number of workers: give its values as counts, not as a dim")
@@ -100,9 +111,19 @@ def verify(
 
     def verdict(status, done, **kw):
         return Verdict(status, tuple(done), domain, shown_dims, seed, exact=exact, tolerant=tolerant,
-                       seconds=time.perf_counter() - t0, **kw)
+                       seconds=time.perf_counter() - t0, symbol=symbol, **kw)
 
     driver.distribute()
+    cut, not_proved = None, ""
+    if every_count and symbolic:
+        try:
+            cut = cutoff(driver.local[func], symbol, {**tensor_dims, **mesh_sizes})
+        except NotProved as err:
+            not_proved = str(err)
+        if cut is not None and cut.count > MAX_CUTOFF:
+            cut, not_proved = None, f"the cutoff {cut.count} is past {MAX_CUTOFF} counts"
+        if cut is not None:
+            domain = tuple(sorted(set(domain) | set(range(1, cut.count + 1))))
     done: list[int] = []
     for count in domain:
         values = driver.values(count) if symbolic else {}
@@ -127,7 +148,12 @@ def verify(
             cx = Counterexample(count, sizes, out if index is not None else None, index, g, e, held, message, replay)
             return verdict(COUNTEREXAMPLE, done, counterexample=cx)
         done.append(count)
-    return verdict(CHECKED, done)
+    if cut is not None:
+        proof = (f"{cut.formulas} index formula{'s' if cut.formulas != 1 else ''} stop changing past it (z3), "
+                 f"{cut.idle_sums} all-reduce{'s' if cut.idle_sums != 1 else ''} by sum get zero from the "
+                 "workers that hold no element")
+        return verdict(EVERY_COUNT, done, cutoff=cut.count, proof=proof)
+    return verdict(CHECKED, done, not_proved=not_proved)
 
 
 def _domain(counts: Sequence[int] | None, max_count: int) -> tuple[int, ...]:

@@ -1,19 +1,22 @@
 """What ``distir verify`` concludes, in data and in words.
 
-Three outcomes, and only these: every count of the domain *checked* (a sample of counts, said
-so: this version proves nothing beyond the counts it ran), a *counterexample* (a concrete count,
-output element and the workers holding it, with the command that replays it), or *not checked*
-with the construct or count that stopped the check. There is no "proved": no argument that
-extends the check past the counts run is implemented (docs/verify.md says what one would need).
+Four outcomes, and only these: *checked at every count* (counts 1..C run and matched, and
+every count past C proved to compute what C computes: :mod:`distir.verification.cutoff`; the
+inputs and other sizes are still a sample, said so), every count of the domain *checked* (a
+sample of counts, with what kept the every-count argument from applying), a *counterexample*
+(a concrete count, output element and the workers holding it, with the command that replays
+it), or *not checked* with the construct or count that stopped the check. Nothing is called
+"proved" but the reduction of every count to the counts run (docs/verify.md, "Every count").
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["CHECKED", "COUNTEREXAMPLE", "NOT_CHECKED", "Counterexample", "Verdict"]
+__all__ = ["CHECKED", "COUNTEREXAMPLE", "EVERY_COUNT", "NOT_CHECKED", "Counterexample", "Verdict"]
 
 CHECKED = "checked"
+EVERY_COUNT = "checked at every count"
 COUNTEREXAMPLE = "counterexample"
 NOT_CHECKED = "not checked"
 
@@ -46,7 +49,7 @@ class Counterexample:
 class Verdict:
     """The outcome of :func:`distir.verification.verify`; ``str()`` gives it in words."""
 
-    status: str  # CHECKED, COUNTEREXAMPLE or NOT_CHECKED
+    status: str  # EVERY_COUNT, CHECKED, COUNTEREXAMPLE or NOT_CHECKED
     counts: tuple[int, ...]  # the counts run without a difference (all of them when CHECKED); (0,): static meshes
     domain: tuple[int, ...]  # the counts asked for
     dims: dict  # the other symbolic sizes, at the values the check used
@@ -56,11 +59,15 @@ class Verdict:
     exact: list = field(default_factory=list)  # outputs compared exactly (integers, bools), by index
     tolerant: list = field(default_factory=list)  # float outputs: (index, dtype, rtol, atol)
     seconds: float = 0.0
+    cutoff: int | None = None  # EVERY_COUNT: every count past it computes what it computes (proved)
+    proof: str = ""  # EVERY_COUNT: what the proof of the cutoff rests on, in words
+    not_proved: str = ""  # why the every-count argument did not apply (CHECKED from the default domain)
+    symbol: str = "num_workers"
 
     @property
     def ok(self) -> bool:
-        """Every count of the domain ran and matched (a sample: not a proof for other counts)."""
-        return self.status == CHECKED
+        """Every count asked for ran and matched (every count, for EVERY_COUNT; inputs are sampled)."""
+        return self.status in (CHECKED, EVERY_COUNT)
 
     def __str__(self) -> str:
         dims = ", ".join(f"{k}={v}" for k, v in sorted(self.dims.items()))
@@ -75,10 +82,16 @@ class Verdict:
             how.append(f"output{'s' if len(self.exact) > 1 else ''} {', '.join(map(str, self.exact))} exactly")
         for i, dtype, rtol, atol in self.tolerant:
             how.append(f"output {i} ({dtype}) within rtol {rtol:g}, atol {atol:g} x its largest value")
+        if self.status == EVERY_COUNT:
+            return (f"CHECKED AT EVERY COUNT {self.symbol} >= 1{at} on random inputs (seed {self.seed}): "
+                    f"counts {_ranges(self.counts)} run, {'; '.join(how) or 'no outputs'}; every count past "
+                    f"{self.cutoff} computes what {self.cutoff} computes, for every input (proved: {self.proof}). "
+                    "Sampled, not proved: other sizes and inputs were not run.")
         where = "on the module's static meshes" if self.counts == (0,) else f"for counts {_ranges(self.counts)}"
+        why = f" (every count not proved: {self.not_proved})" if self.not_proved else ""
         return (f"CHECKED {where}{at} on random inputs (seed {self.seed}): "
                 f"{'; '.join(how) or 'no outputs'}. Sampled, not proved: other counts, sizes and inputs "
-                "were not run.")
+                f"were not run{why}.")
 
 
 def _ranges(counts) -> str:

@@ -1,0 +1,309 @@
+"""Every count from one: past a cutoff ``C``, the lowered program computes what it computes at ``C``.
+
+The argument (docs/verify.md, "Every count"): bind every size but the count ``W``. Let ``T`` be
+the largest integer constant in the local-view function's index formulas (shapes, attributes,
+the blocks the inputs and outputs are cut in) and ``C = T + 1``. For ``W >= C`` every dim of
+extent ``n <= T`` is cut in blocks of one element, workers ``w >= T`` hold no element of any cut
+dim (they are *idle*), and, proved here with z3 for every formula ``e``,
+``e(W, w) == e(C, min(w, T))`` for all ``W >= C`` and ``0 <= w < W``. So worker ``w`` at count
+``W`` runs, statement by statement, what worker ``min(w, T)`` runs at ``C`` on the same data,
+provided every collective keeps that correspondence; the collectives covered, and why:
+
+- ``all_reduce`` by ``max``/``min``: a maximum over a multiset of values is the maximum over
+  the set, and the idle workers repeat the value of worker ``T``;
+- ``all_reduce`` by ``sum``: the idle workers' part is zero for every input (a forward analysis
+  of worker ``T`` at ``C``: a mask of length 0, a product with a zero, ...), so more of them add
+  nothing (exactly for integers, in real arithmetic for floats);
+- ``all_gather`` and ``regroup`` (1-D mesh, an ``extent``): the gathered prefix of ``extent``
+  elements lies in the blocks of workers ``< T`` (``extent <= T * block`` at ``C``) and every
+  block past it is padding (zeros), at ``C`` as at ``W``.
+
+Everything else (another collective, a partial or block or strided layout of an input or an
+output, a mesh other than one axis of ``W`` devices from device 0, a replan, a formula z3
+cannot settle) is refused by name: the caller says "not proved" and names it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..errors import DistirError
+from ..ir import sym
+from ..ir.expr import Call, Constant, Function, PrimValue, ShapeExpr, Tuple, TupleGetItem, Var
+from ..ir.layout import WORKER_ID, block_start_expr, local_shape, valid_length_expr
+from ..ir.mesh import DeviceMesh, Range
+from ..ir.op import OpDef
+from ..ir.types import DTensorType, TensorType, TupleType
+
+__all__ = ["Cutoff", "NotProved", "cutoff"]
+
+_SOLVER_MS = 5000  # per formula; an answer other than "unsat" in time is a refusal, never a pass
+_COLLECTIVES = {"ccl.all_reduce", "ccl.all_gather", "ccl.regroup"}
+# ops whose result is zero wherever one input is (real arithmetic: finite values)
+_ZERO_IF_ANY = {"matmul", "multiply"}
+# ops whose result is zero when every tensor input is
+_ZERO_IF_ALL = {"add", "subtract", "concat", "maximum", "minimum"}
+# ops that move, select or reduce by a sum the elements of their first input: zero stays zero
+_ZERO_IF_FIRST = {"reshape", "permute_dims", "strided_slice", "expand_dims", "squeeze", "broadcast_to",
+                  "negative", "sum", "astype", "take", "flatten", "split", "mask_tail", "tril", "triu"}
+
+
+class NotProved(DistirError):
+    """A construct the every-count argument does not cover (its message names it)."""
+
+
+@dataclass(frozen=True)
+class Cutoff:
+    """``count``: every count ``>= count`` computes, for every input, what ``count`` computes."""
+
+    count: int
+    formulas: int  # the index formulas proved stable past it
+    idle_sums: int  # all-reduces by sum whose idle part was shown to be zero
+
+
+def cutoff(func: Function, symbol: str, dims: Mapping[str, int]) -> Cutoff:
+    """The cutoff of the local-view ``func`` with every size but ``symbol`` bound to ``dims``;
+    raises :class:`NotProved` naming what the argument does not cover."""
+    from ..transform.lower_to_local import GLOBAL_PARAMS, GLOBAL_RESULT
+
+    formulas: list = []
+    lemmas: list = []  # (what, needs) checked at C: extents that must lie in the first T blocks
+    sums: list[tuple[str, Var]] = []
+    for t in func.attrs.get(GLOBAL_PARAMS) or ():
+        _layout_formulas(t, symbol, "an input", formulas)
+    for t in _fields(func.attrs.get(GLOBAL_RESULT)):
+        _layout_formulas(t, symbol, "the output", formulas)
+    for p in func.params:
+        _type_formulas(p.type, formulas)
+    for block in func.blocks:
+        for b in block.bindings:
+            _type_formulas(b.var.type, formulas)
+            _value_formulas(b, symbol, formulas, lemmas, sums)
+
+    bound = [sym.substitute(f, dict(dims)) if sym.is_symbolic(f) else f for f in formulas]
+    for f in bound:
+        extra = sym.free_vars(f) - {symbol, WORKER_ID}
+        if extra:
+            raise NotProved(f"the formula {sym.to_str(f)} depends on {', '.join(sorted(extra))}, which is not bound")
+    t = max([1] + [_largest_constant(f) for f in bound] + [n for _, n, _ in lemmas])
+    count = t + 1
+    at_c = {**dims, symbol: count, WORKER_ID: t}
+    proved = _prove_stable(bound, symbol, t)
+    for what, n, block in lemmas:
+        b = sym.evaluate(sym.substitute(block, dict(dims)), at_c) if sym.is_symbolic(block) else block
+        if n > t * b:
+            raise NotProved(f"{what}: its extent {n} reaches past the blocks of the first {t} workers ({b} each)")
+    zero = _idle_zeros(func, at_c)
+    for where, x in sums:
+        if x not in zero:
+            raise NotProved(f"the all-reduce by sum of {where}: the part of a worker holding no element "
+                            "is not shown to be zero")
+    return Cutoff(count, proved, len(sums))
+
+
+def _fields(t) -> list:
+    if t is None:
+        return []
+    if isinstance(t, TupleType):
+        return [x for f in t.fields for x in _fields(f)]
+    return [t]
+
+
+def _check_mesh(mesh: DeviceMesh, symbol: str) -> None:
+    ok = (len(mesh.shape) == 1 and sym.identical(mesh.shape[0], sym.var(symbol))
+          and isinstance(mesh.device_ids, Range) and sym.equal(mesh.device_ids.start, 0))
+    if not ok:
+        raise NotProved(f"the mesh {mesh.shape_str()} (covered: one axis of {symbol} devices from device 0)")
+
+
+def _layout_formulas(t, symbol: str, what: str, out: list) -> None:
+    """Where each worker's block of a global input or output starts, how much of it is real, its
+    shape: the formulas the simulator cuts and assembles by (distir.ir.layout)."""
+    if not isinstance(t, DTensorType):
+        return
+    _check_mesh(t.mesh, symbol)
+    p = t.placement
+    if p.is_block or p.is_strided or p.has_partial:
+        raise NotProved(f"{what} laid out \"{p}\" (covered: R and S[d])")
+    out.extend(t.shape)
+    out.extend(local_shape(t.shape, t.mesh, p))
+    for d, extent in enumerate(t.shape):
+        if p.mesh_axes_of(d):
+            # an empty block starts anywhere: its piece is the same, so the start is read clamped
+            out.append(sym.min_(block_start_expr(t.mesh, p, d, extent), extent))
+            out.append(valid_length_expr(t.mesh, p, d, extent))
+
+
+def _type_formulas(t, out: list) -> None:
+    if isinstance(t, TupleType):
+        for f in t.fields:
+            _type_formulas(f, out)
+    elif isinstance(t, TensorType) and t.shape is not None:
+        out.extend(t.shape)
+
+
+def _attr_formulas(v, out: list) -> None:
+    if isinstance(v, bool) or v is None or isinstance(v, (str, float)):
+        return
+    if isinstance(v, int) or sym.is_symbolic(v):
+        out.append(v)
+    elif isinstance(v, (list, tuple)):
+        for x in v:
+            _attr_formulas(x, out)
+
+
+def _value_formulas(b, symbol: str, out: list, lemmas: list, sums: list) -> None:
+    v = b.value
+    if isinstance(v, (Var, Constant, TupleGetItem)):
+        return
+    if isinstance(v, Tuple):
+        return
+    if isinstance(v, (ShapeExpr, PrimValue)):
+        _attr_formulas(getattr(v, "values", None) or getattr(v, "value", None), out)
+        return
+    if not isinstance(v, Call) or not isinstance(v.op, OpDef):
+        raise NotProved(f"`{b.var.name}`: a call the argument does not model")
+    name = v.op.name
+    attrs = v.op.full_attrs(v.attrs)
+    for a in v.args:
+        if isinstance(a, ShapeExpr):
+            _attr_formulas(a.values, out)
+        elif isinstance(a, PrimValue):
+            _attr_formulas(a.value, out)
+    if name.startswith("dist.") or (name.startswith("ccl.") and name not in _COLLECTIVES):
+        raise NotProved(f"R.{name} at `{b.var.name}` (covered collectives: all_reduce by sum, max or min; "
+                        "all_gather and regroup with an extent)")
+    if name not in _COLLECTIVES:
+        for key, value in attrs.items():
+            if isinstance(value, DeviceMesh):
+                raise NotProved(f"R.{name} at `{b.var.name}` names a mesh")
+            _attr_formulas(value, out)
+        return
+    _check_mesh(attrs["device_mesh"], symbol)
+    if attrs.get("mesh_axis", 0) != 0:
+        raise NotProved(f"R.{name} at `{b.var.name}` on mesh axis {attrs['mesh_axis']}")
+    x = v.args[0]
+    if name == "ccl.all_reduce":
+        op = attrs["op_type"]
+        if op == "sum":
+            sums.append((f"`{x.name}` (at `{b.var.name}`)", x))
+        elif op not in ("max", "min"):
+            raise NotProved(f"R.ccl.all_reduce by {op} at `{b.var.name}` (covered: sum, max, min)")
+        return
+    if not sym.identical(attrs["num_workers"], sym.var(symbol)):
+        raise NotProved(f"R.{name} at `{b.var.name}` over {sym.to_str(attrs['num_workers'])} workers, not {symbol}")
+    extent = attrs.get("extent")
+    if extent is None:
+        raise NotProved(f"R.{name} at `{b.var.name}` without an extent (its result grows with the count)")
+    out.append(extent)
+    axis = attrs["axis"] % len(x.type.shape)
+    n = _constant(extent, symbol, b.var.name)
+    lemmas.append((f"R.{name} at `{b.var.name}`", n, x.type.shape[axis]))
+    if name == "ccl.regroup":
+        lemmas.append((f"R.{name} at `{b.var.name}`", n, b.var.type.shape[axis]))
+
+
+def _constant(extent, symbol: str, where: str) -> int:
+    if isinstance(extent, int):
+        return extent
+    raise NotProved(f"`{where}`: the extent {sym.to_str(extent)} is not a constant once the sizes are bound")
+
+
+def _largest_constant(f) -> int:
+    """The largest absolute integer constant in ``f`` (the blocks of every dim of at most it are one
+    element wide past it)."""
+    if isinstance(f, int):
+        return abs(f)
+    return sym.fold(f, lambda _name: 0, abs, {k: max for k in
+                                             ("add", "sub", "mul", "floordiv", "floormod", "min", "max")})
+
+
+def _prove_stable(formulas: list, symbol: str, t: int) -> int:
+    """Prove ``e(W, w) == e(T + 1, min(w, T))`` for all ``W >= T + 1``, ``0 <= w < W``, every
+    formula ``e`` (and no divisor zero); the number of distinct formulas proved."""
+    import z3
+
+    w_count, w_id = z3.Int(symbol), z3.Int(WORKER_ID)
+    idle = z3.If(w_id < t, w_id, t)
+    seen: set = set()
+    proved = 0
+    for f in formulas:
+        if not sym.is_symbolic(f) or not (sym.free_vars(f) & {symbol, WORKER_ID}):
+            continue
+        k = sym.key(f)
+        if k in seen:
+            continue
+        seen.add(k)
+        divisors: list = []
+        at_w = _to_z3(f, {symbol: w_count, WORKER_ID: w_id}, divisors)
+        at_c = _to_z3(f, {symbol: z3.IntVal(t + 1), WORKER_ID: idle}, divisors)
+        solver = z3.Solver()
+        solver.set("timeout", _SOLVER_MS)
+        solver.add(w_count >= t + 1, w_id >= 0, w_id < w_count)
+        solver.add(z3.Or(at_w != at_c, *[d == 0 for d in divisors]))
+        answer = solver.check()
+        if answer == z3.sat:
+            m = solver.model()
+            raise NotProved(f"the formula {sym.to_str(f)} still changes past count {t + 1} "
+                            f"({symbol}={m[w_count]}, {WORKER_ID}={m[w_id]})")
+        if answer != z3.unsat:
+            raise NotProved(f"z3 did not settle whether {sym.to_str(f)} stops changing past count {t + 1}")
+        proved += 1
+    return proved
+
+
+def _to_z3(f, env: Mapping, divisors: list):
+    import z3
+
+    def floordiv(a, b):
+        divisors.append(b)
+        return z3.If(b > 0, a / b, (-a) / (-b))  # z3's division is Euclidean: floor for a positive divisor
+
+    def floormod(a, b):
+        return a - b * floordiv(a, b)
+
+    ops = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+           "floordiv": floordiv, "floormod": floormod,
+           "min": lambda a, b: z3.If(a <= b, a, b), "max": lambda a, b: z3.If(a >= b, a, b)}
+    return sym.fold(f, lambda name: env[name], z3.IntVal, ops)
+
+
+def _idle_zeros(func: Function, values: Mapping[str, int]) -> set:
+    """The vars that hold only zeros on worker ``T`` at count ``C`` (``values``), for every input:
+    a forward analysis over a few ops (a mask of length 0 with value 0, a tensor of no elements,
+    a product with a zero, a sum or move of zeros). Anything else is not known to be zero."""
+    zero: set = set()
+    for block in func.blocks:
+        for b in block.bindings:
+            v, t = b.value, b.var.type
+            if isinstance(t, TensorType) and t.shape is not None:
+                size = 1
+                for d in t.shape:
+                    size *= sym.evaluate(d, values) if sym.is_symbolic(d) else d
+                if size == 0:
+                    zero.add(b.var)
+                    continue
+            if isinstance(v, Var):
+                if v in zero:
+                    zero.add(b.var)
+                continue
+            if not isinstance(v, Call) or not isinstance(v.op, OpDef):
+                continue
+            name = v.op.name
+            tensors = [a for a in v.args if isinstance(a, Var)]
+            held = [a in zero for a in tensors]
+            if name == "mask_tail":
+                attrs = v.op.full_attrs(v.attrs)
+                length = attrs["length"]
+                length = sym.evaluate(length, values) if sym.is_symbolic(length) else length
+                value = attrs["value"]
+                if value == 0 and (length == 0 or (held and held[0])):
+                    zero.add(b.var)
+            elif name in _ZERO_IF_ANY and any(held):
+                zero.add(b.var)
+            elif name in _ZERO_IF_ALL and held and all(held) and len(tensors) == len(v.args):
+                zero.add(b.var)
+            elif name in _ZERO_IF_FIRST and held and held[0] and v.args[0] is tensors[0]:
+                zero.add(b.var)
+    return zero
