@@ -256,8 +256,9 @@ def cancel_event(directory: str) -> threading.Event:
     return _CANCEL.setdefault(directory, threading.Event())
 
 
-def _connect(directory: str, num_workers: int, num_groups: int, timeout: float) -> None:
-    """``distir.session.connect``, run on every worker of a ProcessSession: join the others' sockets.
+def _connect(directory: str, num_workers: int, num_groups: int, timeout: float, wait: float = TIMEOUT) -> None:
+    """``distir.session.connect``, run on every worker of a ProcessSession: join the others' sockets
+    within ``timeout`` seconds; a collective then waits ``wait`` seconds at most for another worker.
     A failure is kept for :func:`_report` (raising would kill worker 0's thread, the caller)."""
     me = threading.get_ident()
     _disconnect()
@@ -265,7 +266,7 @@ def _connect(directory: str, num_workers: int, num_groups: int, timeout: float) 
     _THREAD_OF[directory] = me
     try:
         _BY_THREAD[me] = connect_sockets(directory, _me(), int(num_workers), int(num_groups), float(timeout),
-                                         _CANCEL.get(directory))
+                                         _CANCEL.get(directory), float(wait))
     except Exception as err:  # noqa: BLE001 - reported to the caller by _report
         _CONNECT_ERRORS[me] = f"worker {_me()} could not join the others: {type(err).__name__}: {err}"
 

@@ -288,13 +288,14 @@ def socket_path(directory: str, worker: int) -> str:
 
 
 def connect_sockets(directory: str, worker: int, num_workers: int, num_groups: int, timeout: float,
-                    cancel: threading.Event | None = None) -> SocketEndpoint:
+                    cancel: threading.Event | None = None, wait: float | None = None) -> SocketEndpoint:
     """Join worker ``worker`` to every other worker of the session through ``directory``.
 
     Each worker listens on its own socket, connects to every lower id (retrying until that
     worker listens) and accepts every higher one; a connection starts with the connecting
     worker's id. No worker waits for a higher one, so all finish; ``cancel`` (set by the caller
-    when a worker process ended before joining) or ``timeout`` stops the waiting."""
+    when a worker process ended before joining) or ``timeout`` stops the waiting. The endpoint's
+    takes wait ``wait`` seconds at most (default ``timeout``)."""
 
     def give_up(what: str) -> None:
         if cancel is not None and cancel.is_set():
@@ -337,4 +338,4 @@ def connect_sockets(directory: str, worker: int, num_workers: int, num_groups: i
         raise
     finally:
         listener.close()
-    return SocketEndpoint(worker, num_workers, num_groups, timeout, socks)
+    return SocketEndpoint(worker, num_workers, num_groups, timeout if wait is None else wait, socks)
