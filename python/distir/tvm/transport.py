@@ -155,7 +155,9 @@ class _ThreadEndpoint(Endpoint):
 
 
 def _send_frame(sock: socket.socket, array: np.ndarray) -> None:
-    array = np.ascontiguousarray(array)
+    array = np.asarray(array)
+    if not array.flags.c_contiguous:  # not np.ascontiguousarray: it makes a 0-d array 1-d
+        array = array.copy(order="C")
     meta = json.dumps([array.dtype.name, list(array.shape)]).encode()
     payload = memoryview(array.reshape(-1).view(np.uint8)) if array.size else memoryview(b"")
     sock.sendall(_HEADER.pack(_MAGIC, len(meta), payload.nbytes) + meta)
