@@ -302,9 +302,15 @@ def worker0_errors(directory: str) -> list[str]:
 def unreachable_workers(directory: str, timeout: float) -> list[int]:
     """The workers of the session served from ``directory`` that worker 0 (a thread of this process)
     can no longer reach (see :meth:`SocketEndpoint.unreachable`)."""
+    return sorted(w for w, what in probe_workers(directory, timeout).items() if what == "gone")
+
+
+def probe_workers(directory: str, timeout: float) -> dict[int, str]:
+    """Worker -> ``"gone"`` or ``"silent"``: the workers of the session served from ``directory`` that
+    did not answer worker 0's ping within ``timeout`` seconds (see :meth:`SocketEndpoint.probe`)."""
     me = _THREAD_OF.get(directory)
     ep = _BY_THREAD.get(me) if me is not None else None
-    return ep.unreachable(timeout) if ep is not None and hasattr(ep, "unreachable") else []
+    return ep.probe(timeout) if ep is not None and hasattr(ep, "probe") else {}
 
 
 def forget_session(directory: str) -> None:

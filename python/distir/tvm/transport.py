@@ -230,10 +230,14 @@ class SocketEndpoint(Endpoint):
             self.pongs[peer].put(ChannelError(f"worker {peer} {why}"))
 
     def unreachable(self, timeout: float) -> list[int]:
-        """The peers that are gone, asked before a run: each live one answers a ping from its reader
-        thread (even while it computes); one that was killed can no longer answer, and its end of file
-        comes instead once the kernel has torn it down. A peer silent for ``timeout`` seconds is taken
-        as alive (slow, not gone: a run that needs it reports it if it is not)."""
+        """The peers that are gone (see :meth:`probe`)."""
+        return sorted(peer for peer, what in self.probe(timeout).items() if what == "gone")
+
+    def probe(self, timeout: float) -> dict[int, str]:
+        """Peer -> ``"gone"`` or ``"silent"`` for the peers that did not answer, asked before a run: each
+        live one answers a ping from its reader thread (even while it computes); one that was killed
+        can no longer answer, and its end of file comes instead once the kernel has torn it down. A
+        peer silent for ``timeout`` seconds may be slow or stopped (the caller looks at its process)."""
         asked = []
         for peer, sock in self.socks.items():
             try:
@@ -242,17 +246,18 @@ class SocketEndpoint(Endpoint):
                 asked.append(peer)
             except OSError:
                 pass
-        gone = [peer for peer in self.socks if peer not in asked]
+        out = {peer: "gone" for peer in self.socks if peer not in asked}
         deadline = time.monotonic() + timeout
         for peer in asked:
             try:
                 answer = self.pongs[peer].get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
+                out[peer] = "silent"
                 continue
             if isinstance(answer, ChannelError):
                 self.pongs[peer].put(answer)  # later probes see it too
-                gone.append(peer)
-        return sorted(gone)
+                out[peer] = "gone"
+        return dict(sorted(out.items()))
 
     def post(self, dst: int, array: np.ndarray) -> None:
         if self.broken.is_set():

@@ -378,8 +378,9 @@ class ProcessWorkers:
     def stopped_message(self) -> str | None:
         """The worker processes that are stopped (SIGSTOP, a tracer), or None."""
         stopped = {w: s for w, s in self.pool.states().items() if s in ("T", "t")}
-        if not stopped:
-            return None
+        return self._stopped_text(stopped) if stopped else None
+
+    def _stopped_text(self, stopped: dict[int, str]) -> str:
         return "; ".join(f"worker {w} (process {self.pool.procs[w].pid}) is {_STATES[s]} (state {s})"
                          for w, s in sorted(stopped.items()))  # fmt: skip
 
@@ -441,7 +442,7 @@ class ProcessWorkers:
         worker it waits for (a list the action may update), named if it does not answer."""
         if self.closed:
             raise DiscoRunError("this Disco session was closed after a worker failed; start a new run")
-        message = self.dead_message() or self.stopped_message()
+        message = self.dead_message()
         if message is None:
             message, value = self._bounded(action, self.bound, waiting)
             if message is None:
@@ -450,13 +451,19 @@ class ProcessWorkers:
         raise DiscoRunError(f"a Disco worker process failed: {message}")
 
     def check_alive(self) -> None:
-        """Before a run: a worker that died or stopped since the last one is a DiscoRunError now, not a
-        wait for it in the middle of TVM's next call. A worker's reader thread answers a ping even while
-        it computes; one silent past the probe (bounded by the run's bound) is checked for a stop."""
-        message = self.dead_message() or self.stopped_message()
+        """Before a run: a worker that died since the last one, or that stays stopped through the probe,
+        is a DiscoRunError now, not a wait for it in the middle of TVM's next call. A worker's reader
+        thread answers a ping even while it computes; one stopped for a moment (slowed) answers late
+        but within the probe (10 s, or the bound if less), and one silent but running is left to the
+        run's bounded waits."""
+        message = self.dead_message()
         if message is None:
-            gone = host_ccl.unreachable_workers(self.pool.directory, min(_PROBE_TIMEOUT, self.bound))
-            message = self._why(None) if gone else self.stopped_message()
+            silent = host_ccl.probe_workers(self.pool.directory, min(_PROBE_TIMEOUT, self.bound))
+            if "gone" in silent.values():
+                message = self._why(None)
+            else:
+                stopped = {w: s for w, s in self.pool.states().items() if w in silent and s in ("T", "t")}
+                message = self._stopped_text(stopped) if stopped else None
         if message is None:
             return
         self.close(failed=True)
@@ -549,8 +556,7 @@ def _forget(workers: ProcessWorkers) -> None:
 
 def process_workers(num_workers: int, num_groups: int = 1, timeout: float | None = None) -> ProcessWorkers:
     """A ProcessSession of this size: the one kept from an earlier run, or a new one. A kept session
-    whose worker died or stopped since is a DiscoRunError naming it (once: the next call starts a new
-    one). ``timeout`` (else ``$DISTIR_WORKER_TIMEOUT``, :func:`worker_timeout`) bounds every wait for
+    whose worker died since is a DiscoRunError naming it (once: the next call starts a new one). ``timeout`` (else ``$DISTIR_WORKER_TIMEOUT``, :func:`worker_timeout`) bounds every wait for
     a worker; a kept session made under another bound is replaced (its collectives' limit follows it)."""
     bound = worker_timeout(timeout)
     with _cache_lock:
@@ -559,7 +565,7 @@ def process_workers(num_workers: int, num_groups: int = 1, timeout: float | None
         if hit.bound != bound:
             hit.close()
         else:
-            message = hit.dead_message() or hit.stopped_message()
+            message = hit.dead_message()
             if message is None:
                 return hit
             hit.close(failed=True)

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -103,6 +104,37 @@ def test_a_stopped_worker_is_named_within_the_bound_and_the_next_run_is_right(ll
     assert nxt.ok, nxt.comparison.mismatch  # compared with the simulator
     fresh = disco_workers.process_workers(2)
     assert fresh is not session and fresh.pids()[1] != victim and fresh.bound == disco_workers.DEFAULT_TIMEOUT
+
+
+def test_a_worker_stopped_for_less_than_the_bound_only_slows_the_run(llama, monkeypatch):
+    """Stopped for 2 s in the middle of a run and before the next one (a slow worker, not a failure):
+    both runs are right, on the same session."""
+    driver, args = llama
+    with _small_bound(monkeypatch):
+        assert driver.run(args, 2, backend="tvm", session="processes").ok
+        session = disco_workers.process_workers(2)
+        victim = session.pids()[1]
+        timers = []
+
+        def pause():
+            os.kill(victim, signal.SIGSTOP)
+            timers.append(threading.Timer(2.0, os.kill, (victim, signal.SIGCONT)))
+            timers[-1].start()
+
+        try:
+            with _hook_allreduce(pause):
+                got = driver.run(args, 2, backend="tvm", session="processes")
+            assert got.ok, got.comparison.mismatch
+            pause()
+            t0 = time.monotonic()
+            again = driver.run(args, 2, backend="tvm", session="processes")
+            assert again.ok and time.monotonic() - t0 >= 1.0  # the probe waited for the stopped worker
+        finally:
+            for t in timers:
+                t.join(5)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(victim, signal.SIGCONT)
+        assert disco_workers.process_workers(2) is session and not session.closed
 
 
 def test_a_worker_killed_during_a_run_under_a_small_bound(llama, monkeypatch):
