@@ -51,7 +51,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import fuzz  # noqa: E402  (the generator of random programs)
+import fuzz  # the generator of random programs (imported after the path is set)
 
 FAULTS = ("kill", "stop", "slow")
 FATAL = ("HANG", "CRASH", "WRONG-NUMBER")

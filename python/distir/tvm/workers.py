@@ -272,7 +272,7 @@ class _Pool:
                         os.close(fd)
                 self.write_fds.clear(), self.spares.clear(), self.read_fds.clear()
             shutil.rmtree(self.directory, ignore_errors=True)
-        except BaseException:  # noqa: BLE001 - an exception here would abort the process
+        except BaseException:  # noqa: BLE001, S110 - an exception here would abort the process
             pass
 
 
@@ -330,10 +330,9 @@ class ProcessWorkers:
                 pool = _pending.pop(threading.get_ident(), None)
         self.pool = pool or _Pool(num_workers, num_groups, tempfile.mkdtemp(prefix="distir-workers-"))
         self.cancel = host_ccl.cancel_event(self.pool.directory)
-        connect = self.sess.get_global_func("distir.session.connect")
         wait = collective_timeout(self.bound)
-        self.call(lambda: connect(self.pool.directory, num_workers, num_groups, _CONNECT_TIMEOUT, wait))
-        del connect
+        self.call(lambda: self.sess.get_global_func("distir.session.connect")(
+            self.pool.directory, num_workers, num_groups, _CONNECT_TIMEOUT, wait))
         self._await_start()
         self.check(self.report(reset=True))
 

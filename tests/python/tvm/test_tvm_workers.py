@@ -183,7 +183,8 @@ def test_dropping_a_disco_handle_after_a_worker_died_does_not_abort_the_caller()
     """In a child process (an abort would take the test runner with it): before the fix, TVM's
     destructor threw on the failed write (EPIPE) and the process ended with SIGABRT."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO / "python"), os.environ.get("PYTHONPATH")])))
-    done = subprocess.run([sys.executable, "-c", _DROP_AFTER_DEATH], capture_output=True, text=True, timeout=120, env=env)
+    done = subprocess.run([sys.executable, "-c", _DROP_AFTER_DEATH], capture_output=True, text=True, timeout=120, env=env,
+                          check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()
     assert lines[0] == "dropped" and lines[-1] == "released True", done.stdout
