@@ -160,6 +160,7 @@ class _Pool:
         self.read_fds: dict[int, int] = {}  # the caller's end of the pipe from each worker (TVM reads it)
         self.unplugged = False  # the write ends point at /dev/null
         self.released = False  # TVM destroyed the session (``destroyed`` ran)
+        self.start_errors: list[str] = []
         self.lock = threading.Lock()
 
     def start(self, worker: int) -> tvm_ffi.Shape:
@@ -176,10 +177,11 @@ class _Pool:
             self.procs[worker] = subprocess.Popen(
                 cmd, pass_fds=(to_worker_r, from_worker_w), stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env
             )
-        except BaseException:
-            for fd in (to_worker_r, to_worker_w, from_worker_r):
-                os.close(fd)
-            raise
+        except Exception as err:  # noqa: BLE001 - raising here would hang TVM's constructor (below)
+            # TVM's ProcessSession constructor asks for every worker's pipes after starting worker 0's
+            # thread; if this raised, its unwinding would join that thread, which waits for commands
+            # forever. So the pipes are returned without a process, and the caller reports the failure.
+            self.start_errors.append(f"worker {worker} could not be started: {type(err).__name__}: {err}")
         finally:
             log.close()
             os.close(from_worker_w)  # the child's end: a read of a dead worker's reply then ends (end of file)
@@ -330,6 +332,9 @@ class ProcessWorkers:
                 pool = _pending.pop(threading.get_ident(), None)
         self.pool = pool or _Pool(num_workers, num_groups, tempfile.mkdtemp(prefix="distir-workers-"))
         self.cancel = host_ccl.cancel_event(self.pool.directory)
+        if self.pool.start_errors:
+            self.close(failed=True)
+            raise DiscoRunError(f"Disco worker processes could not start: {'; '.join(self.pool.start_errors)}")
         wait = collective_timeout(self.bound)
         self.call(lambda: self.sess.get_global_func("distir.session.connect")(
             self.pool.directory, num_workers, num_groups, _CONNECT_TIMEOUT, wait))
@@ -440,7 +445,7 @@ class ProcessWorkers:
         silent worker is a DiscoRunError naming it, and the session is closed. ``waiting``: the
         worker it waits for (a list the action may update), named if it does not answer."""
         if self.closed:
-            raise DiscoRunError("this Disco session was closed after a worker failed; start a new run")
+            raise DiscoRunError("this Disco session was closed; a new run starts a new one")
         message = self.dead_message()
         if message is None:
             message, value = self._bounded(action, self.bound, waiting)

@@ -189,3 +189,22 @@ def test_dropping_a_disco_handle_after_a_worker_died_does_not_abort_the_caller()
     lines = done.stdout.splitlines()
     assert lines[0] == "dropped" and lines[-1] == "released True", done.stdout
     assert lines[1].startswith("a Disco worker process failed: worker 1 (process ") and "was killed by SIGKILL" in lines[1]
+
+
+def test_a_worker_that_cannot_be_started_is_one_line_not_a_hang(monkeypatch):
+    """The second worker process fails to start (as fork does when the machine is out of processes):
+    TVM's session constructor would have hung unwinding (it joins worker 0's thread) had the pool raised."""
+    real, started = subprocess.Popen, []
+
+    def popen(cmd, *a, **kw):
+        if "distir.tvm.worker" in cmd and started:
+            raise BlockingIOError(11, "Resource temporarily unavailable")
+        started.append(cmd)
+        return real(cmd, *a, **kw)
+
+    monkeypatch.setattr(disco_workers.subprocess, "Popen", popen)
+    t0 = time.monotonic()
+    with pytest.raises(DiscoRunError, match=r"^Disco worker processes could not start: worker 2 could not be started: "
+                                            r"BlockingIOError: \[Errno 11\] Resource temporarily unavailable$"):
+        disco_workers.ProcessWorkers(3)
+    assert time.monotonic() - t0 < 30 and len(started) == 1
