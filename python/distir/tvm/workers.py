@@ -389,23 +389,20 @@ class ProcessWorkers:
                          for w, s in sorted(stopped.items()))  # fmt: skip
 
     def _unanswered(self, bound: float, waiting: list[int] | None) -> str:
-        """Why a call ran past ``bound``: the stopped workers, else the one it waited for, with its state."""
+        """Why a call ran past ``bound``: the stopped workers, else the one it waited for and the state
+        of every worker process (running: a long kernel or a wedge; sleeping: waiting on something)."""
         why = self.stopped_message()
         if why is None:
-            who = waiting[0] if waiting else None
             states = self.pool.states()
-            if who == 0:
-                why = "worker 0 (a thread of this process) did not answer"
-            elif who is not None and who in self.pool.procs:
-                s = states.get(who, "?")
-                why = f"worker {who} (process {self.pool.procs[who].pid}, {_STATES.get(s, 'state ' + s)}) did not answer"
-            else:
-                listed = ", ".join(f"worker {w} (process {self.pool.procs[w].pid}, {_STATES.get(s, 'state ' + s)})"
-                                   for w, s in sorted(states.items()))  # fmt: skip
-                why = f"the workers did not answer ({listed})"
+            procs = "; ".join(f"worker {w} (process {self.pool.procs[w].pid}) is {_STATES.get(s, 'in state ' + s)}"
+                              for w, s in sorted(states.items()))  # fmt: skip
+            who = waiting[0] if waiting else None
+            awaited = ("worker 0 (a thread of this process)" if who == 0 else
+                       f"worker {who}" if who is not None else "the workers")  # fmt: skip
+            why = f"{awaited} did not answer" + (f" ({procs})" if procs else "")
         seen = host_ccl.worker0_errors(self.pool.directory)
         also = f"; worker 0 saw: {'; '.join(seen)}" if seen else ""
-        return f"{why}{also} (no answer within {bound:g} s, the bound {TIMEOUT_ENV} sets)"
+        return f"{why}{also}: no answer within {bound:g} s (the bound {TIMEOUT_ENV} sets)"
 
     def _bounded(self, action, bound: float, waiting: list[int] | None = None):
         """Run ``action`` (a call of TVM that may wait for a worker) on a helper thread and wait for it
