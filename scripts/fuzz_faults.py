@@ -168,8 +168,8 @@ def _case(seed: int, index: int, fault: str, bound: float, slack: float) -> tupl
             if fault != "slow" and pid in fresh:
                 raise _Verdict("CRASH", f"the {fault} worker's process {pid} still serves the next session")
         except _Verdict as v:
-            return v.cls, f"{w} workers: {v.message}"
-        return "OK", f"{w} workers: {fault} of worker {victim} (start {start:.1f} s, run {clean:.2f} s)"
+            return v.cls, f"num_workers={w}: {v.message}"
+        return "OK", f"num_workers={w}: {fault} of worker {victim} (start {start:.1f} s, run {clean:.2f} s)"
     return "SKIP", "no device count runs on Disco with a worker process"
 
 
@@ -180,6 +180,9 @@ class _Verdict(Exception):
 
 
 def _child(conn, args):
+    import warnings
+
+    warnings.simplefilter("ignore")  # the pipeline's hints about ambiguous layouts
     try:
         conn.send(_case(*args))
     except BaseException as err:  # noqa: BLE001 - reported as a CRASH
@@ -218,13 +221,15 @@ def main(argv=None) -> int:
     ap.add_argument("--faults", default=",".join(FAULTS), help="faults to draw from, of kill,stop,slow (default all)")
     ap.add_argument("--bound", type=float, default=5.0, help="DISTIR_WORKER_TIMEOUT for the runs, seconds (default 5)")
     ap.add_argument("--slack", type=float, default=15.0, help="seconds past the bound a failure may take (default 15)")
+    ap.add_argument("--case-limit", type=float, help="seconds a case may take in all, its build included (default "
+                    "300 + 6 x (bound + slack)); past it the case is a HANG")
     args = ap.parse_args(argv)
     faults = [f.strip() for f in args.faults.split(",") if f.strip()]
     if not faults or any(f not in FAULTS for f in faults):
         ap.error(f"--faults: expected some of {','.join(FAULTS)}, got '{args.faults}'")
     if args.bound <= 0 or args.slack < 0 or args.cases < 1:
         ap.error("--bound must be positive, --slack not negative, --cases at least 1")
-    limit = 300.0 + 6 * (args.bound + args.slack)  # the build, then six bounded runs
+    limit = args.case_limit or 300.0 + 6 * (args.bound + args.slack)  # the build, then six bounded runs
     end = time.monotonic() + 60 * args.minutes
     counts: Counter = Counter()
     for i in range(args.first, args.first + args.cases):
