@@ -66,8 +66,10 @@ def _build(case):
     from distir.transform.pipelines import distribute_pipeline
     from distir.tvm import to_relax
 
+    from distir.driver import random_inputs
+
     mod = distir.parse(case.text)
-    inputs = fuzz.case_inputs(mod, case.program, case.program.dim_values, case.seed)
+    inputs = random_inputs(mod, "main", case.program.dim_values, seed=case.seed)  # the default generator's inputs
     expected = run(mod, *inputs)
     lowered = distribute_pipeline()(mod)
     return lowered, tvm.compile(to_relax(lowered), target="llvm"), inputs, expected
