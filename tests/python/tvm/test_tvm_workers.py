@@ -197,7 +197,7 @@ def test_a_worker_that_cannot_be_started_is_one_line_not_a_hang(monkeypatch):
     real, started = subprocess.Popen, []
 
     def popen(cmd, *a, **kw):
-        if "distir.tvm.worker" in cmd and started:
+        if disco_workers._ENTRY in cmd and started:
             raise BlockingIOError(11, "Resource temporarily unavailable")
         started.append(cmd)
         return real(cmd, *a, **kw)
