@@ -256,8 +256,9 @@ def cancel_event(directory: str) -> threading.Event:
     return _CANCEL.setdefault(directory, threading.Event())
 
 
-def _connect(directory: str, num_workers: int, num_groups: int, timeout: float) -> None:
-    """``distir.session.connect``, run on every worker of a ProcessSession: join the others' sockets.
+def _connect(directory: str, num_workers: int, num_groups: int, timeout: float, wait: float = TIMEOUT) -> None:
+    """``distir.session.connect``, run on every worker of a ProcessSession: join the others' sockets
+    within ``timeout`` seconds; a collective then waits ``wait`` seconds at most for another worker.
     A failure is kept for :func:`_report` (raising would kill worker 0's thread, the caller)."""
     me = threading.get_ident()
     _disconnect()
@@ -265,7 +266,7 @@ def _connect(directory: str, num_workers: int, num_groups: int, timeout: float) 
     _THREAD_OF[directory] = me
     try:
         _BY_THREAD[me] = connect_sockets(directory, _me(), int(num_workers), int(num_groups), float(timeout),
-                                         _CANCEL.get(directory))
+                                         _CANCEL.get(directory), float(wait))
     except Exception as err:  # noqa: BLE001 - reported to the caller by _report
         _CONNECT_ERRORS[me] = f"worker {_me()} could not join the others: {type(err).__name__}: {err}"
 
@@ -301,9 +302,15 @@ def worker0_errors(directory: str) -> list[str]:
 def unreachable_workers(directory: str, timeout: float) -> list[int]:
     """The workers of the session served from ``directory`` that worker 0 (a thread of this process)
     can no longer reach (see :meth:`SocketEndpoint.unreachable`)."""
+    return sorted(w for w, what in probe_workers(directory, timeout).items() if what == "gone")
+
+
+def probe_workers(directory: str, timeout: float) -> dict[int, str]:
+    """Worker -> ``"gone"`` or ``"silent"``: the workers of the session served from ``directory`` that
+    did not answer worker 0's ping within ``timeout`` seconds (see :meth:`SocketEndpoint.probe`)."""
     me = _THREAD_OF.get(directory)
     ep = _BY_THREAD.get(me) if me is not None else None
-    return ep.unreachable(timeout) if ep is not None and hasattr(ep, "unreachable") else []
+    return ep.probe(timeout) if ep is not None and hasattr(ep, "probe") else {}
 
 
 def forget_session(directory: str) -> None:

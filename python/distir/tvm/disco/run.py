@@ -332,12 +332,12 @@ def _run_processes(call: _Call, total: int, groups: int, nccl: bool):
     workers.sync()
     workers.check(workers.report(reset=True))  # inputs in place: count only the function's own collectives
     result = workers.call(lambda: call.dmod[call.func](*args))
-    first = workers.call(lambda: _to_numpy(result.debug_get_from_remote(0)))
+    first = workers.call(lambda: _to_numpy(result.debug_get_from_remote(0)), [0])
     reports = workers.report(reset=True)
     workers.check(reports)
     outputs = {0: first}
     for w in range(1, total):
-        outputs[w] = workers.call(lambda w=w: _to_numpy(result.debug_get_from_remote(w)))
+        outputs[w] = workers.call(lambda w=w: _to_numpy(result.debug_get_from_remote(w)), [w])
     del result, args
     calls: dict[str, int] = {}
     for r in reports:

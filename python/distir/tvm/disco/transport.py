@@ -155,7 +155,9 @@ class _ThreadEndpoint(Endpoint):
 
 
 def _send_frame(sock: socket.socket, array: np.ndarray) -> None:
-    array = np.ascontiguousarray(array)
+    array = np.asarray(array)
+    if not array.flags.c_contiguous:  # not np.ascontiguousarray: it makes a 0-d array 1-d
+        array = array.copy(order="C")
     meta = json.dumps([array.dtype.name, list(array.shape)]).encode()
     payload = memoryview(array.reshape(-1).view(np.uint8)) if array.size else memoryview(b"")
     sock.sendall(_HEADER.pack(_MAGIC, len(meta), payload.nbytes) + meta)
@@ -228,10 +230,14 @@ class SocketEndpoint(Endpoint):
             self.pongs[peer].put(ChannelError(f"worker {peer} {why}"))
 
     def unreachable(self, timeout: float) -> list[int]:
-        """The peers that are gone, asked before a run: each live one answers a ping from its reader
-        thread (even while it computes); one that was killed can no longer answer, and its end of file
-        comes instead once the kernel has torn it down. A peer silent for ``timeout`` seconds is taken
-        as alive (slow, not gone: a run that needs it reports it if it is not)."""
+        """The peers that are gone (see :meth:`probe`)."""
+        return sorted(peer for peer, what in self.probe(timeout).items() if what == "gone")
+
+    def probe(self, timeout: float) -> dict[int, str]:
+        """Peer -> ``"gone"`` or ``"silent"`` for the peers that did not answer, asked before a run: each
+        live one answers a ping from its reader thread (even while it computes); one that was killed
+        can no longer answer, and its end of file comes instead once the kernel has torn it down. A
+        peer silent for ``timeout`` seconds may be slow or stopped (the caller looks at its process)."""
         asked = []
         for peer, sock in self.socks.items():
             try:
@@ -240,17 +246,18 @@ class SocketEndpoint(Endpoint):
                 asked.append(peer)
             except OSError:
                 pass
-        gone = [peer for peer in self.socks if peer not in asked]
+        out = {peer: "gone" for peer in self.socks if peer not in asked}
         deadline = time.monotonic() + timeout
         for peer in asked:
             try:
                 answer = self.pongs[peer].get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
+                out[peer] = "silent"
                 continue
             if isinstance(answer, ChannelError):
                 self.pongs[peer].put(answer)  # later probes see it too
-                gone.append(peer)
-        return sorted(gone)
+                out[peer] = "gone"
+        return dict(sorted(out.items()))
 
     def post(self, dst: int, array: np.ndarray) -> None:
         if self.broken.is_set():
@@ -288,13 +295,14 @@ def socket_path(directory: str, worker: int) -> str:
 
 
 def connect_sockets(directory: str, worker: int, num_workers: int, num_groups: int, timeout: float,
-                    cancel: threading.Event | None = None) -> SocketEndpoint:
+                    cancel: threading.Event | None = None, wait: float | None = None) -> SocketEndpoint:
     """Join worker ``worker`` to every other worker of the session through ``directory``.
 
     Each worker listens on its own socket, connects to every lower id (retrying until that
     worker listens) and accepts every higher one; a connection starts with the connecting
     worker's id. No worker waits for a higher one, so all finish; ``cancel`` (set by the caller
-    when a worker process ended before joining) or ``timeout`` stops the waiting."""
+    when a worker process ended before joining) or ``timeout`` stops the waiting. The endpoint's
+    takes wait ``wait`` seconds at most (default ``timeout``)."""
 
     def give_up(what: str) -> None:
         if cancel is not None and cancel.is_set():
@@ -337,4 +345,4 @@ def connect_sockets(directory: str, worker: int, num_workers: int, num_groups: i
         raise
     finally:
         listener.close()
-    return SocketEndpoint(worker, num_workers, num_groups, timeout, socks)
+    return SocketEndpoint(worker, num_workers, num_groups, timeout if wait is None else wait, socks)
