@@ -108,7 +108,7 @@ def _case(seed: int, index: int, fault: str, bound: float, slack: float) -> tupl
     from distir.driver import run_disco
     from distir.errors import DistirError
     from distir.tvm import DiscoRunError
-    from distir.tvm import workers as disco_workers
+    from distir.tvm.disco import workers as disco_workers
 
     case = fuzz.generate_case(seed, index)
     try:

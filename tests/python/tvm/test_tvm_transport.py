@@ -15,7 +15,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from distir.tvm import transport as T
+from distir.tvm.disco import transport as T
 
 BIG = 6 << 20  # bytes per array: several times a Unix socket's buffer (checked below)
 

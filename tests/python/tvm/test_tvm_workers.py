@@ -21,8 +21,9 @@ import tvm_ffi
 
 from distir import examples
 from distir.driver import Driver, random_inputs
-from distir.tvm import DiscoRunError, host_ccl
-from distir.tvm import workers as disco_workers
+from distir.tvm import DiscoRunError
+from distir.tvm.disco import host_ccl
+from distir.tvm.disco import workers as disco_workers
 
 BOUND = 6.0  # seconds: the bound the failing runs are given (a healthy run's waits here take milliseconds)
 SLACK = 10.0  # seconds past the bound that the error may take (teardown, a loaded machine)
@@ -162,7 +163,8 @@ def test_a_bad_bound_is_one_line(monkeypatch):
 _DROP_AFTER_DEATH = textwrap.dedent(
     """
     import os, signal
-    from distir.tvm import DiscoRunError, workers as W
+    from distir.tvm import DiscoRunError
+    from distir.tvm.disco import workers as W
     w = W.ProcessWorkers(2, timeout=30)
     handle = w.sess.get_global_func("runtime.disco.worker_id")  # a Disco handle the caller holds
     victim = w.pool.procs[1]
