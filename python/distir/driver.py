@@ -296,10 +296,10 @@ def run_disco(
     gparams = list(f.attrs.get(GLOBAL_PARAMS, [p.type for p in f.params]))
     gresult = f.attrs.get(GLOBAL_RESULT, f.result.type)
     arrays = [np.asarray(a) for a in global_arrays]
+    from .tvm.checkpoint import BoundSet, open_weights
+
     wset = None
     if weights is not None:  # a pre-sharded set, or a global set each worker reads its byte ranges of
-        from .tvm.checkpoint import BoundSet, open_weights
-
         wset = open_weights(weights, local_mod, func, verify=verify_weights)  # checked before anything reads it
     first = wset.num_input if wset is not None else len(gparams)
     params = SimpleNamespace(name=f.name, params=f.params[:first])

@@ -95,8 +95,8 @@ class GlobalSet:
         missing = [n for n in want if n not in self.records]
         extra = [n for n in self.records if n not in set(want)]
         if missing or extra:
-            what = f"lack {len(missing)} of the {len(want)} weights of @{func}: {_q(missing[0])}" if missing else \
-                f"hold {len(extra)} record(s) that are not weights of @{func}: {_q(extra[0])}"
+            what = f"hold {len(extra)} record(s) that are not weights of @{func}: {_q(extra[0])}" if extra else \
+                f"lack {len(missing)} of the {len(want)} weights of @{func}: {_q(missing[0])}"
             raise WeightsError(f"{self.where} {what}")
         vals = dict(values or {})
         for name, t in zip(want, types[n_in:]):
@@ -143,11 +143,13 @@ class BoundSet:
 
     def ranged(self, values: Mapping[str, int], workers: int) -> Ranged:
         """The read plan at ``values`` for a session of ``workers``: every worker's boxes of every weight."""
-        self.set.bind(self.local_mod, self.func, values)  # the shapes at these sizes
         files: dict[Path, int] = {}
         weights = []
         for name, t in zip(self.names, self.types):
             r = self.set.records[name]
+            shape = tuple(sym.evaluate(d, dict(values)) for d in t.shape)
+            if shape != r.shape:
+                raise WeightsError(f"{self.set.where}: weight '{name}' has shape {r.shape}, @{self.func} takes {shape}")
             index = files.setdefault(r.file, len(files))
             view, store, pieces = layout_boxes(t, values, workers)
             weights.append(_entry(name, r, index, view, store, pieces, t, values))
