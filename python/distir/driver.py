@@ -296,11 +296,11 @@ def run_disco(
     gparams = list(f.attrs.get(GLOBAL_PARAMS, [p.type for p in f.params]))
     gresult = f.attrs.get(GLOBAL_RESULT, f.result.type)
     arrays = [np.asarray(a) for a in global_arrays]
-    wset = None
-    if weights is not None:
-        from .tvm.weights import read_set
+    from .tvm.checkpoint import BoundSet, open_weights
 
-        wset = read_set(weights, verify=verify_weights)  # checked before TVM is handed a path of it
+    wset = None
+    if weights is not None:  # a pre-sharded set, or a global set each worker reads its byte ranges of
+        wset = open_weights(weights, local_mod, func, verify=verify_weights)  # checked before anything reads it
     first = wset.num_input if wset is not None else len(gparams)
     params = SimpleNamespace(name=f.name, params=f.params[:first])
     check_dtypes(gparams[:first], arrays, [p.name for p in params.params])
@@ -310,14 +310,22 @@ def run_disco(
         raise dtvm.DiscoRunError(str(err)) from None
 
     def pieces(total: int):
-        if wset is not None:
+        if isinstance(wset, BoundSet):
+            if total != presharded.workers:
+                raise dtvm.DiscoRunError(f"the build runs {total} workers; its meshes at {values} have {presharded.workers}")
+        elif wset is not None:
             from .tvm.weights import check_set
 
             check_set(wset, local_mod, func, values, total)
         cut = _disco_pieces(params, gparams, arrays, values, total, seed)
         return cut + [None] * (len(gparams) - first)
 
-    presharded = None if wset is None else Presharded(str(wset.json_path.resolve()), wset.text, first)  # workers may run elsewhere
+    if isinstance(wset, BoundSet):
+        from .tvm.weights import session_workers
+
+        presharded = wset.ranged(values, session_workers(local_mod.meshes(), values))
+    else:  # workers may run elsewhere: the set's absolute path
+        presharded = None if wset is None else Presharded(str(wset.json_path.resolve()), wset.text, first)
     info: dict = {}
     outputs = run_pieces(built, func, len(f.params), values, pieces, info, session=session, target=target,
                          presharded=presharded)
@@ -551,9 +559,15 @@ class Driver:
             stamp = None
         hit = self._weight_sets.get(key)
         if hit is None or hit[0] != stamp:
-            s = read_set(directory, verify=verify)
-            check_set(s, self.local, self.func)
-            hit = self._weight_sets[key] = (stamp, list(assemble(s).values()))
+            from .tvm.checkpoint import is_global_set, read_global
+
+            if is_global_set(directory):
+                arrays = read_global(directory, verify=verify).bind(self.local, self.func).arrays()
+            else:
+                s = read_set(directory, verify=verify)
+                check_set(s, self.local, self.func)
+                arrays = list(assemble(s).values())
+            hit = self._weight_sets[key] = (stamp, arrays)
         return hit[1]
 
     def reference(self, inputs: Sequence[Any], weights: Sequence[Any] | Mapping[str, Any] | None = None) -> Any:
@@ -600,11 +614,15 @@ class Driver:
             raise DistirError("pre-sharded weights (a directory) are loaded by Disco's workers: run with backend='tvm'")
         given = list(inputs)
         if weight_set is not None:  # a set for another count is one line before anything is built
+            from .tvm.checkpoint import is_global_set, read_global
             from .tvm.weights import check_set, read_set, session_workers
 
             local = self._specialize(self.values(count))[0]
-            check_set(read_set(weight_set, verify=False), self.local, self.func, self.values(count),
-                      session_workers(local.meshes(), {}))  # the checksums: below, before anything reads the files
+            if is_global_set(weight_set):  # one checkpoint for every count: checked against the function
+                read_global(weight_set, verify=False).bind(self.local, self.func, self.values(count))
+            else:
+                check_set(read_set(weight_set, verify=False), self.local, self.func, self.values(count),
+                          session_workers(local.meshes(), {}))  # the checksums: below, before anything reads the files
             inputs = list(inputs) + self._set_weights(weight_set, verify_weights)
         else:
             inputs = self.arguments(inputs, weights)

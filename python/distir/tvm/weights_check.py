@@ -41,8 +41,12 @@ from ..ir.mesh import DeviceMesh, Range
 from ..ir.placement import Placement
 from ..ir.types import DTYPES, DTensorType, TensorType, np_dtype
 from ..transform.weights import WeightsError
+from . import ranges
 
-__all__ = ["CACHE_JSON", "FORMAT", "VERSION", "Manifest", "Record", "load_manifest", "open_regular", "record_name"]
+__all__ = [
+    "CACHE_JSON", "FORMAT", "VERSION", "Manifest", "Record", "check_data_file", "check_record_bytes", "load_manifest",
+    "open_regular", "read_json", "record_name",
+]  # fmt: skip
 
 CACHE_JSON = "tensor-cache.json"
 FORMAT = "distir.sharded-weights"
@@ -106,17 +110,9 @@ class Manifest:
 
 
 def open_regular(path: Path, where: str) -> tuple[int, os.stat_result]:
-    """A read-only descriptor of ``path`` and its stat, refusing anything but a regular file (opened
-    without blocking, so a FIFO put there since the check cannot hang the caller)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
-    except OSError as err:
-        raise WeightsError(f"{where}: cannot open: {err.strerror or err}") from None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        raise WeightsError(f"{where}: not a regular file")
-    return fd, st
+    """A read-only descriptor of ``path`` and its stat, refusing anything but a regular file
+    (:func:`distir.tvm.ranges.open_regular`, its failures WeightsError lines)."""
+    return ranges.open_regular(path, where, WeightsError)
 
 
 def _reject_repeats(pairs: list) -> dict:
@@ -138,7 +134,8 @@ def _shape(v: Any) -> bool:
     return isinstance(v, list) and all(_int(d) for d in v)
 
 
-def _read_json(directory: Path, where: str) -> Any:
+def read_json(directory: Path, where: str) -> Any:
+    """The set's ``tensor-cache.json`` parsed: a regular file of at most MAX_JSON_BYTES, no key repeated."""
     path = directory / CACHE_JSON
     try:
         st = os.stat(path)
@@ -290,7 +287,7 @@ def _md5(path: Path, size: int, where: str) -> str:
 
 def load_manifest(directory: Path, where: str, verify: bool = True) -> Manifest:
     """The set's manifest, checked (see the module docstring); one WeightsError line otherwise."""
-    data = _read_json(directory, where)
+    data = read_json(directory, where)
     if not isinstance(data, dict) or not isinstance(data.get("metadata"), dict) or "distir" not in data["metadata"]:
         raise WeightsError(f"{where}: {CACHE_JSON} is not a distir set of version {VERSION} (no metadata.distir)")
     meta = data["metadata"]["distir"]
@@ -307,24 +304,51 @@ def load_manifest(directory: Path, where: str, verify: bool = True) -> Manifest:
     root = Path(os.path.realpath(directory))
     records: dict[str, Record] = {}
     for f in files:
-        if not isinstance(f, dict) or not isinstance(f.get("records"), list) or f.get("format") != "raw-shard":
-            raise WeightsError(f"{where}: a data file entry is not a 'raw-shard' with a list of records")
-        first = f["records"][0].get("name") if f["records"] and isinstance(f["records"][0], dict) else None
-        fwhere = f"{where}: data file {_q(f.get('dataPath'))} (record {_q(first)})"
-        path, st = _data_file(root, f.get("dataPath"), fwhere)
-        if f.get("nbytes") != st.st_size:
-            raise WeightsError(f"{fwhere}: is {st.st_size} bytes, the manifest says {_q(f.get('nbytes'))} (truncated or replaced)")
+        path, size = check_data_file(root, f, where, verify)
         for r in f["records"]:
-            records_add(records, r, f["dataPath"], path, st.st_size, want, params, where)
-        if verify:
-            digest = f.get("md5sum")
-            if not isinstance(digest, str):
-                raise WeightsError(f"{fwhere}: no md5sum to verify (pass verify=False to load it unverified)")
-            got = _md5(path, st.st_size, fwhere)
-            if got != digest.lower():
-                raise WeightsError(f"{fwhere}: checksum mismatch (MD5 {got}, the manifest says {_q(digest)}): "
-                                   f"the file is damaged or not this set's")
+            records_add(records, r, f["dataPath"], path, size, want, params, where)
     return Manifest(meta, records, json.dumps(data))
+
+
+def check_data_file(root: Path, f: Any, where: str, verify: bool) -> tuple[Path, int]:
+    """One entry of a manifest's ``records``: a ``raw-shard`` file inside the set's resolved folder
+    ``root``, of the size recorded, and with ``verify`` of the MD5 recorded; (its path, its size)."""
+    if not isinstance(f, dict) or not isinstance(f.get("records"), list) or f.get("format") != "raw-shard":
+        raise WeightsError(f"{where}: a data file entry is not a 'raw-shard' with a list of records")
+    first = f["records"][0].get("name") if f["records"] and isinstance(f["records"][0], dict) else None
+    fwhere = f"{where}: data file {_q(f.get('dataPath'))} (record {_q(first)})"
+    path, st = _data_file(root, f.get("dataPath"), fwhere)
+    if f.get("nbytes") != st.st_size:
+        raise WeightsError(f"{fwhere}: is {st.st_size} bytes, the manifest says {_q(f.get('nbytes'))} (truncated or replaced)")
+    if verify:
+        digest = f.get("md5sum")
+        if not isinstance(digest, str):
+            raise WeightsError(f"{fwhere}: no md5sum to verify (pass verify=False to load it unverified)")
+        got = _md5(path, st.st_size, fwhere)
+        if got != digest.lower():
+            raise WeightsError(f"{fwhere}: checksum mismatch (MD5 {got}, the manifest says {_q(digest)}): "
+                               f"the file is damaged or not this set's")
+    return path, st.st_size
+
+
+def check_record_bytes(r: dict, rwhere: str, name: str, dtype: str, shape: Any, size: int) -> tuple[int, int]:
+    """A record of weight ``name`` (``dtype``, ``shape``): raw, of that dtype and shape, its bytes inside
+    a file of ``size`` bytes; (its offset, its byte count)."""
+    if r.get("format") != "raw":
+        raise WeightsError(f"{rwhere}: format {_q(r.get('format'))}, not 'raw' (distir reads bytes as they are)")
+    if r.get("dtype") != dtype:
+        raise WeightsError(f"{rwhere}: dtype {_q(r.get('dtype'))}, weight {_q(name)} is {dtype}")
+    if not _shape(r.get("shape")) or r["shape"] != list(shape):
+        raise WeightsError(f"{rwhere}: shape {_q(r.get('shape'))}, weight {_q(name)} has pieces of shape {tuple(shape)}")
+    nbytes, offset = r.get("nbytes"), r.get("byteOffset")
+    want_bytes = math.prod(r["shape"]) * np_dtype(dtype).itemsize
+    if not _int(nbytes) or nbytes != want_bytes:
+        raise WeightsError(f"{rwhere}: nbytes {_q(nbytes)}, a piece of shape {tuple(r['shape'])} {dtype} is {want_bytes}")
+    if not _int(offset):
+        raise WeightsError(f"{rwhere}: byteOffset {_q(offset)} is not a non-negative integer")
+    if offset + nbytes > size:
+        raise WeightsError(f"{rwhere}: bytes {offset}..{offset + nbytes} lie past the end of the file ({size} bytes)")
+    return offset, nbytes
 
 
 def records_add(records: dict, r: Any, data_path: str, path: Path, size: int, want: dict, params: list, where: str) -> None:
@@ -336,19 +360,5 @@ def records_add(records: dict, r: Any, data_path: str, path: Path, size: int, wa
     if name in records:
         raise WeightsError(f"{rwhere}: listed twice")
     p = params[want[name][0]]
-    if r.get("format") != "raw":
-        raise WeightsError(f"{rwhere}: format {_q(r.get('format'))}, not 'raw' (distir writes bytes as they are)")
-    if r.get("dtype") != p["dtype"]:
-        raise WeightsError(f"{rwhere}: dtype {_q(r.get('dtype'))}, weight {_q(p['name'])} is {p['dtype']}")
-    if not _shape(r.get("shape")) or r["shape"] != p["local_shape"]:
-        raise WeightsError(f"{rwhere}: shape {_q(r.get('shape'))}, weight {_q(p['name'])} has pieces of shape "
-                           f"{tuple(p['local_shape'])}")
-    nbytes, offset = r.get("nbytes"), r.get("byteOffset")
-    want_bytes = math.prod(r["shape"]) * np_dtype(p["dtype"]).itemsize
-    if not _int(nbytes) or nbytes != want_bytes:
-        raise WeightsError(f"{rwhere}: nbytes {_q(nbytes)}, a piece of shape {tuple(r['shape'])} {p['dtype']} is {want_bytes}")
-    if not _int(offset):
-        raise WeightsError(f"{rwhere}: byteOffset {_q(offset)} is not a non-negative integer")
-    if offset + nbytes > size:
-        raise WeightsError(f"{rwhere}: bytes {offset}..{offset + nbytes} lie past the end of the file ({size} bytes)")
+    offset, nbytes = check_record_bytes(r, rwhere, p["name"], p["dtype"], p["local_shape"], size)
     records[name] = Record(data_path, path, offset, nbytes, tuple(r["shape"]), r["dtype"])

@@ -40,6 +40,8 @@ from . import host_ccl
 from .workers import load_disco, process_workers
 from ..errors import DiscoRunError, TargetError, tvm_message
 from ..convention import DISCO_LAYOUT_FUNC, SIZE_PREFIX
+from ..ranges import READ_FUNC, Ranged
+from ..ranges import register as register_ranges
 from ..targets import DEFAULT_TARGET, describe, has_nccl, is_host, parse_target, run_device
 
 __all__ = [
@@ -257,7 +259,7 @@ class _Call:
     pieces: Sequence[Mapping[int, np.ndarray] | None]
     total: int
     device: Any
-    presharded: Presharded | None
+    presharded: Presharded | Ranged | None
 
     def run(self, sess, *, default_device: bool) -> Any:
         """Load, place the arguments, call; the result's DRef. ``default_device``: the workers' own
@@ -282,13 +284,24 @@ class _Call:
 
     def _load_presharded(self, sess, default_device: bool) -> list:
         p = self.presharded
-        loader = sess.get_global_func("runtime.disco.ShardLoader")(p.json_path, p.text, "{}", None)
-        params = sess.get_global_func("runtime.disco.ShardLoaderLoadAllPresharded")(loader)
         item = sess.get_global_func("ffi.ArrayGetItem")
+        skip = 0
+        if isinstance(p, Ranged):  # each worker reads its byte ranges of a global set (distir.tvm.ranges)
+            register_ranges()  # worker threads (and worker 0 of a process session) run in this process
+            params = sess.get_global_func(READ_FUNC)(p.plan)
+            status = item(params, 0)
+            for w in range(self.total):
+                line = status.debug_get_from_remote(w)
+                if line:
+                    raise DiscoRunError(str(line))
+            skip = 1
+        else:
+            loader = sess.get_global_func("runtime.disco.ShardLoader")(p.json_path, p.text, "{}", None)
+            params = sess.get_global_func("runtime.disco.ShardLoaderLoadAllPresharded")(loader)
         to_device = sess.get_global_func("vm.builtin.to_device")
         out = []
         for i in range(len(self.pieces) - p.first):
-            ref = item(params, i)
+            ref = item(params, i + skip)
             if not default_device and not is_host(self.device):  # the loader reads into the worker's own device
                 ref = to_device(ref, int(self.device.dlpack_device_type()), int(self.device.index))
             out.append(ref)

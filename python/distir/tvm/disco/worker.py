@@ -45,9 +45,11 @@ def main(argv: list[str]) -> int:
     _load_runtime()
     import tvm_ffi
 
+    from ..ranges import register as register_ranges
     from .host_ccl import register
 
     register()
+    register_ranges()  # a global set's byte ranges, read by each worker (distir.tvm.ranges)
     serve = tvm_ffi.get_global_func("runtime.disco.WorkerProcess")
     try:
         serve(worker, num_workers, num_groups, read_fd, write_fd)
