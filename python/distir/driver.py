@@ -14,7 +14,7 @@ written once::
     for w in (1, 2, 4, 8):
         r = d.run(inputs, w)                     # pipeline once, specialize, simulate, compare
         print(w, r.ok, r.max_diff, r.stats.summary(), r.timings)
-    r = d.run(inputs, 2, backend="tvm")          # exported and built per count, run on Disco threads
+    r = d.run(inputs, 2, backend="tvm")          # built once (num_workers symbolic), run on Disco threads
     r = d.run(inputs, 2, backend="tvm", session="processes", target="llvm")
 
 - ``Driver(mod, func=, symbol=, pipeline=, bind=, time_passes=)``: ``symbol`` is the
@@ -35,9 +35,13 @@ written once::
   comparison, timings); ``d.run_counts(inputs, counts)``: one per count. With ``weights=`` (a
   model imported by ``distir.tvm.from_nn``: a name -> array dict or a list in order, or the
   directory of a pre-sharded set that Disco's workers load themselves), ``inputs`` are the
-  model's inputs and :meth:`Driver.arguments` appends the weights. ``d.export(count)`` /
-  ``d.build(count, target)``: the TVM export of the module specialized to ``count`` and its
-  build (cached). The TVM backend (:mod:`distir.tvm`) is imported only when asked for.
+  model's inputs and :meth:`Driver.arguments` appends the weights. ``d.export()`` /
+  ``d.build(target=)``: the TVM export of the symbolic module and its build, which runs at every
+  count (cached; one build per export and target in the process); ``specialize=True`` (on the
+  driver, a run, or ``d.build(count, specialize=True)``) builds per count instead.
+  ``d.write_artifact(directory)`` writes the build and what a run needs;
+  ``Driver.from_artifact(directory)`` (or ``d.run(..., artifact=)``) runs it without ``tvm.compile``.
+  The TVM backend (:mod:`distir.tvm`) is imported only when asked for.
 - :func:`compare` / :func:`compare_outputs`: the one comparison of outputs (of
   :func:`flat_outputs`); :func:`random_inputs`: inputs for a module's global signature;
   :func:`tvm_builder`: the per-count TVM build of ``distir sweep --build``;
@@ -216,23 +220,25 @@ def _import_tvm(missing: str):
         raise DistirError(missing) from None
 
 
-def tvm_builder(target: Any = "llvm") -> Callable[[IRModule, Mapping[str, int]], Any]:
-    """``build(local, values)``: the TVM build of a symbolic local-view module at one count.
+def tvm_builder(target: Any = "llvm", *, specialize: bool = False) -> Callable[[IRModule, Mapping[str, int]], Any]:
+    """``build(local, values)``: the TVM build of a symbolic local-view module that runs at one count.
 
     Exports ``local`` once with ``distir.tvm.to_relax`` (``num_workers`` stays a symbolic
-    shape variable) and, per count, binds it and compiles for ``target``
-    (``distir.tvm.specialize_and_build``: ``BindSymbolicVars`` then ``tvm.compile``). An
-    unknown target is one line here, before any work; so is a clear error while
-    ``distir.tvm`` is missing.
+    shape variable) and compiles it for ``target`` once (:mod:`distir.tvm.build_cache`): that
+    build runs at every count, so the first count pays for it and the others find it built.
+    With ``specialize``, per count it binds the sizes and compiles
+    (``BindSymbolicVars`` then ``tvm.compile``). An unknown target is one line here, before any
+    work; so is a clear error while ``distir.tvm`` is missing.
     """
     dtvm = _import_tvm(
         "--build needs distir.tvm (the export of local-view modules to TVM), which this version of "
         "distir does not have yet; run the sweep without --build"
     )
     try:
-        to_relax, specialize_and_build = dtvm.to_relax, dtvm.specialize_and_build
+        to_relax = dtvm.to_relax
     except AttributeError as err:
         raise DistirError(f"--build: this version of distir.tvm lacks what the sweep needs ({err})") from None
+    from .tvm import build_cache
     from .tvm.targets import parse_target
 
     parse_target(target)
@@ -242,7 +248,7 @@ def tvm_builder(target: Any = "llvm") -> Callable[[IRModule, Mapping[str, int]],
         hit = exported.get(id(local))
         if hit is None or hit[0] is not local:
             hit = exported[id(local)] = (local, to_relax(local))
-        return specialize_and_build(hit[1], dict(values), target)
+        return build_cache.build(hit[1], target, dict(values) if specialize else None)[0]
 
     return build
 
@@ -377,6 +383,13 @@ def _disco_pieces(f, gparams, arrays, values, total: int, seed: int) -> list[dic
     return pieces
 
 
+def _load_artifact(artifact):
+    """A loaded artifact as is; a folder loaded and checked (:func:`distir.tvm.load_artifact`)."""
+    if isinstance(artifact, (str, os.PathLike)):
+        return _import_tvm("artifacts need distir.tvm and Apache TVM, which cannot be imported here").load_artifact(artifact)
+    return artifact
+
+
 def _is_weight_set(weights: Any) -> bool:
     """Weights given as the directory of a pre-sharded set (a path), not as arrays."""
     return isinstance(weights, (str, os.PathLike))
@@ -440,6 +453,7 @@ class Driver:
         time_passes: bool = False,
         target: Any = "llvm",
         session: str = "threads",
+        specialize: bool = False,
     ):
         if func not in mod.functions:
             raise DistirError(f"the module has no function '{func}' (it has: {', '.join(mod.functions)})")
@@ -456,8 +470,10 @@ class Driver:
         self._reference: tuple | None = None  # (ids of the inputs, outputs, the inputs kept alive)
         self.target = target  # what the TVM backend builds for (run(..., target=) overrides it)
         self.session = session  # the TVM backend's Disco session: "threads" or "processes"
-        self._exports: dict[tuple, tuple[Any, float]] = {}  # sizes -> (the specialized module's export, seconds)
-        self._builds: dict[tuple, tuple[Any, float]] = {}  # (sizes, target) -> (tvm.compile's result, seconds)
+        self.specialize_builds = specialize  # the TVM backend builds per count (static shapes), not once
+        self._artifact = None  # a loaded artifact the TVM backend runs (Driver.from_artifact)
+        self._exports: dict[tuple | None, tuple[Any, float]] = {}  # sizes (None: symbolic) -> (export, seconds)
+        self._builds: dict[tuple, tuple[Any, float]] = {}  # (sizes or None, target) -> (tvm.compile's result, seconds)
         self._weight_sets: dict[str, tuple[Any, list]] = {}  # a pre-sharded set's directory -> (its stamp, weights)
 
     # -- distribute once
@@ -592,6 +608,8 @@ class Driver:
         target: Any = None,
         session: str | None = None,
         verify_weights: bool = True,
+        specialize: bool | None = None,
+        artifact: Any = None,
     ) -> CountResult:
         """Specialize to ``count``, run on ``backend``, compare with :meth:`reference`.
 
@@ -605,10 +623,17 @@ class Driver:
         ``verify_weights=False`` skips only the checksums, and then a damaged data file is not
         noticed: the comparison is with the same damaged pieces.
         ``target`` (default: the driver's, "llvm") and ``session`` ("threads" or "processes";
-        default: the driver's) choose the TVM backend's build and Disco session.
+        default: the driver's) choose the TVM backend's build and Disco session. The TVM backend
+        builds the symbolic export once per target and runs that build at every count;
+        ``specialize=True`` (default: the driver's) builds the module specialized to each count
+        instead (a target that needs static shapes). ``artifact`` (a folder written by
+        :meth:`write_artifact` / ``distir build``, or :func:`distir.tvm.load_artifact`'s result) runs
+        that library, without ``tvm.compile``; it must be the build of this driver's module.
         """
         if backend not in BACKENDS:
             raise DistirError(f"unknown backend '{backend}' (known: {', '.join(BACKENDS)})")
+        if artifact is not None and backend != "tvm":
+            raise DistirError("an artifact is a TVM build: run it with backend='tvm'")
         weight_set = weights if _is_weight_set(weights) else None
         if weight_set is not None and backend != "tvm":
             raise DistirError("pre-sharded weights (a directory) are loaded by Disco's workers: run with backend='tvm'")
@@ -639,59 +664,125 @@ class Driver:
             n = values.get(self.symbol, 0) if isinstance(count, Mapping) else int(count)
             run_inputs = given if weight_set is not None else inputs
             result.outputs = self._run_disco(run_inputs, values, n, seed, result, target, session, weight_set,
-                                             verify_weights)
+                                             verify_weights, specialize, artifact)
         result.comparison = compare(result.outputs, expected, rtol, atol, absolute_atol=absolute_atol)
         return result
 
-    def export(self, count: int | Mapping[str, int]):
-        """The module specialized to ``count``, exported to TVM Relax (cached). Exporting the specialized
-        module drops what moves nothing at this count (a re-blocking where the count divides) and
-        fixes the block exchanges' sizes."""
+    def export(self, count: int | Mapping[str, int] | None = None):
+        """The TVM Relax export (cached) of the symbolic module (``count`` None), which runs at every
+        count, or of the module specialized to ``count``. Exporting the specialized module drops what
+        moves nothing at this count (a re-blocking where the count divides) and fixes the block
+        exchanges' sizes; the symbolic one runs such a re-blocking at every count."""
         dtvm = _import_tvm("the tvm backend needs distir.tvm and Apache TVM, which cannot be imported here")
-        key = tuple(sorted(self.values(count).items()))
+        key = None if count is None else tuple(sorted(self.values(count).items()))
         hit = self._exports.get(key)
         if hit is None:
-            local = self._specialize(dict(key))[0]
+            local = self.local if key is None else self._specialize(dict(key))[0]
             t0 = time.perf_counter()
             hit = self._exports[key] = (dtvm.to_relax(local), time.perf_counter() - t0)
         return hit[0]
 
-    def build(self, count: int | Mapping[str, int], target: Any = None):
-        """The TVM build of :meth:`export` ``(count)`` for ``target`` (default: the driver's) and the shared
-        library Disco's workers load, cached."""
-        dtvm = _import_tvm("the tvm backend needs distir.tvm and Apache TVM, which cannot be imported here")
-        values = self.values(count)
-        target = self.target if target is None else target
-        key = (tuple(sorted(values.items())), str(target))
-        built = self._builds.get(key)
-        if built is None:
-            exported = self.export(values)
-            t0 = time.perf_counter()
-            compiled = dtvm.specialize_and_build(exported, values, target)
-            from .tvm.disco import shared_library
+    def build(self, count: int | Mapping[str, int] | None = None, target: Any = None, *,
+              specialize: bool | None = None):
+        """The TVM build for ``target`` (default: the driver's) with the shared library Disco's workers
+        load: of the symbolic export, one build that runs at every count (the default), or with
+        ``specialize`` (default: the driver's) of :meth:`export` ``(count)`` bound to ``count``. Cached
+        here and across the process (:mod:`distir.tvm.build_cache`: the same export and target are
+        compiled once)."""
+        return self._build(count, target, specialize)[0]
 
-            shared_library(compiled)  # the library every worker loads, written once
-            built = self._builds[key] = (compiled, time.perf_counter() - t0)
-        return built[0]
+    def _build(self, count, target, specialize) -> tuple[Any, float, tuple | None]:
+        """(the build, seconds this call compiled (0 when cached), the sizes bound or None)."""
+        _import_tvm("the tvm backend needs distir.tvm and Apache TVM, which cannot be imported here")
+        from .tvm import build_cache
+        from .tvm.disco import shared_library
+
+        specialize = self.specialize_builds if specialize is None else specialize
+        if specialize and count is None:
+            raise DistirError("a specialized build needs the count it is for")
+        sizes = tuple(sorted(self.values(count).items())) if specialize else None
+        target = self.target if target is None else target
+        key = (sizes, str(target))
+        hit = self._builds.get(key)
+        if hit is not None:
+            return hit[0], 0.0, sizes
+        exported = self.export(None if sizes is None else dict(sizes))
+        compiled, seconds, cached = build_cache.build(exported, target, None if sizes is None else dict(sizes))
+        shared_library(compiled)  # the library every worker loads, written once
+        self._builds[key] = (compiled, seconds)
+        return compiled, 0.0 if cached else seconds, sizes
+
+    @classmethod
+    def from_artifact(cls, artifact, *, session: str = "threads") -> Driver:
+        """A driver of an artifact (:func:`distir.tvm.load_artifact`'s result, or its folder): the
+        global-view module it records, distributed as it was built (its local-view module, not the
+        pipeline again), whose TVM backend runs the artifact's library at every count."""
+        artifact = _load_artifact(artifact)
+        d = cls(artifact.source, func=artifact.func, symbol=artifact.symbol, target=artifact.target, session=session)
+        d.bind = dict(artifact.bind)
+        d._local, d.pipeline_seconds = artifact.local, 0.0
+        d._artifact = artifact
+        return d
+
+    def write_artifact(self, directory: str | os.PathLike, target: Any = None):
+        """Build the symbolic export once for ``target`` (default: the driver's) and write it with its
+        manifest into ``directory`` (:func:`distir.tvm.write_artifact`); the folder's path."""
+        built = self.build(None, target, specialize=False)
+        from .tvm.artifact import write_artifact
+
+        return write_artifact(built, directory, local=self.local, source=self.mod, func=self.func,
+                              symbol=self.symbol, bind=self.bind, target=self.target if target is None else target)
 
     def _run_disco(self, inputs, values: dict[str, int], n: int, seed: int, result: CountResult, target, session,
-                   weight_set, verify_weights: bool = True):
-        """Export the module specialized to this count, build it (both cached), run it on Disco."""
-        target = self.target if target is None else target
+                   weight_set, verify_weights: bool = True, specialize: bool | None = None, artifact=None):
+        """Build the symbolic export once (or the one specialized to this count; both cached), or take
+        the artifact's library, and run it on Disco."""
         session = self.session if session is None else session
-        cached = (tuple(sorted(values.items())), str(target)) in self._builds
-        built = self.build(values, target)
-        key = tuple(sorted(values.items()))
-        result.timings["export"] = self._exports[key][1]
-        result.timings["build"] = 0.0 if cached else self._builds[(key, str(target))][1]
-        result.disco = {}
-        ran = self._specialize(values)[0]  # what was exported and built: its steps are the ones counted
+        artifact = self._artifact if artifact is None else _load_artifact(artifact)
+        if artifact is not None:
+            if specialize:
+                raise DistirError("an artifact is one build for every count: run it without specialize=True")
+            self._check_artifact(artifact)
+            built, kind = artifact.library, "artifact"
+            target = self._artifact_target(artifact, target)
+            result.timings["export"] = result.timings["build"] = 0.0
+        else:
+            target = self.target if target is None else target
+            built, seconds, sizes = self._build(values, target, specialize)
+            kind = "symbolic" if sizes is None else "specialized"
+            result.timings["export"] = self._exports[sizes][1]
+            result.timings["build"] = seconds
+        result.disco = {"build": kind}
+        # the steps counted are those of the program specialized to the count (what the simulator runs);
+        # a symbolic build may also run re-blockings that move nothing at this count: see `transport`
+        ran = self._specialize(values)[0]
         t0 = time.perf_counter()
         out = run_disco(built, ran, *inputs, num_workers=n, func=self.func, symbol=self.symbol,
                         seed=seed, stats=result.disco, session=session, target=target, weights=weight_set,
                         verify_weights=verify_weights)
         result.timings["run"] = time.perf_counter() - t0
         return out
+
+    def _artifact_target(self, artifact, target):
+        """The artifact's target; a different one asked for is one line (an artifact runs where it was built for)."""
+        if target is None:
+            return artifact.target
+        from .tvm.targets import describe, parse_target
+
+        if str(parse_target(target)) != str(artifact.target):
+            raise DistirError(f"the artifact was built for target {artifact.target}, not '{describe(target)}': "
+                              "build another with distir build --target")
+        return artifact.target
+
+    def _check_artifact(self, artifact) -> None:
+        """The artifact must be the build of this driver's module as distributed (its text, exactly)."""
+        if artifact is self._artifact:
+            return
+        from .tvm.errors import ArtifactError
+
+        if artifact.symbol != self.symbol or self.local.script() != artifact.local_text:
+            raise ArtifactError(f"artifact '{artifact.directory}' was built from another module than this "
+                                f"driver's (its local-view text differs): build it from this one")
 
     def run_counts(self, inputs: Sequence[Any], counts: Sequence[int], **kwargs) -> dict[int, CountResult]:
         """:meth:`run` at each count, in order."""

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 COMMANDS: dict[str, str] = {
+    "build": "distir.cli.build",
     "demo": "distir.cli.demo",
     "opt": "distir.cli.opt",
     "passes": "distir.cli.passes",
@@ -28,6 +29,8 @@ examples:
   distir opt model.py -p distribute --bind num_workers=4
                                                 distribute, then specialize (same as distir-opt)
   distir run model.py -n 4 --backend tvm        distribute, build with TVM, run on Disco, compare
+  distir build model.py -o model.art            build with TVM once, for every count
+  distir run --artifact model.art -n 4          run that build on 4 Disco workers, compare
   distir sweep model.py --num-workers 1,2,4,8 --bind s=2048
                                                 memory and communication per device count
   distir show model.py --tensor w1 -n 4         how a tensor lies over the mesh

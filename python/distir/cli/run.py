@@ -54,14 +54,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from .args import non_negative_float, parse_binding, seed, workers
     from .models import add_shard_arguments
 
-    parser.add_argument("file", metavar="FILE", help="global-view module to run ('-' for stdin)")
+    parser.add_argument("file", metavar="FILE", nargs="?", help="global-view module to run ('-' for stdin); none "
+                        "with --artifact")
     parser.add_argument("-n", "--num-workers", type=workers, metavar="N",
                         help=f"value of num_workers (the symbolic mesh size), at most {MAX_WORKERS} "
                              f"({MAX_DISCO_WORKERS} with --backend tvm); not needed when every mesh is static")
-    parser.add_argument("--backend", choices=("sim", "tvm"), default="sim",
+    parser.add_argument("--backend", choices=("sim", "tvm"),
                         help="sim: distir's SPMD simulator (default); tvm: TVM build run on Disco")
     parser.add_argument("--target", metavar="TARGET",
                         help="with --backend tvm: the TVM target to build for (default llvm, the CPU; cuda for a GPU)")
+    parser.add_argument("--specialize", action="store_true",
+                        help="with --backend tvm: build the module specialized to N (static shapes) instead of the one "
+                             "build for every count")
+    parser.add_argument("--artifact", metavar="DIR",
+                        help="run the build `distir build` wrote into DIR (on Disco, no tvm.compile) instead of FILE; "
+                             "run only artifacts from builds you trust (loading a library runs its code)")
     parser.add_argument("--session", choices=("threads", "processes"),
                         help="with --backend tvm: Disco worker threads (default) or one process per worker "
                              f"(at most {MAX_DISCO_PROCESSES})")
@@ -112,6 +119,20 @@ def _check_global_view(mod, func: str, file: str) -> None:
         )
 
 
+def _artifact_flags(args: argparse.Namespace) -> None:
+    """What ``--artifact`` fixes (the module, its layout, the target) cannot be given again."""
+    from .args import UsageError
+
+    if args.file is not None:
+        raise UsageError("give FILE or --artifact, not both (the artifact records the module it was built from)")
+    for flag, given in (("--backend sim", args.backend == "sim"), ("--target", args.target is not None),
+                        ("--specialize", args.specialize), ("--shard", bool(args.shard)),
+                        ("--shard-plan", args.shard_plan is not None), ("--symbol", args.symbol != "num_workers")):
+        if given:
+            raise UsageError(f"{flag} does not go with --artifact: the artifact is a TVM build, laid out and "
+                             "built already")
+
+
 def run_job(args: argparse.Namespace, out: TextIO) -> int:
     from ..driver import Driver
     from . import phase, read_module
@@ -126,6 +147,19 @@ def run_job(args: argparse.Namespace, out: TextIO) -> int:
         static_workers,
     )
 
+    artifact = None
+    if args.artifact is not None:
+        _artifact_flags(args)
+        args.backend = "tvm"
+        from ..tvm import load_artifact
+
+        artifact = load_artifact(args.artifact)
+        args.symbol = artifact.symbol
+    elif args.file is None:
+        raise UsageError("give the module to run (FILE), or --artifact DIR")
+    args.backend = args.backend or "sim"
+    if args.specialize and args.backend != "tvm":
+        raise UsageError("--specialize is for --backend tvm")
     dims: dict[str, int] = {}
     for b in args.bind:
         dims.update(b)
@@ -145,13 +179,17 @@ def run_job(args: argparse.Namespace, out: TextIO) -> int:
             f"--bind {args.symbol}={dims[args.symbol]}: {args.symbol} is the number of workers; set it with "
             "-n/--num-workers" + (f" (now {args.num_workers})" if args.num_workers is not None else "")
         )
-    mod = read_module(args.file)
-    func = function_name(mod, args.func)
-    _check_global_view(mod, func, args.file)
-    from ..ir.verify import verify
+    if artifact is not None:
+        mod, name = artifact.source, f"artifact {args.artifact}"
+        func = function_name(mod, args.func or artifact.func)
+    else:
+        mod, name = read_module(args.file), args.file
+        func = function_name(mod, args.func)
+        _check_global_view(mod, func, args.file)
+        from ..ir.verify import verify
 
-    verify(mod)  # as distir-opt, show and sweep do: a bad placement is named where it is written
-    mod = apply_shard_plan(mod, args)
+        verify(mod)  # as distir-opt, show and sweep do: a bad placement is named where it is written
+        mod = apply_shard_plan(mod, args)
     n = args.num_workers
     symbolic = check_mesh_symbol(mod, args.symbol, n)
     if n is None:  # static meshes run on their own devices; a symbolic one needs its value
@@ -163,6 +201,12 @@ def run_job(args: argparse.Namespace, out: TextIO) -> int:
     check_bind_names(dims, symbols | {args.symbol}, args.symbol)
     # other mesh sizes (a mesh ("dp", "tp") run with --symbol dp) come from --bind
     mesh_sizes = {k: v for k, v in dims.items() if k in mesh_symbols(mod)}
+    if artifact is not None:
+        if any(artifact.bind.get(k) != v for k, v in mesh_sizes.items()):
+            raise UsageError(f"--bind {', '.join(f'{k}={v}' for k, v in mesh_sizes.items())}: the artifact was built "
+                             f"with {', '.join(f'{k}={v}' for k, v in artifact.bind.items()) or 'no mesh size fixed'}")
+        mesh_sizes = dict(artifact.bind)
+        dims.update(mesh_sizes)
     values = {args.symbol: n, **mesh_sizes} if symbolic else {}
     missing = sorted(mesh_symbols(mod) - values.keys())
     if missing:
@@ -181,6 +225,8 @@ def run_job(args: argparse.Namespace, out: TextIO) -> int:
             f"--backend {args.backend} runs at most {limit}"
         )
     params = [p.name for p in mod[func].params]
+    if artifact is not None and args.inputs and args.inputs == args.artifact:
+        raise UsageError("--inputs names the artifact's folder; give an .npz file")
     if args.inputs:
         inputs = load_inputs(args.inputs, params, parameter_aliases(mod[func]), mod[func], {**dims, **values})
         source = f"inputs from {args.inputs}"
@@ -188,18 +234,31 @@ def run_job(args: argparse.Namespace, out: TextIO) -> int:
         inputs = _random_inputs(mod, func, dims, args.seed, symbols)
         source = f"random inputs (seed {args.seed})"
     target, session = args.target or "llvm", args.session or "threads"
+    if artifact is not None:
+        target = artifact.target
     if args.backend == "tvm":
         from ..tvm.targets import run_device
 
         run_device(target)  # an unknown target, or a device this machine lacks: one line before any work
     # the other mesh sizes are fixed right after the pipeline: the backends take one symbolic size
-    driver = Driver(mod, func=func, symbol=args.symbol, bind=mesh_sizes, target=target, session=session)
+    if artifact is not None:
+        driver = Driver.from_artifact(artifact, session=session)
+        driver = driver if func == driver.func else driver.for_function(func)
+        target = artifact.target.kind.name
+    else:
+        driver = Driver(mod, func=func, symbol=args.symbol, bind=mesh_sizes, target=target, session=session,
+                        specialize=args.specialize)
     driver.reference(inputs)  # wrong inputs are reported by the single-device run, before any work
-    with phase(f"distributing {args.file} ({args.symbol} symbolic)"):
+    with phase(f"distributing {name} ({args.symbol} symbolic)"):
         driver.distribute()
-    out.write(f"distribute pipeline ({args.symbol} symbolic): {driver.pipeline_seconds * 1e3:.0f} ms\n"
-              if symbolic else f"distribute pipeline (static meshes): {driver.pipeline_seconds * 1e3:.0f} ms\n")
+    if artifact is not None:
+        out.write(f"the artifact's local-view module ({args.symbol} symbolic), distributed when built\n")
+    else:
+        out.write(f"distribute pipeline ({args.symbol} symbolic): {driver.pipeline_seconds * 1e3:.0f} ms\n"
+                  if symbolic else f"distribute pipeline (static meshes): {driver.pipeline_seconds * 1e3:.0f} ms\n")
     how = "building with TVM and running on Disco" if args.backend == "tvm" else "simulating"
+    if artifact is not None:
+        how = "running the artifact on Disco"
     with phase(f"specializing to {args.symbol}={n}, {how}"):
         result = driver.run(inputs, n, backend=args.backend, seed=args.seed, rtol=args.rtol, atol=args.atol)
     t = result.timings
@@ -214,8 +273,13 @@ def run_job(args: argparse.Namespace, out: TextIO) -> int:
         kind = "ThreadedSession" if info["session"] == "threads" else "ProcessSession"
         ccl = "NCCL" if info["ccl"] == "nccl" else "distir's host collectives"
         # the steps and bytes as the simulator counts them (docs/analysis.md); then how Disco carried them
+        built = {"symbolic": f"exported {t['export'] * 1e3:.0f} ms, tvm.compile for {target} {t['build'] * 1e3:.0f} ms "
+                             "(one build for every count)",
+                 "specialized": f"exported {t['export'] * 1e3:.0f} ms, tvm.compile for {target} "
+                                f"{t['build'] * 1e3:.0f} ms (specialized to this count)",
+                 "artifact": f"the artifact's build for {target} (no tvm.compile)"}[info["build"]]
         out.write(
-            f"TVM: exported {t['export'] * 1e3:.0f} ms, tvm.compile for {target} {t['build'] * 1e3:.0f} ms; "
+            f"TVM: {built}; "
             f"Disco {kind} of {info['num_workers']} workers ({info['num_groups']} group(s), {ccl}) "
             f"ran in {t['run'] * 1e3:.0f} ms: {result.summary()}; carried by Disco's collectives {disco_calls}, "
             f"{moved['bytes_sent']} bytes on the wire\n"

@@ -7,6 +7,9 @@
 - :func:`run_pieces` (in :mod:`distir.tvm.disco.run`): run a build on Disco, worker threads or
   worker processes, on every worker's piece of the inputs (:func:`distir.driver.run_disco`
   runs it from and to global arrays);
+- :func:`load_artifact` / :func:`write_artifact` (in :mod:`distir.tvm.artifact`): one build for
+  every count, written to a folder (the library and a manifest) and run later without
+  ``tvm.compile``; :mod:`distir.tvm.build_cache` builds each export once per process;
 - :func:`from_relax`: a TVM Relax module using ``R.dist`` as a distir module;
 - :func:`from_nn`: a ``tvm.relax.frontend.nn`` model as a distir module, weights named;
 - :func:`shard_weights` / :func:`reshard_weights`: each worker's blocks of a model's weights in
@@ -20,19 +23,22 @@ from __future__ import annotations
 
 import importlib
 
-from .errors import DiscoRunError, TvmExportError, TvmImportError
+from .errors import ArtifactError, DiscoRunError, TvmExportError, TvmImportError
 
 __all__ = [
     "DISCO_LAYOUT_FUNC",
+    "ArtifactError",
     "DiscoRunError",
     "TvmExportError",
     "TvmImportError",
     "from_nn",
     "from_relax",
+    "load_artifact",
     "reshard_weights",
     "shard_weights",
     "specialize_and_build",
     "to_relax",
+    "write_artifact",
 ]
 
 _LAZY = {
@@ -43,6 +49,8 @@ _LAZY = {
     "from_nn": "frontend.nn",
     "shard_weights": "weights",
     "reshard_weights": "weights",
+    "load_artifact": "artifact",
+    "write_artifact": "artifact",
 }
 
 

@@ -17,6 +17,10 @@ class DiscoRunError(DistirError):
     """Running on Disco failed: wrong inputs, a module built for other sizes, a collective that failed."""
 
 
+class ArtifactError(DistirError):
+    """An artifact folder (``distir build``'s output) that is missing, damaged or not this build's."""
+
+
 def tvm_message(err: Exception) -> str:
     """The last non-empty line of a TVM error (its message, without TVM's traceback)."""
     lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]

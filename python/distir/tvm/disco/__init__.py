@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 
-__all__ = ["Presharded", "check_dtypes", "run_pieces", "shared_library", "specialize_and_build", "symbolic_var_names"]
+__all__ = ["Presharded", "check_dtypes", "library_dir", "run_pieces", "shared_library", "specialize_and_build", "symbolic_var_names"]
 
 
 def __getattr__(name: str):

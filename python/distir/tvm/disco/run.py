@@ -48,6 +48,7 @@ __all__ = [
     "SESSIONS",
     "Presharded",
     "check_dtypes",
+    "library_dir",
     "load_disco",
     "run_pieces",
     "shared_library",
@@ -212,17 +213,25 @@ _LIBRARY_DIR: str | None = None
 _KEEP_LIBRARIES = 16
 
 
-def shared_library(built) -> str:
-    """``built`` exported as a shared library that every worker loads (written once per build)."""
+def library_dir() -> str:
+    """The process's private folder of the libraries workers load (made on first use, removed at exit)."""
     global _LIBRARY_DIR
+    if _LIBRARY_DIR is None:
+        _LIBRARY_DIR = tempfile.mkdtemp(prefix="distir-disco-")
+        atexit.register(shutil.rmtree, _LIBRARY_DIR, True)
+    return _LIBRARY_DIR
+
+
+def shared_library(built) -> str:
+    """``built`` exported as a shared library that every worker loads (written once per build). A
+    path is a library written already (an artifact's checked copy, :mod:`distir.tvm.artifact`)."""
+    if isinstance(built, (str, os.PathLike)):
+        return os.fspath(built)
     hit = _LIBRARIES.get(id(built))
     if hit is not None and hit[0] is built:
         _LIBRARIES.move_to_end(id(built))
         return hit[1]
-    if _LIBRARY_DIR is None:
-        _LIBRARY_DIR = tempfile.mkdtemp(prefix="distir-disco-")
-        atexit.register(shutil.rmtree, _LIBRARY_DIR, True)
-    path = os.path.join(_LIBRARY_DIR, f"module{next(_COUNTER)}.so")
+    path = os.path.join(library_dir(), f"module{next(_COUNTER)}.so")
     built.export_library(path)
     _LIBRARIES[id(built)] = (built, path)
     while len(_LIBRARIES) > _KEEP_LIBRARIES:
