@@ -24,16 +24,18 @@ GUARD_MESH_SAMPLES = (2, 3, 4, 8)  # the device counts the planner weighs plans 
 GUARD_DIM_SAMPLES = (1, 3, 10, 64, 512, 4096)
 
 
-def sample_envs(func, mesh_names: set[str], size_hints: Mapping[str, int] | None = None) -> list[dict[str, int]]:
+def sample_envs(func, mesh_names: set[str], size_hints: Mapping[str, int] | None = None,
+                mesh_samples: tuple[int, ...] | None = None) -> list[dict[str, int]]:
     """Values of the symbols of ``func`` to weigh a layout at: every symbolic mesh size at each of
-    ``GUARD_MESH_SAMPLES``, every other symbol at each of ``GUARD_DIM_SAMPLES`` (a ``size_hints``
-    entry fixes its symbol)."""
+    ``mesh_samples`` (default ``GUARD_MESH_SAMPLES``; the declared counts of one class where the
+    program is planned per class), every other symbol at each of ``GUARD_DIM_SAMPLES`` (a
+    ``size_hints`` entry fixes its symbol)."""
     names: set[str] = set()
     for t in {p.type for p in func.params} | {b.var.type for b in func.bindings()}:  # each type once
         names |= _type_vars(t)
     hints = dict(size_hints or {})
     envs, seen = [], set()
-    for m in GUARD_MESH_SAMPLES:
+    for m in mesh_samples or GUARD_MESH_SAMPLES:
         for v in GUARD_DIM_SAMPLES:
             env = {n: hints.get(n, m if n in mesh_names else v) for n in sorted(names | mesh_names)}
             key = tuple(env.items())
