@@ -708,9 +708,16 @@ class PropagateSharding(FunctionPass):
         if not graph.is_distributed:
             return [(func.name, func)]
         classes = count_classes(graph, counts)
+        # the layout weighed over the sampled counts (as without declared counts) competes in each class:
+        # the solver prices no regroup, so a layout planned at a count alone may send more there
+        sampled = self.transform_function(func, mod, ctx, None, graph)
+        hints = dict(ctx.config.get("propagate-sharding.size_hints", {}) or {})
         laid: list[tuple[list[int], Function]] = []
-        for i, cls in enumerate(classes):
-            new = self.transform_function(func, mod, ctx, cls, graph if i == 0 else None)
+        for cls in classes:
+            new = self.transform_function(func, mod, ctx, cls)
+            if new is not sampled and not structural_equal(new, sampled) and not _no_worse(
+                    new, sampled, graph, hints, axis_costs_of(ctx), cls):
+                new = sampled
             same = next((entry for entry in laid if structural_equal(entry[1], new)), None)
             if same is None:
                 laid.append((list(cls), new))
@@ -921,7 +928,8 @@ def _no_worse(new: Function, old: Function, graph: Graph, hints, axis_costs=None
                 mesh_names |= sym.free_vars(d)
     new, old = fuse_reshapes(new, costs=axis_costs), fuse_reshapes(old, costs=axis_costs)
     envs = sample_envs(graph.func, mesh_names, hints, counts)
-    for a, b in zip(function_bytes_at(new, envs, axis_costs), function_bytes_at(old, envs, axis_costs)):
+    regroups = counts is not None  # planned for declared counts: priced as they run there
+    for a, b in zip(function_bytes_at(new, envs, axis_costs, regroups), function_bytes_at(old, envs, axis_costs, regroups)):
         if a is None or b is None:
             continue
         if a[0] > b[0] or a[0] + a[1] > b[0] + b[1]:
