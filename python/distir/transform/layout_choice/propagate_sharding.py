@@ -708,16 +708,17 @@ class PropagateSharding(FunctionPass):
         if not graph.is_distributed:
             return [(func.name, func)]
         classes = count_classes(graph, counts)
-        # the layout weighed over the sampled counts (as without declared counts) competes in each class:
-        # the solver prices no regroup, so a layout planned at a count alone may send more there
+        # the layout weighed over the sampled counts (as without declared counts) competes in each class,
+        # kept where it sends no more at any of the class's sampled sizes: the solver prices no regroup,
+        # so a layout planned at a count alone may send more there
         sampled = self.transform_function(func, mod, ctx, None, graph)
         hints = dict(ctx.config.get("propagate-sharding.size_hints", {}) or {})
         laid: list[tuple[list[int], Function]] = []
         for cls in classes:
             new = self.transform_function(func, mod, ctx, cls)
-            if new is not sampled and not structural_equal(new, sampled) and not _no_worse(
-                    new, sampled, graph, hints, axis_costs_of(ctx), cls):
-                new = sampled
+            if new is not sampled and not structural_equal(new, sampled) and _no_worse(
+                    sampled, new, graph, hints, axis_costs_of(ctx), cls):
+                new = sampled  # no more bytes at any of the class's sampled sizes: kept as without counts
             same = next((entry for entry in laid if structural_equal(entry[1], new)), None)
             if same is None:
                 laid.append((list(cls), new))
