@@ -206,3 +206,19 @@ def test_export_refuses_count_variants_with_the_way_forward():
     with pytest.raises(TvmExportError, match=r"count variant of @forward .*specialized to a count"):
         to_relax(local)
     to_relax(specialize(local, {"num_workers": 2}))  # the module at one count exports
+
+
+def test_distir_run_counts(tmp_path, capsys):
+    """``distir run --counts``: the GQA module declared for 2 and 4 runs at 2 with the KV heads cut
+    (all-reduces only, 20,480 B per worker), where the silent run gathers k and v."""
+    from distir import examples
+    from distir.cli.main import main as distir_main
+
+    path = tmp_path / "gqa.py"
+    path.write_text(examples.load("gqa").script())
+    args = ["run", str(path), "-n", "2", "--func", "forward", "--bind", "s=16"]
+    assert distir_main([*args, "--counts", "2,4"]) == 0
+    declared = capsys.readouterr().out
+    assert "all_reduce x5; 20480 bytes sent per worker" in declared and "matches" in declared
+    assert distir_main(args) == 0
+    assert "all_gather x4, all_reduce x5; 22528 bytes sent per worker" in capsys.readouterr().out
