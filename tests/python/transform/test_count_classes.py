@@ -222,3 +222,13 @@ def test_distir_run_counts(tmp_path, capsys):
     assert "all_reduce x5; 20480 bytes sent per worker" in declared and "matches" in declared
     assert distir_main(args) == 0
     assert "all_gather x4, all_reduce x5; 22528 bytes sent per worker" in capsys.readouterr().out
+
+
+def test_static_mesh_ignores_counts():
+    """A function on a static mesh has its count: declared counts change nothing."""
+    mod = parse(SMALL.replace("R.device_mesh((num_workers,), I.Range(0, num_workers))",
+                              "R.device_mesh((4,), I.Range(0, 4))"))
+    prop = get_pass("propagate-sharding")
+    with PassContext(config={"propagate-sharding.counts": [2, 3]}):
+        out = prop(mod)
+    assert out.script() == prop(mod).script()

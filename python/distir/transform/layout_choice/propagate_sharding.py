@@ -707,6 +707,8 @@ class PropagateSharding(FunctionPass):
         graph = build_graph(func, names)
         if not graph.is_distributed:
             return [(func.name, func)]
+        if count_symbol(graph) is None:  # static meshes: each has its count, nothing to declare
+            return [(func.name, self.transform_function(func, mod, ctx, None, graph))]
         classes = count_classes(graph, counts)
         # the layout weighed over the sampled counts (as without declared counts) competes in each class,
         # kept where it sends no more at any of the class's sampled sizes: the solver prices no regroup,
