@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
 """One program for every count against a program per count: bytes per worker, model x count.
 
-    PYTHONPATH=python python scripts/bench_counts.py [--counts 1 2 3 4 6 8] [--models gqa,decode,moe,gpt2]
+    PYTHONPATH=python python scripts/bench_counts.py [--counts 1 2 3 4 6 8] [--models gqa,decode,moe,gpt2] [--declare]
 
 For each model and plan: the plan laid out once with ``num_workers`` symbolic and specialized to
 each count, against the same plan laid out on a static 1-D mesh of that count (what distir does
 when told the count), each run on the simulator and compared with one device (a mismatch stops
-the script). Printed per row: the bytes each worker sends (all collectives of one call, summed over
-the workers, divided by the count) both ways, their ratio (symbolic / static; above 1 is what the
-symbolic workflow costs), and XLA's figure where issue 39 gives one. No size hints anywhere: the
-question is what a user gets without them. Nothing is timed.
+the script). With ``--declare`` the symbolic program is distributed with the counts declared
+(``propagate-sharding.counts``: one layout per class of counts, docs/propagation.md); without it,
+silent, as a user who declares nothing gets it. Printed per row: the bytes each worker sends (all
+collectives of one call, summed over the workers, divided by the count) both ways, their ratio
+(symbolic / static; above 1 is what the symbolic workflow costs), and XLA's figure where issue 39
+gives one. No size hints anywhere: the question is what a user gets without them. Nothing is timed.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections.abc import Callable
 import numpy as np
 
 from distir.driver import Driver
+from distir.transform import PassContext
 from distir.ir import DeviceMesh
 from distir.ir.mesh import Range
 from distir.testing import assert_sharded_equivalent
@@ -35,9 +38,12 @@ def static_mesh(n: int) -> DeviceMesh:
     return DeviceMesh((n,), Range(0, n))
 
 
+DECLARE = False  # --declare: the symbolic program is told the counts it is for
+
+
 def nn_bytes(mod, plan, func: str, inputs, weights, counts) -> tuple[dict[int, float], dict[int, float]]:
     """(symbolic, static) bytes per worker of ``mod`` laid out by ``plan``, per count."""
-    sym = Driver(ShardParams(plan)(mod), func=func)
+    sym = Driver(ShardParams(plan)(mod), func=func, counts=counts if DECLARE else None)
     out_sym, out_static = {}, {}
     for n in counts:
         r = sym.run(inputs, n, weights=weights)
@@ -97,7 +103,8 @@ def gpt2(counts, batch: int = 2, seq: int = 64):
             shape = [d if isinstance(d, int) else {"b": batch, "s": seq}[str(d)] for d in p.type.shape]
             inputs.append((rng.standard_normal(shape) / math.sqrt(shape[-1])).astype("float32"))
         sym = ShardParams(BLOCK_COLWISE_PLAN)(mod)
-        got_sym = assert_sharded_equivalent(sym, inputs, num_workers=counts, func="forward", rtol=1e-4, atol=1e-4)
+        with PassContext(config={"propagate-sharding.counts": list(counts)} if DECLARE else {}):
+            got_sym = assert_sharded_equivalent(sym, inputs, num_workers=counts, func="forward", rtol=1e-4, atol=1e-4)
         got_static = {}
         for n in counts:
             static = ShardParams(BLOCK_COLWISE_PLAN, mesh=static_mesh(n))(mod)
@@ -115,7 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--counts", type=int, nargs="+", default=[1, 2, 3, 4, 6, 8])
     ap.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
+    ap.add_argument("--declare", action="store_true",
+                    help="declare the counts to the symbolic program (propagate-sharding.counts)")
     args = ap.parse_args(argv)
+    global DECLARE
+    DECLARE = args.declare
     names = [m for m in args.models.split(",") if m]
     unknown = [m for m in names if m not in MODELS]
     if unknown:

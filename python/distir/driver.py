@@ -454,13 +454,19 @@ class Driver:
         target: Any = "llvm",
         session: str = "threads",
         specialize: bool = False,
+        counts: Sequence[int] | None = None,
     ):
+        """``counts``: the device counts the module is for (``propagate-sharding.counts``,
+        docs/propagation.md): layouts are planned per class of them, and the distributed module
+        carries a variant per class whose layout differs. None: the pass config's, else the sampled
+        counts as before."""
         if func not in mod.functions:
             raise DistirError(f"the module has no function '{func}' (it has: {', '.join(mod.functions)})")
         self.mod = mod
         self.func = func
         self.symbol = symbol
         self.bind = dict(bind or {})
+        self.counts = None if counts is None else list(counts)
         self._pipeline = pipeline
         self._time_passes = time_passes
         self._local: IRModule | None = None
@@ -499,16 +505,19 @@ class Driver:
 
         pipeline = self._pipeline or distribute_pipeline()
         t0 = time.perf_counter()
-        if self._time_passes:
+        if self._time_passes or self.counts is not None:
             from .transform import PassContext
             from .transform.instruments import PassTimingInstrument
 
             outer = PassContext.current()
             timing = PassTimingInstrument()
-            with PassContext(outer.opt_level, outer.required_passes, outer.disabled_passes, [timing], outer.config):
+            config = outer.config if self.counts is None else {**outer.config, "propagate-sharding.counts": self.counts}
+            instruments = [timing] if self._time_passes else list(outer.instruments)
+            with PassContext(outer.opt_level, outer.required_passes, outer.disabled_passes, instruments, config):
                 local = pipeline(self.mod)
             outer_name = getattr(pipeline, "name", None)  # the pipeline itself, should it be timed
-            self.pass_seconds = [(t.name, t.seconds) for t in timing.timings if t.name != outer_name]
+            if self._time_passes:
+                self.pass_seconds = [(t.name, t.seconds) for t in timing.timings if t.name != outer_name]
         else:
             local = pipeline(self.mod)
         self.pipeline_seconds = time.perf_counter() - t0

@@ -51,7 +51,7 @@ An .npz file holds one array per parameter, named like the parameter (or arr_0, 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from .args import non_negative_float, parse_binding, seed, workers
+    from .args import non_negative_float, parse_binding, seed, sweep_counts, workers
     from .models import add_shard_arguments
 
     parser.add_argument("file", metavar="FILE", nargs="?", help="global-view module to run ('-' for stdin); none "
@@ -59,6 +59,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-n", "--num-workers", type=workers, metavar="N",
                         help=f"value of num_workers (the symbolic mesh size), at most {MAX_WORKERS} "
                              f"({MAX_DISCO_WORKERS} with --backend tvm); not needed when every mesh is static")
+    parser.add_argument("--counts", type=sweep_counts, metavar="COUNTS",
+                        help="the device counts the program is for (1,2,4 or 1-8): layouts are planned per "
+                             "class of them (propagate-sharding.counts, docs/propagation.md)")
     parser.add_argument("--backend", choices=("sim", "tvm"),
                         help="sim: distir's SPMD simulator (default); tvm: TVM build run on Disco")
     parser.add_argument("--target", metavar="TARGET",
@@ -247,7 +250,7 @@ def run_job(args: argparse.Namespace, out: TextIO) -> int:
         target = artifact.target.kind.name
     else:
         driver = Driver(mod, func=func, symbol=args.symbol, bind=mesh_sizes, target=target, session=session,
-                        specialize=args.specialize)
+                        specialize=args.specialize, counts=args.counts)
     driver.reference(inputs)  # wrong inputs are reported by the single-device run, before any work
     with phase(f"distributing {name} ({args.symbol} symbolic)"):
         driver.distribute()

@@ -1,7 +1,8 @@
 """Specialize: bind symbolic sizes (``num_workers=4``) late, after the whole pipeline ran.
 
 Substitutes the values everywhere (types, attributes, shapes, meshes, the recorded
-global signature) and simplifies, and writes the steps of each ``R.ccl.replan`` (a redistribute
+global signature) and simplifies, keeps of a function's count variants the one laid out for the
+count bound (:mod:`distir.transform.count_variants`), and writes the steps of each ``R.ccl.replan`` (a redistribute
 planned for the count it binds, see :mod:`distir.transform.legalize_redistribute`). Every count is accepted: a sharded dim that does not
 divide by its mesh axes is cut in blocks of ``ceil(n / k)``, the last ones padded (see
 :mod:`distir.ir.layout`), so the same local view is right at every count.
@@ -39,6 +40,7 @@ from ..ir.expr import (
 from ..ir.mesh import DeviceMesh, MeshError
 from ..ir.placement import Placement
 from ..ir.types import DTensorType, PrimType, ShapeType, TensorType, TupleType, Type
+from .count_variants import fold_variants, without_guard
 from .legalize_redistribute import expand_replans
 from ..collector import collector_paused
 from .pass_infra import ModulePass, PassContext, register_pass
@@ -367,7 +369,10 @@ def _specialize(mod: IRModule, values: dict[str, int]) -> IRModule:
     for _, build in tpl.types:  # a type only refers to types built before it
         env.types.append(build(env))
     infos = {k: [x if s else x(env) for s, x in v] for k, v in tpl.infos.items()}
-    funcs = {name: drop_identities(expand_replans(build(env))) for name, build in tpl.functions.items()}
+    funcs = {}
+    for name, src in fold_variants(mod, values).items():  # a count variant whose guard holds takes its name
+        func = drop_identities(expand_replans(tpl.functions[src](env)))
+        funcs[name] = func if src == name else without_guard(func, name)
     attrs = {k: x if s else x(env) for k, (s, x) in tpl.attrs.items()}
     return mod.replace(functions=funcs, global_infos=infos, attrs=attrs)
 

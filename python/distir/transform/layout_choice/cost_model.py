@@ -40,14 +40,20 @@ class CostModel:
     (so a byte over the fastest axis still weighs about one, and the tie-breaks stay below it)."""
 
     def __init__(self, graph: Graph, size_hints: Mapping[str, int] | None = None, dim_size: int = DIM_SIZE_HINT,
-                 fit_count: int | None = None, axis_costs: AxisCosts | None = None):
+                 fit_count: int | None = None, axis_costs: AxisCosts | None = None,
+                 mesh_samples: tuple[int, ...] | None = None):
         """``dim_size``: a symbolic dim other than a mesh size, at the size hints. ``fit_count``: the
-        count a symbolic mesh size is taken at by :meth:`fits` (None: the hinted mesh size)."""
+        count a symbolic mesh size is taken at by :meth:`fits` (None: the hinted mesh size).
+        ``mesh_samples``: the device counts a symbolic mesh size is summed over (the declared counts of
+        one class, see :mod:`~distir.transform.layout_choice.count_classes`; default ``MESH_SAMPLES``),
+        and then taken at their largest at the size hints."""
         self.axis_costs = axis_costs
         self._timed: dict[tuple, Fraction | None] = {}
         self.g = graph
         self.env_sizes = dict(size_hints or {})
         self.dim_size, self.fit_count = dim_size, fit_count
+        self.mesh_samples = tuple(mesh_samples) if mesh_samples else MESH_SAMPLES
+        self.mesh_hint = max(mesh_samples) if mesh_samples else MESH_SIZE_HINT
         self._sizes: dict[int, tuple[int, ...]] = {}
         self._nbytes: dict[int, int] = {}
         self._nbytes_at: dict[tuple[tuple, int, int], int] = {}
@@ -78,7 +84,7 @@ class CostModel:
     def mesh_sizes(self, mesh: DeviceMesh) -> tuple[int, ...]:
         key = id(mesh)
         if key not in self._sizes:
-            self._sizes[key] = tuple(self._eval(d, MESH_SIZE_HINT) for d in mesh.shape)
+            self._sizes[key] = tuple(self._eval(d, self.mesh_hint) for d in mesh.shape)
         return self._sizes[key]
 
     def _eval(self, d, default: int) -> int:
@@ -93,7 +99,7 @@ class CostModel:
     def nbytes(self, s: Slot) -> int:
         n = self._nbytes.get(s.id)
         if n is None:
-            n = self._nbytes[s.id] = self.nbytes_at(s, MESH_SIZE_HINT, self.dim_size)
+            n = self._nbytes[s.id] = self.nbytes_at(s, self.mesh_hint, self.dim_size)
         return n
 
     def like(self, s: Slot) -> tuple:
@@ -151,7 +157,7 @@ class CostModel:
         if self.axis_costs is not None:
             total = Fraction(0)
             mesh = self.mesh(s)
-            for m in MESH_SAMPLES:
+            for m in self.mesh_samples:
                 for v, w in DIM_SAMPLES:
                     c = self.timed_cost(mesh, s.tensor.ndim, src, dst, tuple(self._eval(d, m) for d in mesh.shape),
                                         self.nbytes_at(s, m, v))
@@ -163,25 +169,25 @@ class CostModel:
         fixed = self._fixed_extents(s)
         if fixed is not None and not (src.is_strided or dst.is_strided):
             share = self._padded_share(self.mesh(s), s.tensor.shape, src, dst, fixed)
-            shares = None if share is None else (share,) * len(MESH_SAMPLES)
+            shares = None if share is None else (share,) * len(self.mesh_samples)
         else:
             shares = self._shares(self.mesh(s), s.tensor.ndim, src, dst)
         if shares is None:
             return INF
         total = Fraction(0)
-        for m, share in zip(MESH_SAMPLES, shares):
+        for m, share in zip(self.mesh_samples, shares):
             if share:
                 total += share * sum(w * self.nbytes_at(s, m, v) for v, w in DIM_SAMPLES)
         self._sampled[key] = total
         return total
 
     def _shares(self, mesh: DeviceMesh, ndim: int, src: Placement, dst: Placement) -> tuple[Fraction, ...] | None:
-        """The planner's bytes per worker per byte of the tensor at each of ``MESH_SAMPLES`` (None: no plan)."""
+        """The planner's bytes per worker per byte of the tensor at each of ``mesh_samples`` (None: no plan)."""
         key = (id(mesh), ndim, src, dst)
         if key not in self._share_cache and (src.is_strided or dst.is_strided):
             try:
                 self._share_cache[key] = tuple(
-                    strided_share(mesh, ndim, src, dst, tuple(self._eval(d, m) for d in mesh.shape)) for m in MESH_SAMPLES)
+                    strided_share(mesh, ndim, src, dst, tuple(self._eval(d, m) for d in mesh.shape)) for m in self.mesh_samples)
             except DistirError:
                 self._share_cache[key] = None
         if key not in self._share_cache:
@@ -191,7 +197,7 @@ class CostModel:
                 self._share_cache[key] = None
             else:
                 self._share_cache[key] = tuple(
-                    plan_cost(plan, src, tuple(self._eval(d, m) for d in mesh.shape)) for m in MESH_SAMPLES)
+                    plan_cost(plan, src, tuple(self._eval(d, m) for d in mesh.shape)) for m in self.mesh_samples)
         return self._share_cache[key]
 
     def _fixed_extents(self, s: Slot) -> tuple[int, ...] | None:
@@ -290,7 +296,7 @@ class CostModel:
         mesh = self.mesh(s)
         env = {n: self.env_sizes.get(n, self.dim_size) for d in (*s.tensor.shape, *(src.block or dst.block))
                for n in sym.free_vars(d)}
-        env.update({n: self.env_sizes.get(n, MESH_SIZE_HINT) for d in mesh.shape for n in sym.free_vars(d)})
+        env.update({n: self.env_sizes.get(n, self.mesh_hint) for d in mesh.shape for n in sym.free_vars(d)})
         try:
             extents = tuple(sym.evaluate(d, env) for d in s.tensor.shape)
             timing = None

@@ -16,6 +16,7 @@ from ...ir.layout import local_bytes
 from ...ir.placement import Partial, Placement, Replicate
 from ...ir.steps import get_step
 from ...ir.types import DTensorType, TupleType, dtype_bytes
+from ...ops.manipulate import reshape_moves_data
 from ..redistribute_plan import Timing, exchange_link, plan_cost, plan_redistribute, strided_share, timing_for
 
 __all__ = ["function_bytes", "function_bytes_at", "function_peak", "sample_envs"]
@@ -24,16 +25,18 @@ GUARD_MESH_SAMPLES = (2, 3, 4, 8)  # the device counts the planner weighs plans 
 GUARD_DIM_SAMPLES = (1, 3, 10, 64, 512, 4096)
 
 
-def sample_envs(func, mesh_names: set[str], size_hints: Mapping[str, int] | None = None) -> list[dict[str, int]]:
+def sample_envs(func, mesh_names: set[str], size_hints: Mapping[str, int] | None = None,
+                mesh_samples: tuple[int, ...] | None = None) -> list[dict[str, int]]:
     """Values of the symbols of ``func`` to weigh a layout at: every symbolic mesh size at each of
-    ``GUARD_MESH_SAMPLES``, every other symbol at each of ``GUARD_DIM_SAMPLES`` (a ``size_hints``
-    entry fixes its symbol)."""
+    ``mesh_samples`` (default ``GUARD_MESH_SAMPLES``; the declared counts of one class where the
+    program is planned per class), every other symbol at each of ``GUARD_DIM_SAMPLES`` (a
+    ``size_hints`` entry fixes its symbol)."""
     names: set[str] = set()
     for t in {p.type for p in func.params} | {b.var.type for b in func.bindings()}:  # each type once
         names |= _type_vars(t)
     hints = dict(size_hints or {})
     envs, seen = [], set()
-    for m in GUARD_MESH_SAMPLES:
+    for m in mesh_samples or GUARD_MESH_SAMPLES:
         for v in GUARD_DIM_SAMPLES:
             env = {n: hints.get(n, m if n in mesh_names else v) for n in sorted(names | mesh_names)}
             key = tuple(env.items())
@@ -63,17 +66,26 @@ def function_bytes(func, env: Mapping[str, int], axis_costs: AxisCosts | None = 
     return next(function_bytes_at(func, [env], axis_costs))
 
 
-def function_bytes_at(func, envs: list[Mapping[str, int]],
-                      axis_costs: AxisCosts | None = None) -> Iterator[tuple[Fraction, Fraction] | None]:
+def function_bytes_at(func, envs: list[Mapping[str, int]], axis_costs: AxisCosts | None = None,
+                      regroups: bool = False) -> Iterator[tuple[Fraction, Fraction] | None]:
     """:func:`function_bytes` at each of ``envs``, one after the other (a caller may stop early): the
     function is read once, its moves counted by their types and layouts (the layers of a stack repeat
-    the same few), and each priced per env."""
+    the same few), and each priced per env. ``regroups``: also the regroups lowering writes where a
+    reshape splits or merges a sharded dim its count does not divide (``R.ccl.regroup``, priced as
+    the all-gather it is counted as), which the plan of one class of counts must see."""
     redistribute, exchange = "dist.redistribute", get_step("exchange")
     moves: dict[tuple[DTensorType, Placement], int] = {}
     exchanges: dict[tuple[DTensorType, DTensorType], int] = {}
+    reshapes: dict[tuple[DTensorType, DTensorType], int] = {}
     for b in func.bindings():
         v = b.value
         name = getattr(getattr(v, "op", None), "name", None)
+        if regroups and name == "reshape" and isinstance(b.var.type, DTensorType):
+            x = v.args[0].type
+            if isinstance(x, DTensorType) and not (x.placement.is_strided or x.placement.is_block
+                                                   or b.var.type.placement.is_strided):
+                key = (x, b.var.type)
+                reshapes[key] = reshapes.get(key, 0) + 1
         if name == redistribute:
             x = v.args[0].type
             if isinstance(x, DTensorType) and x.mesh == v.attrs["device_mesh"]:
@@ -84,11 +96,11 @@ def function_bytes_at(func, envs: list[Mapping[str, int]],
             exchanges[key] = exchanges.get(key, 0) + 1
     results = _dtensor_leaves(func.result.type)
     for env in envs:
-        yield _priced(moves, exchanges, results, env, axis_costs)
+        yield _priced(moves, exchanges, results, env, axis_costs, reshapes)
 
 
 def _priced(moves, exchanges, results, env: Mapping[str, int],
-            axis_costs: AxisCosts | None) -> tuple[Fraction, Fraction] | None:
+            axis_costs: AxisCosts | None, reshapes=None) -> tuple[Fraction, Fraction] | None:
     """(bytes sent within the program, bytes of the results' gathers) at ``env`` (see :func:`function_bytes`)."""
     exchange = get_step("exchange")
 
@@ -131,6 +143,12 @@ def _priced(moves, exchanges, results, env: Mapping[str, int],
                 same = len(x.shape) == len(y.shape) and all(sym.equal(a, b) for a, b in zip(x.shape, y.shape))
                 link, rounds = exchange_link(x.placement, y.placement, sizes, axis_costs.for_mesh(len(sizes)), same)
                 sent += count * link.seconds(rounds, Fraction(received, math.prod(sizes)))
+        for (x, y), count in (reshapes or {}).items():
+            sizes = tuple(ev(d) for d in x.mesh.shape)
+            shape, out = tuple(ev(d) for d in x.shape), tuple(ev(d) for d in y.shape)
+            gathered = _regrouped(x.placement, shape, out, sizes)
+            if gathered != x.placement:
+                sent += count * cost(x, x.placement, gathered, sizes)
         for t in results:
             whole = Placement.replicated(t.mesh.ndim)
             gathers += cost(t, Placement(tuple(Replicate() if isinstance(x, Partial) else x for x in t.placement.specs)),
@@ -140,6 +158,22 @@ def _priced(moves, exchanges, results, env: Mapping[str, int],
     except (DistirError, sym.SymbolicError, ZeroDivisionError):
         return None
     return sent, gathers
+
+
+def _regrouped(p: Placement, shape, out, sizes) -> Placement:
+    """``p`` with the cuts gathered that a reshape from ``shape`` to ``out`` re-blocks at these mesh
+    sizes (each input dim whose cut alone makes the reshape move data, see
+    :func:`~distir.ops.manipulate.reshape_moves_data`)."""
+    specs = list(p.specs)
+    for d in range(len(shape)):
+        axes = p.mesh_axes_of(d)
+        if not axes:
+            continue
+        alone = Placement(tuple(s if a in axes else Replicate() for a, s in enumerate(p.specs)))
+        if reshape_moves_data(shape, alone, out, sizes):
+            for a in axes:
+                specs[a] = Replicate()
+    return Placement(tuple(specs))
 
 
 def _dtensor_leaves(t) -> list[DTensorType]:

@@ -59,6 +59,8 @@ from ...ir.types import DTensorType, TensorType, TupleType, Type
 from ..legalize_redistribute import axis_costs_of, fuse_reshapes
 from ..pass_infra import FunctionPass, PassContext, register_pass
 from ..weights import PARAM_NAMES
+from ..count_variants import COUNT_GUARD, COUNT_VARIANT_OF, guard_of, variant_name
+from .count_classes import count_classes, count_symbol, declared_counts
 from .cost_model import DIM_SIZE_HINT, INF, MESH_SIZE_HINT, CostModel
 from .measure import function_bytes, function_bytes_at, sample_envs
 from .plan import LayoutPlan
@@ -681,12 +683,71 @@ class PropagateSharding(FunctionPass):
 
     name: ClassVar[str] = "propagate-sharding"
 
-    def transform_function(self, func: Function, mod: IRModule, ctx: PassContext) -> Function:
+    def transform_module(self, mod: IRModule, ctx: PassContext) -> IRModule:
+        counts = declared_counts(ctx)
+        if counts is None:
+            return super().transform_module(mod, ctx)
+        funcs: dict[str, Function] = {}
+        for fname, func in mod.functions.items():
+            if guard_of(func) is not None:  # a variant already: laid out for its own counts
+                funcs[fname] = self.transform_function(func, mod, ctx, guard_of(func)[2])
+                continue
+            for name, new in self.variants(func, mod, ctx, counts):
+                if name in mod.functions and name != fname:
+                    raise DistirError(f"propagate-sharding: @{fname}'s count variant @{name} would replace the "
+                                      f"module's function of that name; rename it")
+                funcs[name] = new
+        return mod.replace(functions=funcs)
+
+    def variants(self, func: Function, mod: IRModule, ctx: PassContext, counts: tuple[int, ...]):
+        """(name, function) of ``func`` laid out per class of ``counts``: one where the classes' layouts
+        agree, else the class of the largest count under ``func``'s name and each other class a
+        guarded variant (:mod:`distir.transform.count_variants`)."""
         names = {m: f"mesh[{i}]" for i, m in enumerate(mod.meshes())}
         graph = build_graph(func, names)
         if not graph.is_distributed:
+            return [(func.name, func)]
+        if count_symbol(graph) is None:  # static meshes: each has its count, nothing to declare
+            return [(func.name, self.transform_function(func, mod, ctx, None, graph))]
+        classes = count_classes(graph, counts)
+        # the layout weighed over the sampled counts (as without declared counts) competes in each class,
+        # kept where it sends no more at any of the class's sampled sizes: the solver prices no regroup,
+        # so a layout planned at a count alone may send more there
+        sampled = self.transform_function(func, mod, ctx, None, graph)
+        hints = dict(ctx.config.get("propagate-sharding.size_hints", {}) or {})
+        laid: list[tuple[list[int], Function]] = []
+        for cls in classes:
+            new = self.transform_function(func, mod, ctx, cls)
+            if new is not sampled and not structural_equal(new, sampled) and _no_worse(
+                    sampled, new, graph, hints, axis_costs_of(ctx), cls):
+                new = sampled  # no more bytes at any of the class's sampled sizes: kept as without counts
+            same = next((entry for entry in laid if structural_equal(entry[1], new)), None)
+            if same is None:
+                laid.append((list(cls), new))
+            else:
+                same[0].extend(cls)
+        if len(laid) == 1:
+            return [(func.name, laid[0][1])]
+        symbol = count_symbol(graph)
+        top = max(counts)
+        out = []
+        for cls, new in laid:
+            if top in cls:
+                out.append((func.name, new))
+            else:
+                cls = sorted(cls)
+                name = variant_name(func.name, cls)
+                attrs = {**new.attrs, COUNT_GUARD: {symbol: cls}, COUNT_VARIANT_OF: func.name}
+                out.append((name, new.replace(name=name, attrs=attrs)))
+        return out
+
+    def transform_function(self, func: Function, mod: IRModule, ctx: PassContext,
+                           counts: tuple[int, ...] | None = None, graph: Graph | None = None) -> Function:
+        names = {m: f"mesh[{i}]" for i, m in enumerate(mod.meshes())}
+        graph = graph or build_graph(func, names)
+        if not graph.is_distributed:
             return func  # nothing is distributed
-        new = lay_out(graph, ctx)
+        new = lay_out(graph, ctx, counts)
         declared = strided_params(func)
         if declared and ctx.config.get("propagate-sharding.search", "auto") != "greedy":
             _compare_with_plain(func, new, declared, names, ctx)
@@ -739,8 +800,11 @@ GREEDY_FIT_COUNT = 8
 MILP_MAX_MESH_AXES = 2
 
 
-def lay_out(graph: Graph, ctx: PassContext) -> Function:
-    """Choose the layouts of ``graph``'s function and write it with them (warnings included)."""
+def lay_out(graph: Graph, ctx: PassContext, counts: tuple[int, ...] | None = None) -> Function:
+    """Choose the layouts of ``graph``'s function and write it with them (warnings included).
+    ``counts``: the device counts of one class (:mod:`.count_classes`): a symbolic mesh size is weighed
+    at those counts only (the solver's objective and the guard's samples), and a cut fits where it
+    leaves no worker empty at the largest of them; None: the sampled counts, as without declared counts."""
     prefs = preferred_placements(graph)
     hints: dict[str, Any] = dict(ctx.config.get("propagate-sharding.size_hints", {}) or {})
     search = ctx.config.get("propagate-sharding.search", "auto")
@@ -750,7 +814,7 @@ def lay_out(graph: Graph, ctx: PassContext) -> Function:
         )
     guard = search == "auto"
     axis_costs = axis_costs_of(ctx)  # plans by time: propagation prices redistributes as legalize will plan them
-    cost = CostModel(graph, hints, axis_costs=axis_costs)
+    cost = CostModel(graph, hints, axis_costs=axis_costs, mesh_samples=counts)
     if search == "auto":  # the axes ops run replicated along (of one device, cut by no given layout) add no strategy
         search = "milp" if all(m.ndim - len(cost.replicated_axes(m)) <= MILP_MAX_MESH_AXES
                                for m in graph.mesh_of.values()) else "greedy"
@@ -758,7 +822,8 @@ def lay_out(graph: Graph, ctx: PassContext) -> Function:
         search = "greedy"  # the solver does not cost block layouts (docs/blocks.md); greedy does
     # the greedy choice as it always was: bytes with other symbolic dims at 512, and a symbolic mesh
     # size taken as 8 when deciding whether a cut would leave workers empty
-    greedy_cost = CostModel(graph, hints, dim_size=GREEDY_DIM_SIZE, fit_count=GREEDY_FIT_COUNT, axis_costs=axis_costs)
+    greedy_cost = CostModel(graph, hints, dim_size=GREEDY_DIM_SIZE, fit_count=max(counts) if counts else GREEDY_FIT_COUNT,
+                            axis_costs=axis_costs, mesh_samples=counts)
     if search == "greedy":
         new = _Materializer(graph, prefs, greedy_cost).run()
         _warn_ambiguities(graph, prefs)
@@ -773,9 +838,11 @@ def lay_out(graph: Graph, ctx: PassContext) -> Function:
             return new
         guard_cost = greedy_cost if guard else None
         try:  # drafts, typed as their layouts say: only the function kept is typed binding by binding
-            new, kept_greedy = _choose(graph, prefs, plan, cost, guard_cost, hints, axis_costs, draft=True)
+            new, kept_greedy = _choose(graph, prefs, plan, cost, guard_cost, hints, axis_costs, draft=True,
+                                       counts=counts)
         except _Mistyped:  # a draft's types were not the inferred ones: compare typed functions
-            new, kept_greedy = _choose(graph, prefs, plan, cost, guard_cost, hints, axis_costs, draft=False)
+            new, kept_greedy = _choose(graph, prefs, plan, cost, guard_cost, hints, axis_costs, draft=False,
+                                       counts=counts)
         if kept_greedy:
             _warn_ambiguities(graph, prefs)
         else:
@@ -817,7 +884,7 @@ def _warn_time_limit(graph: Graph, clock: SolverClock, kept_greedy: bool = False
 
 
 def _choose(graph: Graph, prefs: Preferences, plan: LayoutPlan, cost: CostModel, greedy_cost: CostModel | None,
-            hints, axis_costs, draft: bool) -> tuple[Function, bool]:
+            hints, axis_costs, draft: bool, counts: tuple[int, ...] | None = None) -> tuple[Function, bool]:
     """(the function to keep, whether it is the greedy layout): the one ``plan`` lays out, unless the
     greedy choice (given ``greedy_cost``: the guard) sends fewer bytes at some sampled size. Both are
     written as drafts (``draft``) and compared; the one kept is typed."""
@@ -827,7 +894,8 @@ def _choose(graph: Graph, prefs: Preferences, plan: LayoutPlan, cost: CostModel,
             greedy = _Materializer(graph, prefs, greedy_cost, typed=not draft).run()
         except DiagnosticError:
             greedy = None  # the greedy choice cannot lay it out; the solver could
-        if greedy is not None and not structural_equal(new, greedy) and not _no_worse(new, greedy, graph, hints, axis_costs):
+        if greedy is not None and not structural_equal(new, greedy) and not _no_worse(new, greedy, graph, hints, axis_costs,
+                                                                                            counts):
             try:
                 return typed_function(greedy), True
             except DiagnosticError:
@@ -850,9 +918,10 @@ def _has_block_layouts(graph: Graph) -> bool:
         for site in graph.sites if isinstance(site.binding.value, Call))
 
 
-def _no_worse(new: Function, old: Function, graph: Graph, hints, axis_costs=None) -> bool:
+def _no_worse(new: Function, old: Function, graph: Graph, hints, axis_costs=None,
+              counts: tuple[int, ...] | None = None) -> bool:
     """Whether ``new`` sends no more bytes (with ``axis_costs``: takes no more time) than ``old`` at
-    every sampled size and device count (:func:`~distir.transform.layout_choice.measure.sample_envs`), both
+    every sampled size and device count (``counts``: those of one class) (:func:`~distir.transform.layout_choice.measure.sample_envs`), both
     within the program and counting the gathers of sharded results, with the reshape chains legalize
     fuses fused."""
     mesh_names = set()
@@ -861,8 +930,9 @@ def _no_worse(new: Function, old: Function, graph: Graph, hints, axis_costs=None
             if not isinstance(d, int):
                 mesh_names |= sym.free_vars(d)
     new, old = fuse_reshapes(new, costs=axis_costs), fuse_reshapes(old, costs=axis_costs)
-    envs = sample_envs(graph.func, mesh_names, hints)
-    for a, b in zip(function_bytes_at(new, envs, axis_costs), function_bytes_at(old, envs, axis_costs)):
+    envs = sample_envs(graph.func, mesh_names, hints, counts)
+    regroups = counts is not None  # planned for declared counts: priced as they run there
+    for a, b in zip(function_bytes_at(new, envs, axis_costs, regroups), function_bytes_at(old, envs, axis_costs, regroups)):
         if a is None or b is None:
             continue
         if a[0] > b[0] or a[0] + a[1] > b[0] + b[1]:

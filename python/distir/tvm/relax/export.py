@@ -51,6 +51,7 @@ from ...ir.layout import (
 from ...ir.mesh import DeviceMesh, Range
 from ...ir.sym import Dim
 from ...ir.types import DTensorType, PrimType, ShapeType, TensorType, TupleType, Type, np_dtype
+from ...transform.count_variants import COUNT_GUARD, COUNT_VARIANT_OF
 from ..convention import DISCO_LAYOUT_FUNC, SIZE_PREFIX
 from ..errors import TvmExportError, tvm_message
 from .emitter import Exporter
@@ -487,8 +488,15 @@ def _needs_worker(func: Function, plan: SessionPlan) -> bool:
 
 
 def check_local_view(mod: IRModule) -> None:
-    """Raise when a module still has distributed tensors (export needs the local view)."""
+    """Raise when a module still has distributed tensors (export needs the local view), or count
+    variants (docs/propagation.md: the dispatch on the count is not exported yet)."""
     for f in mod.functions.values():
+        if f.attrs.get(COUNT_GUARD) is not None:
+            raise TvmExportError(
+                f"@{f.name} is a count variant of @{f.attrs.get(COUNT_VARIANT_OF)} (laid out for "
+                f"{f.attrs[COUNT_GUARD]}): the export does not dispatch on the count yet; export the module "
+                "specialized to a count (Driver.export(n), Driver.build(n), distir run --backend tvm -n N), "
+                "or distribute it without propagate-sharding.counts")
         for p in f.params:
             if isinstance(p.type, DTensorType):
                 raise TvmExportError(
