@@ -35,7 +35,7 @@ from ..ir.types import DTensorType, TensorType, TupleType, dtype_bytes
 from .common import pick_function, value_bytes
 from .formula import Maximum, _eval, prune_dominated, sum_dims
 
-__all__ = ["VIEW_OPS", "Buffers", "MemoryFootprint", "MemoryNumbers", "ParamBalance", "buffers", "memory_footprint", "param_balance"]
+__all__ = ["SAME_TYPE_VIEW_OPS", "VIEW_OPS", "Buffers", "MemoryFootprint", "MemoryNumbers", "ParamBalance", "buffers", "memory_footprint", "param_balance"]
 
 
 @dataclass(frozen=True)
@@ -95,9 +95,33 @@ def _parts(e: Expr, where: dict[Var, tuple[frozenset[int], ...]]) -> tuple[froze
     return ()
 
 
-# ops whose output TVM makes a view of their input (relax.transform.RewriteDataflowReshape): the
-# output is the input's buffer read with another shape, written in place, not a second buffer
+# ops whose output TVM makes a view of their input (relax.transform.RewriteDataflowReshape turns a
+# copy that keeps the elements' order into R.reshape): the output is the input's buffer read with
+# another shape, written in place, not a second buffer
 VIEW_OPS = frozenset({"reshape", "expand_dims", "squeeze"})
+# ops that are such a copy when the output has the input's shape and dtype (a repeat or tile by 1,
+# a broadcast to the same shape, a cast to the same dtype)
+SAME_TYPE_VIEW_OPS = frozenset({"repeat", "tile", "broadcast_to", "astype"})
+
+
+def _is_view(call: Call) -> bool:
+    """Whether TVM computes ``call`` as a view of its first argument (see :data:`VIEW_OPS`)."""
+    if not call.args or not isinstance(call.args[0], Var):
+        return False
+    name = call.op.name
+    if name in VIEW_OPS:
+        return True
+    if name not in SAME_TYPE_VIEW_OPS and name != "permute_dims":
+        return False
+    src, out = call.args[0].type, call.type
+    if not isinstance(src, TensorType) or not isinstance(out, TensorType):  # local pieces (the local view)
+        return False
+    if name == "permute_dims":  # the identity permutation only
+        axes = call.attrs.get("axes")
+        n = len(src.shape)
+        return (list(axes) if axes is not None else list(reversed(range(n)))) == list(range(n))
+    return src.dtype == out.dtype and len(src.shape) == len(out.shape) and all(
+        sym.prove_equal(a, b) for a, b in zip(src.shape, out.shape))
 
 
 @dataclass(frozen=True)
@@ -136,8 +160,7 @@ def buffers(f) -> Buffers:
             if not b.value.op.identity_at(b.value):
                 conditional.append(b.var.name)
             where[b.var] = _parts(b.value.args[0], where)
-        elif isinstance(b.value, Call) and b.value.op.name in VIEW_OPS and b.value.args and \
-                isinstance(b.value.args[0], Var):
+        elif isinstance(b.value, Call) and _is_view(b.value):
             where[b.var] = _parts(b.value.args[0], where)
         elif isinstance(b.value, Call):
             if b.value.op is replan:  # specialize writes its steps, with their own intermediates

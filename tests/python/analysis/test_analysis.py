@@ -200,7 +200,8 @@ def brute_force_peak(f: Function) -> tuple[int, int]:
     """(parameter bytes, peak live intermediate bytes) of a specialized function, straight from the
     definition: at binding i, every computed tensor j <= i that is read at or after i (or is in the
     result). A call computes one tensor per field of its result (a tuple item reads its field only);
-    a reshape, expand_dims or squeeze is a view of its input (TVM makes it one), not a new tensor."""
+    a reshape, expand_dims or squeeze is a view of its input (TVM makes it one), not a new tensor, and
+    so is a copy of the same type (a repeat by 1, a cast to the same dtype, the identity permutation)."""
 
     def nbytes(t) -> int:
         if hasattr(t, "shape"):
@@ -230,9 +231,21 @@ def brute_force_peak(f: Function) -> tuple[int, int]:
             return set().union(*(refs(a) for a in e.args)) if e.args else set()
         return set().union(*parts(e))
 
+    def is_view(call) -> bool:
+        name, arg = call.op.name, call.args[0] if call.args else None
+        if name in ("reshape", "expand_dims", "squeeze"):
+            return isinstance(arg, Var)
+        if not isinstance(arg, Var) or not hasattr(arg.type, "shape"):
+            return False
+        same = str(arg.type) == str(call.type)  # a specialized function: concrete shapes print alike
+        if name == "permute_dims":
+            axes = call.attrs.get("axes")
+            return axes is not None and list(axes) == list(range(len(arg.type.shape)))
+        return same and name in ("repeat", "tile", "broadcast_to", "astype")
+
     computed = {}
     for j, b in enumerate(bindings):
-        if isinstance(b.value, Call) and b.value.op.name in ("reshape", "expand_dims", "squeeze"):
+        if isinstance(b.value, Call) and is_view(b.value):
             refers[b.var] = parts(b.value.args[0])
         elif isinstance(b.value, Call):
             refers[b.var] = []

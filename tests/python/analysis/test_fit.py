@@ -103,6 +103,36 @@ t = R.nn.relu(s)
     assert pm.storage_bytes == (128,) and pm.output_bytes == 128
 
 
+SQUARE = """
+@I.ir_module
+class Module:
+    @R.function
+    def main(x: R.Tensor((8, 8), dtype="float32")):
+        with R.dataflow():
+            a = R.nn.relu(x)
+%s
+            R.output(y)
+        return y
+"""
+
+
+def test_a_copy_that_keeps_the_elements_is_a_view_and_a_transpose_is_not():
+    views = distir.parse(SQUARE % """
+            r = R.repeat(a, 1, axis=0)
+            c = R.astype(r, "float32")
+            y = R.add(r, c)""")
+    # r and c are a (TVM rewrites both into views): while y runs, a and y are live (256 bytes each);
+    # as copies, r, c and y would be
+    assert memory_footprint(views).evaluate().peak_bytes == 2 * 256
+    assert planned_memory(views).storage_bytes == (256,)
+    transposed = distir.parse(SQUARE % """
+            t = R.permute_dims(a, axes=[1, 0])
+            y = R.add(t, a)""")
+    # the transpose of a square matrix has a's type but is a copy: a, t and y are live while y runs
+    assert memory_footprint(transposed).evaluate().peak_bytes == 3 * 256
+    assert planned_memory(transposed).storage_bytes == (256, 256)
+
+
 DECODE = """
 @I.ir_module
 class Module:
