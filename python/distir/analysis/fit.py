@@ -31,8 +31,8 @@ from ..transform.weights import NUM_INPUT
 from .common import pick_function, value_bytes
 from .errors import AnalysisError
 from .formula import Maximum, _eval, sum_dims
-from .memory import memory_footprint
-from .planning import PlannedMemory, planned_memory
+from .memory import buffers, concrete_peak, memory_footprint
+from .planning import PlannedMemory, plan_buffers
 
 __all__ = ["CACHE_PATTERN", "FitResult", "MemoryNeed", "WorkerMemory", "format_bytes", "memory_fit", "memory_need",
            "parse_bytes", "worker_memory"]
@@ -164,8 +164,8 @@ def worker_memory(mod: IRModule, values: Mapping[str, int] | None = None, func: 
         f = mod[f.name]
     parts = split_params(f, cache)
     sums = {k: _eval(sum_dims(b for _, b in v), {}) for k, v in parts.items()}
-    peak = memory_footprint(mod, f.name).evaluate().peak_bytes
-    return WorkerMemory(sums["weights"], sums["cache"], sums["inputs"], peak, planned_memory(mod, f.name))
+    bufs = buffers(f)  # one walk for the peak and the planner
+    return WorkerMemory(sums["weights"], sums["cache"], sums["inputs"], concrete_peak(bufs), plan_buffers(bufs))
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from ..ir.types import DTensorType, TensorType, TupleType, dtype_bytes
 from .common import pick_function, value_bytes
 from .formula import Maximum, _eval, prune_dominated, sum_dims
 
-__all__ = ["SAME_TYPE_VIEW_OPS", "VIEW_OPS", "Buffers", "MemoryFootprint", "MemoryNumbers", "ParamBalance", "buffers", "memory_footprint", "param_balance"]
+__all__ = ["SAME_TYPE_VIEW_OPS", "VIEW_OPS", "Buffers", "concrete_peak", "MemoryFootprint", "MemoryNumbers", "ParamBalance", "buffers", "memory_footprint", "param_balance"]
 
 
 @dataclass(frozen=True)
@@ -104,8 +104,9 @@ VIEW_OPS = frozenset({"reshape", "expand_dims", "squeeze"})
 SAME_TYPE_VIEW_OPS = frozenset({"repeat", "tile", "broadcast_to", "astype"})
 
 
-def _is_view(call: Call) -> bool:
-    """Whether TVM computes ``call`` as a view of its first argument (see :data:`VIEW_OPS`)."""
+def _is_view(call: Call, out) -> bool:
+    """Whether TVM computes ``call`` (whose result has type ``out``) as a view of its first argument
+    (see :data:`VIEW_OPS`)."""
     if not call.args or not isinstance(call.args[0], Var):
         return False
     name = call.op.name
@@ -113,7 +114,7 @@ def _is_view(call: Call) -> bool:
         return True
     if name not in SAME_TYPE_VIEW_OPS and name != "permute_dims":
         return False
-    src, out = call.args[0].type, call.type
+    src = call.args[0].type
     if not isinstance(src, TensorType) or not isinstance(out, TensorType):  # local pieces (the local view)
         return False
     if name == "permute_dims":  # the identity permutation only
@@ -121,7 +122,8 @@ def _is_view(call: Call) -> bool:
         n = len(src.shape)
         return (list(axes) if axes is not None else list(reversed(range(n)))) == list(range(n))
     return src.dtype == out.dtype and len(src.shape) == len(out.shape) and all(
-        sym.prove_equal(a, b) for a, b in zip(src.shape, out.shape))
+        a == b if isinstance(a, int) and isinstance(b, int) else sym.prove_equal(a, b)
+        for a, b in zip(src.shape, out.shape))
 
 
 @dataclass(frozen=True)
@@ -160,7 +162,7 @@ def buffers(f) -> Buffers:
             if not b.value.op.identity_at(b.value):
                 conditional.append(b.var.name)
             where[b.var] = _parts(b.value.args[0], where)
-        elif isinstance(b.value, Call) and _is_view(b.value):
+        elif isinstance(b.value, Call) and _is_view(b.value, b.var.type):
             where[b.var] = _parts(b.value.args[0], where)
         elif isinstance(b.value, Call):
             if b.value.op is replan:  # specialize writes its steps, with their own intermediates
@@ -179,6 +181,22 @@ def buffers(f) -> Buffers:
     for s in _storages(f.result, where):
         last[s] = end
     return Buffers(tuple(size), tuple(fields), tuple(born), tuple(last), tuple(names), end, tuple(conditional))
+
+
+def concrete_peak(bufs: Buffers, values: Mapping[str, int] | None = None) -> int:
+    """The liveness peak of ``bufs`` at concrete sizes (what :func:`memory_footprint` evaluates to,
+    without building its formulas): the most bytes live while any binding runs."""
+    values = dict(values or {})
+    delta = [0] * (bufs.end + 2)
+    for z, a, b in zip(bufs.size, bufs.born, bufs.last):
+        n = z if isinstance(z, int) else _eval(z, values)
+        delta[a] += n
+        delta[b + 1] -= n
+    live = peak = 0
+    for d in delta:
+        live += d
+        peak = max(peak, live)
+    return peak
 
 
 def _tensor_fields(t) -> list[tuple[str, Dim]]:

@@ -30,9 +30,9 @@ from ..ir.expr import IRModule
 from .common import pick_function
 from .errors import AnalysisError
 from .formula import _eval
-from .memory import buffers
+from .memory import Buffers, buffers
 
-__all__ = ["MATCH_RANGE", "PlannedMemory", "planned_memory"]
+__all__ = ["MATCH_RANGE", "PlannedMemory", "plan_buffers", "planned_memory"]
 
 MATCH_RANGE = 16  # TVM's TokenAllocator1D::match_range_: a token serves tensors within this factor of its size
 
@@ -64,8 +64,11 @@ class _Token:
 def planned_memory(mod: IRModule, func: str | None = None, values: Mapping[str, int] | None = None) -> PlannedMemory:
     """Replay TVM's static planner on ``mod[func]`` (see the module docstring). ``values`` gives
     the symbolic sizes that remain; every size must then be concrete."""
-    f = pick_function(mod, func)
-    bufs = buffers(f)
+    return plan_buffers(buffers(pick_function(mod, func)), values)
+
+
+def plan_buffers(bufs: Buffers, values: Mapping[str, int] | None = None) -> PlannedMemory:
+    """:func:`planned_memory` of buffers already walked."""
     values = dict(values or {})
     fields = [[(dt, _concrete(n, values, bufs.names[i])) for dt, n in fs] for i, fs in enumerate(bufs.fields)]
     pools: dict[str, list[tuple[int, int, _Token]]] = {}  # dtype -> sorted (bytes, order, token)
@@ -115,6 +118,8 @@ def _reuse(pool: list[tuple[int, int, _Token]], size: int) -> _Token | None:
 
 
 def _concrete(n, values: Mapping[str, int], where: str) -> int:
+    if isinstance(n, int):
+        return n
     try:
         return int(_eval(n, values))
     except AnalysisError as err:
