@@ -2,6 +2,7 @@
 """distir's memory estimate per worker against what TVM's memory planning allocates, model x count.
 
     PYTHONPATH=python python scripts/bench_memory.py [--counts 1 2 4] [--models llama,nn_llama,gpt2,decode] [--seq 256]
+                                                     [--cuda]
 
 What is compared, per worker, on the module specialized to the count (distir's ``specialize``,
 then ``distir.tvm.to_relax``, then ``BindSymbolicVars`` for the sizes left, as
@@ -18,8 +19,9 @@ then ``distir.tvm.to_relax``, then ``BindSymbolicVars`` for the sizes left, as
 
 Also printed: distir's liveness peak of intermediates (the formula ``distir sweep`` prints) and the
 liveness peak of TVM's own allocations in its planned function (views share their buffer), which
-should be equal; and TVM's figure for the symbolic export bound to the count (the path that builds
-once for every count), which computes padding masks and regroups as real work.
+should be equal; TVM's figure for the symbolic export bound to the count (the path that builds
+once for every count), which computes padding masks and regroups as real work; and with ``--cuda``
+TVM's planned bytes under the CUDA pipeline, which fuses operators (lowered here, no GPU needed).
 """
 
 from __future__ import annotations
@@ -46,10 +48,18 @@ _BUILTIN_ALLOC = "relax.builtin.alloc_tensor"
 _MEMORY_ALLOC = "relax.memory.alloc_tensor"
 
 
-def planning_passes() -> tvm.transform.Pass:
-    """``tvm.relax.pipeline.default_build_pipeline`` (what ``tvm.compile`` runs for a CPU target)
-    through ``StaticPlanBlockMemory``: the module whose storage sizes TVM's VM allocates."""
+def planning_passes(target: str = "llvm") -> tvm.transform.Pass:
+    """What ``tvm.compile`` runs for ``target`` through ``StaticPlanBlockMemory``: for a CPU,
+    ``tvm.relax.pipeline.default_build_pipeline`` (no fusion); for CUDA, the CUDA backend's default
+    pipeline (library dispatch, legalization and fusion, DLight scheduling), which lowers without a
+    GPU. The result is the module whose storage sizes TVM's VM allocates."""
     t = relax.transform
+    if target == "cuda":
+        from tvm.relax.backend.cuda import pipeline as cuda
+
+        tgt = tvm.target.Target("cuda")
+        return tvm.transform.Sequential(cuda.library_dispatch_passes(tgt) + cuda.legalize_passes(tgt)
+                                        + cuda.dataflow_lower_passes(tgt) + [t.StaticPlanBlockMemory()])
     return tvm.transform.Sequential([
         relax.backend.DispatchSampling(), relax.backend.DispatchSortScan(), t.LegalizeOps(), t.RewriteDataflowReshape(),
         t.ToNonDataflow(), t.RemovePurityChecking(), t.CallTIRRewrite(), t.StaticPlanBlockMemory(),
@@ -76,13 +86,13 @@ def _vars_in(e) -> list:
     return out
 
 
-def tvm_memory(tvm_mod: tvm.IRModule, values: dict[str, int], func: str) -> dict[str, int]:
-    """Bind ``values``, plan, and read TVM's numbers for ``func``: parameter bytes, planned storage,
-    unplanned (builtin) allocations, and the liveness peak of its allocations."""
+def tvm_memory(tvm_mod: tvm.IRModule, values: dict[str, int], func: str, target: str = "llvm") -> dict[str, int]:
+    """Bind ``values``, plan for ``target``, and read TVM's numbers for ``func``: parameter bytes,
+    planned storage, unplanned (builtin) allocations, and the liveness peak of its allocations."""
     present = symbolic_var_names(tvm_mod)
     bound = relax.transform.BindSymbolicVars({k: v for k, v in values.items() if k in present})(tvm_mod)
-    with tvm.target.Target("llvm"):
-        planned = planning_passes()(bound)
+    with tvm.target.Target(target):
+        planned = planning_passes(target)(bound)
     f = planned[func]
     ops = {name: tvm.ir.Op.get(name) for name in (_ALLOC_STORAGE, _BUILTIN_ALLOC, _MEMORY_ALLOC)}
     reshape = tvm.ir.Op.get("relax.reshape")
@@ -128,7 +138,7 @@ def tvm_memory(tvm_mod: tvm.IRModule, values: dict[str, int], func: str) -> dict
     return {"params": params, "storage": storage, "unplanned": unplanned, "live_peak": peak}
 
 
-def measure(name: str, counts: list[int], seq: int) -> list[dict]:
+def measure(name: str, counts: list[int], seq: int, cuda: bool = False) -> list[dict]:
     """One row per count: distir's numbers and TVM's (see the module docstring)."""
     func, size = MODELS[name]
     local = specialize(distribute_pipeline()(examples.load(name)), {size: seq})
@@ -143,10 +153,12 @@ def measure(name: str, counts: list[int], seq: int) -> list[dict]:
         ours = tvm_memory(to_relax(spec), {"num_workers": n}, fname)
         bound = tvm_memory(symbolic_tvm, {"num_workers": n}, fname)
         theirs = ours["storage"] + ours["unplanned"]
+        fused = tvm_memory(to_relax(spec), {"num_workers": n}, fname, "cuda") if cuda else None
         rows.append({
             "model": name, "num_workers": n, "params": params, "live_peak": live, "planned": plan.total_bytes,
             "tvm_params": ours["params"], "tvm_planned": theirs, "tvm_live_peak": ours["live_peak"],
             "tvm_symbolic_planned": bound["storage"] + bound["unplanned"],
+            "tvm_cuda_planned": None if fused is None else fused["storage"] + fused["unplanned"],
             "ratio": (params + plan.total_bytes) / (ours["params"] + theirs),
             "live_ratio": (params + live) / (ours["params"] + theirs),
         })
@@ -158,22 +170,24 @@ def main() -> None:
     ap.add_argument("--counts", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--models", default="llama,nn_llama,gpt2,decode")
     ap.add_argument("--seq", type=int, default=256, help="sequence length (decode: cached positions)")
+    ap.add_argument("--cuda", action="store_true", help="also plan with the CUDA pipeline (fused; no GPU needed)")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
     print(f"bytes per worker, sequence {args.seq}; total = parameters + intermediates and results allocated")
     print(f"{'model':9} {'W':>2} {'params':>9} {'live':>9} {'tvm live':>9} {'planned':>9} {'tvm plan':>9} "
-          f"{'distir':>10} {'tvm':>10} {'ratio':>6} {'live/tvm':>8} {'tvm sym.':>9}")
+          f"{'distir':>10} {'tvm':>10} {'ratio':>6} {'live/tvm':>8} {'tvm sym.':>9}" + ("  tvm cuda" if args.cuda else ""))
     for name in args.models.split(","):
-        for r in measure(name.strip(), args.counts, args.seq):
+        for r in measure(name.strip(), args.counts, args.seq, args.cuda):
             assert r["params"] == r["tvm_params"], r
             print(f"{r['model']:9} {r['num_workers']:>2} {r['params']:>9} {r['live_peak']:>9} {r['tvm_live_peak']:>9} "
                   f"{r['planned']:>9} {r['tvm_planned']:>9} {r['params'] + r['planned']:>10} "
                   f"{r['tvm_params'] + r['tvm_planned']:>10} {r['ratio']:>6.3f} {r['live_ratio']:>8.3f} "
-                  f"{r['tvm_symbolic_planned']:>9}")
+                  f"{r['tvm_symbolic_planned']:>9}" + (f" {r['tvm_cuda_planned']:>9}" if args.cuda else ""))
     print("live: distir's liveness peak of intermediates; tvm live: the same of TVM's planned allocations; planned /"
           " tvm plan: intermediates and results as planned (distir's replay / TVM's storage); distir, tvm: parameters"
           " + planned; ratio: distir / tvm; live/tvm: (parameters + live) / tvm; tvm sym.: TVM's planned bytes for the"
-          " symbolic export bound to the count")
+          " symbolic export bound to the count" + ("; tvm cuda: TVM's planned bytes with the CUDA pipeline (fused)"
+                                                    if args.cuda else ""))
 
 
 if __name__ == "__main__":
