@@ -79,7 +79,7 @@ def _vars_in(e) -> list:
 
     @relax.expr_functor.visitor
     class _V(relax.PyExprVisitor):
-        def visit_var_(self, v):  # noqa: D401 - TVM's visitor hook
+        def visit_var_(self, v):
             out.append(v)
 
     _V().visit_expr(e)

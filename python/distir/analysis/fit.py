@@ -78,8 +78,9 @@ def split_params(f: Function, cache: Sequence[str] | None = None) -> dict[str, l
     if cache is not None:
         unknown = [c for c in cache if c not in names]
         if unknown:
-            raise AnalysisError(f"@{f.name} has no parameter {', '.join(repr(c) for c in unknown)} to count as a "
-                                f"KV cache (it has: {', '.join(names)})")
+            shown = ", ".join(names[:6]) + (f", ... ({len(names)} in all)" if len(names) > 6 else "")
+            raise AnalysisError(f"@{f.name} has no parameter {', '.join(repr(c) for c in unknown[:3])} to count as "
+                                f"a KV cache (it has: {shown})")
         is_cache = set(cache)
     else:
         is_cache = {n for n in names if CACHE_PATTERN.search(n)}

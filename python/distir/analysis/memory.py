@@ -35,7 +35,7 @@ from ..ir.types import DTensorType, TensorType, TupleType, dtype_bytes
 from .common import pick_function, value_bytes
 from .formula import Maximum, _eval, prune_dominated, sum_dims
 
-__all__ = ["SAME_TYPE_VIEW_OPS", "VIEW_OPS", "Buffers", "concrete_peak", "MemoryFootprint", "MemoryNumbers", "ParamBalance", "buffers", "memory_footprint", "param_balance"]
+__all__ = ["SAME_TYPE_VIEW_OPS", "VIEW_OPS", "Buffers", "MemoryFootprint", "MemoryNumbers", "ParamBalance", "buffers", "concrete_peak", "memory_footprint", "param_balance"]
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from .comm import CommVolume, comm_volume
 from .common import pick_function
 from .errors import AnalysisError
 from .fit import parse_bytes, split_params, worker_memory
-from .formula import to_str
+from .formula import sum_dims, to_str
 from .memory import MemoryFootprint, memory_footprint, param_balance
 from .timing import CommModel, CommTime, comm_time_formula
 
@@ -65,6 +65,8 @@ class SweepResult:
     analysis_seconds: float
     rows: list[SweepRow]
     device_memory: int | None = None  # bytes per worker the fit verdict compares with
+    cache_params: tuple[str, ...] = ()  # the KV-cache parameters (part of the parameters)
+    cache_bytes: Any = 0  # their bytes per worker, a formula
 
     @property
     def smallest_fit(self) -> int | None:
@@ -76,6 +78,7 @@ class SweepResult:
         out = {
             "param_bytes": to_str(self.memory.param_bytes),
             "peak_bytes": to_str(self.memory.peak_bytes),
+            **({"cache_bytes": to_str(self.cache_bytes)} if self.cache_params else {}),
             "comm_bytes_per_worker": to_str(self.volume.bytes_per_worker),
             "comm_total_bytes": to_str(self.volume.total_bytes),
         }
@@ -217,14 +220,15 @@ def sweep(
     volume, memory = comm_volume(local, func), memory_footprint(local, func)
     ctime = comm_time_formula(volume)
     _require_bound(volume, memory, symbol)
-    split_params(pick_function(local, func), cache)  # an unknown cache name fails before any count
+    caches = split_params(pick_function(local, func), cache)["cache"]  # an unknown name fails before any count
     t2 = time.perf_counter()
     rows = []
     for n in counts:
         rows.append(_row(local, n, symbol, volume, memory, ctime, model, build, device, cache))
         if on_row is not None:
             on_row(rows[-1])
-    return SweepResult(symbol, bound, model, volume, memory, ctime, t1 - t0, t2 - t1, rows, device)
+    return SweepResult(symbol, bound, model, volume, memory, ctime, t1 - t0, t2 - t1, rows, device,
+                       tuple(n for n, _ in caches), sum_dims(b for _, b in caches))
 
 
 def _require_bound(volume: CommVolume, memory: MemoryFootprint, symbol: str) -> None:
@@ -355,7 +359,7 @@ def _row(local: IRModule, n: int, symbol: str, volume: CommVolume, memory: Memor
     row.fits = None if device is None else need.total_bytes <= device
     comm, mem = volume.evaluate(values), memory.evaluate(values)
     row.param_bytes, row.peak_bytes, row.peak_at = mem.param_bytes, mem.peak_bytes, mem.peak_at
-    row.param_imbalance = param_balance(local, values).imbalance
+    row.param_imbalance = param_balance(local, values, memory.function).imbalance
     row.comm_bytes_per_worker, row.comm_total_bytes = comm.bytes_per_worker, comm.total_bytes
     row.collectives, row.comm_bytes_by_kind = comm.counts, comm.bytes_by_kind
     row.comm_seconds = ctime.seconds(model, values)

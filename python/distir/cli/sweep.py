@@ -181,6 +181,8 @@ def _print_formulas(result, source: str, out: TextIO, width: int) -> None:
         out.write(head + "\n" + textwrap.fill(rest, width, initial_indent="  ", subsequent_indent="  ") + "\n")
     out.write(f"per-worker formulas in {result.symbol}:\n")
     rows = [("parameters", to_str(result.memory.param_bytes))]
+    if getattr(result, "cache_params", ()):
+        rows.append(("  KV cache", to_str(result.cache_bytes)))
     peak = result.memory.peak_bytes
     if len(peak.options) <= 1:
         rows.append(("peak activations", str(peak)))

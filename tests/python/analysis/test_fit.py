@@ -16,7 +16,6 @@ from distir.analysis.planning import planned_memory
 from distir.analysis.sweep import sweep
 from distir.cli import main as distir_main
 from distir.transform.pipelines import distribute_pipeline
-from distir.transform.specialize import specialize
 
 HEAD = """
 @I.ir_module
@@ -252,3 +251,22 @@ def test_cli_bad_device_memory_is_one_line(size, why, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("distir sweep: error: argument --device-memory: " + why)
     assert "Traceback" not in "\n".join(err)
+
+
+def test_sweep_of_a_decode_function_counts_its_cache(tmp_path, capsys):
+    # k_cache and v_cache: (2 layers, 12 heads in blocks of ceil(12 / W), 16 positions, 8) float32 each
+    result = sweep(examples.load("decode"), [2, 5], bind={"n": 16}, func="decode", device_memory="80GB")
+    assert result.cache_params == ("k_cache", "v_cache")
+    assert result.formulas()["cache_bytes"] == "T.ceildiv(12, num_workers) * 2048"
+    assert [r.cache_bytes for r in result.rows] == [2 * 2 * 6 * 16 * 8 * 4, 2 * 2 * 3 * 16 * 8 * 4]
+    assert all(r.fits for r in result.rows) and result.smallest_fit == 2
+    path = tmp_path / "decode.py"
+    path.write_text(examples.load("decode").script())
+    code, out, err = run_cli(["sweep", str(path), "--func", "decode", "--bind", "n=16", "-n", "2", "--device-memory",
+                              "80GB"], capsys)
+    assert code == 0, err
+    assert "    KV cache        T.ceildiv(12, num_workers) * 2048" in out.splitlines()
+    code, out, err = run_cli(["sweep", str(path), "--func", "decode", "--bind", "n=16", "-n", "2", "--cache", "kv"],
+                             capsys)
+    assert code == 1 and err.strip() == ("distir sweep: error: @decode has no parameter 'kv' to count as a KV cache "
+                                         "(it has: ids, cos, sin, k_cache, v_cache, embed_tokens_weight, ... (26 in all))")

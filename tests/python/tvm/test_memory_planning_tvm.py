@@ -12,7 +12,7 @@ import pytest
 _SCRIPTS = pathlib.Path(__file__).resolve().parents[3] / "scripts"
 if str(_SCRIPTS) not in sys.path:
     sys.path.insert(0, str(_SCRIPTS))
-import bench_memory  # noqa: E402  (scripts/: TVM's planned storage of an exported module)
+import bench_memory
 
 
 @pytest.mark.parametrize("model", ["llama", "nn_llama", "gpt2", "decode"])
@@ -29,8 +29,8 @@ def test_the_estimate_is_within_a_tenth_of_tvms_planned_storage(model):
 def test_tvms_figures_are_read_from_its_storage_not_from_distir():
     """The TVM side is TVM's: a module whose planner reuses one buffer shows fewer bytes than the
     sum of its tensors (an oracle that copied distir's numbers could not see the difference)."""
-    from tvm.script import ir as I  # noqa: N812
-    from tvm.script import relax as R  # noqa: N812
+    from tvm.script import ir as I
+    from tvm.script import relax as R
 
     @I.ir_module
     class Chain:
