@@ -12,7 +12,7 @@ import pytest
 _SCRIPTS = pathlib.Path(__file__).resolve().parents[3] / "scripts"
 if str(_SCRIPTS) not in sys.path:
     sys.path.insert(0, str(_SCRIPTS))
-import bench_memory
+import bench_memory  # scripts/: TVM's planned storage of an exported module
 
 
 @pytest.mark.parametrize("model", ["llama", "nn_llama", "gpt2", "decode"])
