@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from ..ir import sym
 from ..ir.expr import Function, IRModule
 from ..ir.sym import Dim
+from ..ir.types import free_vars as type_free_vars
 from ..transform.weights import NUM_INPUT
 from .common import pick_function, value_bytes
 from .errors import AnalysisError
@@ -158,6 +159,10 @@ def worker_memory(mod: IRModule, values: Mapping[str, int] | None = None, func: 
     symbolic size remains: padding masks and regroups are then what they are at that count)."""
     values = dict(values or {})
     f = pick_function(mod, func)
+    unknown = sorted(set(values) - _symbols(mod, f))
+    if unknown:  # a value the module does not take would be ignored: numbers for another count
+        raise AnalysisError(f"@{f.name} has no symbolic size {', '.join(repr(n) for n in unknown)} (its meshes and "
+                            f"shapes are fixed there), so its memory is the same at every value; leave it out")
     if values:
         from ..transform.specialize import specialize
 
@@ -167,6 +172,17 @@ def worker_memory(mod: IRModule, values: Mapping[str, int] | None = None, func: 
     sums = {k: _eval(sum_dims(b for _, b in v), {}) for k, v in parts.items()}
     bufs = buffers(f)  # one walk for the peak and the planner
     return WorkerMemory(sums["weights"], sums["cache"], sums["inputs"], concrete_peak(bufs), plan_buffers(bufs))
+
+
+def _symbols(mod: IRModule, f: Function) -> set[str]:
+    """The symbolic sizes ``f`` depends on: its meshes' and its values' types."""
+    out: set[str] = set()
+    for m in mod.meshes():
+        for d in m.shape:
+            out |= sym.free_vars(d)
+    for v in [*f.params, *(b.var for b in f.bindings())]:
+        out |= type_free_vars(v.type)
+    return out
 
 
 @dataclass(frozen=True)

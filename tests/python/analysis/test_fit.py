@@ -270,3 +270,11 @@ def test_sweep_of_a_decode_function_counts_its_cache(tmp_path, capsys):
                              capsys)
     assert code == 1 and err.strip() == ("distir sweep: error: @decode has no parameter 'kv' to count as a KV cache "
                                          "(it has: ids, cos, sin, k_cache, v_cache, embed_tokens_weight, ... (26 in all))")
+
+
+def test_a_count_the_module_does_not_take_is_an_error_not_another_counts_numbers():
+    static = distir.parse(examples.text("mlp").replace('("num_workers",), I.Range(0, "num_workers")', '(4,), I.Range(0, 4)'))
+    local = distribute_pipeline()(static)
+    assert worker_memory(local).total_bytes == mlp_need(4)
+    with pytest.raises(AnalysisError, match=r"^@main has no symbolic size 'num_workers' \(its meshes and shapes"):
+        memory_fit(local, [2], "1GB")
