@@ -1,8 +1,11 @@
 """Per-worker memory of a local-view function: parameter bytes and the peak of live intermediates.
 
 Parameters are the function's inputs (each worker's piece). Intermediates are the values
-the bindings compute. A binding that only renames or regroups values (``y = x``, a tuple,
-a tuple item) allocates nothing and keeps what it refers to alive; so does an op that is an
+the bindings compute, one buffer per tensor (a call with a tuple result makes one per field,
+as TVM does). A binding that only renames or regroups values (``y = x``, a tuple, a tuple
+item) allocates nothing and keeps what it refers to alive (a tuple item only its field); so
+does a view (an output TVM writes in place: a reshape, or a copy of the same type, see
+:data:`VIEW_OPS`), and an op that is an
 identity at the sizes (``OpDef.identity_at``: the padding mask of an uneven block, or a
 re-blocking, once the count divides; specialize drops them). On a symbolic module such an op
 is counted as the identity it is at counts that divide, so the peak *formula* holds there;

@@ -332,6 +332,9 @@ def write_plot(result, path: str) -> None:
     left.plot(xs, [r.param_bytes / mib for r in rows], "o-", label="parameters")
     left.plot(xs, [r.peak_bytes / mib for r in rows], "s-", label="peak activations")
     left.plot(xs, [(r.param_bytes + r.peak_bytes) / mib for r in rows], "^--", label="sum")
+    if getattr(result, "device_memory", None) is not None:
+        left.plot(xs, [r.need_bytes / mib for r in rows], "v-", label="need (planned)")
+        left.axhline(result.device_memory / mib, color="tab:gray", linestyle=":", label="device memory")
     left.set_title("memory per worker")
     left.set_ylabel("MiB")
     right.plot(xs, [float(r.comm_bytes_per_worker) / mib for r in rows], "o-", color="tab:red", label="bytes sent")

@@ -158,6 +158,9 @@ def test_a_decode_cache_is_counted_apart_and_grows_with_its_length():
     assert got.live_peak_bytes == 6464 + 6464 + 404
     assert got.planned.storage_bytes == (64, 6464) and got.planned.output_bytes == 6464 + 404
     assert got.total_bytes == 1024 + 6400 + 64 + 64 + 6464 + 6464 + 404
+    # the formula of the total: parameters (cache included) + the liveness peak, in the cache's length
+    assert need.total.evaluate({"n": 100}) == 1024 + 6400 + 64 + 6464 + 6464 + 404
+    assert need.total.evaluate({"n": 10}) == 1024 + 640 + 64 + 2 * 11 * 16 * 4 + 11 * 4
 
 
 def test_the_cache_can_be_named_and_an_unknown_name_is_one_error():
@@ -278,3 +281,17 @@ def test_a_count_the_module_does_not_take_is_an_error_not_another_counts_numbers
     assert worker_memory(local).total_bytes == mlp_need(4)
     with pytest.raises(AnalysisError, match=r"^@main has no symbolic size 'num_workers' \(its meshes and shapes"):
         memory_fit(local, [2], "1GB")
+
+
+def test_auto_sweep_rows_say_what_fits():
+    from distir.analysis.sweep import auto_sweep
+
+    text = "\n".join(line for line in examples.text("mlp").splitlines() if "annotate_sharding" not in line)
+    for laid, plain in (("w1_s", "w1"), ("w2_s", "w2"), ("a_s", "a"), ("y_r", "y")):
+        text = text.replace(laid, plain)
+    result = auto_sweep(distir.parse(text), [1, 2], device_memory=10**9)
+    for r in result.rows:
+        assert r.error is None and r.need_bytes == r.param_bytes + r.activation_bytes and r.fits
+    assert result.smallest_fit == 1 and result.to_json()["smallest_fit"] == 1
+    tight = auto_sweep(distir.parse(text), [1, 2], device_memory=result.rows[1].need_bytes)
+    assert [r.fits for r in tight.rows] == [result.rows[0].need_bytes <= result.rows[1].need_bytes, True]
