@@ -4,9 +4,9 @@ The liveness peak (:func:`distir.analysis.memory_footprint`) is what any planner
 least. TVM's ``relax.transform.StaticPlanBlockMemory`` allocates more: it hands out storage
 *tokens* in program order, reusing a released token of the same dtype and growing it when the
 new tensor is larger, and never moves or splits one, so the tokens it ends with sum to more
-than the peak. This module replays that algorithm (TVM 0.27's ``TokenAllocator1D``) on the
-buffers the liveness walk finds, so a count's verdict "fits" uses the bytes TVM will really
-ask for:
+than the peak. This module replays that algorithm (``TokenAllocator1D`` in TVM's
+``src/relax/transform/static_plan_block_memory.cc``) on the buffers the liveness walk finds, so
+a count's verdict "fits" uses the bytes TVM will really ask for:
 
 - a tensor asks for a token when its binding runs; the released tokens of its dtype are
   searched for the smallest of at least its size and at most 16 times it (taken as is), else
@@ -16,7 +16,9 @@ ask for:
 - the function's results are not planned: TVM allocates them when the function runs
   (``R.builtin.alloc_tensor``); they are counted apart, as ``output_bytes``.
 
-The sizes must be concrete (a specialized module); tests compare the total with the
+TVM plans each binding block on its own (a tensor read in another block than the one that
+made it is allocated unplanned); the replay takes the function as one block, as the exporter
+writes it. The sizes must be concrete (a specialized module); tests compare the total with the
 ``R.memory.alloc_storage`` sizes of TVM's own planned module (docs/analysis.md).
 """
 
