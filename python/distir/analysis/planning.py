@@ -17,8 +17,9 @@ a count's verdict "fits" uses the bytes TVM will really ask for:
   (``R.builtin.alloc_tensor``); they are counted apart, as ``output_bytes``.
 
 TVM plans each binding block on its own (a tensor read in another block than the one that
-made it is allocated unplanned); the replay takes the function as one block, as the exporter
-writes it. The sizes must be concrete (a specialized module); tests compare the total with the
+made it is allocated unplanned, never reused); the replay takes the function as one block,
+which is what the exporter writes for a function of one block (the bundled models'); for a
+function of several blocks TVM may allocate more than the replay says. The sizes must be concrete (a specialized module); tests compare the total with the
 ``R.memory.alloc_storage`` sizes of TVM's own planned module (docs/analysis.md).
 """
 
