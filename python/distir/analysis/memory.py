@@ -1,8 +1,11 @@
 """Per-worker memory of a local-view function: parameter bytes and the peak of live intermediates.
 
 Parameters are the function's inputs (each worker's piece). Intermediates are the values
-the bindings compute. A binding that only renames or regroups values (``y = x``, a tuple,
-a tuple item) allocates nothing and keeps what it refers to alive; so does an op that is an
+the bindings compute, one buffer per tensor (a call with a tuple result makes one per field,
+as TVM does). A binding that only renames or regroups values (``y = x``, a tuple, a tuple
+item) allocates nothing and keeps what it refers to alive (a tuple item only its field); so
+does a view (an output TVM writes in place: a reshape, or a copy of the same type, see
+:data:`VIEW_OPS`), and an op that is an
 identity at the sizes (``OpDef.identity_at``: the padding mask of an uneven block, or a
 re-blocking, once the count divides; specialize drops them). On a symbolic module such an op
 is counted as the identity it is at counts that divide, so the peak *formula* holds there;
@@ -27,15 +30,15 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from ..ir import sym
-from ..ir.expr import Call, Expr, IRModule, Tuple, TupleGetItem, Var, leaf_vars
+from ..ir.expr import Call, Expr, IRModule, Tuple, TupleGetItem, Var
 from ..ir.layout import block_of, chunk_elements, concrete_block, concrete_mesh_shape, mesh_coords
 from ..ir.steps import get_step
 from ..ir.sym import Dim
-from ..ir.types import DTensorType, TensorType, dtype_bytes
+from ..ir.types import DTensorType, TensorType, TupleType, dtype_bytes
 from .common import pick_function, value_bytes
 from .formula import Maximum, _eval, prune_dominated, sum_dims
 
-__all__ = ["MemoryFootprint", "MemoryNumbers", "ParamBalance", "memory_footprint", "param_balance"]
+__all__ = ["SAME_TYPE_VIEW_OPS", "VIEW_OPS", "Buffers", "MemoryFootprint", "MemoryNumbers", "ParamBalance", "buffers", "concrete_peak", "memory_footprint", "param_balance"]
 
 
 @dataclass(frozen=True)
@@ -72,18 +75,140 @@ class MemoryFootprint:
         return MemoryNumbers(_eval(self.param_bytes, values), self.peak_bytes.evaluate(values), at)
 
 
-def _storages(e: Expr, where: dict[Var, frozenset[int]]) -> frozenset[int]:
+def _storages(e: Expr, where: dict[Var, tuple[frozenset[int], ...]]) -> frozenset[int]:
     """The allocations an expression refers to (through vars, tuples and tuple items)."""
+    out: frozenset[int] = frozenset()
+    for part in _parts(e, where):
+        out |= part
+    return out
+
+
+def _parts(e: Expr, where: dict[Var, tuple[frozenset[int], ...]]) -> tuple[frozenset[int], ...]:
+    """The allocations of each field of a tuple value (one part for a tensor): a tuple item
+    refers to its field's tensors only, so the other fields are freed on their own."""
     if isinstance(e, Var):
-        return where.get(e, frozenset())
+        return where.get(e, ())
     if isinstance(e, Tuple):
-        out: frozenset[int] = frozenset()
-        for f in e.fields:
-            out |= _storages(f, where)
-        return out
+        return tuple(_storages(f, where) for f in e.fields)
     if isinstance(e, TupleGetItem):
-        return _storages(e.tuple_value, where)
-    return frozenset()
+        parts = _parts(e.tuple_value, where)
+        if len(parts) > 1 and -len(parts) <= e.index < len(parts):
+            return (parts[e.index],)
+        return (_storages(e.tuple_value, where),)
+    return ()
+
+
+# ops whose output TVM makes a view of their input (relax.transform.RewriteDataflowReshape turns a
+# copy that keeps the elements' order into R.reshape): the output is the input's buffer read with
+# another shape, written in place, not a second buffer
+VIEW_OPS = frozenset({"reshape", "expand_dims", "squeeze"})
+# ops that are such a copy when the output has the input's shape and dtype (a repeat or tile by 1,
+# a broadcast to the same shape, a cast to the same dtype)
+SAME_TYPE_VIEW_OPS = frozenset({"repeat", "tile", "broadcast_to", "astype"})
+
+
+def _is_view(call: Call, out) -> bool:
+    """Whether TVM computes ``call`` (whose result has type ``out``) as a view of its first argument
+    (see :data:`VIEW_OPS`)."""
+    if not call.args or not isinstance(call.args[0], Var):
+        return False
+    name = call.op.name
+    if name in VIEW_OPS:
+        return True
+    if name not in SAME_TYPE_VIEW_OPS and name != "permute_dims":
+        return False
+    src = call.args[0].type
+    if not isinstance(src, TensorType) or not isinstance(out, TensorType):  # local pieces (the local view)
+        return False
+    if name == "permute_dims":  # the identity permutation only
+        axes = call.attrs.get("axes")
+        n = len(src.shape)
+        return (list(axes) if axes is not None else list(reversed(range(n)))) == list(range(n))
+    return src.dtype == out.dtype and len(src.shape) == len(out.shape) and all(
+        a == b if isinstance(a, int) and isinstance(b, int) else sym.prove_equal(a, b)
+        for a, b in zip(src.shape, out.shape))
+
+
+@dataclass(frozen=True)
+class Buffers:
+    """The allocations of a function's bindings, in program order: what the liveness walk and
+    the static-planner model (:mod:`distir.analysis.planning`) both read."""
+
+    size: tuple[Dim, ...]  # bytes per worker
+    fields: tuple[tuple[tuple[str, Dim], ...], ...]  # (dtype, bytes) of the tensor (none for a non-tensor)
+    born: tuple[int, ...]  # the binding that computes it
+    last: tuple[int, ...]  # the last binding that reads it (``end`` for the function's result)
+    names: tuple[str, ...]  # the binding
+    end: int  # the number of bindings
+    conditional: tuple[str, ...]  # bindings counted as identities that are real work at some counts
+
+
+def buffers(f) -> Buffers:
+    """Walk ``f``'s bindings: each call that computes a new value allocates; a rename, tuple,
+    tuple item, view (:data:`VIEW_OPS`) or identity at the sizes refers to what it reads."""
+    bindings = list(f.bindings())
+    replan = get_step("replan").local_op
+    conditional: list[str] = []
+    where: dict[Var, tuple[frozenset[int], ...]] = {}  # per field of a tuple value
+    size: list[Dim] = []
+    fields: list[tuple] = []
+    born: list[int] = []
+    last: list[int] = []
+    names: list[str] = []
+    for i, b in enumerate(bindings):
+        for e in b.value.args if isinstance(b.value, Call) else (b.value,):
+            for s in _storages(e, where):
+                last[s] = max(last[s], i)
+        if isinstance(b.value, Call) and b.value.op.identity_at is not None and b.value.args and (
+            b.value.op.identity_at(b.value) or _is_symbolic(b.value)
+        ):
+            if not b.value.op.identity_at(b.value):
+                conditional.append(b.var.name)
+            where[b.var] = _parts(b.value.args[0], where)
+        elif isinstance(b.value, Call) and _is_view(b.value, b.var.type):
+            where[b.var] = _parts(b.value.args[0], where)
+        elif isinstance(b.value, Call):
+            if b.value.op is replan:  # specialize writes its steps, with their own intermediates
+                conditional.append(b.var.name)
+            tensors = _tensor_fields(b.var.type) or [("", value_bytes(b.var.type))]
+            where[b.var] = tuple(frozenset((len(size) + k,)) for k in range(len(tensors)))
+            for k, (dt, n) in enumerate(tensors):  # a tuple result: one allocation per field, as TVM makes
+                size.append(n)
+                fields.append(((dt, n),) if dt else ())
+                born.append(i)
+                last.append(i)
+                names.append(b.var.name if len(tensors) == 1 else f"{b.var.name}[{k}]")
+        else:
+            where[b.var] = _parts(b.value, where)
+    end = len(bindings)
+    for s in _storages(f.result, where):
+        last[s] = end
+    return Buffers(tuple(size), tuple(fields), tuple(born), tuple(last), tuple(names), end, tuple(conditional))
+
+
+def concrete_peak(bufs: Buffers, values: Mapping[str, int] | None = None) -> int:
+    """The liveness peak of ``bufs`` at concrete sizes (what :func:`memory_footprint` evaluates to,
+    without building its formulas): the most bytes live while any binding runs."""
+    values = dict(values or {})
+    delta = [0] * (bufs.end + 2)
+    for z, a, b in zip(bufs.size, bufs.born, bufs.last):
+        n = z if isinstance(z, int) else _eval(z, values)
+        delta[a] += n
+        delta[b + 1] -= n
+    live = peak = 0
+    for d in delta:
+        live += d
+        peak = max(peak, live)
+    return peak
+
+
+def _tensor_fields(t) -> list[tuple[str, Dim]]:
+    """(dtype, bytes per worker) of each tensor in a value of type ``t`` (tuples flattened)."""
+    if isinstance(t, (TensorType, DTensorType)):
+        return [(t.dtype, value_bytes(t))]
+    if isinstance(t, TupleType):
+        return [x for ft in t.fields for x in _tensor_fields(ft)]
+    return []
 
 
 def memory_footprint(mod: IRModule, func: str | None = None) -> MemoryFootprint:
@@ -92,36 +217,9 @@ def memory_footprint(mod: IRModule, func: str | None = None) -> MemoryFootprint:
     params = tuple((p.name, value_bytes(p.type)) for p in f.params)
     param_bytes = sum_dims(b for _, b in params)
 
+    bufs = buffers(f)
     bindings = list(f.bindings())
-    replan = get_step("replan").local_op
-    conditional: list[str] = []
-    where: dict[Var, frozenset[int]] = {}
-    size: list[Dim] = []  # per allocation
-    born: list[int] = []
-    last: list[int] = []
-    for i, b in enumerate(bindings):
-        for v in leaf_vars(b.value):
-            for s in where.get(v, ()):
-                last[s] = max(last[s], i)
-        if isinstance(b.value, Call) and b.value.op.identity_at is not None and b.value.args and (
-            b.value.op.identity_at(b.value) or _is_symbolic(b.value)
-        ):
-            if not b.value.op.identity_at(b.value):
-                conditional.append(b.var.name)
-            where[b.var] = _storages(b.value.args[0], where)
-        elif isinstance(b.value, Call):
-            if b.value.op is replan:  # specialize writes its steps, with their own intermediates
-                conditional.append(b.var.name)
-            s = len(size)
-            size.append(value_bytes(b.var.type))
-            born.append(i)
-            last.append(i)
-            where[b.var] = frozenset((s,))
-        else:
-            where[b.var] = _storages(b.value, where)
-    end = len(bindings)
-    for s in _storages(f.result, where):
-        last[s] = end
+    size, born, last, conditional = list(bufs.size), bufs.born, bufs.last, list(bufs.conditional)
 
     # sweep: live totals as counts of distinct size terms
     keys = [sym.key(z) for z in size]

@@ -18,8 +18,10 @@ from typing import Any
 from ..errors import DistirError
 from ..ir.expr import IRModule
 from .comm import CommVolume, comm_volume
+from .common import pick_function
 from .errors import AnalysisError
-from .formula import to_str
+from .fit import parse_bytes, split_params, worker_memory
+from .formula import sum_dims, to_str
 from .memory import MemoryFootprint, memory_footprint, param_balance
 from .timing import CommModel, CommTime, comm_time_formula
 
@@ -43,6 +45,10 @@ class SweepRow:
     specialize_seconds: float = 0.0
     build_seconds: float | None = None
     error: str | None = None
+    cache_bytes: int | None = None  # the KV cache's pieces (parameters a decode function carries)
+    activation_bytes: int | None = None  # what TVM's static planner allocates for intermediates and results
+    need_bytes: int | None = None  # all a worker needs: parameters (cache included) + activation_bytes
+    fits: bool | None = None  # need_bytes <= the device memory given (None when none was)
     layouts: dict[str, str] = field(default_factory=dict)  # auto_sweep: each parameter's layout at this count
     layout_changes: list[str] = field(default_factory=list)  # auto_sweep: parameters laid out otherwise than the row before
 
@@ -58,12 +64,21 @@ class SweepResult:
     pipeline_seconds: float
     analysis_seconds: float
     rows: list[SweepRow]
+    device_memory: int | None = None  # bytes per worker the fit verdict compares with
+    cache_params: tuple[str, ...] = ()  # the KV-cache parameters (part of the parameters)
+    cache_bytes: Any = 0  # their bytes per worker, a formula
+
+    @property
+    def smallest_fit(self) -> int | None:
+        """The smallest count whose need fits the device memory (None when none does or none was given)."""
+        return _smallest_fit(self.rows)
 
     def formulas(self) -> dict[str, str]:
         """The formulas, simplified, as text (one entry per quantity and per collective kind)."""
         out = {
             "param_bytes": to_str(self.memory.param_bytes),
             "peak_bytes": to_str(self.memory.peak_bytes),
+            **({"cache_bytes": to_str(self.cache_bytes)} if self.cache_params else {}),
             "comm_bytes_per_worker": to_str(self.volume.bytes_per_worker),
             "comm_total_bytes": to_str(self.volume.total_bytes),
         }
@@ -93,6 +108,8 @@ class SweepResult:
                 {"at": label, "bytes": to_str(o)} for o, label in zip(self.memory.peak_bytes.options, self.memory.peak_bytes.labels)
             ],
             "collectives": self.volume.counts,
+            "device_memory_bytes": self.device_memory,
+            "smallest_fit": self.smallest_fit,
             "rows": rows,
         }
 
@@ -161,6 +178,8 @@ def sweep(
     build: Callable[[IRModule, Mapping[str, int]], Any] | None = None,
     pipeline=None,
     on_row: Callable[[SweepRow], None] | None = None,
+    device_memory: int | str | None = None,
+    cache: Sequence[str] | None = None,
 ) -> SweepResult:
     """Distribute ``mod`` once, then specialize to each count; see the module docstring.
 
@@ -169,6 +188,10 @@ def sweep(
     the count specialized, and timed (:func:`distir.driver.tvm_builder` builds with TVM).
     ``on_row`` is called after each count (for a progress bar). When ``model`` gives per-axis costs
     (``model.axes``), the pipeline plans redistributes by time with them (docs/redistribute.md).
+    Each row counts what a worker needs (:mod:`distir.analysis.fit`; ``cache`` names the KV-cache
+    parameters, by default those named like one); with ``device_memory`` (bytes, or a size such
+    as ``"80GB"``) it says whether that fits, and :attr:`SweepResult.smallest_fit` names the
+    smallest count that does.
     """
     from ..transform.pipelines import distribute_pipeline
     from ..transform.specialize import specialize
@@ -179,6 +202,7 @@ def sweep(
     bound = dict(bind or {})
     if symbol in bound:
         raise AnalysisError(f"'{symbol}' is the swept size; do not also bind it")
+    device = parse_bytes(device_memory) if isinstance(device_memory, str) else device_memory
     t0 = time.perf_counter()
     if model.axes is not None:
         from ..transform.legalize_redistribute import AXIS_COSTS_KEY
@@ -196,13 +220,15 @@ def sweep(
     volume, memory = comm_volume(local, func), memory_footprint(local, func)
     ctime = comm_time_formula(volume)
     _require_bound(volume, memory, symbol)
+    caches = split_params(pick_function(local, func), cache)["cache"]  # an unknown name fails before any count
     t2 = time.perf_counter()
     rows = []
     for n in counts:
-        rows.append(_row(local, n, symbol, volume, memory, ctime, model, build))
+        rows.append(_row(local, n, symbol, volume, memory, ctime, model, build, device, cache))
         if on_row is not None:
             on_row(rows[-1])
-    return SweepResult(symbol, bound, model, volume, memory, ctime, t1 - t0, t2 - t1, rows)
+    return SweepResult(symbol, bound, model, volume, memory, ctime, t1 - t0, t2 - t1, rows, device,
+                       tuple(n for n, _ in caches), sum_dims(b for _, b in caches))
 
 
 def _require_bound(volume: CommVolume, memory: MemoryFootprint, symbol: str) -> None:
@@ -228,6 +254,12 @@ class AutoSweepResult:
     seconds: float
     rows: list[SweepRow]
     activation_budget: str
+    device_memory: int | None = None  # bytes per worker the fit verdict compares with
+
+    @property
+    def smallest_fit(self) -> int | None:
+        """The smallest count whose need fits the device memory (None when none does or none was given)."""
+        return _smallest_fit(self.rows)
 
     def to_json(self) -> dict[str, Any]:
         rows = []
@@ -240,7 +272,8 @@ class AutoSweepResult:
         return {"symbol": self.symbol, "bound": dict(self.bound), "auto_shard": {"memory_budget": self.budget,
                                                                   "activation_budget": self.activation_budget},
                 "model": {"latency_seconds": self.model.latency, "bandwidth_bytes_per_second": self.model.bandwidth},
-                "seconds": self.seconds, "rows": rows}
+                "seconds": self.seconds, "device_memory_bytes": self.device_memory, "smallest_fit": self.smallest_fit,
+                "rows": rows}
 
 
 def auto_sweep(
@@ -255,10 +288,12 @@ def auto_sweep(
     activation_budget: str | None = None,
     build: Callable[[IRModule, Mapping[str, int]], Any] | None = None,
     on_row: Callable[[SweepRow], None] | None = None,
+    device_memory: int | str | None = None,
+    cache: Sequence[str] | None = None,
 ) -> AutoSweepResult:
     """Per count: auto-shard ``mod`` for that count (:class:`~distir.transform.layout_choice.auto_shard.AutoShard`,
     ``memory_budget`` and ``activation_budget`` or their defaults), distribute, specialize and read the numbers, as :func:`sweep`
-    does for one layout. Each row records the layouts chosen and which changed since the row before.
+    does for one layout (``device_memory`` and ``cache`` as there). Each row records the layouts chosen and which changed since the row before.
     A count whose budget cannot be met gets the error in its row; the others go on."""
     from ..transform.layout_choice.auto_shard import DEFAULT_ACTIVATION_BUDGET, DEFAULT_BUDGET, AutoShard, AutoShardError
     from ..transform.pipelines import distribute_pipeline
@@ -272,6 +307,7 @@ def auto_sweep(
         raise AnalysisError(f"'{symbol}' is the swept size; do not also bind it")
     budget = memory_budget or DEFAULT_BUDGET
     act_budget = activation_budget or DEFAULT_ACTIVATION_BUDGET
+    device = parse_bytes(device_memory) if isinstance(device_memory, str) else device_memory
     t0 = time.perf_counter()
     rows: list[SweepRow] = []
     before: dict[str, str] | None = None
@@ -287,7 +323,7 @@ def auto_sweep(
                 local = specialize(local, bound)
             volume, memory = comm_volume(local, func), memory_footprint(local, func)
             _require_bound(volume, memory, symbol)
-            row = _row(local, n, symbol, volume, memory, comm_time_formula(volume), model, build)
+            row = _row(local, n, symbol, volume, memory, comm_time_formula(volume), model, build, device, cache)
         if p.report is not None:
             row.layouts = {k: str(v) for k, v in p.report.layouts().items()}
             if before is not None:
@@ -296,11 +332,15 @@ def auto_sweep(
         rows.append(row)
         if on_row is not None:
             on_row(row)
-    return AutoSweepResult(symbol, bound, model, budget, time.perf_counter() - t0, rows, act_budget)
+    return AutoSweepResult(symbol, bound, model, budget, time.perf_counter() - t0, rows, act_budget, device)
+
+
+def _smallest_fit(rows: Sequence[SweepRow]) -> int | None:
+    return min((r.num_workers for r in rows if r.fits), default=None)
 
 
 def _row(local: IRModule, n: int, symbol: str, volume: CommVolume, memory: MemoryFootprint, ctime: CommTime,
-         model: CommModel, build) -> SweepRow:
+         model: CommModel, build, device: int | None = None, cache: Sequence[str] | None = None) -> SweepRow:
     """Specialize to ``n`` (timed), then read the numbers off the formulas."""
     from ..transform.specialize import specialize
 
@@ -308,15 +348,18 @@ def _row(local: IRModule, n: int, symbol: str, volume: CommVolume, memory: Memor
     row = SweepRow(n)
     s0 = time.perf_counter()
     try:
-        specialize(local, values)
+        spec = specialize(local, values)
     except DistirError as err:
         row.error = str(err)
     row.specialize_seconds = time.perf_counter() - s0
     if row.error is not None:
         return row
+    need = worker_memory(spec, None, memory.function, cache)
+    row.cache_bytes, row.activation_bytes, row.need_bytes = need.cache_bytes, need.activation_bytes, need.total_bytes
+    row.fits = None if device is None else need.total_bytes <= device
     comm, mem = volume.evaluate(values), memory.evaluate(values)
     row.param_bytes, row.peak_bytes, row.peak_at = mem.param_bytes, mem.peak_bytes, mem.peak_at
-    row.param_imbalance = param_balance(local, values).imbalance
+    row.param_imbalance = param_balance(local, values, memory.function).imbalance
     row.comm_bytes_per_worker, row.comm_total_bytes = comm.bytes_per_worker, comm.total_bytes
     row.collectives, row.comm_bytes_by_kind = comm.counts, comm.bytes_by_kind
     row.comm_seconds = ctime.seconds(model, values)

@@ -34,7 +34,8 @@ examples:
   distir sweep model.py --latency 2e-6 --bandwidth 100e9
   distir sweep plain.py --auto -n 2,3,4,8                   auto-shard per count, name the layouts that change
   distir sweep plain.py --auto --memory-budget 1.1/W --activation-budget none
-  distir sweep model.py --axis-cost 0=10us:25GB/s --axis-cost 1=1us:300GB/s   plan and time per mesh axis"""
+  distir sweep model.py --axis-cost 0=10us:25GB/s --axis-cost 1=1us:300GB/s   plan and time per mesh axis
+  distir sweep model.py -n 1-8 --device-memory 80GB        which counts fit an 80 GB device"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -91,6 +92,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--activation-budget", type=activation_budget, metavar="BUDGET",
                         help="with --auto: bytes of peak live activations per device (the same forms, or none; "
                              "default min+25%%)")
+    parser.add_argument("--device-memory", type=device_memory, metavar="SIZE",
+                        help="bytes each device holds, e.g. 80GB (10**9 bytes a GB) or 80GiB (2**30): mark which "
+                             "counts fit (parameters, KV cache and what TVM plans for activations) and name the "
+                             "smallest")
+    parser.add_argument("--cache", action="append", default=None, metavar="PARAM",
+                        help="a parameter that is a KV cache (repeatable; default: those named like one, "
+                             "k_cache, past_key_values, ...)")
+
+
+def device_memory(text: str) -> int:
+    """``--device-memory``: a size in bytes (argparse type; a malformed one is one line)."""
+    from ..analysis.fit import parse_bytes
+
+    try:
+        return parse_bytes(text, "device memory")
+    except DistirError as err:
+        raise argparse.ArgumentTypeError(str(err).removeprefix("device memory ")) from None
 
 
 # ---------------------------------------------------------------- units
@@ -166,6 +184,8 @@ def _print_formulas(result, source: str, out: TextIO, width: int) -> None:
         out.write(head + "\n" + textwrap.fill(rest, width, initial_indent="  ", subsequent_indent="  ") + "\n")
     out.write(f"per-worker formulas in {result.symbol}:\n")
     rows = [("parameters", to_str(result.memory.param_bytes))]
+    if getattr(result, "cache_params", ()):
+        rows.append(("  KV cache", to_str(result.cache_bytes)))
     peak = result.memory.peak_bytes
     if len(peak.options) <= 1:
         rows.append(("peak activations", str(peak)))
@@ -224,29 +244,42 @@ def table(result):
 
     t = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     build = any(r.build_seconds is not None for r in result.rows)
-    auto = any(r.layouts for r in result.rows)
-    for name in ("W", "params", "imbal.", "peak act.", "sent", "comm", "spec.") + (("build",) if build else ()) + (
-            "collectives",):
+    fit = getattr(result, "device_memory", None) is not None
+    # with --device-memory, need and fits take the place of the specialize time (the table keeps to 80 columns)
+    for name in ("W", "params", "imbal.", "peak act.") + (("need", "fits") if fit else ()) + (
+            "sent", "comm") + (() if fit else ("spec.",)) + (("build",) if build else ()) + ("collectives",):
         t.add_column(name, justify="left" if name in ("collectives", "layout changes") else "right",
-                     no_wrap=name not in ("collectives", "layout changes"), min_width=15 if name == "collectives" else None)
+                     no_wrap=name not in ("collectives", "layout changes"),
+                     min_width=(13 if fit else 15) if name == "collectives" else None)
     for r in result.rows:
         if r.error is not None:
-            cells = [str(r.num_workers), "-", "-", "-", "-", "-", human_seconds(r.specialize_seconds)]
+            cells = [str(r.num_workers), "-", "-", "-"] + (["-", "-"] if fit else []) + ["-", "-"] + (
+                [] if fit else [human_seconds(r.specialize_seconds)])
         else:
             cells = [
                 str(r.num_workers),
                 human_bytes(r.param_bytes),
                 f"{float(r.param_imbalance):.2f}x",
                 human_bytes(r.peak_bytes),
+            ] + ([human_bytes(r.need_bytes), "yes" if r.fits else "no"] if fit else []) + [
                 human_bytes(r.comm_bytes_per_worker),
                 human_seconds(r.comm_seconds),
-                human_seconds(r.specialize_seconds),
-            ]
+            ] + ([] if fit else [human_seconds(r.specialize_seconds)])
         if build:
             cells.append(human_seconds(r.build_seconds))
         cells.append("see error below" if r.error is not None else _collectives(r.collectives))
         t.add_row(*cells)
     return t
+
+
+def verdict(result, width: int = WIDTH) -> str:
+    """With --device-memory: which counts fit and the smallest, wrapped to ``width``."""
+    import textwrap
+
+    from ..analysis.fit import fit_summary
+
+    needs = [(r.num_workers, r.need_bytes) for r in result.rows if r.need_bytes is not None]
+    return textwrap.fill(fit_summary(result.device_memory, needs), width, subsequent_indent="  ") + "\n"
 
 
 def print_layout_changes(result, out: TextIO, width: int = WIDTH) -> None:
@@ -270,10 +303,17 @@ LEGEND = (
 )
 
 
-def legend(build: bool, width: int = WIDTH) -> str:
+FIT_LEGEND = (
+    "; need: all a worker needs (parameters, KV cache included, and the intermediates and results TVM's "
+    "static planner allocates at that count); fits: need <= the device memory"
+)
+
+
+def legend(build: bool, width: int = WIDTH, fit: bool = False) -> str:
     import textwrap
 
-    text = LEGEND + ("; build: TVM build time" if build else "")
+    text = (LEGEND.replace("; spec.: time to specialize", "") + FIT_LEGEND if fit else LEGEND) + (
+        "; build: TVM build time" if build else "")
     return textwrap.fill(text, width, initial_indent="  ", subsequent_indent="  ") + "\n"
 
 
@@ -295,6 +335,9 @@ def write_plot(result, path: str) -> None:
     left.plot(xs, [r.param_bytes / mib for r in rows], "o-", label="parameters")
     left.plot(xs, [r.peak_bytes / mib for r in rows], "s-", label="peak activations")
     left.plot(xs, [(r.param_bytes + r.peak_bytes) / mib for r in rows], "^--", label="sum")
+    if getattr(result, "device_memory", None) is not None:
+        left.plot(xs, [r.need_bytes / mib for r in rows], "v-", label="need (planned)")
+        left.axhline(result.device_memory / mib, color="tab:gray", linestyle=":", label="device memory")
     left.set_title("memory per worker")
     left.set_ylabel("MiB")
     right.plot(xs, [float(r.comm_bytes_per_worker) / mib for r in rows], "o-", color="tab:red", label="bytes sent")
@@ -382,13 +425,14 @@ def run(args: argparse.Namespace) -> int:
                 progress.update(task, advance=1, doing="specializing to",
                                 count=f"{args.symbol}={upcoming}" if upcoming else "")
 
+        fit = {"device_memory": args.device_memory, "cache": args.cache}
         if args.auto:
             result = auto_sweep(mod, counts, symbol=args.symbol, bind=bind, model=model, func=args.func,
                                 memory_budget=args.memory_budget, activation_budget=args.activation_budget,
-                                build=build, on_row=on_row)
+                                build=build, on_row=on_row, **fit)
         else:
             result = sweep(mod, counts, symbol=args.symbol, bind=bind, model=model, func=args.func, build=build,
-                           on_row=on_row)
+                           on_row=on_row, **fit)
     if args.json:
         import json
 
@@ -401,7 +445,10 @@ def run(args: argparse.Namespace) -> int:
             print_formulas(result, args.file, sys.stdout, console.width)
         console.print(table(result))
         print_layout_changes(result, sys.stdout, console.width)
-        sys.stdout.write(legend(any(r.build_seconds is not None for r in result.rows), console.width))
+        sys.stdout.write(legend(any(r.build_seconds is not None for r in result.rows), console.width,
+                                result.device_memory is not None))
+        if result.device_memory is not None:
+            sys.stdout.write(verdict(result, console.width))
     if args.plot:
         write_plot(result, args.plot)
         if not args.json:
