@@ -83,6 +83,11 @@ __all__ = [
 
 BACKENDS = ("sim", "tvm")
 
+#: Whether the TVM backend builds the module specialized to each count by default (``Driver(specialize=)``,
+#: ``distir run --build-once`` / ``--specialize``). A build specialized to the count runs the plan made for
+#: that count; the one symbolic build for every count dispatches on the count at run time (docs/tvm.md).
+SPECIALIZE_DEFAULT = True
+
 
 # ---------------------------------------------------------------- inputs and comparison
 
@@ -220,14 +225,14 @@ def _import_tvm(missing: str):
         raise DistirError(missing) from None
 
 
-def tvm_builder(target: Any = "llvm", *, specialize: bool = False) -> Callable[[IRModule, Mapping[str, int]], Any]:
+def tvm_builder(target: Any = "llvm", *, specialize: bool | None = None) -> Callable[[IRModule, Mapping[str, int]], Any]:
     """``build(local, values)``: the TVM build of a symbolic local-view module that runs at one count.
 
     Exports ``local`` once with ``distir.tvm.to_relax`` (``num_workers`` stays a symbolic
-    shape variable) and compiles it for ``target`` once (:mod:`distir.tvm.build_cache`): that
-    build runs at every count, so the first count pays for it and the others find it built.
-    With ``specialize``, per count it binds the sizes and compiles
-    (``BindSymbolicVars`` then ``tvm.compile``). An unknown target is one line here, before any
+    shape variable). With ``specialize`` (None: :data:`SPECIALIZE_DEFAULT`), per count it binds the
+    sizes and compiles (``BindSymbolicVars`` then ``tvm.compile``); without, it compiles the export
+    once for ``target`` (:mod:`distir.tvm.build_cache`): that build runs at every count, so the first
+    count pays for it and the others find it built. An unknown target is one line here, before any
     work; so is a clear error while ``distir.tvm`` is missing.
     """
     dtvm = _import_tvm(
@@ -242,6 +247,7 @@ def tvm_builder(target: Any = "llvm", *, specialize: bool = False) -> Callable[[
     from .tvm.targets import parse_target
 
     parse_target(target)
+    specialize = SPECIALIZE_DEFAULT if specialize is None else specialize
     exported: dict[int, tuple[IRModule, Any]] = {}
 
     def build(local: IRModule, values: Mapping[str, int]):
@@ -453,7 +459,7 @@ class Driver:
         time_passes: bool = False,
         target: Any = "llvm",
         session: str = "threads",
-        specialize: bool = False,
+        specialize: bool | None = None,
         counts: Sequence[int] | None = None,
     ):
         """``counts``: the device counts the module is for (``propagate-sharding.counts``,
@@ -476,7 +482,8 @@ class Driver:
         self._reference: tuple | None = None  # (ids of the inputs, outputs, the inputs kept alive)
         self.target = target  # what the TVM backend builds for (run(..., target=) overrides it)
         self.session = session  # the TVM backend's Disco session: "threads" or "processes"
-        self.specialize_builds = specialize  # the TVM backend builds per count (static shapes), not once
+        # the TVM backend builds per count (specialized) or once for every count (None: SPECIALIZE_DEFAULT)
+        self.specialize_builds = SPECIALIZE_DEFAULT if specialize is None else bool(specialize)
         self._artifact = None  # a loaded artifact the TVM backend runs (Driver.from_artifact)
         self._exports: dict[tuple | None, tuple[Any, float]] = {}  # sizes (None: symbolic) -> (export, seconds)
         self._builds: dict[tuple, tuple[Any, float]] = {}  # (sizes or None, target) -> (tvm.compile's result, seconds)
