@@ -351,17 +351,12 @@ def run_disco(
 
 def _step_accounting(local_mod: IRModule, func: str, values: Mapping[str, int]) -> dict:
     """The steps the exported program runs at ``values``, named and counted as the simulator names and
-    counts them (the step kinds' own bytes: distir's cost model, which the analysis evaluates). A
-    re-planned redistribute counts as the steps the export wrote for it (see ``with_plans``)."""
+    counts them (the step kinds' own bytes: distir's cost model, which the analysis evaluates): those
+    of :func:`distir.tvm.relax.export.program_at`, the plan the export runs at the count."""
     from .analysis.comm import comm_volume
-    from .analysis.errors import AnalysisError
-    from .tvm.relax.export import with_plans
+    from .tvm.relax.export import program_at
 
-    ran = with_plans(local_mod)
-    try:
-        numbers = comm_volume(ran, func).evaluate(values)
-    except AnalysisError:  # bytes known only at concrete sizes (a transfer between meshes that may overlap)
-        numbers = comm_volume(specialize(ran, dict(values)), func).evaluate(values)
+    numbers = comm_volume(program_at(local_mod, dict(values)), func).evaluate(values)
     return {"calls": dict(numbers.counts), "bytes_sent": int(numbers.total_bytes), "devices": int(numbers.num_workers)}
 
 
@@ -769,9 +764,9 @@ class Driver:
             result.timings["export"] = self._exports[sizes][1]
             result.timings["build"] = seconds
         result.disco = {"build": kind}
-        # the steps counted are those of the program specialized to the count (what the simulator runs);
-        # a symbolic build may also run re-blockings that move nothing at this count: see `transport`
-        ran = self._specialize(values)[0]
+        # the steps counted are those of the program that runs: specialized to the count, or the one build's
+        # choice at the count (the plan made for the count at 1 to 8 workers, else the plan made for every count)
+        ran = self._specialize(values)[0] if kind == "specialized" else self.local
         t0 = time.perf_counter()
         out = run_disco(built, ran, *inputs, num_workers=n, func=self.func, symbol=self.symbol,
                         seed=seed, stats=result.disco, session=session, target=target, weights=weight_set,
