@@ -83,6 +83,11 @@ __all__ = [
 
 BACKENDS = ("sim", "tvm")
 
+#: Whether the TVM backend builds the module specialized to each count by default (``Driver(specialize=)``,
+#: ``distir run --build-once`` / ``--specialize``). A build specialized to the count runs the plan made for
+#: that count; the one symbolic build for every count dispatches on the count at run time (docs/tvm.md).
+SPECIALIZE_DEFAULT = True
+
 
 # ---------------------------------------------------------------- inputs and comparison
 
@@ -220,14 +225,14 @@ def _import_tvm(missing: str):
         raise DistirError(missing) from None
 
 
-def tvm_builder(target: Any = "llvm", *, specialize: bool = False) -> Callable[[IRModule, Mapping[str, int]], Any]:
+def tvm_builder(target: Any = "llvm", *, specialize: bool | None = None) -> Callable[[IRModule, Mapping[str, int]], Any]:
     """``build(local, values)``: the TVM build of a symbolic local-view module that runs at one count.
 
     Exports ``local`` once with ``distir.tvm.to_relax`` (``num_workers`` stays a symbolic
-    shape variable) and compiles it for ``target`` once (:mod:`distir.tvm.build_cache`): that
-    build runs at every count, so the first count pays for it and the others find it built.
-    With ``specialize``, per count it binds the sizes and compiles
-    (``BindSymbolicVars`` then ``tvm.compile``). An unknown target is one line here, before any
+    shape variable). With ``specialize`` (None: :data:`SPECIALIZE_DEFAULT`), per count it binds the
+    sizes and compiles (``BindSymbolicVars`` then ``tvm.compile``); without, it compiles the export
+    once for ``target`` (:mod:`distir.tvm.build_cache`): that build runs at every count, so the first
+    count pays for it and the others find it built. An unknown target is one line here, before any
     work; so is a clear error while ``distir.tvm`` is missing.
     """
     dtvm = _import_tvm(
@@ -242,12 +247,13 @@ def tvm_builder(target: Any = "llvm", *, specialize: bool = False) -> Callable[[
     from .tvm.targets import parse_target
 
     parse_target(target)
+    specialize = SPECIALIZE_DEFAULT if specialize is None else specialize
     exported: dict[int, tuple[IRModule, Any]] = {}
 
     def build(local: IRModule, values: Mapping[str, int]):
         hit = exported.get(id(local))
         if hit is None or hit[0] is not local:
-            hit = exported[id(local)] = (local, to_relax(local))
+            hit = exported[id(local)] = (local, to_relax(local, dispatch=True))
         return build_cache.build(hit[1], target, dict(values) if specialize else None)[0]
 
     return build
@@ -268,11 +274,13 @@ def run_disco(
     target: Any = "llvm",
     weights: Any = None,
     verify_weights: bool = True,
+    dispatch: bool = False,
 ):
     """Run a TVM build on Disco from and to global arrays, as the simulator takes them.
 
-    ``built`` is what ``tvm.compile`` made of ``distir.tvm.to_relax(local_mod)`` for ``target``
-    (bound to ``num_workers`` or not); ``local_mod`` is the local-view module that was exported
+    ``built`` is what ``tvm.compile`` made of ``distir.tvm.to_relax(local_mod, dispatch=dispatch)``
+    for ``target`` (bound to ``num_workers`` or not; ``dispatch`` says which plans it runs, and so
+    which steps ``stats`` counts); ``local_mod`` is the local-view module that was exported
     (symbolic or specialized), whose recorded global signature says how to cut the inputs: as
     :func:`distir.runtime.run_spmd` cuts them (a worker outside an input's mesh gets zeros, since
     every Disco worker runs the program), and the outputs are reassembled as it reassembles
@@ -336,26 +344,21 @@ def run_disco(
     outputs = run_pieces(built, func, len(f.params), values, pieces, info, session=session, target=target,
                          presharded=presharded)
     if stats is not None:
-        stats.update(info, **_step_accounting(local_mod, func, values))
+        stats.update(info, **_step_accounting(local_mod, func, values, dispatch))
     try:
         return assemble_output(gresult.substitute(values), outputs, values, f"the result of @{func}", rtol, atol)
     except SpmdError as err:
         raise dtvm.DiscoRunError(str(err)) from None
 
 
-def _step_accounting(local_mod: IRModule, func: str, values: Mapping[str, int]) -> dict:
+def _step_accounting(local_mod: IRModule, func: str, values: Mapping[str, int], dispatch: bool) -> dict:
     """The steps the exported program runs at ``values``, named and counted as the simulator names and
-    counts them (the step kinds' own bytes: distir's cost model, which the analysis evaluates). A
-    re-planned redistribute counts as the steps the export wrote for it (see ``with_plans``)."""
+    counts them (the step kinds' own bytes: distir's cost model, which the analysis evaluates): those
+    of :func:`distir.tvm.relax.export.program_at`, the plan the export runs at the count."""
     from .analysis.comm import comm_volume
-    from .analysis.errors import AnalysisError
-    from .tvm.relax.export import with_plans
+    from .tvm.relax.export import program_at
 
-    ran = with_plans(local_mod)
-    try:
-        numbers = comm_volume(ran, func).evaluate(values)
-    except AnalysisError:  # bytes known only at concrete sizes (a transfer between meshes that may overlap)
-        numbers = comm_volume(specialize(ran, dict(values)), func).evaluate(values)
+    numbers = comm_volume(program_at(local_mod, dict(values), dispatch=dispatch), func).evaluate(values)
     return {"calls": dict(numbers.counts), "bytes_sent": int(numbers.total_bytes), "devices": int(numbers.num_workers)}
 
 
@@ -453,7 +456,7 @@ class Driver:
         time_passes: bool = False,
         target: Any = "llvm",
         session: str = "threads",
-        specialize: bool = False,
+        specialize: bool | None = None,
         counts: Sequence[int] | None = None,
     ):
         """``counts``: the device counts the module is for (``propagate-sharding.counts``,
@@ -476,7 +479,8 @@ class Driver:
         self._reference: tuple | None = None  # (ids of the inputs, outputs, the inputs kept alive)
         self.target = target  # what the TVM backend builds for (run(..., target=) overrides it)
         self.session = session  # the TVM backend's Disco session: "threads" or "processes"
-        self.specialize_builds = specialize  # the TVM backend builds per count (static shapes), not once
+        # the TVM backend builds per count (specialized) or once for every count (None: SPECIALIZE_DEFAULT)
+        self.specialize_builds = SPECIALIZE_DEFAULT if specialize is None else bool(specialize)
         self._artifact = None  # a loaded artifact the TVM backend runs (Driver.from_artifact)
         self._exports: dict[tuple | None, tuple[Any, float]] = {}  # sizes (None: symbolic) -> (export, seconds)
         self._builds: dict[tuple, tuple[Any, float]] = {}  # (sizes or None, target) -> (tvm.compile's result, seconds)
@@ -688,7 +692,7 @@ class Driver:
         if hit is None:
             local = self.local if key is None else self._specialize(dict(key))[0]
             t0 = time.perf_counter()
-            hit = self._exports[key] = (dtvm.to_relax(local), time.perf_counter() - t0)
+            hit = self._exports[key] = (dtvm.to_relax(local, dispatch=True), time.perf_counter() - t0)
         return hit[0]
 
     def build(self, count: int | Mapping[str, int] | None = None, target: Any = None, *,
@@ -762,13 +766,13 @@ class Driver:
             result.timings["export"] = self._exports[sizes][1]
             result.timings["build"] = seconds
         result.disco = {"build": kind}
-        # the steps counted are those of the program specialized to the count (what the simulator runs);
-        # a symbolic build may also run re-blockings that move nothing at this count: see `transport`
-        ran = self._specialize(values)[0]
+        # the steps counted are those of the program that runs: specialized to the count, or the one build's
+        # choice at the count (the plan made for the count at 1 to 8 workers, else the plan made for every count)
+        ran = self._specialize(values)[0] if kind == "specialized" else self.local
         t0 = time.perf_counter()
         out = run_disco(built, ran, *inputs, num_workers=n, func=self.func, symbol=self.symbol,
                         seed=seed, stats=result.disco, session=session, target=target, weights=weight_set,
-                        verify_weights=verify_weights)
+                        verify_weights=verify_weights, dispatch=True)
         result.timings["run"] = time.perf_counter() - t0
         return out
 

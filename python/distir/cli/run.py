@@ -66,9 +66,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="sim: distir's SPMD simulator (default); tvm: TVM build run on Disco")
     parser.add_argument("--target", metavar="TARGET",
                         help="with --backend tvm: the TVM target to build for (default llvm, the CPU; cuda for a GPU)")
-    parser.add_argument("--specialize", action="store_true",
-                        help="with --backend tvm: build the module specialized to N (static shapes) instead of the one "
-                             "build for every count")
+    build = parser.add_mutually_exclusive_group()
+    build.add_argument("--specialize", action="store_true",
+                       help="with --backend tvm: build the module specialized to N (static shapes; the default)")
+    build.add_argument("--build-once", action="store_true",
+                       help="with --backend tvm: build the module once for every count (num_workers symbolic, the "
+                            "plan for the count chosen at run time) instead of specialized to N")
     parser.add_argument("--artifact", metavar="DIR",
                         help="run the build `distir build` wrote into DIR (on Disco, no tvm.compile) instead of FILE; "
                              "run only artifacts from builds you trust (loading a library runs its code)")
@@ -129,11 +132,17 @@ def _artifact_flags(args: argparse.Namespace) -> None:
     if args.file is not None:
         raise UsageError("give FILE or --artifact, not both (the artifact records the module it was built from)")
     for flag, given in (("--backend sim", args.backend == "sim"), ("--target", args.target is not None),
-                        ("--specialize", args.specialize), ("--shard", bool(args.shard)),
+                        ("--specialize", args.specialize), ("--build-once", args.build_once),
+                        ("--shard", bool(args.shard)),
                         ("--shard-plan", args.shard_plan is not None), ("--symbol", args.symbol != "num_workers")):
         if given:
             raise UsageError(f"{flag} does not go with --artifact: the artifact is a TVM build, laid out and "
                              "built already")
+
+
+def _specialize_flag(args: argparse.Namespace) -> bool | None:
+    """``--specialize`` True, ``--build-once`` False, neither None (the driver's default)."""
+    return True if args.specialize else False if args.build_once else None
 
 
 def run_job(args: argparse.Namespace, out: TextIO) -> int:
@@ -161,8 +170,9 @@ def run_job(args: argparse.Namespace, out: TextIO) -> int:
     elif args.file is None:
         raise UsageError("give the module to run (FILE), or --artifact DIR")
     args.backend = args.backend or "sim"
-    if args.specialize and args.backend != "tvm":
-        raise UsageError("--specialize is for --backend tvm")
+    for flag, given in (("--specialize", args.specialize), ("--build-once", args.build_once)):
+        if given and args.backend != "tvm":
+            raise UsageError(f"{flag} is for --backend tvm")
     dims: dict[str, int] = {}
     for b in args.bind:
         dims.update(b)
@@ -250,7 +260,7 @@ def run_job(args: argparse.Namespace, out: TextIO) -> int:
         target = artifact.target.kind.name
     else:
         driver = Driver(mod, func=func, symbol=args.symbol, bind=mesh_sizes, target=target, session=session,
-                        specialize=args.specialize, counts=args.counts)
+                        specialize=_specialize_flag(args), counts=args.counts)
     driver.reference(inputs)  # wrong inputs are reported by the single-device run, before any work
     with phase(f"distributing {name} ({args.symbol} symbolic)"):
         driver.distribute()

@@ -78,9 +78,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plot", metavar="PNG", type=image_file,
                         help="draw memory and communication against the count into this PNG (matplotlib)")
     parser.add_argument("--build", action="store_true",
-                        help="also build with TVM (distir.tvm): one build for every count, which the first row pays for")
-    parser.add_argument("--specialize", action="store_true",
-                        help="with --build: compile the module specialized to each count instead")
+                        help="also build with TVM (distir.tvm): the module specialized to each count (the default)")
+    how = parser.add_mutually_exclusive_group()
+    how.add_argument("--specialize", action="store_true",
+                     help="with --build: compile the module specialized to each count (the default)")
+    how.add_argument("--build-once", action="store_true",
+                     help="with --build: one build for every count (num_workers symbolic), which the first row pays for")
     parser.add_argument("--target", metavar="TARGET",
                         help="with --build: the TVM target to compile for (default llvm; cuda compiles for a GPU, "
                              "which this machine need not have)")
@@ -385,10 +388,14 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--bind {args.symbol}={bind[args.symbol]}: {args.symbol} is the swept size; give its "
                          f"values with -n/--num-workers")
     model = CommModel(latency=args.latency, bandwidth=args.bandwidth, axes=merge_axis_costs(args.axis_cost))
-    for flag, given in (("--target", args.target is not None), ("--specialize", args.specialize)):
+    for flag, given in (("--target", args.target is not None), ("--specialize", args.specialize),
+                        ("--build-once", args.build_once)):
         if given and not args.build:
             raise UsageError(f"{flag} is for --build")
-    build = tvm_builder(args.target or "llvm", specialize=args.specialize) if args.build else None
+    from ..driver import SPECIALIZE_DEFAULT
+
+    specialize = True if args.specialize else False if args.build_once else SPECIALIZE_DEFAULT
+    build = tvm_builder(args.target or "llvm", specialize=specialize) if args.build else None
     mod = read_module(args.file)
     verify(mod)
     mod = apply_shard_plan(mod, args)

@@ -187,9 +187,10 @@ def replan_bindings(call: Call, x: Expr, var: Var, fresh, memo: dict | None = No
     return out
 
 
-def expand_replans(func: Function, exact_only: bool = True) -> Function:
+def expand_replans(func: Function, exact_only: bool = True, only=None) -> Function:
     """``func`` with each ``R.ccl.replan`` replaced by its steps (:func:`replan_bindings`). With
-    ``exact_only`` (specialize), only those whose mesh sizes and shape are all concrete."""
+    ``exact_only`` (specialize), only those whose mesh sizes and shape are all concrete; with ``only``
+    (a predicate on the call), only those it holds for."""
     op = get_step("replan").local_op
     if not any(isinstance(b.value, Call) and b.value.op is op for b in func.bindings()):
         return func
@@ -211,6 +212,8 @@ def expand_replans(func: Function, exact_only: bool = True) -> Function:
         attrs = v.attrs
         shapes = (*attrs["shape"], *(attrs.get("new_shape") or ()))
         if exact_only and not (_concrete(shapes) and _concrete(attrs["device_mesh"].shape)):
+            return None
+        if only is not None and not only(v):
             return None
         out = replan_bindings(v, v.args[0], b.var, fresh, memo)
         if not out:

@@ -691,6 +691,22 @@ def _sample_envs(names: list[str], samples, all_pairs_up_to: int) -> list[dict[s
     return [dict.fromkeys(names, v) for v in samples]
 
 
+def replan_envs(mesh_shape: tuple[Dim, ...]) -> list[dict[str, int]]:
+    """The values of the mesh's symbols at which legalize compares a redistribute's plans
+    (:data:`REPLAN_SIZES` of each symbol: all pairs for up to two symbols, else the same count for
+    all), those where every size of the mesh is at least 1: the TVM export of a symbolic module runs
+    the plan made for the count at these, the plan made for every count elsewhere."""
+    names = sorted(set().union(*(sym.free_vars(d) for d in mesh_shape)))
+    out = []
+    for env in _sample_envs(names, REPLAN_SIZES, all_pairs_up_to=2):
+        try:
+            if all(sym.evaluate(d, env) >= 1 for d in mesh_shape):
+                out.append(env)
+        except sym.SymbolicError:
+            continue
+    return out
+
+
 def replan_points(mesh_shape: tuple[Dim, ...]) -> list[tuple[int, ...]]:
     """Concrete mesh sizes at counts :data:`REPLAN_SIZES` of each symbol (all pairs for up to two
     symbols, else the same count for all)."""
@@ -789,6 +805,7 @@ def _product(sizes) -> int:
 
 __all__ = [
     "REPLAN_SIZES",
+    "replan_envs",
     "Replicate",
     "Step",
     "Timing",

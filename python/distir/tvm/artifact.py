@@ -103,7 +103,7 @@ def _sha256_copy(src_fd: int, size: int, dst: str | None, where: str) -> str:
 def _relax_hash(local: IRModule) -> str:
     from .relax.export import to_relax
 
-    return format(tvm_ffi.structural_hash(to_relax(local)), "016x")
+    return format(tvm_ffi.structural_hash(to_relax(local, dispatch=True)), "016x")
 
 
 def _functions(local: IRModule) -> list[dict]:

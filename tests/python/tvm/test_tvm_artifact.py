@@ -31,7 +31,7 @@ def llama():
 
 def test_one_build_runs_exactly_at_every_count(llama):
     mod, x = llama
-    d = Driver(mod)
+    d = Driver(mod, specialize=False)
     before = build_cache.cache_info()["builds"]
     for w in (1, 2, 3, 4, 5):
         r = d.run(x, w, backend="tvm")
@@ -47,7 +47,7 @@ def test_one_build_runs_exactly_at_every_count(llama):
 
 def test_the_cache_serves_an_equal_export_and_keeps_other_targets_apart(llama):
     mod, _ = llama
-    a, b = Driver(mod), Driver(mod)
+    a, b = Driver(mod, specialize=False), Driver(mod, specialize=False)
     assert a.export() is not b.export()  # two exports, structurally equal: one build
     assert a.build() is b.build()
     specialized = a.build(2, specialize=True)
@@ -60,7 +60,7 @@ def test_specialize_builds_per_count_with_the_same_numbers(llama):
     mod, x = llama
     d = Driver(mod, specialize=True)
     for w in (2, 3):
-        r, sym = d.run(x, w, backend="tvm"), Driver(mod).run(x, w, backend="tvm")
+        r, sym = d.run(x, w, backend="tvm"), Driver(mod, specialize=False).run(x, w, backend="tvm")
         assert r.ok and r.disco["build"] == "specialized"
         assert r.summary() == sym.summary()
         np.testing.assert_allclose(r.outputs, sym.outputs, rtol=1e-5, atol=1e-5)

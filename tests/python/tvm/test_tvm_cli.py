@@ -22,9 +22,8 @@ def test_run_reports_a_match_and_the_largest_difference(backend, capsys):
     assert "largest difference" in out
     if backend == "tvm":
         assert "tvm.compile for llvm" in out and "Disco ThreadedSession of 2 workers" in out
-        assert "(one build for every count)" in out and "all_reduce x1" in out
-        # the one build runs the re-blockings the count-2 program drops: Disco carries them too
-        assert "carried by Disco's collectives allgather x" in out and "allreduce x1" in out
+        assert "(specialized to this count)" in out and "all_reduce x1" in out
+        assert "carried by Disco's collectives allreduce x1" in out
 
 
 def test_run_reads_inputs_from_npz_by_parameter_name(tmp_path, capsys):
@@ -134,9 +133,10 @@ def test_run_on_tvm_prints_the_steps_of_the_program_specialized_to_the_count(tmp
     count (all_gather + all_reduce); the line names what Disco's collectives carried too."""
     path = tmp_path / "replanned.py"
     path.write_text(REPLANNED)
-    assert distir_main.main(["run", str(path), "-n", "2", "--backend", "tvm", "--specialize"]) == 0
-    out = capsys.readouterr().out
-    assert "(specialized to this count)" in out
-    assert ("4 workers: all_reduce x1; 576 bytes sent per worker (2304 in all); carried by Disco's collectives "
-            "allreduce x2, 2304 bytes on the wire") in out
-    assert "all_gather" not in out
+    for flag, build in (("--specialize", "(specialized to this count)"), ("--build-once", "(one build for every count)")):
+        assert distir_main.main(["run", str(path), "-n", "2", "--backend", "tvm", flag]) == 0
+        out = capsys.readouterr().out
+        assert build in out
+        assert ("4 workers: all_reduce x1; 576 bytes sent per worker (2304 in all); carried by Disco's collectives "
+                "allreduce x2, 2304 bytes on the wire") in out
+        assert "all_gather" not in out

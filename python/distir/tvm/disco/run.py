@@ -69,6 +69,27 @@ def symbolic_var_names(tvm_mod: tvm.IRModule) -> set[str]:
     return names
 
 
+#: TVM 0.27's static memory planning reuses, after an ``R.If``, storage it allocated inside one branch: a
+#: run that took the other branch then allocates from storage that was never made (a segfault in
+#: ``StorageObj::AllocTensor``). A module with branches (the export's dispatch on the count) is built
+#: without it: each tensor is allocated when it is made.
+UNSAFE_WITH_BRANCHES = ("StaticPlanBlockMemory",)
+
+
+def has_branches(tvm_mod: tvm.IRModule) -> bool:
+    """Does any Relax function of the module hold an ``R.If``?"""
+    found = []
+
+    def visit(e):
+        if isinstance(e, relax.If):
+            found.append(e)
+
+    for func in tvm_mod.functions.values():
+        if isinstance(func, relax.Function) and not found:
+            relax.analysis.post_order_visit(func, visit)
+    return bool(found)
+
+
 def specialize_and_build(tvm_mod: tvm.IRModule, values: Mapping[str, int], target: Any = DEFAULT_TARGET):
     """``BindSymbolicVars(values)`` then ``tvm.compile`` for ``target``: one device count's build.
 
@@ -81,7 +102,13 @@ def specialize_and_build(tvm_mod: tvm.IRModule, values: Mapping[str, int], targe
     used = {k: int(v) for k, v in values.items() if k in present}
     bound = relax.transform.BindSymbolicVars(used)(tvm_mod) if used else tvm_mod
     try:
-        return tvm.compile(bound, target=tvm_target)
+        if not has_branches(bound):
+            return tvm.compile(bound, target=tvm_target)
+        ctx = tvm.transform.PassContext.current()
+        disabled = sorted({*ctx.disabled_pass, *UNSAFE_WITH_BRANCHES})
+        with tvm.transform.PassContext(opt_level=ctx.opt_level, config=dict(ctx.config), disabled_pass=disabled,
+                                       instruments=list(ctx.instruments)):
+            return tvm.compile(bound, target=tvm_target)
     except Exception as err:  # noqa: BLE001 - TVM's lowering and code generators raise many types
         raise TargetError(f"tvm.compile for target '{describe(target)}' failed: {tvm_message(err)}") from None
 

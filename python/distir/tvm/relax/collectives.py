@@ -271,11 +271,11 @@ def emit_local_partial(c: _Collective) -> relax.Expr:
 
 @_axis_collective
 def emit_regroup(c: _Collective) -> relax.Expr:
-    """Nothing when the two blockings agree at the sizes the module is exported for; otherwise
-    Disco's allgather of the group's pieces, the dim cut to its extent and padded to the new
-    blocks, and a slice of this worker's new block. With symbolic sizes the blockings may agree
-    at some counts only, and Relax's dataflow has no branch on sizes: the gather then runs at
-    every count (export the specialized module to drop it where it moves nothing)."""
+    """Nothing when the two blockings agree; otherwise Disco's allgather of the group's pieces, the dim
+    cut to its extent and padded to the new blocks, and a slice of this worker's new block. With
+    symbolic sizes the blockings may agree at some counts only: outside dataflow (where the export
+    puts such a re-blocking) the choice is an ``R.If`` on the sizes at run time, so it moves nothing
+    where the program specialized to the count has dropped it."""
     from ...ops.collectives import regroup_blocks
 
     attrs = c.attrs
@@ -283,11 +283,18 @@ def emit_regroup(c: _Collective) -> relax.Expr:
     before, after = regroup_blocks(attrs)
     if sym.equal(before, after):
         return c.x
-    gathered = c.ex.emit(c.merge(c.members(), axis, _with_extent(c.xt, axis, attrs["extent"])))
-    shape = list(c.xt.shape)
-    shape[axis] = attrs["extent"]
-    padded = c.pad(gathered, axis, shape, sym.mul(c.groups.size, after))
-    return c.own_block(padded, axis, after)
+
+    def gather() -> relax.Expr:
+        gathered = c.ex.emit(c.merge(c.members(), axis, _with_extent(c.xt, axis, attrs["extent"])))
+        shape = list(c.xt.shape)
+        shape[axis] = attrs["extent"]
+        padded = c.pad(gathered, axis, shape, sym.mul(c.groups.size, after))
+        return c.ex.emit(c.own_block(padded, axis, after))
+
+    if c.ex.in_dataflow or not c.ex.dispatch:
+        return gather()
+    agree = tirx.EQ(_p(c.ex.dim(before)), _p(c.ex.dim(after)))
+    return c.ex.choose([(agree, lambda: c.x)], gather)
 
 
 def exchange_codes(placement) -> list:

@@ -26,6 +26,8 @@ class Exporter(Protocol):
     """What an emitter may use of the function being exported."""
 
     plan: SessionPlan  # the Disco session of the module: a collective's groups of workers
+    in_dataflow: bool  # whether bindings go into a dataflow block now (no R.If there)
+    dispatch: bool  # whether a choice by the count is made at run time (R.If; to_relax(dispatch=True))
 
     def value(self, e: Expr) -> relax.Expr:
         """The Relax form of an argument (a variable bound before, or a constant)."""
@@ -50,6 +52,10 @@ class Exporter(Protocol):
 
     def relax_type(self, t: Type) -> relax.Type:
         """The Relax type of a distir type."""
+
+    def choose(self, arms, otherwise) -> relax.Expr:
+        """``R.If`` on each ``(condition, build)`` arm in turn (a boolean PrimExpr of the sizes; ``build()``
+        emits the branch and returns its value), else ``otherwise()``: a choice made at run time."""
 
     def error(self, msg: str) -> TvmExportError:
         """An export error naming the binding being emitted."""

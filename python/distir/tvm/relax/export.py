@@ -57,19 +57,28 @@ from ..errors import TvmExportError, tvm_message
 from .emitter import Exporter
 from .session import SessionPlan
 
-__all__ = ["DISCO_LAYOUT_FUNC", "SIZE_PREFIX", "to_relax", "with_plans"]
+__all__ = ["DISCO_LAYOUT_FUNC", "SIZE_PREFIX", "program_at", "to_relax", "with_plans"]
 
-def to_relax(local_mod: IRModule) -> tvm.IRModule:
-    """The TVM Relax form of a local-view module, symbolic or specialized (module docstring)."""
+def to_relax(local_mod: IRModule, *, dispatch: bool = False) -> tvm.IRModule:
+    """The TVM Relax form of a local-view module, symbolic or specialized (module docstring).
+
+    Symbolic, by default each re-planned redistribute runs the plan made for every count and each
+    re-blocking gathers at every count: the module has no branch, and any TVM pipeline builds it.
+    With ``dispatch`` (distir's own one build for every count) they choose at run time by the count
+    (``R.If`` on the sizes, outside dataflow), so the one build moves at each count what a build for
+    that count moves (:func:`program_at`). TVM 0.27's ``StaticPlanBlockMemory`` must then be off:
+    it reuses storage across an ``If``'s branches and the run segfaults (docs/tvm.md);
+    :func:`distir.tvm.disco.run.specialize_and_build` and distir's build cache turn it off."""
     from ... import ops  # noqa: F401  (declares every op)
     from .ops import emit_op  # noqa: F401  (the op table, loaded before the first binding)
 
     check_local_view(local_mod)
-    local_mod = with_plans(local_mod)
-    plan = SessionPlan.for_module(local_mod)
+    if not dispatch:
+        local_mod = with_plans(local_mod)
+    plan = SessionPlan.for_module(with_plans(local_mod))  # the meshes the plans' steps run on
     bb = relax.BlockBuilder()
     for func in local_mod.functions.values():
-        _FunctionExporter(bb, func, plan).run()
+        _FunctionExporter(bb, _split_for_dispatch(func) if dispatch else func, plan, dispatch).run()
     _emit_layout_function(bb, plan)
     out = bb.finalize()
     try:
@@ -79,16 +88,86 @@ def to_relax(local_mod: IRModule) -> tvm.IRModule:
     return out
 
 
-def with_plans(mod: IRModule) -> IRModule:
-    """Each ``R.ccl.replan`` (a redistribute planned for the bound count) as the steps of its plan:
-    the plan for the module's sizes when they are concrete (specialize wrote those already), else
-    the plan made for every count. Specialize before export to run the plan for the count."""
+def with_plans(mod: IRModule, values: dict[str, int] | None = None) -> IRModule:
+    """Each ``R.ccl.replan`` (a redistribute planned for the bound count) as the steps of the plan made
+    for every count. With ``values``, only those the export runs that plan for at ``values`` (its mesh's
+    sizes outside :func:`replan_envs`); the others are left for specialize to plan for the count."""
     from ...transform.legalize_redistribute import expand_replans
 
-    funcs = {name: expand_replans(f, exact_only=False) for name, f in mod.functions.items()}
+    def general_at(call: Call) -> bool:
+        return values is None or not _dispatched_at(call.attrs["device_mesh"], values)
+
+    funcs = {name: expand_replans(f, exact_only=False, only=general_at) for name, f in mod.functions.items()}
     if all(funcs[n] is f for n, f in mod.functions.items()):
         return mod
     return mod.replace(functions=funcs)
+
+
+def program_at(mod: IRModule, values: dict[str, int], *, dispatch: bool = True) -> IRModule:
+    """The distir program the export of ``mod`` runs at ``values``: ``mod`` specialized to them when
+    it is exported specialized. Exported symbolic without ``dispatch`` (:func:`to_relax`'s default),
+    the plans made for every count, ``mod``'s re-blockings kept (not specialized: its steps are
+    counted from the symbolic formulas at ``values``). Exported with ``dispatch``, each re-planned redistribute runs the plan made
+    for the count where its mesh's sizes are among :func:`replan_envs` (1 to 8 workers) and the plan
+    made for every count elsewhere, and each re-blocking moves nothing where its blockings agree at
+    the count (the export's run-time dispatch). Its steps and bytes are what Disco's collectives
+    carry (docs/tvm.md)."""
+    from ...transform.specialize import specialize
+
+    if not dispatch:
+        return with_plans(mod)
+    return specialize(with_plans(mod, values), values)
+
+
+def _dispatched_at(mesh: DeviceMesh, values: dict[str, int]) -> bool:
+    """Does the export run the plan made for the count at ``values`` on ``mesh``?"""
+    from ...transform.redistribute_plan import replan_envs
+
+    names = set().union(*(sym.free_vars(d) for d in mesh.shape))
+    if not names:
+        return True  # concrete: specialize's plan is the export's
+    return {k: values.get(k) for k in names} in replan_envs(mesh.shape)
+
+
+def _dispatches(b: Binding) -> bool:
+    """A binding whose Relax form chooses at run time by the count: a re-planned redistribute on a
+    mesh of symbolic sizes, or a re-blocking whose blockings agree at some counts only."""
+    from ...ir.steps import get_step
+    from ...ops.collectives import regroup_blocks
+
+    v = b.value
+    if not isinstance(v, Call):
+        return False
+    if v.op is get_step("replan").local_op:
+        return any(sym.is_symbolic(d) for d in v.attrs["device_mesh"].shape)
+    if v.op is get_step("regroup").local_op:
+        before, after = regroup_blocks(v.op.full_attrs(v.attrs))
+        return not sym.equal(before, after) and (sym.is_symbolic(before) or sym.is_symbolic(after))
+    return False
+
+
+def _split_for_dispatch(func: Function) -> Function:
+    """``func`` with each binding that dispatches on the count in a block of its own outside dataflow
+    (Relax allows ``R.If`` only there); the dataflow blocks around it are kept."""
+    from ...ir.expr import Block
+
+    blocks, changed = [], False
+    for block in func.blocks:
+        if not block.is_dataflow or not any(_dispatches(b) for b in block.bindings):
+            blocks.append(block)
+            continue
+        changed, run = True, []
+        for b in block.bindings:
+            if _dispatches(b):
+                if run:
+                    blocks.append(Block(tuple(run), True))
+                    run = []
+                blocks.append(Block((b,), False))
+            else:
+                run.append(b)
+        if run:
+            blocks.append(Block(tuple(run), True))
+    return func.replace(blocks=tuple(blocks)) if changed else func
 
 
 def size_names(exprs) -> list[str]:
@@ -172,13 +251,14 @@ def function_dims(func: Function):
 class _FunctionExporter(Exporter):
     """Emits one distir function into a BlockBuilder; the op table calls back into it."""
 
-    def __init__(self, bb: relax.BlockBuilder, func: Function, plan: SessionPlan):
+    def __init__(self, bb: relax.BlockBuilder, func: Function, plan: SessionPlan, dispatch: bool = False):
         self.bb = bb
         self.func = func
         self.plan = plan
         dims = list(function_dims(func))
         used = set().union(*(sym.free_vars(d) for d in dims)) if dims else set()
-        self.uses_worker_id = any(is_worker_var(n) for n in used) or _needs_worker(func, plan)
+        self.uses_worker_id = any(is_worker_var(n) for n in used) or _needs_worker(func, plan) or any(
+            isinstance(b.value, Call) and b.value.op.name == "ccl.replan" for b in func.bindings())
         # a worker's position in each mesh listed out of order (collectives may need it too)
         self.position_names = sorted({position_var_name(m) for m in plan.meshes if not ids_are_contiguous(m)})
         # a collective may gather from every worker of the session, whose size may name a mesh size the
@@ -193,6 +273,7 @@ class _FunctionExporter(Exporter):
         self._scalars: dict[Any, relax.Expr] = {}
         self.binding: Binding | None = None
         self.in_dataflow = False
+        self.dispatch = dispatch
 
     # -------------------------------------------------------------- helpers for the op table
 
@@ -348,7 +429,10 @@ class _FunctionExporter(Exporter):
         from .ops import emit_op
 
         self.binding = b
-        if isinstance(b.value, Call):
+        if isinstance(b.value, Call) and b.value.op.name == "ccl.replan":
+            expr = self._replan(b)
+            self.binding = b
+        elif isinstance(b.value, Call):
             expr = emit_op(self, b.value)
         else:
             expr = self.value(b.value)
@@ -368,6 +452,71 @@ class _FunctionExporter(Exporter):
                 var = self.bb.emit_output(var, name_hint=name)
         self.env[b.var] = var
         self.binding = None
+
+    # -------------------------------------------------------------- dispatch on the count at run time
+
+    def choose(self, arms, otherwise) -> relax.Expr:
+        """``R.If`` on each arm's condition (a boolean PrimExpr of the sizes) in turn, else ``otherwise``:
+        each a function that emits its branch's bindings and returns its value. Outside dataflow only."""
+        if self.in_dataflow:
+            raise self.error("a choice on the count inside a dataflow block (the export splits blocks first)")
+        (cond, build), rest = arms[0], arms[1:]
+        then = self._branch(build)
+        other = self._branch((lambda: self.emit(self.choose(rest, otherwise))) if rest else otherwise)
+        return relax.If(relax.prim_value(cond), then, other)
+
+    def _branch(self, build) -> relax.SeqExpr:
+        saved = dict(self._scalars)  # values made in a branch are not visible after it
+        self.bb._begin_binding_block()
+        try:
+            result = build()
+        finally:
+            block = self.bb._end_block()
+            self._scalars = saved
+        return relax.SeqExpr([block], result)
+
+    def _replan(self, b: Binding) -> relax.Expr:
+        """A re-planned redistribute: the plan made for each count of :func:`replan_envs` where the count
+        is that (what specialize writes there), the plan made for every count elsewhere."""
+        from ...transform.legalize_redistribute import replan_bindings
+        from ...transform.redistribute_plan import replan_envs
+
+        call, var = b.value, b.var
+        mesh = call.attrs["device_mesh"]
+        names = iter(range(1 << 30))
+
+        def fresh(hint: str) -> str:
+            return f"{hint}_{next(names)}"
+
+        def run(bindings, result: Var, x: Expr) -> relax.Expr:
+            for step in bindings:
+                self.bind(step, False)
+            return self.env[result] if bindings else self.value(x)
+
+        def at(env: dict[str, int]) -> relax.Expr:
+            concrete = mesh.substitute(env)
+            x = call.args[0]
+            xk = Var(fresh(x.name), x.type.substitute(env), x.span)
+            self.env[xk] = self.bb.match_cast(self.value(x), self.relax_type(xk.type), name_hint=xk.name)
+            vk = Var(fresh(var.name), var.type.substitute(env), var.span)
+            attrs = dict(call.attrs)
+            attrs["device_mesh"] = concrete
+            steps = replan_bindings(Call(call.op, (xk,), attrs, call.span), xk, vk, fresh)
+            # the session here is the one of this count: its meshes at these sizes
+            saved = self.plan
+            self.plan = SessionPlan(sym.normalize(sym.substitute(saved.total, env)),
+                                    tuple(m.substitute(env) for m in saved.meshes))
+            try:
+                return run(steps, vk, xk)
+            finally:
+                self.plan = saved
+
+        def general() -> relax.Expr:
+            return run(replan_bindings(call, call.args[0], var, fresh), var, call.args[0])
+
+        arms = [(_all_equal(self.dims([sym.var(n) for n in sorted(env)]), list(env.values())), lambda env=env: at(env))
+                for env in replan_envs(mesh.shape)]
+        return self.choose(arms, general) if arms else general()
 
     def _emit_worker_id(self) -> None:
         shape = self.bb.emit(
@@ -459,6 +608,15 @@ def _proves_same(have, want: Dim) -> bool:
 
 
 
+def _all_equal(dims, values) -> Any:
+    """The boolean PrimExpr ``dims[0] == values[0] and ...``."""
+    cond = None
+    for d, v in zip(dims, values):
+        eq = tirx.EQ(_prim(d), tirx.IntImm("int64", v))
+        cond = eq if cond is None else tirx.And(cond, eq)
+    return cond
+
+
 def _used_after_each_block(f: Function) -> list[set[Var]]:
     """For block i: the vars bound in it that later blocks or the result read."""
     from ...ir.expr import leaf_vars
@@ -484,7 +642,8 @@ def _needs_worker(func: Function, plan: SessionPlan) -> bool:
     """Collectives whose Relax form reads the worker's own coordinate."""
     from .collectives import needs_worker_id
 
-    return any(isinstance(b.value, Call) and needs_worker_id(b.value, plan) for b in func.bindings())
+    return any(isinstance(b.value, Call) and b.value.op.name != "ccl.replan" and needs_worker_id(b.value, plan)
+               for b in func.bindings())
 
 
 def check_local_view(mod: IRModule) -> None:
