@@ -106,17 +106,16 @@ def with_plans(mod: IRModule, values: dict[str, int] | None = None) -> IRModule:
 def program_at(mod: IRModule, values: dict[str, int], *, dispatch: bool = True) -> IRModule:
     """The distir program the export of ``mod`` runs at ``values``: ``mod`` specialized to them when
     it is exported specialized. Exported symbolic without ``dispatch`` (:func:`to_relax`'s default),
-    the plans made for every count, ``mod``'s re-blockings kept (not specialized: its steps are
-    counted from the symbolic formulas at ``values``). Exported with ``dispatch``, each re-planned redistribute runs the plan made
+    the plans made for every count, specialized to ``values`` (where a re-blocking's blockings agree
+    at ``values`` this program drops it, while that export still gathers: its bytes are not
+    counted). Exported with ``dispatch``, each re-planned redistribute runs the plan made
     for the count where its mesh's sizes are among :func:`replan_envs` (1 to 8 workers) and the plan
     made for every count elsewhere, and each re-blocking moves nothing where its blockings agree at
     the count (the export's run-time dispatch). Its steps and bytes are what Disco's collectives
     carry (docs/tvm.md)."""
     from ...transform.specialize import specialize
 
-    if not dispatch:
-        return with_plans(mod)
-    return specialize(with_plans(mod, values), values)
+    return specialize(with_plans(mod, None if not dispatch else values), values)
 
 
 def _dispatched_at(mesh: DeviceMesh, values: dict[str, int]) -> bool:
