@@ -158,7 +158,7 @@ def damage_manifest(d: Path, rng: random.Random) -> str:
 
 
 def damage_file(d: Path, rng: random.Random) -> str:
-    files = sorted(p for p in d.rglob("*.bin"))
+    files = sorted(p for p in d.rglob("*.bin") if p.is_file() and not p.is_symlink())
     if not files:
         return "no data file"
     f = rng.choice(files)

@@ -249,8 +249,9 @@ def test_cli_device_memory_marks_fit_and_names_the_smallest(capsys):
 
 @pytest.mark.parametrize("size, why", [("80XB", "'80XB': unknown unit 'XB'"), ("lots", "'lots': not a size")])
 def test_cli_bad_device_memory_is_one_line(size, why, capsys):
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as exit_info:
         distir_main.main(["sweep", str(examples.path("mlp")), "--device-memory", size])
+    assert exit_info.value.code == 2  # argparse's usage error
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("distir sweep: error: argument --device-memory: " + why)
     assert "Traceback" not in "\n".join(err)
