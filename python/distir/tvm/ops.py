@@ -17,13 +17,14 @@ import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+import numpy as np
 import tvm
 from tvm import relax
 
 from ..errors import DistirError
 from ..ir import sym
 from ..ir.combine import dtype_class
-from ..ir.expr import Call
+from ..ir.expr import Call, Constant
 from ..ir.layout import depends_on_worker
 from ..ir.op import OpDef, RelaxForm, all_ops
 from ..ir.types import TensorType
@@ -36,6 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "emit_op",
     "emit_extremum",
+    "emit_full",
     "emit_negative",
     "emit_reduction",
     "emit_relax_form",
@@ -240,6 +242,20 @@ def emit_rms_norm(ex: _FunctionExporter, call: Call) -> relax.Expr:
     data = ex.emit(relax.op.reshape(ex.value(call.args[0]), row))
     out = ex.emit(relax.op.nn.rms_norm(data, ex.value(call.args[1]), axes=[-1], epsilon=attrs["epsilon"]))
     return relax.op.reshape(out, relax.ShapeExpr([_p(ex.dim(x.shape[0]))]))
+
+
+def emit_full(ex: _FunctionExporter, call: Call) -> relax.Expr:
+    """``relax.op.full``; a constant fill of inf or nan (a float16 ``-1e9`` mask) is broadcast instead,
+    since TVM 0.27's legalization of ``full`` fails on a non-finite fill (``topi.full`` reads the dtype
+    as a string)."""
+    fill = call.args[1]
+    if not isinstance(fill, Constant) or np.all(np.isfinite(np.asarray(fill.data, dtype=np.float64))):
+        return emit_relax_form(ex, call)
+    dtype = call.op.full_attrs(call.attrs)["dtype"] or str(fill.data.dtype)
+    value = ex.value(fill)
+    if str(fill.data.dtype) != dtype:
+        value = ex.emit(relax.op.astype(value, dtype))
+    return relax.op.broadcast_to(value, ex.value(call.args[0]))
 
 
 def emit_triangle(ex: _FunctionExporter, call: Call) -> relax.Expr:
