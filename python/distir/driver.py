@@ -72,6 +72,7 @@ __all__ = [
     "compare",
     "compare_outputs",
     "flat_outputs",
+    "one_device_module",
     "random_inputs",
     "run_disco",
     "tvm_builder",
@@ -131,6 +132,21 @@ class Comparison:
     ok: bool
     max_diff: float
     mismatch: str | None = None  # "output 1 differs ...", in words
+    #: the largest difference from each reference compared with, by name, where there were several
+    #: (a TVM run: the interpreter and TVM's own one-device build)
+    references: Mapping[str, float] = field(default_factory=dict)
+
+    def __and__(self, other: Comparison) -> Comparison:
+        """Both comparisons: a match when both match; the first mismatch; each reference's difference."""
+        refs = {**self.references, **other.references}
+        return Comparison(self.ok and other.ok, max(self.max_diff, other.max_diff),
+                          self.mismatch if self.mismatch is not None else other.mismatch, refs)
+
+    def differences(self) -> str:
+        """``largest difference 3.06`` or, with several references, each one's (``... from the interpreter, ...``)."""
+        if len(self.references) < 2:
+            return f"largest difference {self.max_diff:.3g}"
+        return "largest difference " + ", ".join(f"{d:.3g} from {name}" for name, d in self.references.items())
 
 
 #: (rtol, atol) a comparison uses by default, by the expected output's dtype: half precision
@@ -150,15 +166,21 @@ def default_tolerance(dtype) -> tuple[float, float]:
 
 
 def compare(got, expected, rtol: float | None = None, atol: float | None = None, *,
-            absolute_atol: bool = False) -> Comparison:
+            absolute_atol: bool = False, reduction_length: float = 0.0,
+            reference: str = "the single-device result") -> Comparison:
     """Compare outputs (nested tuples flattened in order) with ``np.allclose`` (NaNs equal).
 
     ``atol`` is relative to the largest expected magnitude of each output (sharded sums add
-    in another order, so float32 results differ by rounding relative to their scale),
+    in another order, so float results differ by rounding relative to their scale),
     unless ``absolute_atol``. Booleans must be equal; their difference counts elements.
     ``rtol``/``atol`` left None take each output's dtype's :func:`default_tolerance` (integers
-    exact, float16 and bfloat16 looser than float32).
+    exact, float16 and bfloat16 looser than float32), and ``atol`` at least what rounding allows a
+    program whose reductions add ``reduction_length`` terms in all
+    (:func:`distir.analysis.rounding.rounding_bound`: the dtype's unit roundoff times the square
+    root of the length). ``reference`` names what ``expected`` is, in the mismatch's words.
     """
+    from .analysis.rounding import rounding_bound
+
     got, expected = flat_outputs(got), flat_outputs(expected)
     ok, worst = len(got) == len(expected), 0.0
     first = None if ok else f"{len(got)} outputs, expected {len(expected)}"
@@ -167,10 +189,12 @@ def compare(got, expected, rtol: float | None = None, atol: float | None = None,
         if g.shape != e.shape:
             return Comparison(False, float("inf"), first or f"output {i} has shape {g.shape}, expected {e.shape}")
         if e.dtype == bool or g.dtype == bool:
-            diff, scale = float(np.count_nonzero(g != e)), 1.0
+            diff, scale, tol, r = float(np.count_nonzero(g != e)), 1.0, 0.0, 0.0
             good = diff == 0
         else:
             d_rtol, d_atol = default_tolerance(e.dtype)
+            if atol is None and d_atol > 0:
+                d_atol = max(d_atol, rounding_bound(str(e.dtype), reduction_length))
             r = d_rtol if rtol is None else rtol
             a = d_atol if atol is None else atol
             g64, e64 = g.astype(np.float64), e.astype(np.float64)
@@ -180,12 +204,12 @@ def compare(got, expected, rtol: float | None = None, atol: float | None = None,
             good = bool(np.allclose(g64, e64, rtol=r, atol=tol, equal_nan=True))
         if not good and first is None:
             first = (
-                f"output {i} differs from the single-device result (max abs difference {diff:g}, "
-                f"largest |value| {scale:g})"
+                f"output {i} differs from {reference} (max abs difference {diff:g}, "
+                f"largest |value| {scale:g}, allowed {tol:g} + {r:g} x |value|)"
             )
         ok &= good
         worst = max(worst, diff)
-    return Comparison(ok, worst, first)
+    return Comparison(ok, worst, first, {reference: worst})
 
 
 def compare_outputs(got, expected, rtol: float | None = None, atol: float | None = None) -> tuple[bool, float]:
@@ -372,6 +396,35 @@ def _is_weight_set(weights: Any) -> bool:
     return isinstance(weights, (str, os.PathLike))
 
 
+#: the references a run is compared with, as a mismatch names them
+INTERPRETER = "the single-device result (distir's interpreter)"
+TVM_ONE_DEVICE = "TVM's own one-device build"
+
+
+def _half_precision(outputs) -> bool:
+    """Whether an output is float16 or bfloat16."""
+    return any(str(np.asarray(o).dtype) in ("float16", "bfloat16") for o in flat_outputs(outputs))
+
+
+def one_device_module(mod: IRModule) -> IRModule:
+    """``mod`` as one device runs it: no mesh, no layout, no hint, no redistribute (each reads its
+    input). What TVM builds of it is TVM's own single-device program, the reference a Disco run is
+    held to (TVM's half-precision kernels round otherwise than distir's interpreter)."""
+    from .ir.expr import Call
+    from .transform.layout_choice.auto_shard import strip_layouts
+    from .transform.rewrite import map_bindings
+
+    def moves(b, env):
+        v = b.value
+        if isinstance(v, Call) and v.op.name in ("dist.redistribute", "dist.replicate"):
+            env[b.var] = v.args[0]
+            return []
+        return None
+
+    funcs = {name: map_bindings(f, moves) for name, f in mod.functions.items()}
+    return strip_layouts(mod.replace(functions=funcs)).replace(global_infos={})
+
+
 # ---------------------------------------------------------------- one count's result
 
 
@@ -449,6 +502,9 @@ class Driver:
         self._exports: dict[tuple, tuple[Any, float]] = {}  # sizes -> (the specialized module's export, seconds)
         self._builds: dict[tuple, tuple[Any, float]] = {}  # (sizes, target) -> (tvm.compile's result, seconds)
         self._weight_sets: dict[str, tuple[Any, list]] = {}  # a pre-sharded set's directory -> (its stamp, weights)
+        self._one_device: Driver | None = None  # the module as one device runs it, for TVM's own build
+        self._tvm_reference: dict[str, tuple] = {}  # target -> (ids of the inputs, outputs, the inputs kept alive)
+        self._reduction_length = None  # the formula of the terms the function's reductions add
 
     # -- distribute once
 
@@ -560,6 +616,37 @@ class Driver:
             self._reference = (key, run_single(self.mod, *inputs, func=self.func), list(inputs))
         return self._reference[1]
 
+    def tvm_reference(self, inputs: Sequence[Any], target: Any = None) -> Any:
+        """The outputs of TVM's own build of the module on one device (:func:`one_device_module`: no
+        mesh, no collective), for ``target``, on every argument (``inputs`` and weights, as
+        :meth:`reference` takes them); built once, cached for the same inputs."""
+        target = self.target if target is None else target
+        if self._one_device is None:
+            self._one_device = Driver(one_device_module(self.mod), func=self.func, target=target)
+        one = self._one_device
+        key = tuple(map(id, inputs))
+        hit = self._tvm_reference.get(str(target))
+        if hit is None or hit[0] != key:
+            built = one.build({}, target)
+            out = run_disco(built, one.local, *inputs, num_workers=1, func=self.func, target=target)
+            hit = self._tvm_reference[str(target)] = (key, out, list(inputs))
+        return hit[1]
+
+    def rounding_length(self, inputs: Sequence[Any]) -> float:
+        """The number of terms the function's reductions add on ``inputs`` (its sizes bound by them),
+        for the rounding a comparison allows (:mod:`distir.analysis.rounding`); 0 where a size is
+        not known from the inputs."""
+        from .analysis.rounding import reduction_length
+
+        if self._reduction_length is None:
+            self._reduction_length = reduction_length(self.mod, self.func)
+        f = self.mod[self.func]
+        try:
+            values = bind_params(f, list(inputs))[1]
+            return float(sym.evaluate(self._reduction_length, values))
+        except (DistirError, KeyError, TypeError, ValueError):
+            return 0.0
+
     def run(
         self,
         inputs: Sequence[Any],
@@ -573,6 +660,7 @@ class Driver:
         weights: Sequence[Any] | Mapping[str, Any] | str | os.PathLike | None = None,
         target: Any = None,
         session: str | None = None,
+        tvm_reference: bool | None = None,
     ) -> CountResult:
         """Specialize to ``count``, run on ``backend``, compare with :meth:`reference`.
 
@@ -584,6 +672,13 @@ class Driver:
         single-device run compared with takes the set's pieces put back together.
         ``target`` (default: the driver's, "llvm") and ``session`` ("threads" or "processes";
         default: the driver's) choose the TVM backend's build and Disco session.
+
+        The outputs are compared with the interpreter's, within the dtype's tolerance widened by
+        what rounding allows the function's reductions (:func:`compare`'s ``reduction_length``).
+        A TVM run is also compared with TVM's own one-device build (:meth:`tvm_reference`; a
+        mismatch names the reference that differs): always with ``tvm_reference=True``, by default
+        (None) where an output is float16 or bfloat16, whose TVM kernels round otherwise than the
+        interpreter (float32 and wider agree to 1e-5, and the second build would double the time).
         """
         if backend not in BACKENDS:
             raise DistirError(f"unknown backend '{backend}' (known: {', '.join(BACKENDS)})")
@@ -610,7 +705,13 @@ class Driver:
             n = values.get(self.symbol, 0) if isinstance(count, Mapping) else int(count)
             run_inputs = given if weight_set is not None else inputs
             result.outputs = self._run_disco(run_inputs, values, n, seed, result, target, session, weight_set)
-        result.comparison = compare(result.outputs, expected, rtol, atol, absolute_atol=absolute_atol)
+        length = self.rounding_length(inputs)
+        result.comparison = compare(result.outputs, expected, rtol, atol, absolute_atol=absolute_atol,
+                                    reduction_length=length, reference=INTERPRETER)
+        if backend == "tvm" and (tvm_reference or (tvm_reference is None and _half_precision(expected))):
+            own = self.tvm_reference(inputs, target)
+            result.comparison &= compare(result.outputs, own, rtol, atol, absolute_atol=absolute_atol,
+                                         reduction_length=length, reference=TVM_ONE_DEVICE)
         return result
 
     def export(self, count: int | Mapping[str, int]):
