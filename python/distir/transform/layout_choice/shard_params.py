@@ -408,7 +408,7 @@ class ShardParams(ModulePass):
             else:
                 placement = best.placement
                 try:
-                    placement.validate(mesh.ndim, len(t.shape))
+                    placement.validate(mesh.ndim, len(t.shape), shape=t.shape)  # a strided part count must divide
                     check_partial(placement, t.dtype, "the layout")
                 except PlacementError as err:
                     raise ShardPlanError(
