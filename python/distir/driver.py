@@ -757,7 +757,8 @@ class Driver:
         result.timings["build"] = 0.0 if cached else self._builds[(key, str(target))][1]
         result.disco = {}
         t0 = time.perf_counter()
-        out = run_disco(built, self.local, *inputs, num_workers=n, func=self.func, symbol=self.symbol,
+        exported = self._specialize(values)[0]  # the module the build was exported from: its steps are counted
+        out = run_disco(built, exported, *inputs, num_workers=n, func=self.func, symbol=self.symbol,
                         seed=seed, stats=result.disco, session=session, target=target, weights=weight_set)
         result.timings["run"] = time.perf_counter() - t0
         return out
