@@ -130,10 +130,16 @@ _TAKE_MODES = ("fast", "wrap", "clip")  # what Relax's take knows
 
 
 def emit_take(ex: _FunctionExporter, call: Call) -> relax.Expr:
-    """``relax.op.take``, for the modes it has."""
-    mode = call.op.full_attrs(call.attrs)["mode"]
+    """``relax.op.take``, for the modes it has. Mode "fast" is emitted as "clip": the same rows for the
+    in-range indices "fast" requires (the interpreter refuses others before any run), no read past the
+    table for others, and no TVM warning on every build ("Fast mode segfaults when there are
+    out-of-bounds indices", logged by topi's take once per legalized lookup)."""
+    attrs = call.op.full_attrs(call.attrs)
+    mode = attrs["mode"]
     if mode not in _TAKE_MODES:
         raise ex.error(f"Relax's take has no mode \"{mode}\" (it has {', '.join(_TAKE_MODES)})")
+    if mode == "fast":
+        return emit_relax_form(ex, Call(call.op, call.args, {**attrs, "mode": "clip"}, call.span))
     return emit_relax_form(ex, call)
 
 
@@ -295,7 +301,7 @@ def emit_shard_take(ex: _FunctionExporter, call: Call) -> relax.Expr:
     high = ex.emit(relax.op.less(local, ex.scalar(rows, it.dtype)))
     mine = ex.emit(relax.op.logical_and(low, high))
     safe = ex.emit(relax.op.where(mine, local, ex.const(0, it.dtype)))
-    got = ex.emit(relax.op.take(x, safe, axis=axis))
+    got = ex.emit(relax.op.take(x, safe, axis=axis, mode="clip"))  # indices made safe: in range
     mask_shape = [1] * axis + list(it.shape) + [1] * (xt.ndim - axis - 1)
     mask = ex.emit(relax.op.reshape(mine, relax.ShapeExpr([_p(d) for d in ex.dims(mask_shape)])))
     return relax.op.where(mask, got, ex.const(0, xt.dtype))
