@@ -168,7 +168,13 @@ class ShardedSet:
         return [p["name"] for p in self.meta["params"]]
 
     def piece(self, index: int, worker: int) -> np.ndarray:
-        """Weight ``index``'s piece on ``worker``, read from its file alone."""
+        """Weight ``index``'s piece on ``worker``, read from its file alone; an index or worker the set
+        lacks is one line."""
+        weights = len(self.meta["params"])
+        for what, value, count in (("weight", index, weights), ("worker", worker, self.workers)):
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < count:
+                raise WeightsError(f"pre-sharded weights '{self.directory}': no {what} {value!r} "
+                                   f"(the set has {what}s 0..{count - 1})")
         path, offset, nbytes, shape, dtype = self.records[record_name(index, worker, self.workers)]
         dt = np.dtype(np_dtype(dtype))
         data = np.fromfile(self.directory / path, dtype=np.uint8, count=nbytes, offset=offset)
