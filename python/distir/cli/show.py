@@ -124,15 +124,17 @@ def run(args: argparse.Namespace) -> int:
                 return f"mesh[{i}]"
         return ""
 
+    given_name = {ir: given for given, ir in aliases.items()}  # a model's weights by their state-dict names
     grids, skipped, first_error = [], [], None
     for n in names:
+        shown = given_name.get(n, n)
         try:
-            grids.append(layout_grid(n, by_name[n], values, mesh_name=mesh_name(by_name[n]), default_mesh=default_mesh))
+            grids.append(layout_grid(shown, by_name[n], values, mesh_name=mesh_name(by_name[n]), default_mesh=default_mesh))
         except AnalysisError as err:
             if args.tensor:
                 raise  # a tensor asked for by name: the error is the answer
             first_error = first_error or err
-            skipped.append(f"{n}: not drawn: {err}")
+            skipped.append(f"{shown}: not drawn: {err}")
     if not grids:
         raise first_error
     console = Console(file=sys.stdout, highlight=False)

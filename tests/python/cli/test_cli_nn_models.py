@@ -65,7 +65,13 @@ def test_show_draws_a_parameter_by_its_state_dict_name(model, capsys):
     code, out, err = call(["show", path, "-n", "2", "--shard-plan", plan, "--tensor", "mlp.down.weight", "--plain"],
                           capsys)
     assert code == 0, err
-    assert out.startswith('down: (16, 64) float32, "S[1]"')
+    assert out.startswith('mlp.down.weight: (16, 64) float32, "S[1]"')  # the name the user gave, not the text's
+    code, out, err = call(["show", path, "-n", "2", "--shard-plan", plan, "--tensor", "down", "--plain"], capsys)
+    assert code == 0 and out.startswith('mlp.down.weight: (16, 64) float32, "S[1]"'), err
+    # every tensor drawn: the weights under their state-dict names, the rest (inputs, results) as written
+    code, out, err = call(["show", path, "-n", "2", "--shard-plan", plan, "--plain"], capsys)
+    titles = [line.split(":")[0] for line in out.splitlines() if line and line[0].isalpha()]
+    assert titles[:3] == ["ids", "embed.weight", "norm.weight"] and "mlp.up.bias" in titles and "up_b" not in titles
 
 
 def test_sweep_takes_a_shard_plan(model, capsys):
