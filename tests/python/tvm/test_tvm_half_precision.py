@@ -22,6 +22,13 @@ from distir.driver import INTERPRETER, TVM_ONE_DEVICE, Driver, flat_outputs, ran
 
 
 def _model(name: str, dtype: str):
+    if name == "llama_nn":  # the relax.frontend.nn Llama, laid out by its plan
+        from distir.transform import ShardParams
+        from distir.tvm import from_nn
+        from distir.tvm import nn_llama as L
+
+        text = from_nn(L.Llama(), L.spec()).script()
+        return ShardParams(L.TP_PLAN_STRATEGIES)(distir.parse(text.replace("float32", dtype)))
     text = examples.llama_stack(2).script() if name == "stack2" else examples.text(name)
     return distir.parse(text.replace("float32", dtype))
 
@@ -33,7 +40,8 @@ def drivers():
     def get(name: str, dtype: str):
         if (name, dtype) not in made:
             mod = _model(name, dtype)
-            made[name, dtype] = (Driver(mod), random_inputs(mod, seed=3))
+            func = "forward" if "forward" in mod.functions else "main"
+            made[name, dtype] = (Driver(mod, func=func), random_inputs(mod, func=func, seed=3))
         return made[name, dtype]
 
     return get
@@ -75,12 +83,14 @@ class Module:
     ("llama", "float16", (2, 8)),
     ("mlp", "bfloat16", (1, 4)),
     ("attention", "bfloat16", (2, 7)),
+    ("llama_nn", "bfloat16", (3,)),
 ])
 def test_no_false_alarm_in_half_precision(drivers, name, dtype, counts):
     d, inputs = drivers(name, dtype)
     # the oracle: float32 on the same half-precision inputs, held to the same bound
     mod32 = _model(name, "float32")
-    truth = flat_outputs(distir.runtime.run(mod32, *[np.asarray(a, dtype=np.float32) for a in inputs]))[0]
+    wide = [np.asarray(a, dtype=np.float32) if np.asarray(a).dtype.kind in "fV" else a for a in inputs]
+    truth = flat_outputs(distir.runtime.run(mod32, *wide, func=d.func))[0]
     bound = rounding_bound(dtype, d.rounding_length(inputs)) * float(np.abs(truth).max())
     for n in counts:
         for backend in ("sim", "tvm"):
