@@ -193,7 +193,7 @@ def compare(got, expected, rtol: float | None = None, atol: float | None = None,
             good = diff == 0
         else:
             d_rtol, d_atol = default_tolerance(e.dtype)
-            if atol is None and d_atol > 0:
+            if atol is None and d_atol > 0 and not absolute_atol:  # the bound is relative to the scale
                 d_atol = max(d_atol, rounding_bound(str(e.dtype), reduction_length))
             r = d_rtol if rtol is None else rtol
             a = d_atol if atol is None else atol
@@ -503,8 +503,8 @@ class Driver:
         self._builds: dict[tuple, tuple[Any, float]] = {}  # (sizes, target) -> (tvm.compile's result, seconds)
         self._weight_sets: dict[str, tuple[Any, list]] = {}  # a pre-sharded set's directory -> (its stamp, weights)
         self._one_device: Driver | None = None  # the module as one device runs it, for TVM's own build
-        self._tvm_reference: dict[str, tuple] = {}  # target -> (ids of the inputs, outputs, the inputs kept alive)
-        self._reduction_length = None  # the formula of the terms the function's reductions add
+        self._tvm_reference: dict[tuple, tuple] = {}  # (function, target) -> (ids of the inputs, outputs, the inputs)
+        self._reduction_length: dict[str, Any] = {}  # function -> the formula of the terms its reductions add
 
     # -- distribute once
 
@@ -625,11 +625,11 @@ class Driver:
             self._one_device = Driver(one_device_module(self.mod), func=self.func, target=target)
         one = self._one_device
         key = tuple(map(id, inputs))
-        hit = self._tvm_reference.get(str(target))
+        hit = self._tvm_reference.get((self.func, str(target)))
         if hit is None or hit[0] != key:
             built = one.build({}, target)
             out = run_disco(built, one.local, *inputs, num_workers=1, func=self.func, target=target)
-            hit = self._tvm_reference[str(target)] = (key, out, list(inputs))
+            hit = self._tvm_reference[self.func, str(target)] = (key, out, list(inputs))
         return hit[1]
 
     def rounding_length(self, inputs: Sequence[Any]) -> float:
@@ -638,12 +638,12 @@ class Driver:
         not known from the inputs."""
         from .analysis.rounding import reduction_length
 
-        if self._reduction_length is None:
-            self._reduction_length = reduction_length(self.mod, self.func)
+        if self.func not in self._reduction_length:
+            self._reduction_length[self.func] = reduction_length(self.mod, self.func)
         f = self.mod[self.func]
         try:
             values = bind_params(f, list(inputs))[1]
-            return float(sym.evaluate(self._reduction_length, values))
+            return float(sym.evaluate(self._reduction_length[self.func], values))
         except (DistirError, KeyError, TypeError, ValueError):
             return 0.0
 

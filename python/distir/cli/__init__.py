@@ -30,7 +30,6 @@ def read_module(file: str):
     most that many bytes plus one are read, from a file or from stdin."""
     from .. import parse_file
     from ..script.parser import parse_source, read_stream
-
     from .models import nn_module_hint
 
     if file == "-":

@@ -42,7 +42,7 @@ def test_writes_the_shipped_text_and_the_plain_form(tmp_path, capsys):
 def test_the_nn_llama_and_its_plan(tmp_path, capsys):
     from distir.tvm import nn_llama as L
 
-    code, out, err = call(["example", "llama_nn", "-o", str(tmp_path / "m.py"), "--plan", str(tmp_path / "tp.json")],
+    code, _out, err = call(["example", "llama_nn", "-o", str(tmp_path / "m.py"), "--plan", str(tmp_path / "tp.json")],
                           capsys)
     assert code == 0, err
     assert json.loads((tmp_path / "tp.json").read_text()) == L.TP_PLAN_STRATEGIES
@@ -52,10 +52,10 @@ def test_the_nn_llama_and_its_plan(tmp_path, capsys):
 
 def test_mistakes_are_one_line(capsys):
     code, out, err = call(["example", "lama"], capsys)
-    assert code == 1 and err.count("\n") == 1 and "no bundled model 'lama'; did you mean 'llama'?" in err
+    assert code == 1 and out == "" and err.count("\n") == 1 and "no bundled model 'lama'; did you mean 'llama'?" in err
     code, out, err = call(["example", "mlp", "--plan", "tp.json"], capsys)
-    assert code == 1 and "only llama_nn has a plan" in err
-    code, out, err = call(["example", "-o", "x.py"], capsys)
+    assert code == 1 and out == "" and "only llama_nn has a plan" in err
+    code, _out, err = call(["example", "-o", "x.py"], capsys)
     assert code == 1 and "name the model to write" in err
 
 
@@ -66,7 +66,7 @@ def test_the_readme_writes_the_files_its_commands_name(tmp_path, monkeypatch, ca
     named = set(re.findall(r"\b([\w-]+\.(?:py|json))\b", "\n".join(commands)))
     monkeypatch.chdir(tmp_path)
     for line in lines:
-        code, out, err = call(shlex.split(line)[1:], capsys)
+        code, _out, err = call(shlex.split(line)[1:], capsys)
         assert code == 0, (line, err)
     written = {p.name for p in tmp_path.iterdir()}
     assert named - {"sweep.png"} <= written, named - written  # every file a command names is written first

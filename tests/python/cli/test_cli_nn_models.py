@@ -178,10 +178,10 @@ def test_a_class_the_file_lacks_is_named(tmp_path, monkeypatch, capsys):
     (tmp_path / "model.py").write_text(NN_FILE)
     monkeypatch.chdir(tmp_path)
     code, out, err = call(["run", "model.py:Llama"], capsys)
-    assert code == 1 and err.count("\n") == 1
+    assert code == 1 and out == "" and err.count("\n") == 1
     assert "'model.py' has no nn.Module class 'Llama' (it defines: MLP)" in err
     assert not (tmp_path / "ran.txt").exists()
     # a Python file of no nn.Module keeps the parser's own error, with its position
     (tmp_path / "other.py").write_text("import os\nx = 1\n")
-    code, out, err = call(["run", "other.py"], capsys)
+    code, _out, err = call(["run", "other.py"], capsys)
     assert code == 1 and "unsupported import" in err and "other.py:1:1" in err
