@@ -45,12 +45,9 @@ def model_text(name: str, plain: bool = False) -> str:
     """The IR text of bundled model ``name`` (layouts taken out with ``plain``)."""
     from .. import examples
 
-    if name in NN_MODELS:
-        mod = _nn_model(name)[0]
-    else:
-        mod = examples.load(name) if plain else None
-        if mod is None:
-            return examples.text(name)  # as shipped, with its comments; an unknown name is one line
+    if name not in NN_MODELS and not plain:
+        return examples.text(name)  # as shipped, with its comments; an unknown name is one line
+    mod = _nn_model(name)[0] if name in NN_MODELS else examples.load(name)
     if plain:
         from ..transform.layout_choice.auto_shard import strip_layouts
 
