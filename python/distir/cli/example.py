@@ -2,7 +2,7 @@
 
 ``distir example`` lists the names; ``distir example attention -o model.py`` writes the bundled IR
 text; ``--plain`` takes its layouts out (a module for auto-shard); ``llama_nn`` is the Llama written
-with ``relax.frontend.nn`` (``distir.tvm.nn_llama``), imported with ``from_nn`` (needs TVM), and
+with ``relax.frontend.nn`` (``distir.tvm.nn_llama``; ``gpt2`` likewise), imported with ``from_nn`` (needs TVM), and
 ``--plan FILE`` writes its tensor-parallel shard plan as JSON.
 """
 
@@ -24,7 +24,8 @@ examples:
                                               a relax.frontend.nn Llama (imported) and its plan"""
 
 #: models written with relax.frontend.nn: name -> (module, class, its shard plan), imported with from_nn
-NN_MODELS = {"llama_nn": ("distir.tvm.nn_llama", "Llama", "TP_PLAN_STRATEGIES")}
+NN_MODELS = {"llama_nn": ("distir.tvm.nn_llama", "Llama", "TP_PLAN_STRATEGIES"),
+             "gpt2": ("distir.tvm.nn_gpt2", "GPT2", "TP_PLAN")}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -100,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         hint = f"; did you mean '{close[0]}'?" if close else ""
         raise DistirError(f"no bundled model '{args.name}'{hint} (known: {', '.join(names())})")
     if args.plan is not None and args.name not in NN_MODELS:
-        raise DistirError(f"--plan: '{args.name}' has its layouts in its text; only {', '.join(NN_MODELS)} has a plan")
+        raise DistirError(f"--plan: '{args.name}' has its layouts in its text; {' and '.join(NN_MODELS)} have a plan")
     write_text(model_text(args.name, args.plain), args.output)
     if args.plan is not None:
         write_text(json.dumps(_nn_model(args.name)[1], indent=2), args.plan)

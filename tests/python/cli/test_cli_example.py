@@ -25,7 +25,7 @@ def call(argv, capsys):
 def test_lists_the_bundled_models(capsys):
     code, out, err = call(["example"], capsys)
     assert code == 0, err
-    assert out.split() == sorted([*examples.names(), "llama_nn"]) and "mesh2d" in out.split()
+    assert out.split() == sorted([*examples.names(), "llama_nn", "gpt2"]) and "mesh2d" in out.split()
 
 
 def test_writes_the_shipped_text_and_the_plain_form(tmp_path, capsys):
@@ -54,7 +54,7 @@ def test_mistakes_are_one_line(capsys):
     code, out, err = call(["example", "lama"], capsys)
     assert code == 1 and out == "" and err.count("\n") == 1 and "no bundled model 'lama'; did you mean 'llama'?" in err
     code, out, err = call(["example", "mlp", "--plan", "tp.json"], capsys)
-    assert code == 1 and out == "" and "only llama_nn has a plan" in err
+    assert code == 1 and out == "" and "llama_nn and gpt2 have a plan" in err
     code, _out, err = call(["example", "-o", "x.py"], capsys)
     assert code == 1 and "name the model to write" in err
 
