@@ -72,6 +72,8 @@ def test_show_draws_a_parameter_by_its_state_dict_name(model, capsys):
     code, out, err = call(["show", path, "-n", "2", "--shard-plan", plan, "--plain"], capsys)
     titles = [line.split(":")[0] for line in out.splitlines() if line and line[0].isalpha()]
     assert titles[:3] == ["ids", "embed.weight", "norm.weight"] and "mlp.up.bias" in titles and "up_b" not in titles
+    code, out, err = call(["show", path, "-n", "2", "--shard-plan", plan, "--tensor", "mlp.down.wieght"], capsys)
+    assert code == 1 and "did you mean 'mlp.down.weight'? (it has: ids, embed.weight, norm.weight" in err, err
 
 
 def test_sweep_takes_a_shard_plan(model, capsys):
