@@ -55,7 +55,7 @@ import copy
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -76,6 +76,7 @@ __all__ = [
     "compare",
     "compare_outputs",
     "flat_outputs",
+    "one_device_module",
     "random_inputs",
     "run_disco",
     "tvm_builder",
@@ -140,6 +141,21 @@ class Comparison:
     ok: bool
     max_diff: float
     mismatch: str | None = None  # "output 1 differs ...", in words
+    #: the largest difference from each reference compared with, by name, where there were several
+    #: (a TVM run: the interpreter and TVM's own one-device build)
+    references: Mapping[str, float] = field(default_factory=dict)
+
+    def __and__(self, other: Comparison) -> Comparison:
+        """Both comparisons: a match when both match; the first mismatch; each reference's difference."""
+        refs = {**self.references, **other.references}
+        return Comparison(self.ok and other.ok, max(self.max_diff, other.max_diff),
+                          self.mismatch if self.mismatch is not None else other.mismatch, refs)
+
+    def differences(self) -> str:
+        """``largest difference 3.06`` or, with several references, each one's (``... from the interpreter, ...``)."""
+        if len(self.references) < 2:
+            return f"largest difference {self.max_diff:.3g}"
+        return "largest difference " + ", ".join(f"{d:.3g} from {name}" for name, d in self.references.items())
 
 
 #: (rtol, atol) a comparison uses by default, by the expected output's dtype: half precision
@@ -159,15 +175,21 @@ def default_tolerance(dtype) -> tuple[float, float]:
 
 
 def compare(got, expected, rtol: float | None = None, atol: float | None = None, *,
-            absolute_atol: bool = False) -> Comparison:
+            absolute_atol: bool = False, reduction_length: float = 0.0,
+            reference: str = "the single-device result") -> Comparison:
     """Compare outputs (nested tuples flattened in order) with ``np.allclose`` (NaNs equal).
 
     ``atol`` is relative to the largest expected magnitude of each output (sharded sums add
-    in another order, so float32 results differ by rounding relative to their scale),
+    in another order, so float results differ by rounding relative to their scale),
     unless ``absolute_atol``. Booleans must be equal; their difference counts elements.
     ``rtol``/``atol`` left None take each output's dtype's :func:`default_tolerance` (integers
-    exact, float16 and bfloat16 looser than float32).
+    exact, float16 and bfloat16 looser than float32), and ``atol`` at least what rounding allows a
+    program whose reductions add ``reduction_length`` terms in all
+    (:func:`distir.analysis.rounding.rounding_bound`: the dtype's unit roundoff times the square
+    root of the length). ``reference`` names what ``expected`` is, in the mismatch's words.
     """
+    from .analysis.rounding import rounding_bound
+
     got, expected = flat_outputs(got), flat_outputs(expected)
     ok, worst = len(got) == len(expected), 0.0
     first = None if ok else f"{len(got)} outputs, expected {len(expected)}"
@@ -176,10 +198,12 @@ def compare(got, expected, rtol: float | None = None, atol: float | None = None,
         if g.shape != e.shape:
             return Comparison(False, float("inf"), first or f"output {i} has shape {g.shape}, expected {e.shape}")
         if e.dtype == bool or g.dtype == bool:
-            diff, scale = float(np.count_nonzero(g != e)), 1.0
+            diff, scale, tol, r = float(np.count_nonzero(g != e)), 1.0, 0.0, 0.0
             good = diff == 0
         else:
             d_rtol, d_atol = default_tolerance(e.dtype)
+            if atol is None and d_atol > 0 and not absolute_atol:  # the bound is relative to the scale
+                d_atol = max(d_atol, rounding_bound(str(e.dtype), reduction_length))
             r = d_rtol if rtol is None else rtol
             a = d_atol if atol is None else atol
             g64, e64 = g.astype(np.float64), e.astype(np.float64)
@@ -189,12 +213,12 @@ def compare(got, expected, rtol: float | None = None, atol: float | None = None,
             good = bool(np.allclose(g64, e64, rtol=r, atol=tol, equal_nan=True))
         if not good and first is None:
             first = (
-                f"output {i} differs from the single-device result (max abs difference {diff:g}, "
-                f"largest |value| {scale:g})"
+                f"output {i} differs from {reference} (max abs difference {diff:g}, "
+                f"largest |value| {scale:g}, allowed {tol:g} + {r:g} x |value|)"
             )
         ok &= good
         worst = max(worst, diff)
-    return Comparison(ok, worst, first)
+    return Comparison(ok, worst, first, {reference: worst})
 
 
 def compare_outputs(got, expected, rtol: float | None = None, atol: float | None = None) -> tuple[bool, float]:
@@ -398,6 +422,35 @@ def _is_weight_set(weights: Any) -> bool:
     return isinstance(weights, (str, os.PathLike))
 
 
+#: the references a run is compared with, as a mismatch names them
+INTERPRETER = "the single-device result (distir's interpreter)"
+TVM_ONE_DEVICE = "TVM's own one-device build"
+
+
+def _half_precision(outputs) -> bool:
+    """Whether an output is float16 or bfloat16."""
+    return any(str(np.asarray(o).dtype) in ("float16", "bfloat16") for o in flat_outputs(outputs))
+
+
+def one_device_module(mod: IRModule) -> IRModule:
+    """``mod`` as one device runs it: no mesh, no layout, no hint, no redistribute (each reads its
+    input). What TVM builds of it is TVM's own single-device program, the reference a Disco run is
+    held to (TVM's half-precision kernels round otherwise than distir's interpreter)."""
+    from .ir.expr import Call
+    from .transform.layout_choice.auto_shard import strip_layouts
+    from .transform.rewrite import map_bindings
+
+    def moves(b, env):
+        v = b.value
+        if isinstance(v, Call) and v.op.name in ("dist.redistribute", "dist.replicate"):
+            env[b.var] = v.args[0]
+            return []
+        return None
+
+    funcs = {name: map_bindings(f, moves) for name, f in mod.functions.items()}
+    return strip_layouts(mod.replace(functions=funcs)).replace(global_infos={})
+
+
 # ---------------------------------------------------------------- one count's result
 
 
@@ -485,6 +538,9 @@ class Driver:
         self._exports: dict[tuple | None, tuple[Any, float]] = {}  # sizes (None: symbolic) -> (export, seconds)
         self._builds: dict[tuple, tuple[Any, float]] = {}  # (sizes or None, target) -> (tvm.compile's result, seconds)
         self._weight_sets: dict[str, tuple[Any, list]] = {}  # a pre-sharded set's directory -> (its stamp, weights)
+        self._one_device: Driver | None = None  # the module as one device runs it, for TVM's own build
+        self._tvm_reference: dict[tuple, tuple] = {}  # (function, target) -> (ids of the inputs, outputs, the inputs)
+        self._reduction_length: dict[str, Any] = {}  # function -> the formula of the terms its reductions add
 
     # -- distribute once
 
@@ -607,6 +663,37 @@ class Driver:
             self._reference = (key, run_single(self.mod, *inputs, func=self.func), list(inputs))
         return self._reference[1]
 
+    def tvm_reference(self, inputs: Sequence[Any], target: Any = None) -> Any:
+        """The outputs of TVM's own build of the module on one device (:func:`one_device_module`: no
+        mesh, no collective), for ``target``, on every argument (``inputs`` and weights, as
+        :meth:`reference` takes them); built once, cached for the same inputs."""
+        target = self.target if target is None else target
+        if self._one_device is None:
+            self._one_device = Driver(one_device_module(self.mod), func=self.func, target=target)
+        one = self._one_device
+        key = tuple(map(id, inputs))
+        hit = self._tvm_reference.get((self.func, str(target)))
+        if hit is None or hit[0] != key:
+            built = one.build({}, target)
+            out = run_disco(built, one.local, *inputs, num_workers=1, func=self.func, target=target)
+            hit = self._tvm_reference[self.func, str(target)] = (key, out, list(inputs))
+        return hit[1]
+
+    def rounding_length(self, inputs: Sequence[Any]) -> float:
+        """The number of terms the function's reductions add on ``inputs`` (its sizes bound by them),
+        for the rounding a comparison allows (:mod:`distir.analysis.rounding`); 0 where a size is
+        not known from the inputs."""
+        from .analysis.rounding import reduction_length
+
+        if self.func not in self._reduction_length:
+            self._reduction_length[self.func] = reduction_length(self.mod, self.func)
+        f = self.mod[self.func]
+        try:
+            values = bind_params(f, list(inputs))[1]
+            return float(sym.evaluate(self._reduction_length[self.func], values))
+        except (DistirError, KeyError, TypeError, ValueError):
+            return 0.0
+
     def run(
         self,
         inputs: Sequence[Any],
@@ -623,6 +710,7 @@ class Driver:
         verify_weights: bool = True,
         specialize: bool | None = None,
         artifact: Any = None,
+        tvm_reference: bool | None = None,
     ) -> CountResult:
         """Specialize to ``count``, run on ``backend``, compare with :meth:`reference`.
 
@@ -636,12 +724,19 @@ class Driver:
         ``verify_weights=False`` skips only the checksums, and then a damaged data file is not
         noticed: the comparison is with the same damaged pieces.
         ``target`` (default: the driver's, "llvm") and ``session`` ("threads" or "processes";
-        default: the driver's) choose the TVM backend's build and Disco session. The TVM backend
-        builds the symbolic export once per target and runs that build at every count;
-        ``specialize=True`` (default: the driver's) builds the module specialized to each count
-        instead (a target that needs static shapes). ``artifact`` (a folder written by
+        default: the driver's) choose the TVM backend's build and Disco session. ``specialize``
+        (default: the driver's, :data:`SPECIALIZE_DEFAULT`) builds the module specialized to each
+        count; ``specialize=False`` builds the symbolic export once per target and runs that build at
+        every count, choosing each count's plan at run time. ``artifact`` (a folder written by
         :meth:`write_artifact` / ``distir build``, or :func:`distir.tvm.load_artifact`'s result) runs
         that library, without ``tvm.compile``; it must be the build of this driver's module.
+
+        The outputs are compared with the interpreter's, within the dtype's tolerance widened by
+        what rounding allows the function's reductions (:func:`compare`'s ``reduction_length``).
+        A TVM run is also compared with TVM's own one-device build (:meth:`tvm_reference`; a
+        mismatch names the reference that differs): always with ``tvm_reference=True``, by default
+        (None) where an output is float16 or bfloat16, whose TVM kernels round otherwise than the
+        interpreter (float32 and wider agree to 1e-5, and the second build would double the time).
         """
         if backend not in BACKENDS:
             raise DistirError(f"unknown backend '{backend}' (known: {', '.join(BACKENDS)})")
@@ -678,7 +773,19 @@ class Driver:
             run_inputs = given if weight_set is not None else inputs
             result.outputs = self._run_disco(run_inputs, values, n, seed, result, target, session, weight_set,
                                              verify_weights, specialize, artifact)
-        result.comparison = compare(result.outputs, expected, rtol, atol, absolute_atol=absolute_atol)
+        length = self.rounding_length(inputs)
+        result.comparison = compare(result.outputs, expected, rtol, atol, absolute_atol=absolute_atol,
+                                    reduction_length=length, reference=INTERPRETER)
+        if backend == "tvm" and (tvm_reference or (tvm_reference is None and _half_precision(expected))):
+            own = self.tvm_reference(inputs, target)
+            against_own = compare(result.outputs, own, rtol, atol, absolute_atol=absolute_atol,
+                                  reduction_length=length, reference=TVM_ONE_DEVICE)
+            first = result.comparison
+            result.comparison = first & against_own
+            if not first.ok and against_own.ok:  # a wrong number all the same, but not the distribution's
+                result.comparison = replace(result.comparison, mismatch=(
+                    f"{first.mismatch}; {TVM_ONE_DEVICE} gives these numbers too: the difference is in TVM's "
+                    "kernels for this dtype, not in the distribution"))
         return result
 
     def export(self, count: int | Mapping[str, int] | None = None):
@@ -698,8 +805,8 @@ class Driver:
     def build(self, count: int | Mapping[str, int] | None = None, target: Any = None, *,
               specialize: bool | None = None):
         """The TVM build for ``target`` (default: the driver's) with the shared library Disco's workers
-        load: of the symbolic export, one build that runs at every count (the default), or with
-        ``specialize`` (default: the driver's) of :meth:`export` ``(count)`` bound to ``count``. Cached
+        load: with ``specialize`` (default: the driver's) of :meth:`export` ``(count)`` bound to
+        ``count``; without, of the symbolic export, one build that runs at every count. Cached
         here and across the process (:mod:`distir.tvm.build_cache`: the same export and target are
         compiled once)."""
         return self._build(count, target, specialize)[0]

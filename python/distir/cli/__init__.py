@@ -30,11 +30,21 @@ def read_module(file: str):
     most that many bytes plus one are read, from a file or from stdin."""
     from .. import parse_file
     from ..script.parser import parse_source, read_stream
+    from .models import nn_module_hint
 
     if file == "-":
         stdin = getattr(sys.stdin, "buffer", sys.stdin)  # bytes: decoded strictly, never by the locale
         return parse_source(read_stream(stdin, "<stdin>"), "<stdin>")
-    return parse_file(file)
+    path, colon, name = file.rpartition(":")
+    if colon and name.isidentifier() and path.endswith(".py") and not os.path.exists(file) and os.path.isfile(path):
+        raise DistirError(nn_module_hint(path, name) or f"'{path}' defines no nn.Module '{name}'")  # model.py:ClassName
+    try:
+        return parse_file(file)
+    except DistirError as err:
+        hint = nn_module_hint(file) if file.endswith(".py") and os.path.isfile(file) else None
+        if hint is None:
+            raise
+        raise DistirError(hint) from err
 
 
 def write_text(text: str, output: str | None, stream: TextIO | None = None) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 COMMANDS: dict[str, str] = {
     "build": "distir.cli.build",
     "demo": "distir.cli.demo",
+    "example": "distir.cli.example",
     "opt": "distir.cli.opt",
     "passes": "distir.cli.passes",
     "run": "distir.cli.run",
@@ -26,6 +27,7 @@ COMMANDS: dict[str, str] = {
 EPILOG = """\
 examples:
   distir demo                                   a bundled Llama layer, end to end on 4 simulated workers
+  distir example attention -o model.py          write a bundled model (distir example lists them)
   distir opt model.py -p distribute --bind num_workers=4
                                                 distribute, then specialize (same as distir-opt)
   distir run model.py -n 4 --backend tvm        distribute, build with TVM, run on Disco, compare

@@ -11,7 +11,8 @@ import argparse
 
 from ..errors import DistirError
 
-__all__ = ["add_shard_arguments", "apply_shard_plan", "function_name", "parameter_aliases", "read_shard_plan"]
+__all__ = ["add_shard_arguments", "apply_shard_plan", "function_name", "nn_module_hint", "parameter_aliases",
+           "read_shard_plan"]
 
 SHARD_HELP = ("lay out the parameters whose names (state-dict names like wte.weight, or the text's) match the glob "
               "PATTERN as PLACEMENT (S[0], R, ...) or a strategy (colwise, rowwise, vocab, replicate); repeatable")
@@ -79,3 +80,40 @@ def parameter_aliases(func) -> dict[str, str]:
     except DistirError:
         return {}
     return {given: p.name for given, p in zip(names, func.params) if given != p.name}
+
+
+def nn_module_hint(path: str, class_name: str | None = None) -> str | None:
+    """One line for a Python file that defines a ``relax.frontend.nn`` model rather than IR text
+    (``class X(nn.Module)``; with ``class_name``, the ``model.py:X`` form), saying how to write its IR
+    with ``distir.tvm.from_nn``; None for any other file. The file is read with ``ast``, never run:
+    distir takes IR text only, since running a model's Python is running its author's code."""
+    import ast
+    import os
+    import shlex
+
+    try:
+        with open(path, "rb") as f:
+            tree = ast.parse(f.read(1 << 24))
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    models = [n.name for n in tree.body if isinstance(n, ast.ClassDef)
+              and any((ast.unparse(b).rsplit(".", 1)[-1] == "Module") for b in n.bases)]
+    if class_name is not None and class_name not in models:
+        known = f" (it defines: {', '.join(models)})" if models else " (it defines no nn.Module class)"
+        return f"'{path}' has no nn.Module class '{class_name}'{known}; distir reads IR text, see docs/frontend.md"
+    if not models:
+        return None
+    name = class_name or models[0]
+    specs = [t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets
+             if isinstance(t, ast.Name) and "spec" in t.id.lower()]
+    funcs = [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and "spec" in n.name.lower()]
+    stem = os.path.splitext(os.path.basename(path))[0]
+    spec = f"m.{specs[0]}" if specs else f"m.{funcs[0]}()" if funcs else "SPEC"
+    code = (f"import {stem} as m; from distir.tvm import from_nn; "
+            f"print(from_nn(m.{name}(), {spec}).script())")
+    folder = os.path.dirname(path)
+    where = f"PYTHONPATH={shlex.quote(folder)} " if folder else ""
+    spec_note = "" if specs or funcs else " (SPEC: the method -> {input: nn.spec.Tensor} dict of export_tvm)"
+    return (f"'{path}' is Python defining the nn.Module '{name}', not IR text; distir never runs a Python file: "
+            f"write its IR once with {where}python -c {shlex.quote(code)} > {stem}_ir.py{spec_note}, "
+            f"then give {stem}_ir.py (docs/frontend.md)")

@@ -89,7 +89,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"relative tolerance (default by the output's dtype: {TOLERANCE_HELP})")
     parser.add_argument("--atol", type=non_negative_float, default=None,
                         help="absolute tolerance, relative to the largest expected magnitude (default by the output's "
-                             "dtype, as --rtol)")
+                             "dtype, as --rtol, and at least what rounding allows the program's reductions)")
     add_shard_arguments(parser)
 
 
@@ -300,7 +300,9 @@ def run_job(args: argparse.Namespace, out: TextIO) -> int:
     verdict = "matches" if result.ok else "DOES NOT match"
     workers = total if total is not None else n
     out.write(f"{args.backend} result on {workers} workers {verdict} the single-device result ({source}); "
-              f"largest difference {result.max_diff:.3g}\n")
+              f"{result.comparison.differences()}\n")
+    if not result.ok and result.comparison.mismatch:
+        out.write(f"  {result.comparison.mismatch}\n")
     return 0 if result.ok else 1
 
 

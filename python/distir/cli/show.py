@@ -98,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
     tensors, result = layouts(mod, args.func)
     by_name = dict(tensors)
     aliases = parameter_aliases(f)
+    given_name = {ir: given for given, ir in aliases.items()}  # a model's weights by their state-dict names
     if args.tensor:
         names = []
         for n in args.tensor:
@@ -105,11 +106,12 @@ def run(args: argparse.Namespace) -> int:
             if n not in by_name:
                 import difflib
 
-                close = difflib.get_close_matches(n, list(by_name), n=1)
+                known = [given_name.get(k, k) for k in by_name]
+                close = difflib.get_close_matches(n, known, n=1)
                 hint = f"; did you mean '{close[0]}'?" if close else ""
                 raise AnalysisError(
-                    f"@{f.name} has no tensor '{n}' with a layout{hint} (it has: {', '.join(list(by_name)[:12])}"
-                    f"{', ...' if len(by_name) > 12 else ''})"
+                    f"@{f.name} has no tensor '{n}' with a layout{hint} (it has: {', '.join(known[:12])}"
+                    f"{', ...' if len(known) > 12 else ''})"
                 )
             names.append(n)
     else:
@@ -126,13 +128,14 @@ def run(args: argparse.Namespace) -> int:
 
     grids, skipped, first_error = [], [], None
     for n in names:
+        shown = given_name.get(n, n)
         try:
-            grids.append(layout_grid(n, by_name[n], values, mesh_name=mesh_name(by_name[n]), default_mesh=default_mesh))
+            grids.append(layout_grid(shown, by_name[n], values, mesh_name=mesh_name(by_name[n]), default_mesh=default_mesh))
         except AnalysisError as err:
             if args.tensor:
                 raise  # a tensor asked for by name: the error is the answer
             first_error = first_error or err
-            skipped.append(f"{n}: not drawn: {err}")
+            skipped.append(f"{shown}: not drawn: {err}")
     if not grids:
         raise first_error
     console = Console(file=sys.stdout, highlight=False)

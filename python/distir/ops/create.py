@@ -86,7 +86,12 @@ register_op(
         sharding=_create_rule,
         localize=_create_localize,
         doc="A tensor of `shape` filled with the scalar fill_value (dtype defaults to fill_value's).",
-        relax=RelaxForm.same_name("full", "dtype"),
+        relax=RelaxForm(
+            "relax.op.full",
+            ("dtype",),
+            emit="distir.tvm.relax.ops:emit_full",
+            doc="a constant fill of inf or nan broadcasts it instead (TVM 0.27 cannot legalize that full)",
+        ),
         category="creation",
         sharding_doc=ShardingDoc(
             passes="– (outputs start replicated)", partials="a partial scalar fill gives a partial result"

@@ -301,7 +301,7 @@ register_op(
             "relax.op.take",
             ("axis", "mode"),
             emit="distir.tvm.relax.ops:emit_take",
-            doc="modes fast, wrap and clip (Relax has no nan)",
+            doc="modes fast (written as clip: the same rows, no TVM warning), wrap and clip (Relax has no nan)",
         ),
         category="indexing",
         sharding_doc=ShardingDoc(

@@ -138,8 +138,10 @@ class SpmdStats:
 def steps_summary(devices: int, counts: Mapping[str, int], total_bytes: int) -> str:
     """The one line of what a run's steps moved, the same for the simulator and Disco (which counts
     its steps as the simulator does): ``4 workers: all_reduce x2; 61440 bytes sent per worker (...)``.
-    ``devices``: those of the module's meshes, each counted once (ids in no mesh are not counted)."""
-    kinds = ", ".join(f"{k} x{v}" for k, v in sorted(counts.items())) or "no collectives"
+    ``devices``: those of the module's meshes, each counted once (ids in no mesh are not counted).
+    On one device no step communicates (an all-reduce of one part is its input), so none is listed."""
+    kinds = ", ".join(f"{k} x{v}" for k, v in sorted(counts.items())) if devices > 1 else ""
+    kinds = kinds or "no collectives"
     per_worker = Fraction(total_bytes, devices or 1)
     return (f"{devices} worker{'' if devices == 1 else 's'}: {kinds}; {float(per_worker):.0f} bytes sent per worker "
             f"({total_bytes} in all)")

@@ -49,7 +49,8 @@ def parse_target(target: Any) -> tvm.target.Target:
     if target == DEFAULT_TARGET:
         return default_target()
     try:
-        return tvm.target.Target(target)
+        with _quiet_native_stderr():  # a CUDA target without a GPU logs it; run_device's one line says it better
+            return tvm.target.Target(target)
     except Exception as err:  # noqa: BLE001 - TVM raises ValueError or its own errors
         raise TargetError(f"target '{describe(target)}': {tvm_message(err)} (e.g. 'llvm' or 'cuda')") from None
 
@@ -74,8 +75,7 @@ def _quiet_native_stderr():
 
 def run_device(target: Any) -> tvm.runtime.Device:
     """The device a build for ``target`` runs on (device 0 of its kind); one line when the machine has none."""
-    with _quiet_native_stderr():
-        t = parse_target(target)
+    t = parse_target(target)
     dev = tvm.runtime.Device(int(t.get_target_device_type()), 0)
     if not dev.exist:
         kind = t.kind.name

@@ -34,7 +34,7 @@ def test_run_picks_the_only_function_and_takes_a_shard_plan(model, workers, caps
     path, plan = model
     code, out, err = call(["run", path, "-n", str(workers), "--shard-plan", plan, "--bind", "s=5"], capsys)
     assert code == 0, err
-    assert "all_reduce" in out and "matches the single-device result" in out
+    assert ("all_reduce" in out) == (workers > 1) and "matches the single-device result" in out  # one worker: none
 
 
 def test_run_reads_state_dict_names_from_npz(model, tmp_path, capsys):
@@ -65,7 +65,15 @@ def test_show_draws_a_parameter_by_its_state_dict_name(model, capsys):
     code, out, err = call(["show", path, "-n", "2", "--shard-plan", plan, "--tensor", "mlp.down.weight", "--plain"],
                           capsys)
     assert code == 0, err
-    assert out.startswith('down: (16, 64) float32, "S[1]"')
+    assert out.startswith('mlp.down.weight: (16, 64) float32, "S[1]"')  # the name the user gave, not the text's
+    code, out, err = call(["show", path, "-n", "2", "--shard-plan", plan, "--tensor", "down", "--plain"], capsys)
+    assert code == 0 and out.startswith('mlp.down.weight: (16, 64) float32, "S[1]"'), err
+    # every tensor drawn: the weights under their state-dict names, the rest (inputs, results) as written
+    code, out, err = call(["show", path, "-n", "2", "--shard-plan", plan, "--plain"], capsys)
+    titles = [line.split(":")[0] for line in out.splitlines() if line and line[0].isalpha()]
+    assert titles[:3] == ["ids", "embed.weight", "norm.weight"] and "mlp.up.bias" in titles and "up_b" not in titles
+    code, out, err = call(["show", path, "-n", "2", "--shard-plan", plan, "--tensor", "mlp.down.wieght"], capsys)
+    assert code == 1 and "did you mean 'mlp.down.weight'? (it has: ids, embed.weight, norm.weight" in err, err
 
 
 def test_sweep_takes_a_shard_plan(model, capsys):
@@ -121,3 +129,61 @@ def test_a_float16_model_matches_at_its_default_tolerance():
     r = driver.run(inputs, 3)
     assert r.ok, r.comparison.mismatch
     assert r.max_diff > 0 and not driver.run(inputs, 3, rtol=1e-5, atol=1e-5).ok
+
+
+NN_FILE = '''\
+import pathlib
+from tvm.relax.frontend import nn
+
+pathlib.Path(__file__).with_name("ran.txt").write_text("the file was run")  # distir must never run it
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        self.up = nn.Linear(16, 64)
+        self.down = nn.Linear(64, 16)
+
+    def forward(self, x):
+        return self.down(nn.op.silu(self.up(x)))
+
+
+SPEC = {"forward": {"x": nn.spec.Tensor((4, 16), "float32")}}
+'''
+
+
+@pytest.mark.parametrize("command", ["run", "show", "sweep"])
+@pytest.mark.parametrize("given", ["model.py", "model.py:MLP"])
+def test_a_python_nn_model_gets_a_hint_and_is_never_run(tmp_path, monkeypatch, capsys, command, given):
+    (tmp_path / "model.py").write_text(NN_FILE)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = call([command, given], capsys)
+    assert code == 1 and out == "" and err.count("\n") == 1, err
+    assert "is Python defining the nn.Module 'MLP', not IR text" in err
+    assert not (tmp_path / "ran.txt").exists()
+    # the command the hint gives writes IR that distir reads (run here in process: it imports model.py)
+    code_text = err.split("python -c '", 1)[1].split("'", 1)[0]
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        exec(compile(code_text, "<hint>", "exec"), {})  # noqa: S102 - the test's own file, as the user would
+    monkeypatch.delitem(__import__("sys").modules, "model", raising=False)
+    (tmp_path / "model_ir.py").write_text(buf.getvalue())
+    code, out, err = call(["run", "model_ir.py", "-n", "2", "--shard", "up.weight=colwise",
+                           "--shard", "down.weight=rowwise"], capsys)
+    assert code == 0 and "all_reduce x1" in out and "matches" in out, err
+
+
+def test_a_class_the_file_lacks_is_named(tmp_path, monkeypatch, capsys):
+    (tmp_path / "model.py").write_text(NN_FILE)
+    monkeypatch.chdir(tmp_path)
+    code, out, err = call(["run", "model.py:Llama"], capsys)
+    assert code == 1 and out == "" and err.count("\n") == 1
+    assert "'model.py' has no nn.Module class 'Llama' (it defines: MLP)" in err
+    assert not (tmp_path / "ran.txt").exists()
+    # a Python file of no nn.Module keeps the parser's own error, with its position
+    (tmp_path / "other.py").write_text("import os\nx = 1\n")
+    code, _out, err = call(["run", "other.py"], capsys)
+    assert code == 1 and "unsupported import" in err and "other.py:1:1" in err

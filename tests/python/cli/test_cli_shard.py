@@ -131,3 +131,15 @@ class Module:
     assert code == 1 and out == ""
     assert len(err.strip().splitlines()) == 1
     assert "lays out parameter 'x'" in err and 'the layout is "P[avg]": int32 values cannot be P[avg]' in err
+
+
+def test_a_strided_part_count_that_does_not_divide_is_refused_at_the_plan(model, capsys):
+    # docs/strided.md's message, at the plan: before, it passed and a reshape failed deep in lowering
+    code, out, err = run([model, "-p", "shard-params,distribute", "--shard", "mlp.up.weight=S[0/3]"], capsys)
+    assert code == 1 and out == ""
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert ("pattern 'mlp.up.weight' lays out parameter 'mlp.up.weight'" in err
+            and "views dim 0 (size 64) as 3 parts, but 3 does not divide it" in err), err
+    # a part count that divides is laid out as written
+    code, out, err = run([model, "-p", "shard-params", "--shard", "mlp.up.weight=S[0/4]"], capsys)
+    assert code == 0 and layouts(out)["up"] == "S[0/4]", err

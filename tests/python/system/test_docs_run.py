@@ -17,9 +17,10 @@ Shell blocks (```` ```bash ````, and blocks whose lines start with ``$ ``) run c
 ``distir`` and ``distir-opt`` in process through their ``main([...])``, ``python -c`` in process,
 with ``|``, ``<`` and ``>`` handled here. After a ``$ `` command the shown output must appear in
 what it prints, line by line (whitespace collapsed; lines with timings, and ``...``, are skipped).
-The files the commands name are made by the ``workdir`` fixture: ``model.py`` is the bundled
-attention block, ``plain.py`` the MLP without layouts, ``llama_nn.py`` and ``tp.json`` the shipped
-nn Llama and its plan, ``mesh2d.py`` a module on a 2-D mesh.
+The files the commands name are the ones the README's ``distir example`` commands write
+(``distir.cli.example.main_files``: ``model.py`` the bundled attention block, ``plain.py`` the MLP
+without layouts, ``llama_nn.py`` and ``tp.json`` the shipped nn Llama and its plan, ``mesh2d.py`` a
+module on a 2-D mesh), made by the ``workdir`` fixture for the pages that use them without writing them.
 """
 
 from __future__ import annotations
@@ -105,43 +106,18 @@ def test_blocks_found_and_few_not_run():
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
-    from distir import examples
-    from distir.tvm import from_nn
-    from distir.transform.layout_choice.auto_shard import strip_layouts
-    from distir.examples.nn import llama as L
+    from distir.cli.example import main_files
 
     d = tmp_path_factory.mktemp("docs")
     (d / "python").symlink_to(ROOT / "python")
     (d / "scripts").symlink_to(ROOT / "scripts")
     (d / "docs" / "images").mkdir(parents=True)
-    (d / "model.py").write_text(examples.load("attention").script())  # a module with layouts and a dim s
-    (d / "plain.py").write_text(strip_layouts(examples.load("mlp")).script())  # one without layouts (small: --explain solves per alternative)
-    (d / "llama_nn.py").write_text(from_nn(L.Llama(), L.spec()).script())
-    (d / "tp.json").write_text(__import__("json").dumps(L.TP_PLAN_STRATEGIES))
-    (d / "mesh2d.py").write_text(MESH2D)
+    for name, text in main_files().items():  # what the README's `distir example` commands write
+        (d / name).write_text(text)
     old = os.getcwd()
     os.chdir(d)
     yield d
     os.chdir(old)
-
-
-MESH2D = '''\
-from distir.script import ir as I
-from distir.script import relax as R
-
-@I.ir_module
-class Module:
-    I.module_global_infos({"mesh": [R.device_mesh((2, "num_workers"), I.Range(0, "2 * num_workers"))]})
-
-    @R.function
-    def main(a: R.DTensor((8, 8), "float32", "mesh[0]", "S[0], S[1]"),
-             b: R.DTensor((8, 8), "float32", "mesh[0]", "S[1], S[0]"),
-             c: R.DTensor((8, 8), "float32", "mesh[0]", "P, R")):
-        with R.dataflow():
-            d = R.add(a, b)
-            R.output(d)
-        return d
-'''
 
 
 # ---------------------------------------------------------------------------------------------

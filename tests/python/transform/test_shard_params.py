@@ -3,6 +3,8 @@ named strategies; every mistake in a plan is a one-line error naming the pattern
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -96,8 +98,38 @@ def test_two_equally_specific_patterns_are_an_error(mod):
 
 def test_a_pattern_matching_nothing_is_an_error(mod):
     with pytest.raises(ShardPlanError, match=r"^shard plan: pattern 'mlp\.gate\*' matches no plain tensor parameter "
-                       r"\(parameters: embed\.weight, head\.weight, ids, .* and 1 more\)$"):
+                       r"\(parameters: embed\.weight, head\.weight, ids, .* and 1 more\); end its value with '\?' "
+                       r"if it may match none$"):
         ShardParams({"mlp.up.weight": "S[0]", "mlp.gate*": "S[0]"})(mod)
+
+
+def test_an_optional_pattern_may_match_nothing(mod):
+    # a plan for a model family: the head is laid out where a variant has one, no error where it is tied
+    out = ShardParams({"mlp.up.weight": "S[0]", "lm_head.weight": "vocab?", "mlp.gate*": "S[0]?"})(mod)
+    laid = {p.name: str(p.type.placement) for p in out["main"].params if isinstance(p.type, DTensorType)}
+    assert laid == {"up": "S[0]"}
+    # where it matches, it lays out as without the mark (a strategy or a placement)
+    out = ShardParams({"mlp.up.weight": "S[0]?", "head.weight": "vocab?"})(mod)
+    laid = {p.name: str(p.type.placement) for p in out["main"].params if isinstance(p.type, DTensorType)}
+    assert laid == {"up": "S[0]", "head": "S[1]"}
+    with pytest.raises(ShardPlanError, match=r"pattern 'head\.weight': .*or name a strategy"):
+        ShardParams({"head.weight": "S[7?"})(mod)
+
+
+@pytest.mark.parametrize(("pattern", "suggested"), [
+    ("mlp.up.weigt", "mlp.up.weight"),  # a typo: suggested
+    ("embed.wieght", "embed.weight"),
+    ("lm_head.weight", "head.weight"),
+    ("ln_f.weight", None),  # another weight that shares the '.weight' suffix (norm.weight, 0.73 alike): not
+    ("mlp.gate.weight", None),
+])
+def test_did_you_mean_suggests_only_close_names(mod, pattern, suggested):
+    with pytest.raises(ShardPlanError, match=f"pattern '{re.escape(pattern)}' matches no plain tensor") as err:
+        ShardParams({pattern: "S[0]"})(mod)
+    if suggested is None:
+        assert "did you mean" not in str(err.value)
+    else:
+        assert f"did you mean '{suggested}'?" in str(err.value)
 
 
 @pytest.mark.parametrize(
@@ -185,3 +217,17 @@ def test_weights_by_name_or_in_order(mod):
         weight_arguments(f, [ids], list(w.values())[:5])
     with pytest.raises(WeightsError, match=r"@main takes 1 input \(ids\) before its weights, got 2"):
         weight_arguments(f, [ids, ids], w)
+
+
+def test_gpt2_tied_head_plan_with_an_optional_lm_head():
+    # the bundled GPT-2 ties its head to wte: a plan naming lm_head.weight used to suggest ln_f.weight
+    from distir.tvm import from_nn
+    from distir.examples.nn import gpt2 as G
+
+    config = G.GPT2Config()
+    gpt2 = from_nn(G.GPT2(config), G.spec(config))
+    with pytest.raises(ShardPlanError, match=r"pattern 'lm_head\.weight' matches no plain tensor parameter") as err:
+        ShardParams({**G.TP_PLAN, "lm_head.weight": "vocab"})(gpt2)
+    assert "did you mean" not in str(err.value)
+    out = ShardParams({**G.TP_PLAN, "lm_head.weight": "vocab?"})(gpt2)
+    assert structural_equal(out, ShardParams(G.TP_PLAN)(gpt2))

@@ -140,3 +140,33 @@ def test_run_on_tvm_prints_the_steps_of_the_program_specialized_to_the_count(tmp
         assert ("4 workers: all_reduce x1; 576 bytes sent per worker (2304 in all); carried by Disco's collectives "
                 "allreduce x2, 2304 bytes on the wire") in out
         assert "all_gather" not in out
+
+
+def test_a_disco_run_of_a_model_with_an_embedding_prints_no_tvm_warning(tmp_path, capfd):
+    # TVM logged "Fast mode segfaults when there are out-of-bounds indices" from C++ (fd 2) on every
+    # build of a lookup; the export writes the lookups as "clip" (the same rows for valid indices)
+    from helpers import NN_MLP
+
+    path = tmp_path / "mlp_nn.py"
+    path.write_text(NN_MLP.replace("def main(", "def forward("))
+    for shard in ("embed.weight=vocab", "embed.weight=R"):  # the vocab-parallel lookup and the plain one
+        code = distir_main.main(["run", str(path), "-n", "2", "--backend", "tvm", "--bind", "s=5", "--shard", shard])
+        out, err = capfd.readouterr()
+        assert code == 0 and "matches" in out, err
+        assert "Fast mode segfaults" not in err and "distir" not in err, err
+
+
+def test_a_cuda_target_without_a_gpu_is_distirs_one_line_only(capfd):
+    from distir.tvm.errors import TargetError
+    from distir.tvm.targets import parse_target, run_device
+
+    parse_target("cuda")  # TVM logged "Unable to detect CUDA version" from C++ here
+    assert capfd.readouterr().err == ""
+    try:
+        run_device("cuda")
+    except TargetError as err:  # the machine has no GPU: distir's line says so
+        assert "runs on cuda devices, and TVM finds none" in str(err)
+    assert capfd.readouterr().err == ""
+    print("distir's own line", file=__import__("sys").stderr)  # fd 2 is given back afterwards
+    assert capfd.readouterr().err == "distir's own line\n"
+

@@ -108,6 +108,11 @@ def test_a_resharded_set_holds_exactly_the_pieces_of_a_set_written_for_its_count
     p = direct.meta["params"][0]
     assert (p["name"], p["placement"], p["global_shape"], p["local_shape"]) == ("embed_tokens.weight", "S[0]", [250, 96], [84, 96])
     assert p["padding"] == [[0, 0], [0, 0], [2, 0]] and direct.meta["count"] == 3 and direct.workers == 3
+    # a worker or weight the set lacks is one line, not a KeyError of its records
+    with pytest.raises(WeightsError, match=r"pre-sharded weights '.*w3' hold weights 0\.\.\d+ on workers 0\.\.2, not weight 0 on worker 3"):
+        direct.piece(0, 3)
+    with pytest.raises(WeightsError, match=r"on workers 0\.\.2, not weight -1 on worker 0"):
+        direct.piece(-1, 0)
 
 
 def test_a_set_that_does_not_fit_is_one_line(nn_llama, llama, weight_sets, tmp_path):

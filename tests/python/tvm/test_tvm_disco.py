@@ -52,11 +52,38 @@ def test_models_on_disco_equal_the_single_device_run(model, workers):
         # the steps are named and counted as the simulator names and counts them (the program at this count)
         assert r.disco["calls"] == sim.counts and r.disco["bytes_sent"] == sim.total_bytes
         assert r.summary() == on_sim.summary()  # one line, word for word: names, bytes, per worker
+        if workers == 1:  # one device communicates nothing
+            assert r.summary().startswith("1 worker: no collectives; 0 bytes")
     assert (on_disco.disco["build"], specialized.disco["build"]) == ("symbolic", "specialized")
     # Disco's own collectives (ring all-reduce, all-gather) move exactly those bytes, in either build: the
     # one build chooses at run time what the count's program runs (a re-blocking that agrees moves nothing)
     assert specialized.disco["transport"]["bytes_sent"] == sim.total_bytes
     assert on_disco.disco["transport"]["bytes_sent"] == sim.total_bytes
+
+
+
+@pytest.mark.parametrize("workers", (1, 3))
+def test_moe_expert_parallel_summary_is_one_line_on_both_backends(workers):
+    # without size hints the experts' layouts are re-planned per count: Disco's steps are those of the
+    # module specialized to the count (an exchange at 3), not of the symbolic module (an all-gather)
+    from distir.transform import ShardParams
+    from distir.tvm import from_nn
+    from distir.examples.nn import moe as M
+
+    config = M.MoEConfig()
+    model = M.MoE(config)
+    weights = M.random_weights(model)
+    x = np.random.default_rng(6).standard_normal((6, config.hidden_size)).astype("float32")
+    d = Driver(ShardParams(M.EP_PLAN)(from_nn(model, M.spec(config))), func="forward")
+    on_sim = d.run([x], workers, weights=weights)
+    on_disco = d.run([x], workers, weights=weights, backend="tvm")
+    assert on_sim.ok and on_disco.ok
+    assert on_disco.summary() == on_sim.summary()
+    assert on_disco.disco["calls"] == on_sim.stats.counts and on_disco.disco["bytes_sent"] == on_sim.stats.total_bytes
+    if workers == 1:
+        assert on_sim.summary() == "1 worker: no collectives; 0 bytes sent per worker (0 in all)"
+    else:  # what the simulator ran: the exchange its step kind prices
+        assert "exchange" in on_sim.stats.counts
 
 
 def test_disco_reports_the_steps_of_the_plan_it_ran_at_the_count():

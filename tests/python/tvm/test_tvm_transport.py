@@ -1,4 +1,4 @@
-"""The channels between Disco workers (distir.tvm.transport), alone: arrays larger than a socket's
+"""The channels between Disco workers (distir.tvm.disco.transport), alone: arrays larger than a socket's
 buffer, every worker sending to every other at once, through both endpoints (queues of one
 process; Unix-domain sockets joined by connect_sockets), the bytes compared exactly with copies
 made before sending; and each way a channel fails (a peer gone, a wait past its limit, a run

@@ -13,8 +13,9 @@ when given, else the module's only mesh, else a new 1-D ``("num_workers",)`` mes
 devices ``0 .. num_workers - 1``. Unmatched parameters stay plain; propagate-sharding lays
 them out. When several patterns match one parameter, the most specific wins
 (:func:`specificity`); two equally specific ones are an error. Errors, each one line naming
-the pattern and the parameter: a pattern that matches no tensor parameter of any function,
-a placement that does not fit the mesh or the parameter's rank, a strategy that has no
+the pattern and the parameter: a pattern that matches no tensor parameter of any function
+(unless its value ends with ``?``, :data:`OPTIONAL`: ``"lm_head.weight": "vocab?"`` lays out the
+head where a model variant has one and is no error where it is tied to the embedding), a placement that does not fit the mesh or the parameter's rank, a strategy that has no
 meaning for how the parameter is used, a parameter already laid out.
 """
 
@@ -41,7 +42,7 @@ from ..pass_infra import ModulePass, PassContext, register_pass
 from ..rewrite import map_bindings
 from ..weights import param_names
 
-__all__ = ["STRATEGIES", "ShardParams", "ShardPlanError", "check_plan_value", "load_shard_plan", "specificity"]
+__all__ = ["OPTIONAL", "STRATEGIES", "ShardParams", "ShardPlanError", "check_plan_value", "load_shard_plan", "specificity"]
 
 # strategy -> what it shards, by the parameter's role (docs/frontend.md has the table)
 STRATEGIES: dict[str, str] = {
@@ -52,6 +53,21 @@ STRATEGIES: dict[str, str] = {
     "vocab": "the vocabulary: the rows of an embedding table (R.take), the output axis of an LM head",
     "replicate": "nothing: R on every mesh axis, for any parameter",
 }
+
+
+#: a plan value ending with this marks its pattern optional: it may match no parameter
+OPTIONAL = "?"
+
+#: how alike a name must be to an unmatched pattern to be suggested (difflib's ratio): a typo
+#: (``mlp.up.weigt``: 0.96) is, another weight sharing the ``.weight`` suffix (``ln_f.weight`` for
+#: ``lm_head.weight``: 0.72) is not
+CLOSE_NAME = 0.85
+
+
+def split_optional(value: str) -> tuple[str, bool]:
+    """(the placement or strategy of a plan value, whether it is marked optional with :data:`OPTIONAL`)."""
+    text = value.strip()
+    return (text[: -len(OPTIONAL)].strip(), True) if text.endswith(OPTIONAL) else (value, False)
 
 
 class ShardPlanError(PassError):
@@ -99,17 +115,20 @@ class _Entry:
     pattern: str
     placement: Placement | None  # None for a strategy
     strategy: str | None
+    optional: bool = False  # may match no parameter (its value ended with OPTIONAL)
 
     def text(self) -> str:
         return self.strategy if self.strategy is not None else str(self.placement)
 
 
 def check_plan_value(value: str) -> str:
-    """``value`` if it is a strategy name or a placement's text; else ShardPlanError saying what is wrong."""
-    if value.strip() in STRATEGIES:
-        return value.strip()
+    """``value`` if it is a strategy name or a placement's text, either maybe marked optional (a final
+    ``?``); else ShardPlanError saying what is wrong."""
+    base, optional = split_optional(value)
+    if base.strip() in STRATEGIES:
+        return base.strip() + (OPTIONAL if optional else "")
     try:
-        Placement.parse(value)
+        Placement.parse(base)
     except PlacementError as err:
         raise ShardPlanError(f"{err}; or name a strategy ({', '.join(STRATEGIES)})") from None
     return value
@@ -198,13 +217,13 @@ def _entries(plan: Any) -> list[_Entry]:
                 f"({', '.join(STRATEGIES)})"
             )
         try:
-            value = check_plan_value(value)
+            value, optional = split_optional(check_plan_value(value))
         except ShardPlanError as err:
             raise ShardPlanError(f"shard plan: pattern '{pattern}': {err}") from None
         if value in STRATEGIES:
-            out.append(_Entry(pattern, None, value))
+            out.append(_Entry(pattern, None, value, optional))
         else:
-            out.append(_Entry(pattern, Placement.parse(value), None))
+            out.append(_Entry(pattern, Placement.parse(value), None, optional))
     return out
 
 
@@ -339,16 +358,16 @@ class ShardParams(ModulePass):
         funcs: dict[str, Function] = {}
         for fname, func in mod.functions.items():
             funcs[fname] = self._function(func, entries, mesh, matched, holders)
-        unmatched = [e.pattern for e in entries if e.pattern not in matched]
+        unmatched = [e.pattern for e in entries if e.pattern not in matched and not e.optional]
         if unmatched:
             known = sorted({n for f in mod.functions.values() for n, p in zip(param_names(f), f.params)
                             if isinstance(p.type, TensorType)})
             shown = ", ".join(known[:6]) + (f" and {len(known) - 6} more" if len(known) > 6 else "")
-            close = difflib.get_close_matches(unmatched[0], known, n=1)
+            close = difflib.get_close_matches(unmatched[0], known, n=1, cutoff=CLOSE_NAME)
             hint = f"; did you mean '{close[0]}'?" if close else ""
             raise ShardPlanError(
                 f"shard plan: pattern '{unmatched[0]}' matches no plain tensor parameter "
-                f"(parameters: {shown or 'none'}){hint}"
+                f"(parameters: {shown or 'none'}){hint}; end its value with '{OPTIONAL}' if it may match none"
             )
         if mesh not in meshes:
             meshes.append(mesh)
@@ -408,7 +427,7 @@ class ShardParams(ModulePass):
             else:
                 placement = best.placement
                 try:
-                    placement.validate(mesh.ndim, len(t.shape))
+                    placement.validate(mesh.ndim, len(t.shape), shape=t.shape)  # a strided part count must divide
                     check_partial(placement, t.dtype, "the layout")
                 except PlacementError as err:
                     raise ShardPlanError(

@@ -18,13 +18,14 @@ import functools
 import importlib
 from collections.abc import Callable
 
+import numpy as np
 import tvm
 from tvm import relax
 
 from ...errors import DistirError
 from ...ir import sym
 from ...ir.combine import dtype_class
-from ...ir.expr import Call
+from ...ir.expr import Call, Constant
 from ...ir.layout import depends_on_worker
 from ...ir.op import OpDef, RelaxForm, all_ops
 from ...ir.types import TensorType
@@ -37,6 +38,7 @@ __all__ = [
     "emit_affine_norm",
     "emit_bool_logic",
     "emit_comparison",
+    "emit_full",
     "emit_negative",
     "emit_reduction",
     "emit_relax_form",
@@ -131,10 +133,16 @@ _TAKE_MODES = ("fast", "wrap", "clip")  # what Relax's take knows
 
 
 def emit_take(ex: Exporter, call: Call) -> relax.Expr:
-    """``relax.op.take``, for the modes it has."""
-    mode = call.op.full_attrs(call.attrs)["mode"]
+    """``relax.op.take``, for the modes it has. Mode "fast" is emitted as "clip": the same rows for the
+    in-range indices "fast" requires (the interpreter refuses others before any run), no read past the
+    table for others, and no TVM warning on every build ("Fast mode segfaults when there are
+    out-of-bounds indices", logged by topi's take once per legalized lookup)."""
+    attrs = call.op.full_attrs(call.attrs)
+    mode = attrs["mode"]
     if mode not in _TAKE_MODES:
         raise ex.error(f"Relax's take has no mode \"{mode}\" (it has {', '.join(_TAKE_MODES)})")
+    if mode == "fast":
+        return emit_relax_form(ex, Call(call.op, call.args, {**attrs, "mode": "clip"}, call.span))
     return emit_relax_form(ex, call)
 
 
@@ -282,6 +290,20 @@ def emit_resize2d(ex: Exporter, call: Call) -> relax.Expr:
     return relax.op.astype(ex.emit(resized), out_dtype)
 
 
+def emit_full(ex: Exporter, call: Call) -> relax.Expr:
+    """``relax.op.full``; a constant fill of inf or nan (a float16 ``-1e9`` mask) is broadcast instead,
+    since TVM 0.27's legalization of ``full`` fails on a non-finite fill (``topi.full`` reads the dtype
+    as a string)."""
+    fill = call.args[1]
+    if not isinstance(fill, Constant) or np.all(np.isfinite(np.asarray(fill.data, dtype=np.float64))):
+        return emit_relax_form(ex, call)
+    dtype = call.op.full_attrs(call.attrs)["dtype"] or str(fill.data.dtype)
+    value = ex.value(fill)
+    if str(fill.data.dtype) != dtype:
+        value = ex.emit(relax.op.astype(value, dtype))
+    return relax.op.broadcast_to(value, ex.value(call.args[0]))
+
+
 def emit_triangle(ex: Exporter, call: Call) -> relax.Expr:
     """``relax.op.tril``/``triu``; with a diagonal offset that depends on the worker, a mask from index tensors."""
     k = call.op.full_attrs(call.attrs)["k"]
@@ -319,7 +341,7 @@ def emit_shard_take(ex: Exporter, call: Call) -> relax.Expr:
     high = ex.emit(relax.op.less(local, ex.scalar(rows, it.dtype)))
     mine = ex.emit(relax.op.logical_and(low, high))
     safe = ex.emit(relax.op.where(mine, local, ex.const(0, it.dtype)))
-    got = ex.emit(relax.op.take(x, safe, axis=axis))
+    got = ex.emit(relax.op.take(x, safe, axis=axis, mode="clip"))  # indices made safe: in range
     mask_shape = [1] * axis + list(it.shape) + [1] * (xt.ndim - axis - 1)
     mask = ex.emit(relax.op.reshape(mine, relax.ShapeExpr([_p(d) for d in ex.dims(mask_shape)])))
     return relax.op.where(mask, got, ex.const(0, xt.dtype))
