@@ -34,6 +34,7 @@ from .workers import (
     _register,
     collective_timeout,
     kept_session,
+    kept_sessions,
     load_disco,
     take_local_pool,
     worker_timeout,
@@ -205,7 +206,10 @@ class SocketWorkers(ProcessWorkers):
 def socket_workers(spec: SocketSpec, num_workers: int, num_groups: int = 1,
                    timeout: float | None = None) -> SocketWorkers:
     """The socket session for ``spec`` and this size: kept from an earlier run, or a new one (whose
-    start waits, within the bound, for the other nodes to connect)."""
+    start waits, within the bound, for the other nodes to connect; a kept session of another size on
+    the same address is ended first, so its nodes come to this one)."""
     bound = worker_timeout(timeout)
+    for other in kept_sessions(lambda key: key[0] == str(spec) and key[1:] != (num_workers, num_groups)):
+        other.close()  # the nodes serve one session at a time: a kept one of another size lets them go
     return kept_session((str(spec), num_workers, num_groups), bound,
                         lambda: SocketWorkers(spec, num_workers, num_groups, bound))

@@ -60,7 +60,7 @@ class _Link:
                     break
                 self.local.sendall(data)
         except OSError as err:
-            why = f"lost its connection ({err.strerror or err})"
+            why = f"closed its connection (its process ended or the network failed: {err.strerror or err})"
         self.relay.lost(self.node, why)
         with contextlib.suppress(OSError):
             self.local.shutdown(socket.SHUT_WR)  # TVM's read sees an end of file; its writes still land
@@ -81,7 +81,8 @@ class _Link:
                     self.remote.sendall(data)
                 except OSError as err:
                     live = False
-                    self.relay.lost(self.node, f"lost its connection ({err.strerror or err})")
+                    self.relay.lost(self.node, "closed its connection (its process ended or the network failed: "
+                                               f"{err.strerror or err})")
         self.close()  # TVM closed its end (the session was destroyed): its last words were forwarded
 
     def close(self) -> None:

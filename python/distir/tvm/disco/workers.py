@@ -63,7 +63,7 @@ import tvm_ffi
 from ..errors import DiscoRunError, tvm_message
 from . import host_ccl
 
-__all__ = ["ProcessWorkers", "close_all", "collective_timeout", "kept_session", "load_disco", "process_workers",
+__all__ = ["ProcessWorkers", "close_all", "collective_timeout", "kept_session", "kept_sessions", "load_disco", "process_workers",
            "take_local_pool", "worker_timeout"]
 
 _DISCO = None
@@ -606,6 +606,12 @@ def kept_session(key, bound: float, make) -> ProcessWorkers:
     with _cache_lock:
         _CACHE[key] = workers
     return workers
+
+
+def kept_sessions(select) -> list[ProcessWorkers]:
+    """The kept sessions whose key ``select`` accepts."""
+    with _cache_lock:
+        return [w for key, w in _CACHE.items() if select(key)]
 
 
 def process_workers(num_workers: int, num_groups: int = 1, timeout: float | None = None) -> ProcessWorkers:
