@@ -93,6 +93,27 @@ def test_every_bundled_example_is_right_on_two_nodes_of_two_workers(two_nodes, n
     assert r.disco["transport"] == t.disco["transport"]  # the collectives moved the same bytes
 
 
+def test_distir_run_takes_the_socket_session(two_nodes, capsys):
+    from distir.cli import main as distir_main
+
+    code = distir_main.main(["run", str(examples.path("mlp")), "-n", "4", "--backend", "tvm",
+                             "--session", two_nodes["session"]])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "tvm result on 4 workers matches the single-device result" in out
+    assert "Disco SocketSession over 2 nodes of 4 workers (1 group(s), distir's host collectives)" in out
+
+
+def test_distir_run_refuses_an_unknown_session_in_one_line(capsys):
+    from distir.cli import main as distir_main
+
+    with pytest.raises(SystemExit, match=r"^2$"):  # argparse's usage error
+        distir_main.main(["run", str(examples.path("mlp")), "-n", "4", "--backend", "tvm", "--session", "mpi"])
+    err = capsys.readouterr().err
+    assert "invalid choice: 'mpi' (choose from threads, processes, socket, socket:NODES@HOST:PORT)" in err
+    assert "Traceback" not in err
+
+
 def test_a_node_killed_in_the_middle_of_a_run_is_named_within_seconds_and_the_next_run_is_right(two_nodes, monkeypatch):
     monkeypatch.setenv(disco_workers.TIMEOUT_ENV, str(BOUND))
     mod = examples.load("llama")

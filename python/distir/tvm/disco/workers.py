@@ -560,6 +560,7 @@ class ProcessWorkers:
             message, _ = self._bounded(lambda: (sess.get_global_func("distir.session.disconnect")(),
                                                 sess._sync_worker(0)), min(self.bound, 5.0))  # fmt: skip
             healthy = message is None
+            sess = None  # noqa: F841 - not held past here: the session must go when self.sess does
         if not healthy:
             pool.kill()
         pool.unplug()
@@ -569,6 +570,9 @@ class ProcessWorkers:
             pool.drain()  # a write waiting for room in a pipe that no worker reads completes
             helper.join(_TICK)
         self._inflight = None
+        cache = getattr(self.sess, "_cache", None)  # TVM's method cache: its handles refer back to the session
+        if isinstance(cache, dict):
+            cache.clear()
         self.sess = None  # TVM destroys the session once nothing refers to it
         if not pool.released:  # a reference cycle still holds it: a full collection (slow on a large heap) frees it
             gc.collect()
