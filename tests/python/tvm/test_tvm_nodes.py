@@ -37,7 +37,10 @@ def _free_port() -> int:
 
 
 def _start_node(port: int, tmp: Path, per_node: int = 2) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=str(REPO / "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    node_tmp = tmp / "node-tmp"  # the node's own temporary folder, as on another machine
+    node_tmp.mkdir(exist_ok=True)
+    env = dict(os.environ, PYTHONPATH=str(REPO / "python") + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               TMPDIR=str(node_tmp))
     log = open(tmp / f"node-{port}-{time.monotonic_ns()}.log", "wb")  # noqa: SIM115 - the child owns it
     try:
         return subprocess.Popen([sys.executable, "-m", "distir.tvm.disco.node", "--host", HOST, "--port", str(port),
@@ -93,6 +96,17 @@ def test_every_bundled_example_is_right_on_two_nodes_of_two_workers(two_nodes, n
     assert r.disco["transport"] == t.disco["transport"]  # the collectives moved the same bytes
 
 
+def test_the_other_node_loads_the_library_it_was_sent_not_the_controllers_path(two_nodes):
+    import hashlib
+
+    mod = examples.load("mlp")
+    assert Driver(mod).run(random_inputs(mod, seed=9), 4, backend="tvm", session=two_nodes["session"]).ok
+    sent = sorted((two_nodes["tmp"] / "node-tmp").glob("distir-node-lib-*/*.so"))
+    assert sent, "the node's workers wrote no library into their own folder"
+    for lib in sent:  # each named by the SHA-256 of its bytes (checked by the worker before loading)
+        assert hashlib.sha256(lib.read_bytes()).hexdigest() == lib.stem
+
+
 def test_distir_run_takes_the_socket_session(two_nodes, capsys):
     from distir.cli import main as distir_main
 
@@ -102,6 +116,19 @@ def test_distir_run_takes_the_socket_session(two_nodes, capsys):
     assert code == 0, out
     assert "tvm result on 4 workers matches the single-device result" in out
     assert "Disco SocketSession over 2 nodes of 4 workers (1 group(s), distir's host collectives)" in out
+
+
+def test_an_artifact_runs_on_two_nodes(two_nodes, tmp_path, capsys):
+    from distir.cli import main as distir_main
+
+    assert distir_main.main(["build", str(examples.path("llama")), "-o", str(tmp_path / "llama.art")]) == 0
+    capsys.readouterr()
+    code = distir_main.main(["run", "--artifact", str(tmp_path / "llama.art"), "-n", "4", "--bind", "s=8",
+                             "--session", two_nodes["session"]])  # fmt: skip
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "tvm result on 4 workers matches the single-device result" in out
+    assert "the artifact's build for llvm (no tvm.compile)" in out and "SocketSession over 2 nodes" in out
 
 
 def test_distir_run_refuses_an_unknown_session_in_one_line(capsys):

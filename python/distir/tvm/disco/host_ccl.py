@@ -313,6 +313,34 @@ def _pack(value) -> bytes:
     return pack_arrays(host(value))
 
 
+_LIBRARY_DIR: list[str] = []  # this process's private folder of the libraries it was sent
+
+
+def _load_library(data: bytes, sha256: str, device):
+    """``distir.session.load_library``: the module's shared library, sent as bytes (a worker on another
+    machine cannot read the controller's copy), written once into this process's private folder
+    under its SHA-256 (checked), then loaded as Disco's ``load_vm_module`` loads a path."""
+    import atexit
+    import hashlib
+    import os
+    import shutil
+    import tempfile
+
+    if not _LIBRARY_DIR:
+        _LIBRARY_DIR.append(tempfile.mkdtemp(prefix="distir-node-lib-"))
+        atexit.register(shutil.rmtree, _LIBRARY_DIR[0], True)
+    data = bytes(data)
+    if hashlib.sha256(data).hexdigest() != str(sha256):
+        raise ValueError("the library sent does not have the SHA-256 the controller computed")
+    path = os.path.join(_LIBRARY_DIR[0], f"{sha256}.so")
+    if not os.path.exists(path):
+        fd, tmp = tempfile.mkstemp(dir=_LIBRARY_DIR[0], suffix=".so")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    return tvm_ffi.get_global_func("runtime.disco.load_vm_module")(path, device)
+
+
 def _disconnect() -> None:
     """``distir.session.disconnect``: close this worker's sockets (worker 0's, when the caller ends a session)."""
     ep = _BY_THREAD.pop(threading.get_ident(), None)
@@ -369,6 +397,7 @@ def register() -> None:
     tvm_ffi.register_global_func("distir.session.report", _report, override=True)
     tvm_ffi.register_global_func("distir.session.disconnect", _disconnect, override=True)
     tvm_ffi.register_global_func("distir.session.pack", _pack, override=True)
+    tvm_ffi.register_global_func("distir.session.load_library", _load_library, override=True)
     _registered = True
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import hashlib
 import itertools
 import os
 import shutil
@@ -29,6 +30,7 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -196,7 +198,7 @@ def run_pieces(
     if groups < 1 or total % groups:
         raise DiscoRunError(f"{total} workers cannot be split into {groups} equal groups")
     pieces = pieces_for(total)
-    call = _Call(path, func, size_names, values, pieces, total, device, presharded)
+    call = _Call(path, func, size_names, values, pieces, total, device, presharded, ship=spec is not None)
     # a socket session runs distir's host collectives over TCP (NCCL across nodes is not wired: docs/tvm.md)
     nccl = spec is None and not is_host(device) and has_nccl() and total <= _device_count(device)
     info = {"num_workers": total, "num_groups": groups, "session": session,
@@ -277,12 +279,18 @@ class _Call:
     total: int
     device: Any
     presharded: Presharded | Ranged | None
+    ship: bool = False  # send the library as bytes (a socket session: workers on other machines)
 
     def run(self, sess, *, default_device: bool) -> Any:
         """Load, place the arguments, call; the result's DRef. ``default_device``: the workers' own
         device is the build's (after NCCL's init), so nothing names it."""
         dev = None if default_device else self.device
-        dmod = sess.load_vm_module(self.path, dev)
+        if self.ship:  # workers on other machines cannot read this path: the library goes to them as bytes
+            data = Path(self.path).read_bytes()
+            load = sess.get_global_func("distir.session.load_library")
+            dmod = load_disco().DModule(load(data, hashlib.sha256(data).hexdigest(), dev), sess)
+        else:
+            dmod = sess.load_vm_module(self.path, dev)
         make_shape = sess.get_global_func("ffi.Shape")
         args = [make_shape(_size_value(n, self.values)) for n in self.size_names]
         for per in self.pieces:
