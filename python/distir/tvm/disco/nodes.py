@@ -79,7 +79,7 @@ def parse_socket(session: str) -> SocketSpec | None:
     except ValueError:
         if _HOSTNAME.match(host) is None:
             raise DiscoRunError(f"{where}: {host!r} is neither an IP address nor a host name") from None
-    if host in ("0.0.0.0", "::"):  # noqa: S104 - refused, not bound
+    if host in ("0.0.0.0", "::"):  # refused, not bound
         raise DiscoRunError(f"{where}: give the address the other nodes reach this machine at, not {host}")
     if nodes < 2:
         raise DiscoRunError(f"{where}: a socket session needs at least 2 nodes (this one and another), got {nodes}")

@@ -115,7 +115,7 @@ class Relay:
             while len(self.links) < self.num_remote and not self.stop.is_set():
                 try:
                     remote, addr = self.listener.accept()
-                except socket.timeout:
+                except TimeoutError:
                     continue
                 remote.settimeout(None)
                 remote.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

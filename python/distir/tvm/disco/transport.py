@@ -13,6 +13,9 @@ the same program, so the arrays two workers exchange pair up in program order.
   the receiver. A peer that dies closes its sockets: the kernel tells every other worker at
   once (end of file), and a worker that fails closes its own, so a failure reaches every
   worker within milliseconds instead of after a timeout.
+- :func:`connect_tcp`: the workers of a session over several machines (``SocketSession``) are
+  joined the same way over TCP, after meeting at the controller's :class:`Rendezvous` (each
+  connection starts with the session's token).
 
 Nothing here raises into Disco: errors are :class:`ChannelError`, which the collectives turn
 into a recorded failure (a Python exception in a Disco worker thread aborts the process).
@@ -357,7 +360,7 @@ def _join(worker: int, num_workers: int, listener: socket.socket, dial, hello: b
         while len(socks) < num_workers - 1:
             try:
                 s, _addr = listener.accept()
-            except socket.timeout:
+            except TimeoutError:
                 give_up("not every worker connected")
                 continue
             s.settimeout(1.0)  # a stranger that sends nothing must not hold the join
@@ -455,7 +458,7 @@ def _recv_line(sock: socket.socket, give_up) -> object:
         while not buf.endswith(b"\n"):
             try:
                 chunk = sock.recv(4096)
-            except socket.timeout:
+            except TimeoutError:
                 give_up("the rendezvous did not answer")
                 continue
             if not chunk:
@@ -498,7 +501,7 @@ class Rendezvous:
             while len(table) < self.num_workers:
                 try:
                     s, _addr = self.listener.accept()
-                except socket.timeout:
+                except TimeoutError:
                     give_up(f"{self.num_workers - len(table)} of {self.num_workers} workers did not reach the rendezvous")
                     continue
                 try:

@@ -560,7 +560,7 @@ class ProcessWorkers:
             message, _ = self._bounded(lambda: (sess.get_global_func("distir.session.disconnect")(),
                                                 sess._sync_worker(0)), min(self.bound, 5.0))  # fmt: skip
             healthy = message is None
-            sess = None  # noqa: F841 - not held past here: the session must go when self.sess does
+            sess = None  # not held past here: the session must go when self.sess does
         if not healthy:
             pool.kill()
         pool.unplug()
