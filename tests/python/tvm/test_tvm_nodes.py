@@ -174,6 +174,31 @@ def test_a_node_killed_in_the_middle_of_a_run_is_named_within_seconds_and_the_ne
     assert r.ok, r.summary()
 
 
+def _children(pid: int) -> list[int]:
+    kids = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with open(task / "children") as f:
+            kids += [int(k) for k in f.read().split()]
+    return kids
+
+
+def test_a_worker_of_the_other_node_killed_between_runs_is_named_and_the_next_run_is_right(two_nodes):
+    mod = examples.load("mlp")
+    driver, args = Driver(mod), random_inputs(mod, seed=4)
+    assert driver.run(args, 4, backend="tvm", session=two_nodes["session"]).ok
+    node = two_nodes["node"]
+    workers = _children(node.pid)
+    assert len(workers) == 1, workers  # the node's worker 1 (global 3); its worker 0 is a thread of the node
+    os.kill(workers[0], signal.SIGKILL)
+    assert node.wait(10) == 1  # the node exits when one of its workers does
+    t0 = time.monotonic()
+    with pytest.raises(DiscoRunError, match=r"node 1 \(from 127\.0\.0\.1:\d+, workers 2-3\) closed its connection"):
+        driver.run(args, 4, backend="tvm", session=two_nodes["session"])
+    assert time.monotonic() - t0 < 5.0
+    two_nodes["node"] = _start_node(two_nodes["port"], two_nodes["tmp"])
+    assert driver.run(args, 4, backend="tvm", session=two_nodes["session"]).ok
+
+
 def test_a_node_that_never_connects_ends_the_start_within_the_bound(monkeypatch):
     monkeypatch.setenv(disco_workers.TIMEOUT_ENV, "3")
     mod = examples.load("mlp")
@@ -186,6 +211,20 @@ def test_a_node_that_never_connects_ends_the_start_within_the_bound(monkeypatch)
     assert time.monotonic() - t0 < 3 + SLACK + 20  # the build, the start's bound, the teardown
     with socket.socket() as s:  # the port was let go
         s.bind((HOST, port))
+
+
+def test_a_node_started_with_too_few_workers_is_one_line_naming_the_command(tmp_path):
+    port = _free_port()
+    node = _start_node(port, tmp_path, per_node=1)
+    try:
+        mod = examples.load("mlp")
+        with pytest.raises(DiscoRunError, match=r"node 1 \(from 127\.0\.0\.1:\d+, workers 2-3\) closed its connection.*"
+                                                r"each other node must run: python -m distir\.tvm\.disco\.node "
+                                                rf"--host 127\.0\.0\.1 --port {port} --workers-per-node 2$"):  # fmt: skip
+            Driver(mod).run(random_inputs(mod), 4, backend="tvm", session=f"socket:2@{HOST}:{port}")
+        assert node.wait(10) == 1
+    finally:
+        _end(node)
 
 
 def test_a_count_that_does_not_spread_over_the_nodes_is_one_line():

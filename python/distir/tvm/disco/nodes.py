@@ -136,6 +136,11 @@ class SocketWorkers(ProcessWorkers):
             self.call(lambda: self.sess.get_global_func("distir.session.connect_tcp")(
                 key, spec.host, rendezvous.port, rendezvous.token, num_workers, num_groups, _CONNECT_TIMEOUT, wait))
             self._await_start()
+        except DiscoRunError as err:
+            if not self.relay.dead:
+                raise
+            # a node that left during the start (one started with fewer workers fails TVM's check and exits)
+            raise DiscoRunError(f"{err}; each other node must run: {node_command(spec, self.per_node)}") from None
         finally:
             rendezvous.close()
         self.check(self.report(reset=True))
