@@ -30,6 +30,7 @@ from .relay import Relay
 from .transport import Rendezvous
 from .workers import (
     _CONNECT_TIMEOUT,
+    TIMEOUT_ENV,
     ProcessWorkers,
     _register,
     collective_timeout,
@@ -123,7 +124,7 @@ class SocketWorkers(ProcessWorkers):
             which = ", ".join(str(n) for n in missing)
             raise DiscoRunError(
                 f"node{'s' if len(missing) > 1 else ''} {which} of {spec.nodes} did not connect to {spec.host}:{spec.port} "
-                f"within {self.bound:g} s (the bound {'DISTIR_WORKER_TIMEOUT'} sets); start each with: "
+                f"within {self.bound:g} s (the bound {TIMEOUT_ENV} sets); start each with: "
                 f"{node_command(spec, self.per_node)}"
             )
         if self.pool.start_errors:

@@ -24,6 +24,8 @@ import socket
 import threading
 import time
 
+from .transport import tcp_server
+
 __all__ = ["Relay", "free_loopback_port"]
 
 _LOOPBACK = "127.0.0.1"
@@ -100,7 +102,7 @@ class Relay:
     def __init__(self, host: str, port: int, num_remote: int):
         self.host, self.port, self.num_remote = host, port, num_remote
         self.tvm_port = free_loopback_port()
-        self.listener = socket.create_server((host, port))  # OSError when the port is taken: the caller reports it
+        self.listener = tcp_server(host, port)  # OSError when the port is taken: the caller reports it
         self.links: dict[int, _Link] = {}  # node (1, 2, ...) -> its link, in the order TVM accepts them
         self.dead: dict[int, str] = {}  # node -> why it is gone
         self.lock = threading.Lock()

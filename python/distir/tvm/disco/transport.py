@@ -446,6 +446,13 @@ def _tcp(host: str, port: int, give_up) -> socket.socket:
         return s
 
 
+def tcp_server(host: str, port: int, backlog: int = 16) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (port 0: one the system chooses), IPv4 or IPv6 as
+    ``host`` is."""
+    family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+    return socket.create_server((host, port), family=family, backlog=backlog)
+
+
 def _send_line(sock: socket.socket, obj) -> None:
     sock.sendall(json.dumps(obj).encode() + b"\n")
 
@@ -485,7 +492,7 @@ class Rendezvous:
 
         self.token = secrets.token_hex(_TOKEN_BYTES // 2)
         self.num_workers, self.timeout = num_workers, timeout
-        self.listener = socket.create_server((host, 0))
+        self.listener = tcp_server(host, 0, max(16, num_workers))
         self.host, self.port = host, self.listener.getsockname()[1]
         self.closed = threading.Event()
         self.error: str | None = None
@@ -543,7 +550,7 @@ def connect_tcp(host: str, port: int, token: str, worker: int, num_workers: int,
     rv = _tcp(host, port, give_up)
     try:
         mine = rv.getsockname()[0]  # the local address on the route to the controller
-        listener = socket.create_server((mine, 0), backlog=max(1, num_workers))
+        listener = tcp_server(mine, 0, max(1, num_workers))
         _send_line(rv, {"token": token, "worker": worker, "host": mine, "port": listener.getsockname()[1]})
         table = _recv_line(rv, give_up)
     finally:
