@@ -107,6 +107,21 @@ def test_the_other_node_loads_the_library_it_was_sent_not_the_controllers_path(t
         assert hashlib.sha256(lib.read_bytes()).hexdigest() == lib.stem
 
 
+def test_each_worker_of_both_nodes_reads_its_pieces_of_one_global_checkpoint(two_nodes, tmp_path):
+    from distir.tvm.checkpoint import save_global_weights
+
+    mod = examples.load("mlp")
+    driver = Driver(mod)
+    x, *weights = random_inputs(mod, seed=11)
+    path = save_global_weights(driver.local, weights, tmp_path / "g", num_input=1)
+    r = driver.run([x], 4, weights=str(path), backend="tvm", session=two_nodes["session"])
+    assert r.ok, r.summary()
+    t = driver.run([x], 4, weights=str(path), backend="tvm", session="threads")
+    assert r.outputs.tobytes() == t.outputs.tobytes()
+    scattered = driver.run([x, *weights], 4, backend="tvm", session="threads")  # the caller cuts the weights
+    assert r.outputs.tobytes() == scattered.outputs.tobytes()
+
+
 def test_distir_run_takes_the_socket_session(two_nodes, capsys):
     from distir.cli import main as distir_main
 
