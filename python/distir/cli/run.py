@@ -44,8 +44,8 @@ result with the single-device interpreter. --backend sim uses distir's SPMD simu
 --backend tvm exports the module specialized to the count to TVM Relax, builds it with
 tvm.compile for --target (default llvm, the CPU; cuda for a GPU) and runs it on Disco: a
 ThreadedSession (--session threads, the default), a ProcessSession of one process per
-worker (--session processes) or a SocketSession over several machines (--session socket). Exit status 0 when the results match, 1 when they do not (or
-on an error)."""
+worker (--session processes) or a SocketSession over several machines (--session socket).
+Exit status 0 when the results match, 1 when they do not (or on an error)."""
 EPILOG = """\
 examples:
   distir run model.py --num-workers 4                    simulate 4 workers
