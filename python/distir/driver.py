@@ -308,8 +308,8 @@ def run_disco(
     (symbolic or specialized), whose recorded global signature says how to cut the inputs: as
     :func:`distir.runtime.run_spmd` cuts them (a worker outside an input's mesh gets zeros, since
     every Disco worker runs the program), and the outputs are reassembled as it reassembles
-    them. ``num_workers`` is the value of ``symbol``; ``session`` ``"threads"`` or
-    ``"processes"``. ``weights``: a pre-sharded set (a directory written by
+    them. ``num_workers`` is the value of ``symbol``; ``session`` ``"threads"``,
+    ``"processes"`` or ``"socket"`` / ``"socket:NODES@HOST:PORT"`` (several machines, docs/tvm.md). ``weights``: a pre-sharded set (a directory written by
     ``distir.tvm.shard_weights``) that every worker loads its pieces of for the parameters after
     the inputs; ``global_arrays`` are then the inputs only. The set is checked before any worker
     starts (:mod:`distir.tvm.weights_check`); ``verify_weights=False`` skips only its checksums. Pass a dict as ``stats`` to get
@@ -531,7 +531,7 @@ class Driver:
         self._specialized: dict[tuple, tuple[IRModule, float]] = {}
         self._reference: tuple | None = None  # (ids of the inputs, outputs, the inputs kept alive)
         self.target = target  # what the TVM backend builds for (run(..., target=) overrides it)
-        self.session = session  # the TVM backend's Disco session: "threads" or "processes"
+        self.session = session  # the TVM backend's Disco session: "threads", "processes" or "socket[:N@HOST:PORT]"
         # the TVM backend builds per count (specialized) or once for every count (None: SPECIALIZE_DEFAULT)
         self.specialize_builds = SPECIALIZE_DEFAULT if specialize is None else bool(specialize)
         self._artifact = None  # a loaded artifact the TVM backend runs (Driver.from_artifact)
@@ -723,8 +723,8 @@ class Driver:
         checked first (paths, sizes, shapes, dtypes, checksums: docs/tvm.md, "Trusting a set");
         ``verify_weights=False`` skips only the checksums, and then a damaged data file is not
         noticed: the comparison is with the same damaged pieces.
-        ``target`` (default: the driver's, "llvm") and ``session`` ("threads" or "processes";
-        default: the driver's) choose the TVM backend's build and Disco session. ``specialize``
+        ``target`` (default: the driver's, "llvm") and ``session`` ("threads", "processes" or
+        "socket[:NODES@HOST:PORT]"; default: the driver's) choose the TVM backend's build and Disco session. ``specialize``
         (default: the driver's, :data:`SPECIALIZE_DEFAULT`) builds the module specialized to each
         count; ``specialize=False`` builds the symbolic export once per target and runs that build at
         every count, choosing each count's plan at run time. ``artifact`` (a folder written by

@@ -27,6 +27,15 @@ TOLERANCE_HELP = "float16 and bfloat16 1e-2 (atol 2e-2), float32 and float64 1e-
 
 MAX_DISCO_PROCESSES = 64  # --session processes starts a Python process (TVM loaded: ~200 MB) per worker
 
+def session_arg(text: str) -> str:
+    """``--session``: threads, processes, socket or socket:NODES@HOST:PORT (the address is checked
+    when the session starts, distir.tvm.disco.nodes)."""
+    if text in ("threads", "processes", "socket") or text.startswith("socket:"):
+        return text
+    raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from threads, processes, socket, "
+                                     "socket:NODES@HOST:PORT)")
+
+
 HELP = "distribute a module, run it on N workers (simulator or TVM/Disco), compare with one device"
 DESCRIPTION = """\
 Run a global-view module through the distribute pipeline (num_workers symbolic), then on
@@ -34,14 +43,15 @@ Run a global-view module through the distribute pipeline (num_workers symbolic),
 result with the single-device interpreter. --backend sim uses distir's SPMD simulator;
 --backend tvm exports the module specialized to the count to TVM Relax, builds it with
 tvm.compile for --target (default llvm, the CPU; cuda for a GPU) and runs it on Disco: a
-ThreadedSession (--session threads, the default) or a ProcessSession of one process per
-worker (--session processes). Exit status 0 when the results match, 1 when they do not (or
-on an error)."""
+ThreadedSession (--session threads, the default), a ProcessSession of one process per
+worker (--session processes) or a SocketSession over several machines (--session socket).
+Exit status 0 when the results match, 1 when they do not (or on an error)."""
 EPILOG = """\
 examples:
   distir run model.py --num-workers 4                    simulate 4 workers
   distir run model.py -n 4 --backend tvm                 build with TVM, run on Disco threads
   distir run model.py -n 4 --backend tvm --session processes   one process per worker
+  distir run model.py -n 4 --backend tvm --session socket:2@10.0.0.1:29555   two machines
   distir run model.py -n 4 --backend tvm --target cuda   all workers on the GPU
   distir run model.py -n 2 --inputs inputs.npz           arrays named like the parameters
   distir run model.py -n 8 --bind s=64 --seed 3          value of another symbolic dim
@@ -75,9 +85,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--artifact", metavar="DIR",
                         help="run the build `distir build` wrote into DIR (on Disco, no tvm.compile) instead of FILE; "
                              "run only artifacts from builds you trust (loading a library runs its code)")
-    parser.add_argument("--session", choices=("threads", "processes"),
-                        help="with --backend tvm: Disco worker threads (default) or one process per worker "
-                             f"(at most {MAX_DISCO_PROCESSES})")
+    parser.add_argument("--session", type=session_arg, metavar="{threads,processes,socket[:NODES@HOST:PORT]}",
+                        help="with --backend tvm: Disco worker threads (default), one process per worker "
+                             f"(at most {MAX_DISCO_PROCESSES}), or workers spread over NODES machines (socket; "
+                             "default 2@127.0.0.1:29555 or $DISTIR_SOCKET; the other nodes run "
+                             "`python -m distir.tvm.disco.node`, docs/tvm.md)")
     parser.add_argument("--seed", type=seed, default=0,
                         help="seed (>= 0) of the random inputs and partial splits (default 0)")
     parser.add_argument("--inputs", metavar="NPZ", help="read the inputs from this .npz file instead")
@@ -184,8 +196,8 @@ def run_job(args: argparse.Namespace, out: TextIO) -> int:
     for flag, given in (("--target", args.target), ("--session", args.session)):
         if given is not None and args.backend != "tvm":
             raise UsageError(f"{flag} is for --backend tvm")
-    if args.session == "processes" and args.num_workers is not None and args.num_workers > MAX_DISCO_PROCESSES:
-        raise UsageError(f"-n/--num-workers {args.num_workers} with --session processes: at most {MAX_DISCO_PROCESSES} "
+    if args.session not in (None, "threads") and args.num_workers is not None and args.num_workers > MAX_DISCO_PROCESSES:
+        raise UsageError(f"-n/--num-workers {args.num_workers} with --session {args.session}: at most {MAX_DISCO_PROCESSES} "
                          "workers (a process each); use --session threads")
     if args.symbol in dims:
         raise UsageError(
@@ -229,7 +241,7 @@ def run_job(args: argparse.Namespace, out: TextIO) -> int:
         )
     total = session_workers(mod, values) if args.backend == "tvm" else static_workers(mod, values)
     limit = MAX_DISCO_WORKERS if args.backend == "tvm" else MAX_WORKERS
-    if args.session == "processes":
+    if args.session not in (None, "threads"):  # a process per worker (per node's worker, over nodes)
         limit = MAX_DISCO_PROCESSES
     if total is not None and total > limit:
         raise DistirError(
@@ -283,7 +295,8 @@ def run_job(args: argparse.Namespace, out: TextIO) -> int:
         info = result.disco
         moved = info["transport"]
         disco_calls = ", ".join(f"{k} x{v}" for k, v in sorted(moved["calls"].items())) or "none"
-        kind = "ThreadedSession" if info["session"] == "threads" else "ProcessSession"
+        kind = {"threads": "ThreadedSession", "processes": "ProcessSession"}.get(info["session"]) or \
+            f"SocketSession over {info.get('nodes')} nodes"
         ccl = "NCCL" if info["ccl"] == "nccl" else "distir's host collectives"
         # the steps and bytes as the simulator counts them (docs/analysis.md); then how Disco carried them
         built = {"symbolic": f"exported {t['export'] * 1e3:.0f} ms, tvm.compile for {target} {t['build'] * 1e3:.0f} ms "

@@ -3,9 +3,13 @@
 - ``run``: build an export (:func:`specialize_and_build`) and run it on every worker's pieces
   (:func:`run_pieces`), on a session of worker threads or worker processes;
 - ``workers``: Disco sessions, worker processes started by distir's pool and kept per size;
+- ``nodes``: a session over several machines (TVM's SocketSession, the controller's side), over
+- ``relay``: TVM's connections to the other nodes, made safe against a node that dies;
 - ``worker``: the worker processes' entry point (``python -m distir.tvm.disco.worker``);
+- ``node``: the other nodes' entry point (``python -m distir.tvm.disco.node``);
 - ``host_ccl``: Disco's collectives without NCCL, through host memory, over
-- ``transport``: channels between workers (queues for threads, Unix sockets for processes).
+- ``transport``: channels between workers (queues for threads, Unix sockets for processes, TCP
+  between nodes).
 
 ``run``'s names are attributes of this package, loaded on first use: a worker process imports
 this package on its way to ``worker``, and must load only the collectives (not the compiler).

@@ -33,7 +33,7 @@ import tvm_ffi
 
 from ...partials import combine
 from ..errors import DiscoRunError
-from .transport import Aborted, ChannelError, Endpoint, ThreadHub, connect_sockets
+from .transport import Aborted, ChannelError, Endpoint, ThreadHub, connect_sockets, connect_tcp, pack_arrays
 
 __all__ = ["CCL_NAMES", "TIMEOUT", "register", "session"]
 
@@ -260,13 +260,27 @@ def _connect(directory: str, num_workers: int, num_groups: int, timeout: float, 
     """``distir.session.connect``, run on every worker of a ProcessSession: join the others' sockets
     within ``timeout`` seconds; a collective then waits ``wait`` seconds at most for another worker.
     A failure is kept for :func:`_report` (raising would kill worker 0's thread, the caller)."""
+    _join_session(directory, lambda cancel: connect_sockets(
+        directory, _me(), int(num_workers), int(num_groups), float(timeout), cancel, float(wait)))
+
+
+def _connect_tcp(key: str, host: str, port: int, token: str, num_workers: int, num_groups: int, timeout: float,
+                 wait: float = TIMEOUT) -> None:
+    """``distir.session.connect_tcp``, run on every worker of a session spread over nodes: meet the
+    others at the controller's rendezvous ``host:port`` and join them over TCP (see
+    :func:`~distir.tvm.disco.transport.connect_tcp`); ``key`` names the session in the controller
+    (worker 0's cancel flag). Failures as :func:`_connect`."""
+    _join_session(key, lambda cancel: connect_tcp(
+        str(host), int(port), str(token), _me(), int(num_workers), int(num_groups), float(timeout), cancel, float(wait)))
+
+
+def _join_session(key: str, join) -> None:
     me = threading.get_ident()
     _disconnect()
     _CONNECT_ERRORS.pop(me, None)
-    _THREAD_OF[directory] = me
+    _THREAD_OF[key] = me
     try:
-        _BY_THREAD[me] = connect_sockets(directory, _me(), int(num_workers), int(num_groups), float(timeout),
-                                         _CANCEL.get(directory), float(wait))
+        _BY_THREAD[me] = join(_CANCEL.get(key))
     except Exception as err:  # noqa: BLE001 - reported to the caller by _report
         _CONNECT_ERRORS[me] = f"worker {_me()} could not join the others: {type(err).__name__}: {err}"
 
@@ -283,6 +297,48 @@ def _report(reset: int) -> str:
             ep.counters.calls.clear()
             ep.counters.bytes_sent = 0
     return json.dumps(out)
+
+
+def _pack(value) -> bytes:
+    """``distir.session.pack``: a worker's output (a tensor, or a tuple of them) as bytes, which TVM's
+    socket session can hand back from another node (it cannot carry a tensor in a reply)."""
+
+    def host(v):
+        if isinstance(v, tvm_ffi.Tensor) or hasattr(v, "numpy"):
+            return v.numpy()
+        if isinstance(v, (list, tuple)) or type(v).__name__ == "Array":
+            return tuple(host(x) for x in v)
+        return np.asarray(v)
+
+    return pack_arrays(host(value))
+
+
+_LIBRARY_DIR: list[str] = []  # this process's private folder of the libraries it was sent
+
+
+def _load_library(data: bytes, sha256: str, device):
+    """``distir.session.load_library``: the module's shared library, sent as bytes (a worker on another
+    machine cannot read the controller's copy), written once into this process's private folder
+    under its SHA-256 (checked), then loaded as Disco's ``load_vm_module`` loads a path."""
+    import atexit
+    import hashlib
+    import os
+    import shutil
+    import tempfile
+
+    if not _LIBRARY_DIR:
+        _LIBRARY_DIR.append(tempfile.mkdtemp(prefix="distir-node-lib-"))
+        atexit.register(shutil.rmtree, _LIBRARY_DIR[0], True)
+    data = bytes(data)
+    if hashlib.sha256(data).hexdigest() != str(sha256):
+        raise ValueError("the library sent does not have the SHA-256 the controller computed")
+    path = os.path.join(_LIBRARY_DIR[0], f"{sha256}.so")
+    if not os.path.exists(path):
+        fd, tmp = tempfile.mkstemp(dir=_LIBRARY_DIR[0], suffix=".so")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    return tvm_ffi.get_global_func("runtime.disco.load_vm_module")(path, device)
 
 
 def _disconnect() -> None:
@@ -337,8 +393,11 @@ def register() -> None:
     for name in CCL_NAMES:
         tvm_ffi.register_global_func(_PREFIX + name, _FUNCS[name], override=True)
     tvm_ffi.register_global_func("distir.session.connect", _connect, override=True)
+    tvm_ffi.register_global_func("distir.session.connect_tcp", _connect_tcp, override=True)
     tvm_ffi.register_global_func("distir.session.report", _report, override=True)
     tvm_ffi.register_global_func("distir.session.disconnect", _disconnect, override=True)
+    tvm_ffi.register_global_func("distir.session.pack", _pack, override=True)
+    tvm_ffi.register_global_func("distir.session.load_library", _load_library, override=True)
     _registered = True
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import hashlib
 import itertools
 import os
 import shutil
@@ -29,6 +30,7 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,6 +39,8 @@ from tvm import relax
 
 from ...ir.types import DTensorType, TensorType, Type
 from . import host_ccl
+from .nodes import SocketWorkers, parse_socket, socket_workers
+from .transport import unpack_arrays
 from .workers import load_disco, process_workers
 from ..errors import DiscoRunError, TargetError, tvm_message
 from ..convention import DISCO_LAYOUT_FUNC, SIZE_PREFIX
@@ -56,7 +60,7 @@ __all__ = [
     "symbolic_var_names",
 ]
 
-SESSIONS = ("threads", "processes")
+SESSIONS = ("threads", "processes", "socket")
 _COUNTER = itertools.count()
 
 def symbolic_var_names(tvm_mod: tvm.IRModule) -> set[str]:
@@ -200,13 +204,15 @@ def run_pieces(
     ``values`` gives the sizes the build takes as parameters; ``pieces_for(total)`` gives, per
     parameter, every worker's array of a session of ``total`` workers (known once the build
     says its layout), or None for the parameters ``presharded`` loads. ``session`` is
-    ``"threads"`` (a ThreadedSession) or ``"processes"`` (a ProcessSession, kept for the next
-    run of its size); ``target`` the build's target, whose device every worker runs on.
+    ``"threads"`` (a ThreadedSession), ``"processes"`` (a ProcessSession, kept for the next
+    run of its size) or ``"socket"`` / ``"socket:NODES@HOST:PORT"`` (a SocketSession over nodes,
+    :mod:`distir.tvm.disco.nodes`, kept too); ``target`` the build's target, whose device every worker runs on.
     ``check_workers(total)`` may refuse the session size before anything starts. Pass a dict as
     ``stats`` to get the session, the collective library and what Disco's collectives moved.
     """
-    if session not in SESSIONS:
-        raise DiscoRunError(f"unknown session '{session}' (known: {', '.join(SESSIONS)})")
+    spec = parse_socket(session) if isinstance(session, str) else None
+    if session not in SESSIONS and spec is None:
+        raise DiscoRunError(f"unknown session '{session}' (known: {', '.join(SESSIONS)}, socket:NODES@HOST:PORT)")
     device = run_device(target)
     disco = load_disco()
     path = shared_library(built)
@@ -219,8 +225,9 @@ def run_pieces(
     if groups < 1 or total % groups:
         raise DiscoRunError(f"{total} workers cannot be split into {groups} equal groups")
     pieces = pieces_for(total)
-    call = _Call(path, func, size_names, values, pieces, total, device, presharded)
-    nccl = not is_host(device) and has_nccl() and total <= _device_count(device)
+    call = _Call(path, func, size_names, values, pieces, total, device, presharded, ship=spec is not None)
+    # a socket session runs distir's host collectives over TCP (NCCL across nodes is not wired: docs/tvm.md)
+    nccl = spec is None and not is_host(device) and has_nccl() and total <= _device_count(device)
     info = {"num_workers": total, "num_groups": groups, "session": session,
             "ccl": "nccl" if nccl else "host", "device": str(device)}  # fmt: skip
     if not is_host(device) and not nccl:
@@ -228,8 +235,11 @@ def run_pieces(
         warnings.warn(info["fallback"], stacklevel=2)
     if session == "threads":
         outputs, calls, sent = _run_threads(disco, call, total, groups, nccl)
+    elif spec is not None:
+        info["session"], info["nodes"] = "socket", spec.nodes
+        outputs, calls, sent = _run_processes(call, total, groups, nccl, socket_workers(spec, total, groups))
     else:
-        outputs, calls, sent = _run_processes(call, total, groups, nccl)
+        outputs, calls, sent = _run_processes(call, total, groups, nccl, process_workers(total, groups))
     if stats is not None:
         stats.update(info, transport={"calls": calls, "bytes_sent": sent})
     return outputs
@@ -296,12 +306,18 @@ class _Call:
     total: int
     device: Any
     presharded: Presharded | Ranged | None
+    ship: bool = False  # send the library as bytes (a socket session: workers on other machines)
 
     def run(self, sess, *, default_device: bool) -> Any:
         """Load, place the arguments, call; the result's DRef. ``default_device``: the workers' own
         device is the build's (after NCCL's init), so nothing names it."""
         dev = None if default_device else self.device
-        dmod = sess.load_vm_module(self.path, dev)
+        if self.ship:  # workers on other machines cannot read this path: the library goes to them as bytes
+            data = Path(self.path).read_bytes()
+            load = sess.get_global_func("distir.session.load_library")
+            dmod = load_disco().DModule(load(data, hashlib.sha256(data).hexdigest(), dev), sess)
+        else:
+            dmod = sess.load_vm_module(self.path, dev)
         make_shape = sess.get_global_func("ffi.Shape")
         args = [make_shape(_size_value(n, self.values)) for n in self.size_names]
         for per in self.pieces:
@@ -371,8 +387,18 @@ def _run_threads(disco, call: _Call, total: int, groups: int, nccl: bool):
     return outputs, calls, sent
 
 
-def _run_processes(call: _Call, total: int, groups: int, nccl: bool):
-    workers = process_workers(total, groups)
+def _fetch(result, worker: int):
+    """Worker ``worker``'s output: a tensor (or tuple) read back, or the bytes ``distir.session.pack`` made."""
+    value = result.debug_get_from_remote(worker)
+    if isinstance(value, (bytes, bytearray)):
+        try:
+            return unpack_arrays(value)
+        except ValueError as err:
+            raise DiscoRunError(f"worker {worker}'s output could not be read back: {err}") from None
+    return _to_numpy(value)
+
+
+def _run_processes(call: _Call, total: int, groups: int, nccl: bool, workers):
     workers.check_alive()
     if nccl and not getattr(workers, "nccl", False):
         workers.call(lambda: workers.sess.init_ccl("nccl", *range(total)))
@@ -381,12 +407,14 @@ def _run_processes(call: _Call, total: int, groups: int, nccl: bool):
     workers.sync()
     workers.check(workers.report(reset=True))  # inputs in place: count only the function's own collectives
     result = workers.call(lambda: call.dmod[call.func](*args))
-    first = workers.call(lambda: _to_numpy(result.debug_get_from_remote(0)), [0])
+    if isinstance(workers, SocketWorkers):  # TVM's socket session hands back bytes from another node, not tensors
+        result = workers.call(lambda: workers.sess.get_global_func("distir.session.pack")(result))
+    first = workers.call(lambda: _fetch(result, 0), [0])
     reports = workers.report(reset=True)
     workers.check(reports)
     outputs = {0: first}
     for w in range(1, total):
-        outputs[w] = workers.call(lambda w=w: _to_numpy(result.debug_get_from_remote(w)), [w])
+        outputs[w] = workers.call(lambda w=w: _fetch(result, w), [w])
     del result, args
     calls: dict[str, int] = {}
     for r in reports:

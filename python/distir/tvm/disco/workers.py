@@ -63,7 +63,8 @@ import tvm_ffi
 from ..errors import DiscoRunError, tvm_message
 from . import host_ccl
 
-__all__ = ["ProcessWorkers", "close_all", "collective_timeout", "load_disco", "process_workers", "worker_timeout"]
+__all__ = ["ProcessWorkers", "close_all", "collective_timeout", "kept_session", "kept_sessions", "load_disco", "process_workers",
+           "take_local_pool", "worker_timeout"]
 
 _DISCO = None
 
@@ -294,8 +295,35 @@ def _create_process_pool(num_workers: int, num_groups: int, entrypoint: str):
     return per_worker
 
 
+_LOCAL_FUNC = "runtime.disco.create_socket_session_local_workers"
+_local_pools: dict[int, _Pool] = {}  # thread -> the pool of the node's local session it made (socket sessions)
+
+
+def _create_local_session(num_workers: int):
+    """A node's own workers in a socket session (TVM's ``SocketSession`` and ``RemoteSocketSession`` call
+    it): a ProcessSession on distir's pool and entry point, in place of TVM's (whose workers lack
+    distir's collectives). The pool is kept for :func:`take_local_pool`."""
+    disco = load_disco()
+    sess = disco.ProcessSession.__new__(disco.ProcessSession)
+    try:
+        sess.__init_handle_by_constructor__(importlib.import_module("tvm.runtime.disco._ffi_api").SessionProcess,
+                                            int(num_workers), 1, _POOL_FUNC, _ENTRY)
+    finally:
+        with _pending_lock:
+            pool = _pending.pop(threading.get_ident(), None)
+        if pool is not None:
+            _local_pools[threading.get_ident()] = pool
+    return sess
+
+
+def take_local_pool(thread: int) -> _Pool | None:
+    """The pool of the local session that ``thread`` made last (:func:`_create_local_session`), once."""
+    return _local_pools.pop(thread, None)
+
+
 def _register() -> None:
     tvm_ffi.register_global_func(_POOL_FUNC, _create_process_pool, override=True)
+    tvm_ffi.register_global_func(_LOCAL_FUNC, _create_local_session, override=True)
     host_ccl.register()
 
 
@@ -379,6 +407,10 @@ class ProcessWorkers:
             parts.append(f"worker {w} (process {self.pool.procs[w].pid}) {_status(code)}" + (f": {words}" if words else ""))
         return "; ".join(parts)
 
+    def _gone(self) -> bool:
+        """A worker (or, for a session over nodes, a node) is gone: a call waiting for it fails now."""
+        return bool(self.pool.dead())
+
     def stopped_message(self) -> str | None:
         """The worker processes that are stopped (SIGSTOP, a tracer), or None."""
         stopped = {w: s for w, s in self.pool.states().items() if s in ("T", "t")}
@@ -425,7 +457,7 @@ class ProcessWorkers:
         deadline = time.monotonic() + bound
         try:
             while not done.wait(_TICK):
-                if self.pool.dead():
+                if self._gone():
                     return self._why(None), None
                 if time.monotonic() > deadline:
                     return self._unanswered(bound, waiting), None
@@ -528,6 +560,7 @@ class ProcessWorkers:
             message, _ = self._bounded(lambda: (sess.get_global_func("distir.session.disconnect")(),
                                                 sess._sync_worker(0)), min(self.bound, 5.0))  # fmt: skip
             healthy = message is None
+            sess = None  # not held past here: the session must go when self.sess does
         if not healthy:
             pool.kill()
         pool.unplug()
@@ -537,6 +570,9 @@ class ProcessWorkers:
             pool.drain()  # a write waiting for room in a pipe that no worker reads completes
             helper.join(_TICK)
         self._inflight = None
+        cache = getattr(self.sess, "_cache", None)  # TVM's method cache: its handles refer back to the session
+        if isinstance(cache, dict):
+            cache.clear()
         self.sess = None  # TVM destroys the session once nothing refers to it
         if not pool.released:  # a reference cycle still holds it: a full collection (slow on a large heap) frees it
             gc.collect()
@@ -544,7 +580,7 @@ class ProcessWorkers:
         pool.drain()
 
 
-_CACHE: dict[tuple[int, int], ProcessWorkers] = {}
+_CACHE: dict[tuple, ProcessWorkers] = {}
 _cache_lock = threading.Lock()
 
 
@@ -555,13 +591,12 @@ def _forget(workers: ProcessWorkers) -> None:
                 del _CACHE[key]
 
 
-def process_workers(num_workers: int, num_groups: int = 1, timeout: float | None = None) -> ProcessWorkers:
-    """A ProcessSession of this size: the one kept from an earlier run, or a new one. A kept session
-    whose worker died since is a DiscoRunError naming it (once: the next call starts a new one). ``timeout`` (else ``$DISTIR_WORKER_TIMEOUT``, :func:`worker_timeout`) bounds every wait for
-    a worker; a kept session made under another bound is replaced (its collectives' limit follows it)."""
-    bound = worker_timeout(timeout)
+def kept_session(key, bound: float, make) -> ProcessWorkers:
+    """The session kept under ``key`` (made by ``make()`` if there is none): one whose worker died since
+    its last run is a DiscoRunError naming it (once: the next call makes a new one); one made under
+    another ``bound`` is replaced."""
     with _cache_lock:
-        hit = _CACHE.get((num_workers, num_groups))
+        hit = _CACHE.get(key)
     if hit is not None and not hit.closed:
         if hit.bound != bound:
             hit.close()
@@ -571,10 +606,24 @@ def process_workers(num_workers: int, num_groups: int = 1, timeout: float | None
                 return hit
             hit.close(failed=True)
             raise DiscoRunError(f"a Disco worker process of the kept session failed since its last run: {message}")
-    workers = ProcessWorkers(num_workers, num_groups, bound)
+    workers = make()
     with _cache_lock:
-        _CACHE[(num_workers, num_groups)] = workers
+        _CACHE[key] = workers
     return workers
+
+
+def kept_sessions(select) -> list[ProcessWorkers]:
+    """The kept sessions whose key ``select`` accepts."""
+    with _cache_lock:
+        return [w for key, w in _CACHE.items() if select(key)]
+
+
+def process_workers(num_workers: int, num_groups: int = 1, timeout: float | None = None) -> ProcessWorkers:
+    """A ProcessSession of this size: the one kept from an earlier run, or a new one. A kept session
+    whose worker died since is a DiscoRunError naming it (once: the next call starts a new one). ``timeout`` (else ``$DISTIR_WORKER_TIMEOUT``, :func:`worker_timeout`) bounds every wait for
+    a worker; a kept session made under another bound is replaced (its collectives' limit follows it)."""
+    bound = worker_timeout(timeout)
+    return kept_session((num_workers, num_groups), bound, lambda: ProcessWorkers(num_workers, num_groups, bound))
 
 
 def close_all() -> None:
