@@ -26,10 +26,11 @@ EXIT_USAGE = 2  # bad arguments (argparse's status too)
 def read_module(file: str):
     """Parse the module in ``file`` (``-`` for stdin). Errors are DistirErrors with positions.
 
-    Input is UTF-8 text of at most 64 MiB (``distir.script.parser.MAX_INPUT_BYTES``); at
+    Input is UTF-8 text of at most 64 MiB (``distir.script.source.MAX_INPUT_BYTES``); at
     most that many bytes plus one are read, from a file or from stdin."""
     from .. import parse_file
-    from ..script.parser import parse_source, read_stream
+    from ..script.parser import parse_source
+    from ..script.source import read_stream
     from .models import nn_module_hint
 
     if file == "-":

@@ -62,9 +62,10 @@ from .literals import (
     int_from_ast,
     str_from_ast,
 )
+from . import source
 from .printer import DECORATOR_ATTRS
 
-__all__ = ["MAX_INPUT_BYTES", "decode_source", "parse", "parse_file", "parse_source", "read_file", "read_stream"]
+__all__ = ["parse", "parse_file", "parse_source"]
 
 # import lines accepted (and ignored) in exactly these forms
 _IMPORT_FROM = {
@@ -78,11 +79,6 @@ _PRIM_INT_DTYPES = frozenset({"int64", "int32", "int16", "int8", "uint8"})  # R.
 _PRIM_DTYPES = frozenset(DTYPES) | _PRIM_INT_DTYPES | {"str"}  # "str" is the type of R.str(...)
 
 
-# The largest input read or parsed: 64 MiB (bytes of a file or stdin, characters of a str).
-# A file is read up to this many bytes plus one, so /dev/zero or a runaway pipe ends in an
-# error instead of exhausting memory.
-MAX_INPUT_BYTES = 64 * 1024 * 1024
-_MAX_INPUT_TEXT = "64 MiB"
 # Python's own parser gives up (without a position) on expressions nested a few thousand
 # levels deep; the error then points where the nesting first passes this many levels.
 _MAX_NESTING = 1000
@@ -112,79 +108,22 @@ def parse(text: str, source_name: str | None = None, *, line_offset: int = 0, co
 
 
 def parse_file(path: str | os.PathLike, source_name: str | None = None) -> IRModule:
-    """Read the file at ``path`` (UTF-8, at most MAX_INPUT_BYTES) and parse it.
+    """Read the file at ``path`` (:func:`~distir.script.source.read_file`) and parse it.
 
     Errors name the file as given (or ``source_name``); a parse error shows the line of
     that file it is about."""
     if not isinstance(path, (str, os.PathLike)):
         raise ParseError(f"distir.parse_file takes a path (a str or os.PathLike), got {type(path).__name__}")
-    name = source_name or _path_name(path)
-    return parse_source(read_file(path, name), name)
-
-
-def _path_name(path: str | os.PathLike) -> str:
-    p = os.fspath(path)
-    return os.fsdecode(p) if isinstance(p, bytes) else p
-
-
-def read_file(path: str | os.PathLike, name: str | None = None) -> str:
-    """The UTF-8 text of the file at ``path``; a ParseError if it cannot be read, is larger
-    than MAX_INPUT_BYTES or is not UTF-8. Reads at most MAX_INPUT_BYTES + 1 bytes."""
-    shown = name or _path_name(path)
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_INPUT_BYTES + 1)
-    except FileNotFoundError:
-        raise ParseError(f"cannot read '{shown}': no such file") from None
-    except IsADirectoryError:
-        raise ParseError(f"cannot read '{shown}': it is a directory") from None
-    except PermissionError:
-        raise ParseError(f"cannot read '{shown}': permission denied") from None
-    except (OSError, ValueError) as err:  # ValueError: a path with a null byte
-        reason = getattr(err, "strerror", None) or str(err)
-        raise ParseError(f"cannot read '{shown}': {reason}") from None
-    return decode_source(data, shown)
-
-
-def read_stream(stream, name: str = "<stdin>") -> str:
-    """The UTF-8 text of a binary stream (or of a text stream), reading at most
-    MAX_INPUT_BYTES + 1 bytes (characters)."""
-    if stream is None:
-        raise ParseError(f"{name}: there is no input to read")
-    try:
-        data = stream.read(MAX_INPUT_BYTES + 1)
-    except UnicodeDecodeError as err:  # a text stream that decodes strictly
-        raise ParseError(f"{name}: not UTF-8 text ({err.reason})") from None
-    except OSError as err:
-        raise ParseError(f"cannot read {name}: {err.strerror or err}") from None
-    if isinstance(data, (bytes, bytearray)):
-        return decode_source(bytes(data), name)
-    if len(data) > MAX_INPUT_BYTES:
-        raise _too_large(name)
-    return data
-
-
-def decode_source(data: bytes, name: str = "<string>") -> str:
-    """``data`` as UTF-8 text (a leading byte-order mark dropped), or a ParseError naming the
-    first byte that is not UTF-8 and its offset."""
-    if len(data) > MAX_INPUT_BYTES:
-        raise _too_large(name)
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise ParseError(f"{name}: not UTF-8 text (byte 0x{data[err.start]:02x} at offset {err.start})") from None
-
-
-def _too_large(name: str) -> ParseError:
-    return ParseError(f"{name}: input is larger than {_MAX_INPUT_TEXT}, the limit for one module")
+    name = source_name or source._path_name(path)
+    return parse_source(source.read_file(path, name), name)
 
 
 def parse_source(text: str, source_name: str = "<string>", *, line_offset: int = 0, col_offset: int = 0) -> IRModule:
     """Parse ``text``; positions are shifted by ``line_offset``/``col_offset`` (decorated Python source)."""
     if not isinstance(text, str):
         raise ParseError(f"expected IR text (a str), got {type(text).__name__}")
-    if len(text) > MAX_INPUT_BYTES:
-        raise _too_large(source_name)
+    if len(text) > source.MAX_INPUT_BYTES:
+        raise source._too_large(source_name)
     p = _Parser(text, source_name, line_offset, col_offset)
     # Building the AST and the IR allocates many small acyclic objects; the cyclic
     # collector would rescan them over and over (a third of the parse time).

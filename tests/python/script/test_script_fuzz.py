@@ -29,7 +29,7 @@ from distir import examples
 from distir.errors import DistirError
 from distir.ir import Call, DeviceMesh, Placement, Var, sym
 from distir.ir.op import all_ops
-from distir.script.parser import decode_source
+from distir.script.source import decode_source
 from test_script_roundtrip import CORPUS
 
 _EXPLORE = os.environ.get("HYPOTHESIS_PROFILE") == "explore"

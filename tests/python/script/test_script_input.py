@@ -16,7 +16,7 @@ import pytest
 import distir
 from distir.cli import opt
 from distir.errors import ParseError
-from distir.script import parser
+from distir.script import parser, source
 
 MODULE = '''\
 @I.ir_module
@@ -149,18 +149,18 @@ def test_lines_are_numbered_as_python_numbers_them():
 
 
 def test_inputs_larger_than_the_limit_are_refused(tmp_path, monkeypatch):
-    monkeypatch.setattr(parser, "MAX_INPUT_BYTES", len(MODULE) - 1)
+    monkeypatch.setattr(source, "MAX_INPUT_BYTES", len(MODULE) - 1)
     p = tmp_path / "m.py"
     p.write_text(MODULE)
     for call in (lambda: distir.parse_file(p), lambda: distir.parse(MODULE)):
         with pytest.raises(ParseError, match="input is larger than 64 MiB"):
             call()
-    monkeypatch.setattr(parser, "MAX_INPUT_BYTES", len(MODULE))
+    monkeypatch.setattr(source, "MAX_INPUT_BYTES", len(MODULE))
     assert distir.parse_file(p)["main"] is not None
 
 
 def test_read_stream_reads_at_most_the_limit_plus_one_byte(monkeypatch):
-    monkeypatch.setattr(parser, "MAX_INPUT_BYTES", 100)
+    monkeypatch.setattr(source, "MAX_INPUT_BYTES", 100)
 
     requested: list[int] = []
 
@@ -174,7 +174,7 @@ def test_read_stream_reads_at_most_the_limit_plus_one_byte(monkeypatch):
             return b" " * n
 
     with pytest.raises(ParseError, match="larger than"):
-        parser.read_stream(Endless(), "<stdin>")
+        source.read_stream(Endless(), "<stdin>")
     assert requested == [101]
 
 
@@ -203,7 +203,7 @@ def test_opt_reads_utf8_stdin_as_bytes(monkeypatch, capsys):
 
 
 def test_opt_stdin_larger_than_the_limit(monkeypatch, capsys):
-    monkeypatch.setattr(parser, "MAX_INPUT_BYTES", 64)
+    monkeypatch.setattr(source, "MAX_INPUT_BYTES", 64)
     monkeypatch.setattr(sys, "stdin", _Stdin(MODULE.encode()))
     assert opt.main(["-"]) == 1
     assert capsys.readouterr().err == "distir-opt: error: <stdin>: input is larger than 64 MiB, the limit for one module\n"
