@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DistirError, TypeInferenceError
-from . import sym
+from . import sym, sym_parse
 from .expr import (
     Binding,
     Block,
@@ -81,7 +81,7 @@ class BuilderError(DistirError):
 def dim(d: int | str | Dim) -> Dim:
     """A dim from an int, a symbolic expression, or text such as ``"s"`` or ``"128 // num_workers"``."""
     if isinstance(d, str):
-        return sym.parse(d)
+        return sym_parse.parse(d)
     if isinstance(d, (bool, float)):
         raise BuilderError(f"expected a dim (an int, a symbolic expression or its text), got {d!r}")
     return sym.normalize(d)

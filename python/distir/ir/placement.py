@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 
 from ..errors import DistirError, PlacementError
-from . import sym
+from . import sym, sym_parse
 
 REDUCE_OPS = ("sum", "max", "min", "avg")
 
@@ -218,7 +218,7 @@ class Placement:
         entries = []
         for i, part in enumerate(body.split(",")):
             try:
-                d = sym.parse(part)
+                d = sym_parse.parse(part)
             except sym.SymbolicError as err:
                 raise PlacementError(f"placement \"{text}\": shard size {i} ('{part.strip()}'): {err}") from None
             if isinstance(d, int) and d < 1:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import DistirError
-from ..ir import sym
+from ..ir import sym, sym_parse
 from ..ir.mesh import DeviceMesh
 from ..ir.op import Param
 from ..ir.placement import Placement, PlacementError
@@ -88,7 +88,7 @@ _STR_DIMS: dict[str, Dim] = {}
 
 def _check_dim_ast(node: ast.AST, where: ast.AST, text: str | None) -> None:
     """Reject everything but the symbolic-integer grammar, saying what is wrong (no recursion:
-    depth and size are bounded afterwards by sym.check_ast). In a quoted dimension the error
+    depth and size are bounded afterwards by sym_parse.check_ast). In a quoted dimension the error
     is at the whole string, whose text the message quotes."""
     inside = f" in '{_shown(text)}'" if text is not None else ""
     stack = [node]
@@ -168,8 +168,8 @@ def dim_from_ast(node: ast.AST) -> Dim:
     """An int literal, a quoted expression (``"m * num_workers"``) or a bare one (``n * 2``).
 
     Integers are int64; a division by zero is refused; an expression may nest at most
-    sym.MAX_EXPR_DEPTH levels and have sym.MAX_EXPR_NODES parts (a quoted one at most
-    sym.MAX_EXPR_CHARS characters), checked before anything is built."""
+    sym_parse.MAX_EXPR_DEPTH levels and have sym_parse.MAX_EXPR_NODES parts (a quoted one at most
+    sym_parse.MAX_EXPR_CHARS characters), checked before anything is built."""
     if isinstance(node, ast.Constant):
         v = node.value
         if isinstance(v, int) and not isinstance(v, bool):
@@ -192,7 +192,7 @@ def dim_from_ast(node: ast.AST) -> Dim:
 def _build_dim(tree: ast.AST, where: ast.AST, text: str | None) -> Dim:
     shown = _shown(text) if text is not None else ""
     try:
-        return sym.normalize_checked(sym.from_ast(tree, shown), tree, shown)
+        return sym_parse.normalize_checked(sym_parse.from_ast(tree, shown), tree, shown)
     except sym.SymbolicError as err:
         raise _dim_error(str(err), where, text, err.node if err.node is not None else tree) from None
 
@@ -201,9 +201,9 @@ def _str_dim(text: str, node: ast.AST) -> Dim:
     hit = _STR_DIMS.get(text)
     if hit is not None:
         return hit
-    if len(text) > sym.MAX_EXPR_CHARS:
+    if len(text) > sym_parse.MAX_EXPR_CHARS:
         raise FormError(
-            f"dimension expression is too long ({len(text)} characters; at most {sym.MAX_EXPR_CHARS})", node
+            f"dimension expression is too long ({len(text)} characters; at most {sym_parse.MAX_EXPR_CHARS})", node
         )
     try:
         tree = ast.parse(text.strip(), mode="eval")
@@ -215,7 +215,7 @@ def _str_dim(text: str, node: ast.AST) -> Dim:
         raise FormError(f"'{_shown(text)}' is not a dimension: {_DIM_HINT}", node, inner) from None
     except (RecursionError, MemoryError):  # Python's parser giving up on deep nesting
         raise FormError(
-            f"dimension expression nests too deeply (at most {sym.MAX_EXPR_DEPTH} levels): '{_shown(text)}'", node
+            f"dimension expression nests too deeply (at most {sym_parse.MAX_EXPR_DEPTH} levels): '{_shown(text)}'", node
         ) from None
     except (ValueError, UnicodeError):  # a null byte or a lone surrogate in the string
         raise FormError(f"'{_shown(text)}' is not a dimension: {_DIM_HINT}", node) from None

@@ -35,7 +35,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..errors import DistirError
-from ..ir import sym
+from ..ir import sym, sym_parse
 from ..ir.layout import local_shape
 from ..ir.mesh import DeviceMesh, Range
 from ..ir.placement import Placement
@@ -67,14 +67,14 @@ def mesh_json(mesh: DeviceMesh) -> dict:
 
 
 def mesh_from_json(data: dict) -> DeviceMesh:
-    shape = tuple(sym.parse(d) for d in data["shape"])
-    ids = Range(*(sym.parse(d) for d in data["range"])) if "range" in data else tuple(int(i) for i in data["list"])
+    shape = tuple(sym_parse.parse(d) for d in data["shape"])
+    ids = Range(*(sym_parse.parse(d) for d in data["range"])) if "range" in data else tuple(int(i) for i in data["list"])
     return DeviceMesh(shape, ids)
 
 
 def param_layout(p: Mapping) -> Any:
     """A weight's type in the module's global view, from its metadata (a DTensorType or a TensorType)."""
-    shape = tuple(sym.parse(d) for d in p["global_shape_formula"])
+    shape = tuple(sym_parse.parse(d) for d in p["global_shape_formula"])
     if p["mesh"] is None:
         return TensorType(shape, p["dtype"])
     return DTensorType(shape, p["dtype"], mesh_from_json(p["mesh"]), Placement.parse(p["placement"]))

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 import distir
 from distir import examples
 from distir.errors import DistirError
-from distir.ir import Call, DeviceMesh, Placement, Var, sym
+from distir.ir import Call, DeviceMesh, Placement, Var, sym, sym_parse
 from distir.ir.op import all_ops
 from distir.script.source import decode_source
 from test_script_roundtrip import CORPUS
@@ -240,7 +240,7 @@ def seed_as_python_reads_it(text: str) -> dict[str, dict]:
 def _same_dim(written: int | str, parsed) -> bool:
     if isinstance(written, int):
         return parsed == written
-    return sym.prove_equal(sym.parse(written), parsed)
+    return sym.prove_equal(sym_parse.parse(written), parsed)
 
 
 def _attr_value(v):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import distir
-from distir.ir import IRModule, assert_structural_equal, structural_equal, sym
+from distir.ir import IRModule, assert_structural_equal, structural_equal, sym, sym_parse
 from distir.ir.placement import Partial, Placement, Shard
 from distir.ir.types import DTensorType, TensorType, TupleType
 from distir.runtime import run
@@ -345,8 +345,8 @@ def test_meshes_are_symbolic_and_resolved_to_module_objects():
     mod = distir.parse(SYMBOLIC_2D)
     m0, m1 = mod.meshes()
     assert sym.to_str(m0.shape[1]) == "tp"
-    assert sym.equal(m0.device_ids.stop, sym.parse("2 * tp"))
-    assert sym.equal(m1.size, sym.parse("dp * tp"))
+    assert sym.equal(m0.device_ids.stop, sym_parse.parse("2 * tp"))
+    assert sym.equal(m1.size, sym_parse.parse("dp * tp"))
     x = mod["main"].params[0]
     assert x.type.mesh is m0
     assert x.type.placement == Placement((Shard(0), Shard(1)))
@@ -471,9 +471,9 @@ def test_decorator_keywords_are_kept():
 
 
 def test_sym_parse_handles_mesh_size_expressions():
-    assert sym.equal(sym.parse("2 * tp"), sym.mul(2, sym.var("tp")))
-    assert sym.equal(sym.parse("m * num_workers"), sym.mul(sym.var("m"), sym.var("num_workers")))
-    assert sym.parse("128 // 4") == 32
+    assert sym.equal(sym_parse.parse("2 * tp"), sym.mul(2, sym.var("tp")))
+    assert sym.equal(sym_parse.parse("m * num_workers"), sym.mul(sym.var("m"), sym.var("num_workers")))
+    assert sym_parse.parse("128 // 4") == 32
 
 
 def test_function_script_is_print_function():

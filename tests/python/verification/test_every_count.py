@@ -120,9 +120,9 @@ def test_mutation_mask_one_short_is_a_counterexample(monkeypatch):
 
 def test_sym_fold_agrees_with_evaluate():
     """fold into Python integers (floor division as Python's) gives what evaluate gives, negative values too."""
-    from distir.ir import sym
+    from distir.ir import sym, sym_parse
 
-    e = sym.parse("T.min(T.max(7 - T.min(w, n - 1) * T.ceildiv(7, n), 0), T.ceildiv(7, n)) + (w - 9) % n")
+    e = sym_parse.parse("T.min(T.max(7 - T.min(w, n - 1) * T.ceildiv(7, n), 0), T.ceildiv(7, n)) + (w - 9) % n")
     ops = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
            "floordiv": lambda a, b: a // b, "floormod": lambda a, b: a % b, "min": min, "max": max}
     for n in range(1, 12):
