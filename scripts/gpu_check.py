@@ -1,15 +1,20 @@
-"""Check distir's CUDA path on one GPU: every count's build, run by W worker threads on the one GPU.
+"""Check distir's CUDA path on one GPU: every count's build, and one artifact for every count, run by W
+worker threads on the one GPU.
 
 The bundled mlp, attention and llama and a ``relax.frontend.nn`` model (``distir.examples.nn.llama``)
 are distributed once, then for each W exported, built for the target and run on Disco with W
 worker threads on the GPU (distir's host collectives stage device buffers through host memory;
 at W = 1, NCCL where TVM has it), and compared with the one-device run (distir's interpreter;
-the nn model also with TVM's own one-device build of it on the same target). Every export is
-also checked: no kernel reads a host tensor, and every collective is one of Disco's own.
+the nn model also with TVM's own one-device build of it on the same target). With ``--build once``
+(or ``both``, the default) each model is also built ONCE, its ``num_workers`` symbolic, written as an
+artifact (``Driver.write_artifact``, what ``distir build`` writes) and run from that folder at every W
+without ``tvm.compile`` (``Driver.from_artifact``). Every per-count export is also checked: no kernel
+reads a host tensor, and every collective is one of Disco's own.
 
     source .gpu2/install.sh && python3 scripts/gpu_check.py
     python3 scripts/gpu_check.py --counts 1-4 --models llama,nn_llama
     python3 scripts/gpu_check.py --target llvm --counts 1-3        # the same on the CPU (a dry run)
+    python3 scripts/gpu_check.py --build once                      # only the one artifact for every count
 
 Needs TVM, numpy, scipy, ml_dtypes and rich, and distir's python/ on PYTHONPATH (this script
 adds it when run from a checkout). Prints one row per (model, W): the collective library, ok,
@@ -111,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--counts", type=parse_counts, default=list(range(1, 9)), help="worker counts (default 1-8)")
     parser.add_argument("--models", default="mlp,attention,llama,nn_llama", help="comma-separated (default: all four)")
     parser.add_argument("--session", choices=("threads", "processes"), default="threads", help="Disco session (default threads)")
+    parser.add_argument("--build", choices=("count", "once", "both"), default="both",
+                        help="a build per count, one artifact for every count, or both (default both)")
     parser.add_argument("--seq", type=int, default=16, help="sequence length of the models that take one (default 16)")
     parser.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance (default 1e-4: GPU sums add in another order)")
     parser.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance, relative to the largest value (default 1e-4)")
@@ -132,10 +139,16 @@ def main(argv: list[str] | None = None) -> int:
     warnings.simplefilter("once")
     # the header says whether NCCL is there; the same line per run would bury the table
     warnings.filterwarnings("ignore", message="this TVM build has no NCCL")
-    header = f"{'model':<10} {'W':>2} {'ccl':<5} {'ok':<5} {'max diff':>9} {'vs TVM':>9} {'B/worker':>10} {'Disco B/w':>10} {'build s':>8} {'run s':>7}"
+    header = f"{'model':<10} {'build':<6} {'W':>2} {'ccl':<5} {'ok':<5} {'max diff':>9} {'vs TVM':>9} {'B/worker':>10} {'Disco B/w':>10} {'build s':>8} {'run s':>7}"
     print(header)
     print("-" * len(header))
     failures = 0
+    import tempfile
+
+    from distir.driver import Driver
+
+    artifacts = tempfile.TemporaryDirectory(prefix="distir-gpu-check-")
+    modes = ("count", "once") if args.build == "both" else (args.build,)
     for model_name, (driver, inputs, weights, nn) in models(args.models.split(","), args.seq).items():
         alone = None
         if nn is not None:
@@ -143,15 +156,23 @@ def main(argv: list[str] | None = None) -> int:
                 alone = tvm_alone(nn, inputs, weights, args.target, device)
             except Exception as err:  # noqa: BLE001 - reported, the distributed runs still go on
                 print(f"{model_name}: TVM's own one-device build failed: {str(err).strip().splitlines()[-1]}")
-        for w in args.counts:
+        for mode, w in [(m, w) for m in modes for w in args.counts]:
             t0 = time.perf_counter()
             try:
-                exported_problems = export_problems(driver.export(w))
-                r = driver.run(inputs, w, weights=weights, backend="tvm", target=args.target, session=args.session,
-                               rtol=args.rtol, atol=args.atol)
+                if mode == "count":
+                    exported_problems = export_problems(driver.export(w))
+                    runner = driver
+                else:  # one symbolic build, written as an artifact once, run from its folder at every count
+                    exported_problems = []
+                    folder = Path(artifacts.name) / model_name
+                    if not folder.exists():
+                        driver.write_artifact(folder, target=args.target)
+                    runner = Driver.from_artifact(folder, session=args.session)
+                r = runner.run(inputs, w, weights=weights, backend="tvm", target=args.target, session=args.session,
+                               rtol=args.rtol, atol=args.atol, specialize=(mode == "count"))
             except DistirError as err:
                 failures += 1
-                print(f"{model_name:<10} {w:>2} error: {err}")
+                print(f"{model_name:<10} {mode:<6} {w:>2} error: {err}")
                 continue
             d = r.disco
             versus = "-"
@@ -164,13 +185,14 @@ def main(argv: list[str] | None = None) -> int:
             ok = r.ok and not exported_problems
             failures += not ok
             build = r.timings.get("build", 0.0) or (time.perf_counter() - t0 - r.timings["run"])
-            print(f"{model_name:<10} {w:>2} {d['ccl']:<5} {str(ok):<5} {r.max_diff:>9.1e} {versus:>9} "
+            print(f"{model_name:<10} {mode:<6} {w:>2} {d['ccl']:<5} {str(ok):<5} {r.max_diff:>9.1e} {versus:>9} "
                   f"{d['bytes_sent'] / d['num_workers']:>10.0f} {d['transport']['bytes_sent'] / d['num_workers']:>10.0f} {build:>8.2f} "
                   f"{r.timings['run']:>7.3f}")
             for p in exported_problems:
                 print(f"    export: {p}")
             if not r.ok:
                 print(f"    {r.comparison.mismatch}")
+    artifacts.cleanup()
     print("all runs match" if not failures else f"{failures} run(s) do not match")
     return 0 if not failures else 1
 
