@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from ..driver import Driver, default_tolerance, flat_outputs, random_inputs
+from ..driver import Driver, default_tolerance, extreme_inputs, flat_outputs, random_inputs
 from ..errors import DistirError
 from ..ir import sym
 from ..ir.expr import IRModule
@@ -104,6 +104,10 @@ def verify(
     pipeline = None if local_mod is None else (lambda _mod: local_mod)
     driver = Driver(global_mod, func=func, symbol=symbol, bind=mesh_sizes, pipeline=pipeline)
     expected = flat_outputs(driver.reference(inputs))
+    input_sets = [("random", inputs, expected)]
+    extreme, extreme_skipped = _extreme_set(driver, inputs, seed)
+    if extreme is not None:
+        input_sets.append(extreme)
     exact = [i for i, e in enumerate(expected) if not _is_float(e)]
     tolerant = [(i, str(e.dtype), *default_tolerance(e.dtype)) for i, e in enumerate(expected) if _is_float(e)]
     replica = _REPLICA_TOLERANCE if tolerant else (0.0, 0.0)
@@ -111,7 +115,8 @@ def verify(
 
     def verdict(status, done, **kw):
         return Verdict(status, tuple(done), domain, shown_dims, seed, exact=exact, tolerant=tolerant,
-                       seconds=time.perf_counter() - t0, symbol=symbol, **kw)
+                       seconds=time.perf_counter() - t0, symbol=symbol, extreme=extreme is not None,
+                       extreme_skipped=extreme_skipped, **kw)
 
     driver.distribute()
     cut, not_proved = None, ""
@@ -134,19 +139,26 @@ def verify(
         replay = _replay(source, against, func, symbol, count if symbolic else None, seed, shown_dims,
                          hand_written=local_mod is not None)
         sizes = {**values, **tensor_dims}
-        try:
-            got = flat_outputs(run_spmd(local, *inputs, func=func, seed=seed, rtol=replica[0], atol=replica[1]))
-        except DistirError as err:
-            cx = Counterexample(count, sizes, None, None, message=f"the lowered module fails: {err}", replay=replay)
-            return verdict(COUNTEREXAMPLE, done, counterexample=cx)
-        diff = _first_difference(got, expected)
-        if diff is not None:
-            out, index, message = diff
-            held = "" if index is None else _holders(local[func], out, index, {**values, **tensor_dims})
-            g = None if index is None else got[out][index].item()
-            e = None if index is None else expected[out][index].item()
-            cx = Counterexample(count, sizes, out if index is not None else None, index, g, e, held, message, replay)
-            return verdict(COUNTEREXAMPLE, done, counterexample=cx)
+        for kind, xs, want in input_sets:
+            if kind == "extreme":  # `distir run` draws the random inputs only: the check itself replays these
+                replay = _replay(source, against, func, symbol, count if symbolic else None, seed, shown_dims,
+                                 hand_written=local_mod is not None, rerun=True)
+            try:
+                with np.errstate(all="ignore"):
+                    got = flat_outputs(run_spmd(local, *xs, func=func, seed=seed, rtol=replica[0], atol=replica[1]))
+            except DistirError as err:
+                cx = Counterexample(count, sizes, None, None, message=f"the lowered module fails: {err}",
+                                    replay=replay, inputs=kind)
+                return verdict(COUNTEREXAMPLE, done, counterexample=cx)
+            diff = _first_difference(got, want)
+            if diff is not None:
+                out, index, message = diff
+                held = "" if index is None else _holders(local[func], out, index, {**values, **tensor_dims})
+                g = None if index is None else got[out][index].item()
+                e = None if index is None else want[out][index].item()
+                cx = Counterexample(count, sizes, out if index is not None else None, index, g, e, held, message,
+                                    replay, inputs=kind)
+                return verdict(COUNTEREXAMPLE, done, counterexample=cx)
         done.append(count)
     if cut is not None:
         proof = (f"{cut.formulas} index formula{'s' if cut.formulas != 1 else ''} stop changing past it (z3), "
@@ -242,20 +254,38 @@ def _holders(f, out: int, index: tuple, values: Mapping[str, int]) -> str:
     return f"{what} worker{'s' if len(holders) > 1 else ''} {listed}: laid out \"{t.placement}\""
 
 
-def _replay(source, against, func, symbol, count, seed, dims, *, hand_written: bool) -> str:
+def _extreme_set(driver: Driver, inputs: list, seed: int) -> tuple[tuple | None, str]:
+    """The second input set, integers over their dtype's whole range (:func:`distir.driver.extreme_inputs`),
+    with the global program's outputs on it; (None, why) when there is none or the global program
+    cannot run on it (integers used as indices, say)."""
+    xs = extreme_inputs(inputs, seed=seed)
+    if xs is None:
+        return None, ""
+    try:
+        with np.errstate(all="ignore"):  # wrapping around is the integers' meaning, as on one device
+            want = flat_outputs(driver.reference(xs))
+    except (DistirError, IndexError, ValueError, OverflowError, FloatingPointError) as err:
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        return None, f"the global program does not run on them ({first})"
+    return ("extreme", xs, want), ""
+
+
+def _replay(source, against, func, symbol, count, seed, dims, *, hand_written: bool, rerun: bool = False) -> str:
     """The command that shows the same wrong number: ``distir run`` for a module the pipeline lowered
     (it distributes as the check did), ``distir verify --against`` for a hand-written lowering (or the
     call, when the modules came from no file: ``distir run`` would check the pipeline's lowering)."""
-    if hand_written and not against:
+    if (hand_written or rerun) and not against and not (rerun and source and not hand_written):
+        mods = "global_mod, local_mod" if hand_written else "global_mod"
         keys = "".join(f", {k}={v!r}" for k, v in (("seed", seed), ("func", func), ("symbol", symbol))
                        if v != {"seed": 0, "func": "main", "symbol": "num_workers"}[k])
         at = f"counts=[{count}]" if count is not None else "counts=None"
-        return f"distir.verify(global_mod, local_mod, {at}, dims={dict(sorted(dims.items()))!r}{keys})"
-    args = ["distir", "verify" if against else "run", source or "GLOBAL.py"]
+        return f"distir.verify({mods}, {at}, dims={dict(sorted(dims.items()))!r}{keys})"
+    check = bool(against) or rerun  # `distir verify --counts W` reruns the check itself
+    args = ["distir", "verify" if check else "run", source or "GLOBAL.py"]
     if against:
         args += ["--against", against]
     if count is not None:
-        args += ["--counts", str(count)] if against else ["-n", str(count)]
+        args += ["--counts", str(count)] if check else ["-n", str(count)]
     if seed:
         args += ["--seed", str(seed)]
     for k, v in sorted(dims.items()):
