@@ -33,6 +33,10 @@ __all__ = ["DEFAULT_DIM", "DEFAULT_MAX_COUNT", "verify"]
 DEFAULT_MAX_COUNT = 8
 #: the every-count argument runs counts 1..C; past this C it is not attempted (the run would take too long)
 MAX_CUTOFF = 1024
+#: the largest count a check simulates (as ``distir run``: each worker is simulated in turn)
+MAX_COUNT = 4096
+#: the most workers a check given its counts simulates in all (the sum of the counts): 1..256 is 32896
+MAX_SIMULATED = 1 << 16
 #: symbolic dims other than the mesh sizes default to a prime, so that every count from 2 on cuts them unevenly
 DEFAULT_DIM = 13
 _REPLICA_TOLERANCE = (1e-5, 1e-6)  # run_spmd's default, what `distir run` uses for float replicas
@@ -51,6 +55,7 @@ def verify(
     source: str | None = None,
     against: str | None = None,
     every_count: bool | None = None,
+    max_seconds: float | None = None,
 ) -> Verdict:
     """Check that the lowered ``global_mod`` (or the hand-written ``local_mod``) computes the global
     program at every count in ``counts`` (default ``1..max_count``); a :class:`Verdict`.
@@ -62,7 +67,9 @@ def verify(
 
     ``dims``: values of the other symbolic sizes (a second mesh axis must be given; a tensor dim
     defaults to :data:`DEFAULT_DIM`). ``source``/``against``: the files the modules came from, for
-    the replay command of a counterexample.
+    the replay command of a counterexample. ``max_seconds``: stop before a count once this much
+    time has gone, NOT_CHECKED naming the count. Domains past :data:`MAX_COUNT` or
+    :data:`MAX_SIMULATED` are refused (DistirError), before any work.
     """
     from ..transform.lower_to_local import GLOBAL_PARAMS
 
@@ -81,6 +88,8 @@ def verify(
     if every_count is None:
         every_count = counts is None and max_count is None
     domain = _domain(counts, DEFAULT_MAX_COUNT if max_count is None else max_count)
+    if max_seconds is not None and not (isinstance(max_seconds, (int, float)) and max_seconds > 0):
+        raise DistirError(f"max_seconds must be a positive number of seconds, not {max_seconds!r}")
     dims = {k: int(v) for k, v in (dims or {}).items()}
     if symbol in dims:
         raise DistirError(f"{symbol} is the number of workers: give its values as counts, not as a dim")
@@ -131,6 +140,9 @@ def verify(
             domain = tuple(sorted(set(domain) | set(range(1, cut.count + 1))))
     done: list[int] = []
     for count in domain:
+        if max_seconds is not None and time.perf_counter() - t0 > max_seconds:
+            return verdict(NOT_CHECKED, done, reason=f"count {count}: the time limit of {max_seconds:g} s ran out "
+                                                     "before it (a larger --max-seconds, or fewer counts)")
         values = driver.values(count) if symbolic else {}
         try:
             local = driver.specialize(count if symbolic else {})
@@ -172,11 +184,26 @@ def _domain(counts: Sequence[int] | None, max_count: int) -> tuple[int, ...]:
     if counts is None:
         if not isinstance(max_count, int) or max_count < 1:
             raise DistirError(f"max_count must be a positive integer, not {max_count!r}")
-        return tuple(range(1, max_count + 1))
-    out = sorted({int(c) for c in counts})
-    if not out or out[0] < 1:
-        raise DistirError(f"counts must be positive integers, not {list(counts)!r}")
+        if max_count > MAX_COUNT:
+            raise DistirError(f"max_count {max_count} is past {MAX_COUNT}, the most workers a check simulates")
+        out = list(range(1, max_count + 1))
+    else:
+        out = sorted({int(c) for c in counts})
+        if not out or out[0] < 1:
+            raise DistirError(f"counts must be positive integers, not {list(counts)!r}")
+    if out[-1] > MAX_COUNT:
+        raise DistirError(f"count {out[-1]} is past {MAX_COUNT}, the most workers a check simulates")
+    total = sum(out)
+    if total > MAX_SIMULATED:
+        raise DistirError(f"the counts {_shown(out)} simulate {total} workers in all, past the {MAX_SIMULATED} a check "
+                          "runs: give fewer or smaller counts")
     return tuple(out)
+
+
+def _shown(counts: list[int]) -> str:
+    if len(counts) > 2 and counts == list(range(counts[0], counts[-1] + 1)):
+        return f"{counts[0]}..{counts[-1]}"
+    return ",".join(map(str, counts[:4])) + (",..." if len(counts) > 4 else "")
 
 
 def _mesh_symbols(mod: IRModule) -> set[str]:

@@ -374,3 +374,35 @@ def test_extreme_inputs_hold_the_ends_of_each_integer_dtype():
     assert {0, 255, 1, 254} <= set(b.tolist()) and b.dtype == np.uint8
     assert c is xs[2] and d is xs[3]
     assert extreme_inputs([np.ones(3, np.float32)]) is None
+
+
+# ---------------------------------------------------------------- the work is bounded
+
+
+def test_huge_count_ranges_are_refused_in_one_line(capsys):
+    from distir.verification.check import MAX_COUNT, MAX_SIMULATED
+
+    mlp = examples.load("mlp")
+    with pytest.raises(DistirError, match=r"^count 5000 is past 4096, the most workers a check simulates$"):
+        verify(mlp, counts=[1, 5000])
+    with pytest.raises(DistirError, match=r"^max_count 100000 is past 4096"):
+        verify(mlp, max_count=100000)
+    with pytest.raises(DistirError, match=r"^the counts 1\.\.400 simulate 80200 workers in all, past the 65536"):
+        verify(mlp, counts=range(1, 401))
+    assert sum(range(1, 257)) <= MAX_SIMULATED < sum(range(1, 363)) and MAX_COUNT == 4096
+    assert main(["verify", str(examples.path("mlp")), "--counts", "1-1048576x2"]) == 1  # 21 counts, accepted by the parser
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "past 4096" in err[0] and "Traceback" not in err[0]
+
+
+def test_max_seconds_stops_before_a_count(monkeypatch):
+    import distir.verification.check as check
+
+    clock = iter(float(t) for t in range(1000))  # every reading (here or in the driver) one second later
+    monkeypatch.setattr(check.time, "perf_counter", lambda: next(clock))
+    v = verify(distir.parse(gather_program(9, 3)), max_count=8, max_seconds=12.5)
+    assert v.status == NOT_CHECKED and not v.ok, str(v)
+    assert v.counts and len(v.counts) < 8
+    assert f"count {len(v.counts) + 1}: the time limit of 12.5 s ran out" in str(v)
+    with pytest.raises(DistirError, match="max_seconds must be a positive number"):
+        verify(distir.parse(gather_program(9, 3)), max_seconds=0)
