@@ -52,6 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--symbol", default="num_workers", help="the mesh size the counts set (default num_workers)")
     parser.add_argument("--max-seconds", type=positive_float, metavar="S",
                         help="stop before a count once S seconds have gone (NOT CHECKED, naming the count)")
+    parser.add_argument("--exact-floats", action="store_true",
+                        help="run both programs in float64 on small integer inputs and compare floats exactly, "
+                        "where the ops allow it (sums, products, moves, maxima); else the tolerance, naming why")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -74,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
 
     with phase(f"checking {args.file} count by count"):
         verdict = verify(mod, local, counts=args.counts, dims=dims, seed=args.seed, func=func, symbol=args.symbol,
-                         source=args.file, against=args.against, max_seconds=args.max_seconds)
+                         source=args.file, against=args.against, max_seconds=args.max_seconds, exact_floats=args.exact_floats)
     sys.stdout.write(f"{verdict}\n")
     sys.stdout.write(f"({verdict.seconds:.2f} s)\n")
     return 0 if verdict.ok else 1

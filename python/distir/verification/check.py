@@ -26,6 +26,7 @@ from ..ir.layout import block_slices, concrete_mesh_shape, concrete_placement, m
 from ..ir.types import DTensorType, TupleType
 from ..runtime.spmd import run_spmd
 from .cutoff import NotProved, cutoff
+from .exact import exact_plan, float64_module, small_integer_inputs
 from .verdict import CHECKED, COUNTEREXAMPLE, EVERY_COUNT, NOT_CHECKED, Counterexample, Verdict
 
 __all__ = ["DEFAULT_DIM", "DEFAULT_MAX_COUNT", "verify"]
@@ -56,6 +57,7 @@ def verify(
     against: str | None = None,
     every_count: bool | None = None,
     max_seconds: float | None = None,
+    exact_floats: bool = False,
 ) -> Verdict:
     """Check that the lowered ``global_mod`` (or the hand-written ``local_mod``) computes the global
     program at every count in ``counts`` (default ``1..max_count``); a :class:`Verdict`.
@@ -68,7 +70,9 @@ def verify(
     ``dims``: values of the other symbolic sizes (a second mesh axis must be given; a tensor dim
     defaults to :data:`DEFAULT_DIM`). ``source``/``against``: the files the modules came from, for
     the replay command of a counterexample. ``max_seconds``: stop before a count once this much
-    time has gone, NOT_CHECKED naming the count. Domains past :data:`MAX_COUNT` or
+    time has gone, NOT_CHECKED naming the count. ``exact_floats``: where the program's float ops
+    allow it (:mod:`distir.verification.exact`), run both modules in float64 on small integer
+    inputs and compare every output exactly; else the tolerance, the verdict naming the ops. Domains past :data:`MAX_COUNT` or
     :data:`MAX_SIMULATED` are refused (DistirError), before any work.
     """
     from ..transform.lower_to_local import GLOBAL_PARAMS
@@ -113,21 +117,35 @@ def verify(
     pipeline = None if local_mod is None else (lambda _mod: local_mod)
     driver = Driver(global_mod, func=func, symbol=symbol, bind=mesh_sizes, pipeline=pipeline)
     expected = flat_outputs(driver.reference(inputs))
-    input_sets = [("random", inputs, expected)]
+    input_sets = [("random", driver, inputs, expected)]
     extreme, extreme_skipped = _extreme_set(driver, inputs, seed)
-    if extreme is not None:
-        input_sets.append(extreme)
     exact = [i for i, e in enumerate(expected) if not _is_float(e)]
     tolerant = [(i, str(e.dtype), *default_tolerance(e.dtype)) for i, e in enumerate(expected) if _is_float(e)]
-    replica = _REPLICA_TOLERANCE if tolerant else (0.0, 0.0)
     shown_dims = {**tensor_dims, **mesh_sizes}
+    exactly, tolerance_kept = "", ""
 
     def verdict(status, done, **kw):
         return Verdict(status, tuple(done), domain, shown_dims, seed, exact=exact, tolerant=tolerant,
                        seconds=time.perf_counter() - t0, symbol=symbol, extreme=extreme is not None,
-                       extreme_skipped=extreme_skipped, **kw)
+                       extreme_skipped=extreme_skipped, exact_floats=exactly, tolerance_kept=tolerance_kept, **kw)
 
     driver.distribute()
+    if exact_floats and tolerant:
+        plan = exact_plan(global_mod[func], shown_dims, max(max(domain), MAX_CUTOFF if every_count else 1))
+        if isinstance(plan, str):
+            tolerance_kept = plan
+        else:  # the float set becomes the float64 one, on small integers, compared exactly
+            local64 = float64_module(driver.local)
+            driver = Driver(float64_module(global_mod), func=func, symbol=symbol, bind=mesh_sizes,
+                            pipeline=lambda _mod: local64)
+            inputs = small_integer_inputs(inputs, seed)
+            input_sets = [("exact", driver, inputs, flat_outputs(driver.reference(inputs)))]
+            if extreme is not None:
+                extreme, extreme_skipped = _extreme_set(driver, inputs, seed)
+            exact, tolerant, exactly = list(range(len(expected))), [], plan.describe()
+    if extreme is not None:
+        input_sets.append(extreme)
+    replica = _REPLICA_TOLERANCE if tolerant else (0.0, 0.0)
     cut, not_proved = None, ""
     if every_count and symbolic:
         try:
@@ -149,12 +167,13 @@ def verify(
         except DistirError as err:
             return verdict(NOT_CHECKED, done, reason=f"count {count}: the lowered module does not specialize: {err}")
         replay = _replay(source, against, func, symbol, count if symbolic else None, seed, shown_dims,
-                         hand_written=local_mod is not None)
+                         hand_written=local_mod is not None, rerun=bool(exactly), exact_floats=bool(exactly))
         sizes = {**values, **tensor_dims}
-        for kind, xs, want in input_sets:
+        for kind, run_driver, xs, want in input_sets:
+            local = run_driver.specialize(count if symbolic else {})
             if kind == "extreme":  # `distir run` draws the random inputs only: the check itself replays these
                 replay = _replay(source, against, func, symbol, count if symbolic else None, seed, shown_dims,
-                                 hand_written=local_mod is not None, rerun=True)
+                                 hand_written=local_mod is not None, rerun=True, exact_floats=bool(exactly))
             try:
                 with np.errstate(all="ignore"):
                     got = flat_outputs(run_spmd(local, *xs, func=func, seed=seed, rtol=replica[0], atol=replica[1]))
@@ -162,7 +181,7 @@ def verify(
                 cx = Counterexample(count, sizes, None, None, message=f"the lowered module fails: {err}",
                                     replay=replay, inputs=kind)
                 return verdict(COUNTEREXAMPLE, done, counterexample=cx)
-            diff = _first_difference(got, want)
+            diff = _first_difference(got, want, exact_floats=bool(exactly))
             if diff is not None:
                 out, index, message = diff
                 held = "" if index is None else _holders(local[func], out, index, {**values, **tensor_dims})
@@ -222,7 +241,7 @@ def _is_float(a: np.ndarray) -> bool:
     return np.issubdtype(a.dtype, np.floating) or a.dtype.kind == "V" or "float" in str(a.dtype)
 
 
-def _first_difference(got: tuple, expected: tuple) -> tuple[int, tuple | None, str] | None:
+def _first_difference(got: tuple, expected: tuple, *, exact_floats: bool = False) -> tuple[int, tuple | None, str] | None:
     """(output, element, words) of the first output that differs, None when all match.
 
     Integers and bools must be equal bit for bit (compared as integers, never through floats);
@@ -234,8 +253,8 @@ def _first_difference(got: tuple, expected: tuple) -> tuple[int, tuple | None, s
         g, e = np.asarray(g), np.asarray(e)
         if g.shape != e.shape or g.dtype != e.dtype:
             return i, None, f"output {i} is {g.dtype}{list(g.shape)}, the global program's is {e.dtype}{list(e.shape)}"
-        if not _is_float(e):
-            bad = g != e
+        if not _is_float(e) or exact_floats:
+            bad = (g != e) & ~(np.isnan(e) & np.isnan(g)) if _is_float(e) else g != e
             if bad.any():
                 return i, tuple(int(k) for k in np.argwhere(bad)[0]), f"output {i} differs"
             continue
@@ -294,10 +313,11 @@ def _extreme_set(driver: Driver, inputs: list, seed: int) -> tuple[tuple | None,
     except (DistirError, IndexError, ValueError, OverflowError, FloatingPointError) as err:
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         return None, f"the global program does not run on them ({first})"
-    return ("extreme", xs, want), ""
+    return ("extreme", driver, xs, want), ""
 
 
-def _replay(source, against, func, symbol, count, seed, dims, *, hand_written: bool, rerun: bool = False) -> str:
+def _replay(source, against, func, symbol, count, seed, dims, *, hand_written: bool, rerun: bool = False,
+            exact_floats: bool = False) -> str:
     """The command that shows the same wrong number: ``distir run`` for a module the pipeline lowered
     (it distributes as the check did), ``distir verify --against`` for a hand-written lowering (or the
     call, when the modules came from no file: ``distir run`` would check the pipeline's lowering)."""
@@ -306,6 +326,7 @@ def _replay(source, against, func, symbol, count, seed, dims, *, hand_written: b
         keys = "".join(f", {k}={v!r}" for k, v in (("seed", seed), ("func", func), ("symbol", symbol))
                        if v != {"seed": 0, "func": "main", "symbol": "num_workers"}[k])
         at = f"counts=[{count}]" if count is not None else "counts=None"
+        keys += ", exact_floats=True" if exact_floats else ""
         return f"distir.verify({mods}, {at}, dims={dict(sorted(dims.items()))!r}{keys})"
     check = bool(against) or rerun  # `distir verify --counts W` reruns the check itself
     args = ["distir", "verify" if check else "run", source or "GLOBAL.py"]
@@ -321,4 +342,6 @@ def _replay(source, against, func, symbol, count, seed, dims, *, hand_written: b
         args += ["--func", func]
     if symbol != "num_workers":
         args += ["--symbol", symbol]
+    if exact_floats:
+        args += ["--exact-floats"]
     return shlex.join(args)

@@ -68,6 +68,8 @@ class Verdict:
     symbol: str = "num_workers"
     extreme: bool = False  # every count also ran on integer inputs over their dtype's whole range
     extreme_skipped: str = ""  # why that second input set did not run, when there are integer inputs
+    exact_floats: str = ""  # floats compared exactly (float64 on small integers): the bound that makes it sound
+    tolerance_kept: str = ""  # exact floats asked for but not possible: the ops (or bound) that kept the tolerance
 
     @property
     def ok(self) -> bool:
@@ -92,6 +94,10 @@ class Verdict:
             how.append(f"output{'s' if len(self.exact) > 1 else ''} {', '.join(map(str, self.exact))} exactly")
         for i, dtype, rtol, atol in self.tolerant:
             how.append(f"output {i} ({dtype}) within rtol {rtol:g}, atol {atol:g} x its largest value")
+        if self.exact_floats:
+            how.append(self.exact_floats)
+        elif self.tolerance_kept:
+            how.append(f"not exactly, kept by {self.tolerance_kept}")
         if self.status == EVERY_COUNT:
             return (f"CHECKED AT EVERY COUNT {self.symbol} >= 1{at} {inputs} (seed {self.seed}): "
                     f"counts {_ranges(self.counts)} run, {'; '.join(how) or 'no outputs'}; every count past "
