@@ -134,6 +134,28 @@ def random_inputs(
     return out
 
 
+def extreme_inputs(inputs: Sequence[np.ndarray], *, seed: int = 0) -> list[np.ndarray] | None:
+    """``inputs`` with every integer tensor redrawn over its dtype's whole range, its ends
+    (smallest, largest, 0, 1, -1, largest - 1, smallest + 1) placed in it: values at which a sum,
+    a product or a partial's parts overflow the dtype, which inputs in ``[0, 4)`` never reach.
+    Floats and bools are kept. None when no input is an integer tensor (nothing to redraw)."""
+    rng = np.random.default_rng([seed, 0x5EED])
+    out, changed = [], False
+    for x in inputs:
+        x = np.asarray(x)
+        if x.dtype == np.bool_ or not np.issubdtype(x.dtype, np.integer) or x.size == 0:
+            out.append(x)
+            continue
+        info = np.iinfo(x.dtype)
+        v = rng.integers(info.min, info.max, x.shape, endpoint=True, dtype=x.dtype).reshape(-1)
+        ends = [info.min, info.max, 0, 1, info.max - 1] + ([-1, info.min + 1] if info.min < 0 else [])
+        for where, e in zip(rng.permutation(v.size), ends):  # distinct places: no end overwrites another
+            v[where] = e
+        out.append(v.reshape(x.shape))
+        changed = True
+    return out if changed else None
+
+
 @dataclass(frozen=True)
 class Comparison:
     """Outputs against the single-device ones: all match, the largest difference, the first mismatch."""

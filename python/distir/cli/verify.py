@@ -37,18 +37,24 @@ What is checked and what is not: docs/verify.md."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from .args import parse_binding, seed, sweep_counts
+    from .args import parse_binding, positive_float, seed, sweep_counts
 
     parser.add_argument("file", metavar="FILE", help="the global-view module ('-' for stdin)")
     parser.add_argument("--against", metavar="LOCAL",
                         help="a local-view module to check instead of the distribute pipeline's output")
     parser.add_argument("--counts", type=sweep_counts, metavar="COUNTS",
-                        help="the counts to check: 1-16, 1,2,3,5 or 1-64x2 (default 1-8)")
+                        help="the counts to check: 1-16, 1,2,3,5 or 1-64x2 (default 1-8); each at most 4096, "
+                        "65536 workers in all")
     parser.add_argument("--seed", type=seed, default=0, help="seed (>= 0) of the random inputs and partial splits")
     parser.add_argument("--bind", action="append", default=[], type=parse_binding, metavar="NAME=INT",
                         help="value of another symbolic dim, e.g. s=7 (default 13), or of a second mesh axis")
     parser.add_argument("--func", metavar="NAME", help="function to check (default: main, or the only one)")
     parser.add_argument("--symbol", default="num_workers", help="the mesh size the counts set (default num_workers)")
+    parser.add_argument("--max-seconds", type=positive_float, metavar="S",
+                        help="stop before a count once S seconds have gone (NOT CHECKED, naming the count)")
+    parser.add_argument("--exact-floats", action="store_true",
+                        help="run both programs in float64 on small integer inputs and compare floats exactly, "
+                        "where the ops allow it (sums, products, moves, maxima); else the tolerance, naming why")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -71,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
 
     with phase(f"checking {args.file} count by count"):
         verdict = verify(mod, local, counts=args.counts, dims=dims, seed=args.seed, func=func, symbol=args.symbol,
-                         source=args.file, against=args.against)
+                         source=args.file, against=args.against, max_seconds=args.max_seconds, exact_floats=args.exact_floats)
     sys.stdout.write(f"{verdict}\n")
     sys.stdout.write(f"({verdict.seconds:.2f} s)\n")
     return 0 if verdict.ok else 1

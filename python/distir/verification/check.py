@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from ..driver import Driver, default_tolerance, flat_outputs, random_inputs
+from ..driver import Driver, default_tolerance, extreme_inputs, flat_outputs, random_inputs
 from ..errors import DistirError
 from ..ir import sym
 from ..ir.expr import IRModule
@@ -26,6 +26,7 @@ from ..ir.layout import block_slices, concrete_mesh_shape, concrete_placement, m
 from ..ir.types import DTensorType, TupleType
 from ..runtime.spmd import run_spmd
 from .cutoff import NotProved, cutoff
+from .exact import exact_plan, float64_module, small_integer_inputs
 from .verdict import CHECKED, COUNTEREXAMPLE, EVERY_COUNT, NOT_CHECKED, Counterexample, Verdict
 
 __all__ = ["DEFAULT_DIM", "DEFAULT_MAX_COUNT", "verify"]
@@ -33,6 +34,10 @@ __all__ = ["DEFAULT_DIM", "DEFAULT_MAX_COUNT", "verify"]
 DEFAULT_MAX_COUNT = 8
 #: the every-count argument runs counts 1..C; past this C it is not attempted (the run would take too long)
 MAX_CUTOFF = 1024
+#: the largest count a check simulates (as ``distir run``: each worker is simulated in turn)
+MAX_COUNT = 4096
+#: the most workers a check given its counts simulates in all (the sum of the counts): 1..256 is 32896
+MAX_SIMULATED = 1 << 16
 #: symbolic dims other than the mesh sizes default to a prime, so that every count from 2 on cuts them unevenly
 DEFAULT_DIM = 13
 _REPLICA_TOLERANCE = (1e-5, 1e-6)  # run_spmd's default, what `distir run` uses for float replicas
@@ -51,6 +56,8 @@ def verify(
     source: str | None = None,
     against: str | None = None,
     every_count: bool | None = None,
+    max_seconds: float | None = None,
+    exact_floats: bool = False,
 ) -> Verdict:
     """Check that the lowered ``global_mod`` (or the hand-written ``local_mod``) computes the global
     program at every count in ``counts`` (default ``1..max_count``); a :class:`Verdict`.
@@ -62,7 +69,11 @@ def verify(
 
     ``dims``: values of the other symbolic sizes (a second mesh axis must be given; a tensor dim
     defaults to :data:`DEFAULT_DIM`). ``source``/``against``: the files the modules came from, for
-    the replay command of a counterexample.
+    the replay command of a counterexample. ``max_seconds``: stop before a count once this much
+    time has gone, NOT_CHECKED naming the count. ``exact_floats``: where the program's float ops
+    allow it (:mod:`distir.verification.exact`), run both modules in float64 on small integer
+    inputs and compare every output exactly; else the tolerance, the verdict naming the ops. Domains past :data:`MAX_COUNT` or
+    :data:`MAX_SIMULATED` are refused (DistirError), before any work.
     """
     from ..transform.lower_to_local import GLOBAL_PARAMS
 
@@ -81,6 +92,8 @@ def verify(
     if every_count is None:
         every_count = counts is None and max_count is None
     domain = _domain(counts, DEFAULT_MAX_COUNT if max_count is None else max_count)
+    if max_seconds is not None and not (isinstance(max_seconds, (int, float)) and max_seconds > 0):
+        raise DistirError(f"max_seconds must be a positive number of seconds, not {max_seconds!r}")
     dims = {k: int(v) for k, v in (dims or {}).items()}
     if symbol in dims:
         raise DistirError(f"{symbol} is the number of workers: give its values as counts, not as a dim")
@@ -104,16 +117,35 @@ def verify(
     pipeline = None if local_mod is None else (lambda _mod: local_mod)
     driver = Driver(global_mod, func=func, symbol=symbol, bind=mesh_sizes, pipeline=pipeline)
     expected = flat_outputs(driver.reference(inputs))
+    input_sets = [("random", driver, inputs, expected)]
+    extreme, extreme_skipped = _extreme_set(driver, inputs, seed)
     exact = [i for i, e in enumerate(expected) if not _is_float(e)]
     tolerant = [(i, str(e.dtype), *default_tolerance(e.dtype)) for i, e in enumerate(expected) if _is_float(e)]
-    replica = _REPLICA_TOLERANCE if tolerant else (0.0, 0.0)
     shown_dims = {**tensor_dims, **mesh_sizes}
+    exactly, tolerance_kept = "", ""
 
     def verdict(status, done, **kw):
         return Verdict(status, tuple(done), domain, shown_dims, seed, exact=exact, tolerant=tolerant,
-                       seconds=time.perf_counter() - t0, symbol=symbol, **kw)
+                       seconds=time.perf_counter() - t0, symbol=symbol, extreme=extreme is not None,
+                       extreme_skipped=extreme_skipped, exact_floats=exactly, tolerance_kept=tolerance_kept, **kw)
 
     driver.distribute()
+    if exact_floats and tolerant:
+        plan = exact_plan(global_mod[func], shown_dims, max(max(domain), MAX_CUTOFF if every_count else 1))
+        if isinstance(plan, str):
+            tolerance_kept = plan
+        else:  # the float set becomes the float64 one, on small integers, compared exactly
+            local64 = float64_module(driver.local)
+            driver = Driver(float64_module(global_mod), func=func, symbol=symbol, bind=mesh_sizes,
+                            pipeline=lambda _mod: local64)
+            inputs = small_integer_inputs(inputs, seed)
+            input_sets = [("exact", driver, inputs, flat_outputs(driver.reference(inputs)))]
+            if extreme is not None:
+                extreme, extreme_skipped = _extreme_set(driver, inputs, seed)
+            exact, tolerant, exactly = list(range(len(expected))), [], plan.describe()
+    if extreme is not None:
+        input_sets.append(extreme)
+    replica = _REPLICA_TOLERANCE if tolerant else (0.0, 0.0)
     cut, not_proved = None, ""
     if every_count and symbolic:
         try:
@@ -126,27 +158,38 @@ def verify(
             domain = tuple(sorted(set(domain) | set(range(1, cut.count + 1))))
     done: list[int] = []
     for count in domain:
+        if max_seconds is not None and time.perf_counter() - t0 > max_seconds:
+            return verdict(NOT_CHECKED, done, reason=f"count {count}: the time limit of {max_seconds:g} s ran out "
+                                                     "before it (a larger --max-seconds, or fewer counts)")
         values = driver.values(count) if symbolic else {}
         try:
             local = driver.specialize(count if symbolic else {})
         except DistirError as err:
             return verdict(NOT_CHECKED, done, reason=f"count {count}: the lowered module does not specialize: {err}")
         replay = _replay(source, against, func, symbol, count if symbolic else None, seed, shown_dims,
-                         hand_written=local_mod is not None)
+                         hand_written=local_mod is not None, rerun=bool(exactly), exact_floats=bool(exactly))
         sizes = {**values, **tensor_dims}
-        try:
-            got = flat_outputs(run_spmd(local, *inputs, func=func, seed=seed, rtol=replica[0], atol=replica[1]))
-        except DistirError as err:
-            cx = Counterexample(count, sizes, None, None, message=f"the lowered module fails: {err}", replay=replay)
-            return verdict(COUNTEREXAMPLE, done, counterexample=cx)
-        diff = _first_difference(got, expected)
-        if diff is not None:
-            out, index, message = diff
-            held = "" if index is None else _holders(local[func], out, index, {**values, **tensor_dims})
-            g = None if index is None else got[out][index].item()
-            e = None if index is None else expected[out][index].item()
-            cx = Counterexample(count, sizes, out if index is not None else None, index, g, e, held, message, replay)
-            return verdict(COUNTEREXAMPLE, done, counterexample=cx)
+        for kind, run_driver, xs, want in input_sets:
+            local = run_driver.specialize(count if symbolic else {})
+            if kind == "extreme":  # `distir run` draws the random inputs only: the check itself replays these
+                replay = _replay(source, against, func, symbol, count if symbolic else None, seed, shown_dims,
+                                 hand_written=local_mod is not None, rerun=True, exact_floats=bool(exactly))
+            try:
+                with np.errstate(all="ignore"):
+                    got = flat_outputs(run_spmd(local, *xs, func=func, seed=seed, rtol=replica[0], atol=replica[1]))
+            except DistirError as err:
+                cx = Counterexample(count, sizes, None, None, message=f"the lowered module fails: {err}",
+                                    replay=replay, inputs=kind)
+                return verdict(COUNTEREXAMPLE, done, counterexample=cx)
+            diff = _first_difference(got, want, exact_floats=bool(exactly))
+            if diff is not None:
+                out, index, message = diff
+                held = "" if index is None else _holders(local[func], out, index, {**values, **tensor_dims})
+                g = None if index is None else got[out][index].item()
+                e = None if index is None else want[out][index].item()
+                cx = Counterexample(count, sizes, out if index is not None else None, index, g, e, held, message,
+                                    replay, inputs=kind)
+                return verdict(COUNTEREXAMPLE, done, counterexample=cx)
         done.append(count)
     if cut is not None:
         proof = (f"{cut.formulas} index formula{'s' if cut.formulas != 1 else ''} stop changing past it (z3), "
@@ -160,11 +203,26 @@ def _domain(counts: Sequence[int] | None, max_count: int) -> tuple[int, ...]:
     if counts is None:
         if not isinstance(max_count, int) or max_count < 1:
             raise DistirError(f"max_count must be a positive integer, not {max_count!r}")
-        return tuple(range(1, max_count + 1))
-    out = sorted({int(c) for c in counts})
-    if not out or out[0] < 1:
-        raise DistirError(f"counts must be positive integers, not {list(counts)!r}")
+        if max_count > MAX_COUNT:
+            raise DistirError(f"max_count {max_count} is past {MAX_COUNT}, the most workers a check simulates")
+        out = list(range(1, max_count + 1))
+    else:
+        out = sorted({int(c) for c in counts})
+        if not out or out[0] < 1:
+            raise DistirError(f"counts must be positive integers, not {list(counts)!r}")
+    if out[-1] > MAX_COUNT:
+        raise DistirError(f"count {out[-1]} is past {MAX_COUNT}, the most workers a check simulates")
+    total = sum(out)
+    if total > MAX_SIMULATED:
+        raise DistirError(f"the counts {_shown(out)} simulate {total} workers in all, past the {MAX_SIMULATED} a check "
+                          "runs: give fewer or smaller counts")
     return tuple(out)
+
+
+def _shown(counts: list[int]) -> str:
+    if len(counts) > 2 and counts == list(range(counts[0], counts[-1] + 1)):
+        return f"{counts[0]}..{counts[-1]}"
+    return ",".join(map(str, counts[:4])) + (",..." if len(counts) > 4 else "")
 
 
 def _mesh_symbols(mod: IRModule) -> set[str]:
@@ -183,7 +241,7 @@ def _is_float(a: np.ndarray) -> bool:
     return np.issubdtype(a.dtype, np.floating) or a.dtype.kind == "V" or "float" in str(a.dtype)
 
 
-def _first_difference(got: tuple, expected: tuple) -> tuple[int, tuple | None, str] | None:
+def _first_difference(got: tuple, expected: tuple, *, exact_floats: bool = False) -> tuple[int, tuple | None, str] | None:
     """(output, element, words) of the first output that differs, None when all match.
 
     Integers and bools must be equal bit for bit (compared as integers, never through floats);
@@ -195,8 +253,8 @@ def _first_difference(got: tuple, expected: tuple) -> tuple[int, tuple | None, s
         g, e = np.asarray(g), np.asarray(e)
         if g.shape != e.shape or g.dtype != e.dtype:
             return i, None, f"output {i} is {g.dtype}{list(g.shape)}, the global program's is {e.dtype}{list(e.shape)}"
-        if not _is_float(e):
-            bad = g != e
+        if not _is_float(e) or exact_floats:
+            bad = (g != e) & ~(np.isnan(e) & np.isnan(g)) if _is_float(e) else g != e
             if bad.any():
                 return i, tuple(int(k) for k in np.argwhere(bad)[0]), f"output {i} differs"
             continue
@@ -242,20 +300,40 @@ def _holders(f, out: int, index: tuple, values: Mapping[str, int]) -> str:
     return f"{what} worker{'s' if len(holders) > 1 else ''} {listed}: laid out \"{t.placement}\""
 
 
-def _replay(source, against, func, symbol, count, seed, dims, *, hand_written: bool) -> str:
+def _extreme_set(driver: Driver, inputs: list, seed: int) -> tuple[tuple | None, str]:
+    """The second input set, integers over their dtype's whole range (:func:`distir.driver.extreme_inputs`),
+    with the global program's outputs on it; (None, why) when there is none or the global program
+    cannot run on it (integers used as indices, say)."""
+    xs = extreme_inputs(inputs, seed=seed)
+    if xs is None:
+        return None, ""
+    try:
+        with np.errstate(all="ignore"):  # wrapping around is the integers' meaning, as on one device
+            want = flat_outputs(driver.reference(xs))
+    except (DistirError, IndexError, ValueError, OverflowError, FloatingPointError) as err:
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        return None, f"the global program does not run on them ({first})"
+    return ("extreme", driver, xs, want), ""
+
+
+def _replay(source, against, func, symbol, count, seed, dims, *, hand_written: bool, rerun: bool = False,
+            exact_floats: bool = False) -> str:
     """The command that shows the same wrong number: ``distir run`` for a module the pipeline lowered
     (it distributes as the check did), ``distir verify --against`` for a hand-written lowering (or the
     call, when the modules came from no file: ``distir run`` would check the pipeline's lowering)."""
-    if hand_written and not against:
+    if (hand_written or rerun) and not against and not (rerun and source and not hand_written):
+        mods = "global_mod, local_mod" if hand_written else "global_mod"
         keys = "".join(f", {k}={v!r}" for k, v in (("seed", seed), ("func", func), ("symbol", symbol))
                        if v != {"seed": 0, "func": "main", "symbol": "num_workers"}[k])
         at = f"counts=[{count}]" if count is not None else "counts=None"
-        return f"distir.verify(global_mod, local_mod, {at}, dims={dict(sorted(dims.items()))!r}{keys})"
-    args = ["distir", "verify" if against else "run", source or "GLOBAL.py"]
+        keys += ", exact_floats=True" if exact_floats else ""
+        return f"distir.verify({mods}, {at}, dims={dict(sorted(dims.items()))!r}{keys})"
+    check = bool(against) or rerun  # `distir verify --counts W` reruns the check itself
+    args = ["distir", "verify" if check else "run", source or "GLOBAL.py"]
     if against:
         args += ["--against", against]
     if count is not None:
-        args += ["--counts", str(count)] if against else ["-n", str(count)]
+        args += ["--counts", str(count)] if check else ["-n", str(count)]
     if seed:
         args += ["--seed", str(seed)]
     for k, v in sorted(dims.items()):
@@ -264,4 +342,6 @@ def _replay(source, against, func, symbol, count, seed, dims, *, hand_written: b
         args += ["--func", func]
     if symbol != "num_workers":
         args += ["--symbol", symbol]
+    if exact_floats:
+        args += ["--exact-floats"]
     return shlex.join(args)

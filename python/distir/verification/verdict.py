@@ -34,6 +34,7 @@ class Counterexample:
     workers: str = ""  # who holds that element at this count, in words
     message: str = ""  # the failure in one line
     replay: str = ""  # a command that shows the wrong number
+    inputs: str = "random"  # which inputs: "random" (the seeded draw) or "extreme" (integers over their range)
 
     def describe(self) -> str:
         sizes = ", ".join(f"{k}={v}" for k, v in sorted(self.values.items()))
@@ -42,6 +43,8 @@ class Counterexample:
         else:
             head = (f"at {sizes}: output {self.output} element {list(self.index)} is {self.got!r}, "
                     f"the global program gives {self.expected!r}" + (f" ({self.workers})" if self.workers else ""))
+        if self.inputs == "extreme":
+            head += "; on the integer inputs over their dtype's range (seeded), not the random ones"
         return head + (f"\n  replay: {self.replay}" if self.replay else "")
 
 
@@ -63,6 +66,10 @@ class Verdict:
     proof: str = ""  # EVERY_COUNT: what the proof of the cutoff rests on, in words
     not_proved: str = ""  # why the every-count argument did not apply (CHECKED from the default domain)
     symbol: str = "num_workers"
+    extreme: bool = False  # every count also ran on integer inputs over their dtype's whole range
+    extreme_skipped: str = ""  # why that second input set did not run, when there are integer inputs
+    exact_floats: str = ""  # floats compared exactly (float64 on small integers): the bound that makes it sound
+    tolerance_kept: str = ""  # exact floats asked for but not possible: the ops (or bound) that kept the tolerance
 
     @property
     def ok(self) -> bool:
@@ -77,19 +84,28 @@ class Verdict:
         if self.status == NOT_CHECKED:
             done = f" (counts {_ranges(self.counts)} matched first)" if self.counts else ""
             return f"NOT CHECKED: {self.reason}{done}"
+        inputs = "on random inputs"
+        if self.extreme:
+            inputs += " and on integer inputs over their dtype's range (ends included)"
+        elif self.extreme_skipped:
+            inputs += f" (integer inputs over their dtype's range not run: {self.extreme_skipped})"
         how = []
         if self.exact:
             how.append(f"output{'s' if len(self.exact) > 1 else ''} {', '.join(map(str, self.exact))} exactly")
         for i, dtype, rtol, atol in self.tolerant:
             how.append(f"output {i} ({dtype}) within rtol {rtol:g}, atol {atol:g} x its largest value")
+        if self.exact_floats:
+            how.append(self.exact_floats)
+        elif self.tolerance_kept:
+            how.append(f"not exactly, kept by {self.tolerance_kept}")
         if self.status == EVERY_COUNT:
-            return (f"CHECKED AT EVERY COUNT {self.symbol} >= 1{at} on random inputs (seed {self.seed}): "
+            return (f"CHECKED AT EVERY COUNT {self.symbol} >= 1{at} {inputs} (seed {self.seed}): "
                     f"counts {_ranges(self.counts)} run, {'; '.join(how) or 'no outputs'}; every count past "
                     f"{self.cutoff} computes what {self.cutoff} computes, for every input (proved: {self.proof}). "
                     "Sampled, not proved: other sizes and inputs were not run.")
         where = "on the module's static meshes" if self.counts == (0,) else f"for counts {_ranges(self.counts)}"
         why = f" (every count not proved: {self.not_proved})" if self.not_proved else ""
-        return (f"CHECKED {where}{at} on random inputs (seed {self.seed}): "
+        return (f"CHECKED {where}{at} {inputs} (seed {self.seed}): "
                 f"{'; '.join(how) or 'no outputs'}. Sampled, not proved: other counts, sizes and inputs "
                 f"were not run{why}.")
 
