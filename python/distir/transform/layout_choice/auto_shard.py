@@ -13,8 +13,10 @@ every op replicated sends the fewest bytes but holds every activation whole). It
 A module without a mesh gets the 1-D ``("num_workers",)`` mesh ``shard-params`` gives it.
 
 Weights are the parameters after ``num_input`` when the function has that attribute
-(:mod:`~distir.transform.weights`), else the parameters whose shapes are static. Other
-parameters (inputs with a sequence length) are laid out for communication only; their
+(:mod:`~distir.transform.weights`), else the parameters whose shapes are static and that no
+matmul reads as its left operand; ``inputs`` (or the pass config's ``auto-shard.inputs``) names
+the activations instead. Other parameters (inputs: a sequence length, ``x`` of ``x @ W``) are
+laid out for communication only; their
 memory is not in the budget. The activation budget bounds the solver's linear estimate of the
 peak (:class:`~distir.transform.layout_choice.plan.ActivationLimit`); its ``min`` is the least peak
 the solver finds. Both budgets (:class:`MemoryBudget`; defaults ``min+10%`` for the weights,
@@ -341,6 +343,9 @@ class AutoShard(ModulePass):
     # peak live activations per device ("none": not bounded, the weights' budget alone)
     activation_budget: str | int | MemoryBudget | None = DEFAULT_ACTIVATION_BUDGET
     sizes: Mapping[str, int] | None = None  # symbols fixed: a device count ({"num_workers": 8}), a sequence length
+    # the parameters that are activations, by name (every other plain parameter is a weight); None: the
+    # pass config's "auto-shard.inputs", else inferred (weight_indices)
+    inputs: tuple[str, ...] | None = None
     func: str | None = None
     mesh: DeviceMesh | None = None
     explain: bool = False
@@ -366,7 +371,12 @@ class AutoShard(ModulePass):
         _check_sizes(sizes, func, mesh)
         names = _mesh_names_of(mod)
         names.setdefault(mesh, f"mesh[{len(names)}]")
-        search = _Search(func, mesh, budget, sizes, ctx, names, activations)
+        inputs = self.inputs if self.inputs is not None else ctx.config.get("auto-shard.inputs")
+        if inputs is not None:
+            if isinstance(inputs, str) or not all(isinstance(n, str) for n in inputs):
+                raise AutoShardError(f"auto-shard: inputs must be a sequence of parameter names, got {inputs!r}")
+            inputs = tuple(inputs)
+        search = _Search(func, mesh, budget, sizes, ctx, names, activations, inputs)
         laid, written = search.run()
         out = mod
         if written is not None:
@@ -451,13 +461,27 @@ def candidate_layouts(ndim: int, mesh: DeviceMesh) -> tuple[Placement, ...]:
     return tuple(out)
 
 
-def weight_indices(func: Function) -> set[int]:
-    """The parameters the memory budget covers: after ``num_input``, else those of static shape."""
+def weight_indices(func: Function, inputs: tuple[str, ...] | None = None) -> set[int]:
+    """The parameters the memory budget covers. ``inputs`` (the user's say) names the parameters
+    that are activations, every other plain one is a weight; else the parameters after ``num_input``;
+    else those of static shape that no matmul reads as its left operand (``x @ W``: the data, not the
+    weight), so a static activation is laid out for communication, not cut to meet the budget."""
+    if inputs is not None:
+        names = param_names(func)
+        unknown = [n for n in inputs if n not in names]
+        if unknown:
+            raise AutoShardError(f"auto-shard: inputs names {', '.join(map(repr, unknown))}, not a parameter of "
+                                 f"@{func.name} (it has: {', '.join(names)})")
+        return {i for i, n in enumerate(names) if n not in inputs
+                and isinstance(func.params[i].type, (TensorType, DTensorType))}
     n = func.attrs.get(NUM_INPUT)
     if isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= len(func.params):
         return set(range(n, len(func.params)))
+    data = {b.value.args[0] for b in func.bindings()
+            if isinstance(b.value, Call) and b.value.op.name == "matmul" and b.value.args}
     return {i for i, p in enumerate(func.params)
-            if isinstance(p.type, (TensorType, DTensorType)) and not any(sym.is_symbolic(d) for d in p.type.shape)}
+            if isinstance(p.type, (TensorType, DTensorType)) and not any(sym.is_symbolic(d) for d in p.type.shape)
+            and p not in data}
 
 
 def _mesh_names(mesh: DeviceMesh) -> list[str]:
@@ -569,7 +593,8 @@ class _Search:
     """One function's parameter layouts: the integer program with the budget's rows."""
 
     def __init__(self, func: Function, mesh: DeviceMesh, budget: MemoryBudget, sizes: dict[str, int], ctx: PassContext,
-                 mesh_names: dict[DeviceMesh, str], activations: MemoryBudget | None = None):
+                 mesh_names: dict[DeviceMesh, str], activations: MemoryBudget | None = None,
+                 inputs: tuple[str, ...] | None = None):
         self.func, self.mesh, self.budget, self.sizes, self.mesh_names = func, mesh, budget, sizes, mesh_names
         self.activations = activations
         self._held: dict[tuple, int] = {}  # bytes a device holds, per (parameter or type, layout, sizes)
@@ -589,7 +614,7 @@ class _Search:
         self.hints.update(sizes)
         self.sizes = {k: v for k, v in self.hints.items() if k in sizes or k in _symbols(func, mesh)}
         self.axis_costs = axis_costs_of(ctx)  # with axis costs, the least time instead of the fewest bytes
-        self.weights = weight_indices(func)
+        self.weights = weight_indices(func, inputs)
         self.free = [i for i, p in enumerate(func.params) if isinstance(p.type, TensorType)]
         self.envs = _budget_envs(func, mesh, self.sizes)
         self.scale = [Fraction(1)] * len(self.envs)  # tightened when the solver's tolerance overshoots
