@@ -114,3 +114,13 @@ def test_inputs_by_name_and_by_config(mlp):
         AutoShard(inputs=("y",))(plain)
     with pytest.raises(AutoShardError, match="inputs must be a sequence of parameter names"):
         AutoShard(inputs="x")(plain)
+
+
+def test_declared_counts_are_the_counts_planned_for(block):
+    # Driver(counts=...) / propagate-sharding.counts: with the mesh size symbolic, the budgets hold and
+    # the report is taken at the declared counts (count 1 left out), not at the sampled 2, 3, 4, 8
+    with PassContext(config={"propagate-sharding.counts": [1, 8], "propagate-sharding.size_hints": {"b": 2, "s": 10}}):
+        auto = AutoShard()
+        auto(block)
+    assert auto.report.env["num_workers"] == 8  # the sampled default reports at 4
+    assert "num_workers=3" not in auto.report.render() and "num_workers = 8" in auto.report.render()
