@@ -13,8 +13,10 @@ every op replicated sends the fewest bytes but holds every activation whole). It
 A module without a mesh gets the 1-D ``("num_workers",)`` mesh ``shard-params`` gives it.
 
 Weights are the parameters after ``num_input`` when the function has that attribute
-(:mod:`~distir.transform.weights`), else the parameters whose shapes are static. Other
-parameters (inputs with a sequence length) are laid out for communication only; their
+(:mod:`~distir.transform.weights`), else the parameters whose shapes are static and that no
+matmul reads as its left operand; ``inputs`` (or the pass config's ``auto-shard.inputs``) names
+the activations instead. Other parameters (inputs: a sequence length, ``x`` of ``x @ W``) are
+laid out for communication only; their
 memory is not in the budget. The activation budget bounds the solver's linear estimate of the
 peak (:class:`~distir.transform.layout_choice.plan.ActivationLimit`); its ``min`` is the least peak
 the solver finds. Both budgets (:class:`MemoryBudget`; defaults ``min+10%`` for the weights,
@@ -43,7 +45,7 @@ from ...ir.builder import mesh as make_mesh
 from ...ir.expr import Call, Function, IRModule, Var
 from ...ir.layout import local_bytes
 from ...ir.mesh import DeviceMesh
-from ...ir.placement import Placement, Replicate, Shard
+from ...ir.placement import Placement, Replicate, Shard, StridedShard
 from ...ir.sharding import without_placement
 from ...ir.types import DTensorType, TensorType
 from ..legalize_redistribute import axis_costs_of, fuse_reshapes
@@ -52,6 +54,7 @@ from ..rewrite import map_bindings
 from ..weights import NUM_INPUT, param_names
 from .alternatives import Alternatives
 from .cost_model import DIM_SIZE_HINT, MESH_SIZE_HINT, CostModel
+from .count_classes import declared_counts
 from .measure import GUARD_MESH_SAMPLES, function_bytes, function_peak
 from .plan import ActivationLimit, LayoutPlan, ParamChoice
 from .propagate_sharding import write_layouts
@@ -341,6 +344,9 @@ class AutoShard(ModulePass):
     # peak live activations per device ("none": not bounded, the weights' budget alone)
     activation_budget: str | int | MemoryBudget | None = DEFAULT_ACTIVATION_BUDGET
     sizes: Mapping[str, int] | None = None  # symbols fixed: a device count ({"num_workers": 8}), a sequence length
+    # the parameters that are activations, by name (every other plain parameter is a weight); None: the
+    # pass config's "auto-shard.inputs", else inferred (weight_indices)
+    inputs: tuple[str, ...] | None = None
     func: str | None = None
     mesh: DeviceMesh | None = None
     explain: bool = False
@@ -366,7 +372,12 @@ class AutoShard(ModulePass):
         _check_sizes(sizes, func, mesh)
         names = _mesh_names_of(mod)
         names.setdefault(mesh, f"mesh[{len(names)}]")
-        search = _Search(func, mesh, budget, sizes, ctx, names, activations)
+        inputs = self.inputs if self.inputs is not None else ctx.config.get("auto-shard.inputs")
+        if inputs is not None:
+            if isinstance(inputs, str) or not all(isinstance(n, str) for n in inputs):
+                raise AutoShardError(f"auto-shard: inputs must be a sequence of parameter names, got {inputs!r}")
+            inputs = tuple(inputs)
+        search = _Search(func, mesh, budget, sizes, ctx, names, activations, inputs)
         laid, written = search.run()
         out = mod
         if written is not None:
@@ -451,22 +462,61 @@ def candidate_layouts(ndim: int, mesh: DeviceMesh) -> tuple[Placement, ...]:
     return tuple(out)
 
 
-def weight_indices(func: Function) -> set[int]:
-    """The parameters the memory budget covers: after ``num_input``, else those of static shape."""
+def split_parts(func: Function) -> tuple[int, ...]:
+    """The numbers of equal sections the function's ``R.split``s cut a value into (a fused projection's
+    q, k, v: 3), each at least 2."""
+    parts = set()
+    for b in func.bindings():
+        v = b.value
+        if isinstance(v, Call) and v.op.name == "split":
+            k = v.attrs.get("indices_or_sections")
+            if isinstance(k, int) and not isinstance(k, bool) and k >= 2:
+                parts.add(k)
+    return tuple(sorted(parts))
+
+
+def strided_layouts(shape: tuple, mesh: DeviceMesh, parts: tuple[int, ...]) -> tuple[Placement, ...]:
+    """On a 1-D mesh, ``S[d/k]`` for each static dim ``d`` that ``k`` of ``parts`` divides: the dim
+    viewed as k parts, each cut over the workers (a fused QKV weight in blocks of q, k and v, which a
+    split then reads without a gather: the layout Megatron gives it, TP_PLAN's ``S[0/3]``)."""
+    if mesh.ndim != 1 or 0 in mesh.unit_axes:
+        return ()
+    return tuple(Placement((StridedShard(d, k),)) for d, n in enumerate(shape) for k in parts
+                 if isinstance(n, int) and n % k == 0 and n // k > 1)
+
+
+def weight_indices(func: Function, inputs: tuple[str, ...] | None = None) -> set[int]:
+    """The parameters the memory budget covers. ``inputs`` (the user's say) names the parameters
+    that are activations, every other plain one is a weight; else the parameters after ``num_input``;
+    else those of static shape that no matmul reads as its left operand (``x @ W``: the data, not the
+    weight), so a static activation is laid out for communication, not cut to meet the budget."""
+    if inputs is not None:
+        names = param_names(func)
+        unknown = [n for n in inputs if n not in names]
+        if unknown:
+            raise AutoShardError(f"auto-shard: inputs names {', '.join(map(repr, unknown))}, not a parameter of "
+                                 f"@{func.name} (it has: {', '.join(names)})")
+        return {i for i, n in enumerate(names) if n not in inputs
+                and isinstance(func.params[i].type, (TensorType, DTensorType))}
     n = func.attrs.get(NUM_INPUT)
     if isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= len(func.params):
         return set(range(n, len(func.params)))
+    data = {b.value.args[0] for b in func.bindings()
+            if isinstance(b.value, Call) and b.value.op.name == "matmul" and b.value.args}
     return {i for i, p in enumerate(func.params)
-            if isinstance(p.type, (TensorType, DTensorType)) and not any(sym.is_symbolic(d) for d in p.type.shape)}
+            if isinstance(p.type, (TensorType, DTensorType)) and not any(sym.is_symbolic(d) for d in p.type.shape)
+            and p not in data}
 
 
 def _mesh_names(mesh: DeviceMesh) -> list[str]:
     return sorted(set().union(set(), *(sym.free_vars(d) for d in mesh.shape if not isinstance(d, int))))
 
 
-def _budget_envs(func: Function, mesh: DeviceMesh, sizes: Mapping[str, int]) -> list[dict[str, int]]:
+def _budget_envs(func: Function, mesh: DeviceMesh, sizes: Mapping[str, int],
+                 counts: tuple[int, ...] | None = None) -> list[dict[str, int]]:
     """The sizes the budget must hold at: the mesh's symbols at the given values or at each of
-    ``GUARD_MESH_SAMPLES``; other symbols at their size hints (``DIM_SIZE_HINT`` by default)."""
+    ``counts`` (the declared ones, else ``GUARD_MESH_SAMPLES``); other symbols at their size hints
+    (``DIM_SIZE_HINT`` by default)."""
     names = _mesh_names(mesh)
     others: set[str] = set()
     for p in func.params:
@@ -475,16 +525,28 @@ def _budget_envs(func: Function, mesh: DeviceMesh, sizes: Mapping[str, int]) -> 
     base = {n: sizes.get(n, DIM_SIZE_HINT) for n in sorted(others - set(names))}
     free = [n for n in names if n not in sizes]
     envs = []
-    for m in (GUARD_MESH_SAMPLES if free else (None,)):
+    for m in ((counts or GUARD_MESH_SAMPLES) if free else (None,)):
         env = dict(base)
         env.update({n: sizes.get(n, m) for n in names})
         envs.append(env)
     return envs
 
 
-def _report_env(func: Function, mesh: DeviceMesh, sizes: Mapping[str, int]) -> dict[str, int]:
+def _planned_counts(ctx: PassContext, mesh: DeviceMesh, sizes: Mapping[str, int]) -> tuple[int, ...] | None:
+    """The device counts the bytes are summed over and the budgets hold at, where the mesh's size is
+    left symbolic: the declared ones (``propagate-sharding.counts``, ``Driver(counts=...)``), count 1
+    left out beside others (it sends nothing and holds everything whole, whatever the layout); None:
+    the sampled counts."""
+    counts = declared_counts(ctx)
+    if counts is None or len(_mesh_names(mesh)) != 1 or _mesh_names(mesh)[0] in sizes:
+        return None
+    return tuple(c for c in counts if c > 1) or None
+
+
+def _report_env(func: Function, mesh: DeviceMesh, sizes: Mapping[str, int],
+                counts: tuple[int, ...] | None = None) -> dict[str, int]:
     env = _budget_envs(func, mesh, sizes)[0]
-    env.update({n: sizes.get(n, MESH_SIZE_HINT) for n in _mesh_names(mesh)})
+    env.update({n: sizes.get(n, max(counts) if counts else MESH_SIZE_HINT) for n in _mesh_names(mesh)})
     return env
 
 
@@ -569,7 +631,8 @@ class _Search:
     """One function's parameter layouts: the integer program with the budget's rows."""
 
     def __init__(self, func: Function, mesh: DeviceMesh, budget: MemoryBudget, sizes: dict[str, int], ctx: PassContext,
-                 mesh_names: dict[DeviceMesh, str], activations: MemoryBudget | None = None):
+                 mesh_names: dict[DeviceMesh, str], activations: MemoryBudget | None = None,
+                 inputs: tuple[str, ...] | None = None):
         self.func, self.mesh, self.budget, self.sizes, self.mesh_names = func, mesh, budget, sizes, mesh_names
         self.activations = activations
         self._held: dict[tuple, int] = {}  # bytes a device holds, per (parameter or type, layout, sizes)
@@ -589,10 +652,18 @@ class _Search:
         self.hints.update(sizes)
         self.sizes = {k: v for k, v in self.hints.items() if k in sizes or k in _symbols(func, mesh)}
         self.axis_costs = axis_costs_of(ctx)  # with axis costs, the least time instead of the fewest bytes
-        self.weights = weight_indices(func)
+        self.weights = weight_indices(func, inputs)
+        self.parts = split_parts(func)
         self.free = [i for i, p in enumerate(func.params) if isinstance(p.type, TensorType)]
-        self.envs = _budget_envs(func, mesh, self.sizes)
+        self.counts = _planned_counts(ctx, mesh, self.sizes)
+        self.envs = _budget_envs(func, mesh, self.sizes, self.counts)
         self.scale = [Fraction(1)] * len(self.envs)  # tightened when the solver's tolerance overshoots
+
+    def layouts(self, i: int) -> tuple[Placement, ...]:
+        """The layouts parameter ``i`` may take: :func:`candidate_layouts`, and the strided cuts its
+        dims allow for the function's splits (:func:`strided_layouts`)."""
+        t = self.func.params[i].type
+        return candidate_layouts(t.ndim, self.mesh) + strided_layouts(tuple(t.shape), self.mesh, self.parts)
 
     def held(self, i: int, p: Placement, env) -> int:
         key = (i, p, tuple(env.items()))
@@ -604,10 +675,10 @@ class _Search:
         """The function laid out with one parameter otherwise (``--explain``), on the search's graph and
         cost model, under the chosen plan's limit on the peak (:mod:`.alternatives`)."""
         if self._alternatives is None:
-            ndim = {s.id: self.func.params[i].type.ndim for s, i in self.slots}
+            param = {s.id: i for s, i in self.slots}
             self._alternatives = Alternatives(
-                self.graph, self.cost, {s.id: i for s, i in self.slots}, self.plan,
-                lambda s: list(candidate_layouts(ndim[s.id], self.mesh)), self.activation_limit(),
+                self.graph, self.cost, dict(param), self.plan,
+                lambda s: list(self.layouts(param[s.id])), self.activation_limit(),
                 WINDOW_OPS, 2 * WINDOW_OPS, self.searched)
         return self._alternatives
 
@@ -638,7 +709,7 @@ class _Search:
         by construction (the smallest at each count alone may take a layout per count: ``S[0]`` at 8
         workers, ``S[1]`` at 3)."""
         if i not in self._reference:
-            layouts = candidate_layouts(self.func.params[i].type.ndim, self.mesh)
+            layouts = self.layouts(i)
             self._reference[i] = min(layouts, key=lambda q: (sum(self.held(i, q, env) for env in self.envs), str(q)))
         return self._reference[i]
 
@@ -648,7 +719,7 @@ class _Search:
         env = self.envs[k]
         fixed = sum(self.held(i, self.func.params[i].type.placement, env)
                     for i in self.weights if isinstance(self.func.params[i].type, DTensorType))
-        smallest = {i: min(self.held(i, p, env) for p in candidate_layouts(self.func.params[i].type.ndim, self.mesh))
+        smallest = {i: min(self.held(i, p, env) for p in self.layouts(i))
                     for i in self.weights if i in self.free}
         reference = {i: self.held(i, self.reference(i), env) for i in smallest}
         replicated = sum(_bytes_at(without_placement(self.func.params[i].type), self.mesh,
@@ -672,7 +743,7 @@ class _Search:
         the budget, the first count no layout meeting it at the counts before can meet, and the weight
         that holds the most there (at the first count alone the budget is met: ``limits_at``)."""
         weights = [i for i in self.free if i in self.weights]
-        cands = {i: candidate_layouts(self.func.params[i].type.ndim, self.mesh) for i in weights}
+        cands = {i: self.layouts(i) for i in weights}
         for k in range(len(self.envs)):
             got = _least_weights(weights, cands, lambda i, q, j: self.held(i, q, self.envs[j]),
                                  [limit.free for limit in limits[:k + 1]], k)
@@ -735,7 +806,7 @@ class _Search:
         if not self.free:
             return {}, None
         typed = self.typed(dict.fromkeys(self.free, Placement.replicated(self.mesh.ndim)))
-        graph = build_graph(typed, self.mesh_names)
+        graph = build_graph(typed, self.mesh_names, free_params=tuple(typed.params[i] for i in self.free))
         index = {}
         self.slots = []
         for i in self.free:
@@ -746,10 +817,10 @@ class _Search:
         # no preferences: with no seeds they would all say "replicated", and as a tie-break favour
         # gathering over keeping a partial sum (two all-gathers tie in bytes with one all-reduce)
         prefs = None
-        cost = CostModel(graph, self.hints, axis_costs=self.axis_costs)
+        cost = CostModel(graph, self.hints, axis_costs=self.axis_costs, mesh_samples=self.counts)
         self.graph, self.cost = graph, cost
         limits = [self.limits_at(k) for k in range(len(self.envs))]
-        cands = {i: [q for q in candidate_layouts(self.func.params[i].type.ndim, self.mesh) if self.fits(i, q, limits)]
+        cands = {i: [q for q in self.layouts(i) if self.fits(i, q, limits)]
                  for i in self.free}
         # the weights' budget split between the solver's windows in proportion to the reference layouts'
         # bytes: the reference layouts (within the budget whenever they are at every count: the `min`
@@ -819,7 +890,7 @@ class _Search:
 def _report(search: _Search, fname: str, laid: dict[int, Placement], written: Function | None, explain: bool,
             mesh_label: str, checks: int | None = None) -> AutoShardReport:
     func, mesh = search.func, search.mesh
-    env = _report_env(func, mesh, search.sizes)
+    env = _report_env(func, mesh, search.sizes, search.counts)
     weights, names = search.weights, param_names(func)
     layout = {i: (laid[i] if i in laid else p.type.placement if isinstance(p.type, DTensorType)
                   else Placement.replicated(mesh.ndim))
@@ -845,7 +916,7 @@ def _report(search: _Search, fname: str, laid: dict[int, Placement], written: Fu
         alts: list[Alternative] = []
         if explain:
             alts.append(Alternative(laid[i], sent, weights_bytes(layout), weights_bytes(layout) <= bound, peak))
-            for q in candidate_layouts(p.type.ndim, mesh):
+            for q in search.layouts(i):
                 if q == laid[i]:
                     continue
                 lay = {**layout, i: q}

@@ -382,13 +382,19 @@ class _Builder:
         return mesh_of
 
 
-def build_graph(func: Function, mesh_names: dict | None = None, plain_params: bool = False) -> Graph:
+def build_graph(func: Function, mesh_names: dict | None = None, plain_params: bool = False,
+                free_params: tuple[Var, ...] = ()) -> Graph:
     """Slots and sites of ``func``; DiagnosticError for what propagation cannot handle.
 
     ``mesh_names`` (mesh -> "mesh[i]") makes errors name meshes as the text does. ``plain_params``:
     each parameter declared with a strided shard ``S[d/k]`` is taken as declared ``S[d]`` (the plain
-    twin a strided plan is compared with, docs/strided.md)."""
+    twin a strided plan is compared with, docs/strided.md). ``free_params``: parameters whose layout
+    is to be chosen (auto-shard's): their slots are left unfixed before the strided cuts are found, so
+    a cut a reshape or split downstream asks of a weight is offered (a fused QKV weight's ``S[0/3]``)."""
     graph = _Builder(func, mesh_names).build()
+    for p in free_params:
+        for slot in graph.var_slots.get(p, []):
+            slot.fixed = None
     if plain_params:
         for p in func.params:
             for slot in graph.var_slots.get(p, []):
