@@ -12,9 +12,9 @@ global arrays into pieces and reassembling the outputs is the simulator's
 
 An error inside a Disco worker thread aborts the whole process (TVM 0.27 does not catch it
 there; worker 0 of a process session is such a thread too), so everything that can be checked
-is checked first, in the caller's thread: the input shapes and dtypes, and the sizes the
-module was specialized for (by calling the module's ``distir_disco_layout`` function on a
-local VM).
+is checked first, in the caller's thread: the sizes the module was specialized for (by calling
+the module's ``distir_disco_layout`` function on a local VM), and every worker's piece of every
+input against the shape and dtype the built function takes (:mod:`distir.tvm.disco.signature`).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from tvm import relax
 
 from ...ir.types import DTensorType, TensorType, Type
 from . import host_ccl
+from .signature import check_pieces, param_specs
 from .nodes import SocketWorkers, parse_socket, socket_workers
 from .transport import unpack_arrays
 from .workers import load_disco, process_workers
@@ -224,7 +225,10 @@ def run_pieces(
         check_workers(total)
     if groups < 1 or total % groups:
         raise DiscoRunError(f"{total} workers cannot be split into {groups} equal groups")
-    pieces = pieces_for(total)
+    pieces = list(pieces_for(total))
+    if len(pieces) != n_params:
+        raise DiscoRunError(f"the built function '{func}' takes {n_params} tensors; got pieces for {len(pieces)}")
+    check_pieces(param_specs(path, func), len(size_names), pieces, values, total, func)
     call = _Call(path, func, size_names, values, pieces, total, device, presharded, ship=spec is not None)
     # a socket session runs distir's host collectives over TCP (NCCL across nodes is not wired: docs/tvm.md)
     nccl = spec is None and not is_host(device) and has_nccl() and total <= _device_count(device)

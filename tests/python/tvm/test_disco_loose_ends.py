@@ -1,0 +1,79 @@
+"""What distir hands Disco cannot abort or hang the caller: pieces of the wrong shape or dtype given
+to ``run_pieces`` directly, and a worker thread that never returns on a thread session. Each
+case that could abort runs in a child process, whose exit code and last line are checked."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+
+# the bundled MLP at 2 workers: x replicated (128, 256), w1 (256, 512) S[1], w2 (512, 256) S[0]
+_SETUP = """
+import numpy as np
+from distir import examples
+from distir.driver import Driver
+from distir.tvm import DiscoRunError, specialize_and_build, to_relax
+from distir.tvm.disco import run_pieces
+d = Driver(examples.load("mlp"))
+values = {"num_workers": 2}
+built = specialize_and_build(to_relax(d.local), values)
+rng = np.random.default_rng(0)
+x, w1, w2 = (rng.standard_normal(s).astype("float32") for s in ((128, 256), (256, 512), (512, 256)))
+cut = [{0: x, 1: x}, {0: w1[:, :256], 1: w1[:, 256:]}, {0: w2[:256], 1: w2[256:]}]
+"""
+
+
+def _child(body: str, timeout: float = 240, env: dict | None = None) -> subprocess.CompletedProcess:
+    code = _SETUP + textwrap.dedent(body)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": str(REPO / "python"), **(env or {})})
+
+
+def _last(proc: subprocess.CompletedProcess) -> str:
+    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+@pytest.mark.parametrize("damage, pattern", [
+    ("cut[0][1] = cut[0][1][:, :-1]", r"parameter 'x' of 'main', worker 1: expected shape \(128, 256\), got \(128, 255\)"),
+    ("cut[1][0] = cut[1][0].astype('float64')", r"parameter 'w1' of 'main', worker 0: expected dtype float32, got float64"),
+    ("cut[2] = {0: cut[2][0][None], 1: cut[2][1][None]}", r"parameter 'w2' of 'main', worker 0: expected shape \(256, 256\), got \(1, 256, 256\)"),
+    ("cut.pop()", r"takes 3 tensors; got pieces for 2"),
+])
+def test_run_pieces_refuses_a_wrong_piece_before_any_worker_runs(damage, pattern):
+    """Each damage once aborted the process inside TVM's VM check on a worker thread."""
+    proc = _child(f"""
+        {damage}
+        for session in ("threads", "processes"):
+            try:
+                run_pieces(built, "main", 3, values, lambda total: cut, session=session)
+            except DiscoRunError as err:
+                print(session, "refused:", err)
+        print("alive")
+    """)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    import re
+
+    assert [ln.split()[0] for ln in lines if re.search(pattern, ln)] == ["threads", "processes"], proc.stdout
+    assert _last(proc) == "alive"
+
+
+def test_run_pieces_runs_the_right_pieces():
+    """The check lets the exported function's own pieces through: the run equals numpy's MLP."""
+    proc = _child("""
+        from math import erf
+        outs = run_pieces(built, "main", 3, values, lambda total: cut)
+        want = np.vectorize(lambda v: 0.5 * v * (1 + erf(v / np.sqrt(2))))(x.astype("float64") @ w1) @ w2
+        print("max", max(float(np.max(np.abs(np.asarray(outs[w]) - want))) for w in (0, 1)))
+    """)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert float(_last(proc).split()[1]) < 1e-3, proc.stdout
