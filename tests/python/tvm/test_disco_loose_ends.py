@@ -77,3 +77,45 @@ def test_run_pieces_runs_the_right_pieces():
     """)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert float(_last(proc).split()[1]) < 1e-3, proc.stdout
+
+
+def test_a_thread_worker_that_never_returns_is_an_error_within_the_bound():
+    """Worker 1's all-reduce waits forever (a wedged peer): the thread session's run is a DiscoRunError
+    within DISTIR_WORKER_TIMEOUT (3 s here), not the collectives' 120 s or a hang; worker 0's wait for it
+    is recorded; the next run, on a new session, is right while the stuck thread still sleeps; and the
+    process exits cleanly."""
+    proc = _child("""
+        import threading, time
+        import tvm_ffi
+        from distir.tvm.disco import host_ccl
+        host_ccl.register()
+        allreduce = host_ccl._FUNCS["allreduce"]
+        worker_id = tvm_ffi.get_global_func("runtime.disco.worker_id")
+        forever = threading.Event()
+
+        def hooked(*a):
+            if int(worker_id()[0]) == 1:
+                forever.wait()
+            return allreduce(*a)
+
+        tvm_ffi.register_global_func("runtime.disco..allreduce", hooked, override=True)
+        t0 = time.monotonic()
+        try:
+            run_pieces(built, "main", 3, values, lambda total: cut)
+            print("no error")
+        except DiscoRunError as err:
+            print("error", round(time.monotonic() - t0, 1), err)
+        tvm_ffi.register_global_func("runtime.disco..allreduce", allreduce, override=True)
+        from math import erf
+        outs = run_pieces(built, "main", 3, values, lambda total: cut)
+        want = np.vectorize(lambda v: 0.5 * v * (1 + erf(v / np.sqrt(2))))(x.astype("float64") @ w1) @ w2
+        print("max", max(float(np.max(np.abs(np.asarray(outs[w]) - want))) for w in (0, 1)))
+    """, timeout=120, env={"DISTIR_WORKER_TIMEOUT": "3"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    error = next(ln for ln in proc.stdout.splitlines() if ln.startswith(("error", "no error")))
+    assert error.startswith("error "), proc.stdout
+    seconds = float(error.split()[1])
+    assert 2.5 <= seconds <= 3 + 10, error
+    assert "did not finish within 3 s (the bound DISTIR_WORKER_TIMEOUT sets)" in error
+    assert "worker 0 waited 2 s for worker 1" in error  # the collectives give up before the caller
+    assert float(_last(proc).split()[1]) < 1e-3, proc.stdout

@@ -42,7 +42,8 @@ from . import host_ccl
 from .signature import check_pieces, param_specs
 from .nodes import SocketWorkers, parse_socket, socket_workers
 from .transport import unpack_arrays
-from .workers import load_disco, process_workers
+from .threads import ThreadWorkers
+from .workers import collective_timeout, load_disco, process_workers, worker_timeout
 from ..errors import DiscoRunError, TargetError, tvm_message
 from ..convention import DISCO_LAYOUT_FUNC, SIZE_PREFIX
 from ..ranges import READ_FUNC, Ranged
@@ -365,28 +366,28 @@ class _Call:
 
 
 def _run_threads(disco, call: _Call, total: int, groups: int, nccl: bool):
-    if nccl:
-        sess = disco.ThreadedSession(total, groups)
-        try:
-            sess.init_ccl("nccl", *range(total))
-            args = call.run(sess, default_device=True)
-            result = call.dmod[call.func](*args)
-            return {w: _to_numpy(result.debug_get_from_remote(w)) for w in range(total)}, {}, 0
-        finally:
-            sess.shutdown()
-    with host_ccl.session(total, groups) as hub:
-        sess = disco.ThreadedSession(total, groups)
-        try:
-            args = call.run(sess, default_device=False)
-            for w in range(total):  # inputs in place: count only the function's own collectives from here
-                sess._sync_worker(w)
-            for ep in hub.endpoints:
+    """Run on a ThreadedSession; every wait for its worker threads bounded (:mod:`distir.tvm.disco.threads`)."""
+    bound = worker_timeout()
+
+    def run(tw: ThreadWorkers, default_device: bool):
+        args = tw.call(lambda: call.run(tw.sess, default_device=default_device), "placing the inputs")
+        for w in range(total):
+            tw.call(lambda w=w: tw.sess._sync_worker(w), f"worker {w}'s sync after placing the inputs")
+        if tw.hub is not None:  # inputs in place: count only the function's own collectives from here
+            for ep in tw.hub.endpoints:
                 ep.counters.calls.clear()
                 ep.counters.bytes_sent = 0
-            result = call.dmod[call.func](*args)
-            outputs = {w: _to_numpy(result.debug_get_from_remote(w)) for w in range(total)}
-        finally:
-            sess.shutdown()
+        result = tw.call(lambda: call.dmod[call.func](*args), f"the call of '{call.func}'")
+        return {w: tw.call(lambda w=w: _to_numpy(result.debug_get_from_remote(w)), f"reading worker {w}'s output")
+                for w in range(total)}
+
+    if nccl:
+        with ThreadWorkers(disco, total, groups, bound) as tw:
+            tw.call(lambda: tw.sess.init_ccl("nccl", *range(total)), "NCCL's set-up")
+            return run(tw, True), {}, 0
+    with host_ccl.session(total, groups, collective_timeout(bound)) as hub:
+        with ThreadWorkers(disco, total, groups, bound, hub) as tw:
+            outputs = run(tw, False)
     calls, sent = host_ccl.hub_totals(hub)
     return outputs, calls, sent
 
