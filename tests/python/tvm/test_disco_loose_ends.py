@@ -119,3 +119,33 @@ def test_a_thread_worker_that_never_returns_is_an_error_within_the_bound():
     assert "did not finish within 3 s (the bound DISTIR_WORKER_TIMEOUT sets)" in error
     assert "worker 0 waited 2 s for worker 1" in error  # the collectives give up before the caller
     assert float(_last(proc).split()[1]) < 1e-3, proc.stdout
+
+
+def test_the_signature_of_a_symbolic_build_is_read_and_evaluated_at_the_run_sizes():
+    """llama exported once for every count: TVM records its parameters with expressions of the sizes
+    (``127 // num_workers + 1``); read from the build, they evaluate to numpy's split of the weights."""
+    import numpy as np
+    import tvm
+
+    from distir import examples
+    from distir.driver import Driver
+    from distir.tvm import DiscoRunError, to_relax
+    from distir.tvm.disco.signature import check_pieces, param_specs
+    from distir.tvm.targets import default_target
+
+    d = Driver(examples.load("llama"))
+    built = tvm.compile(to_relax(d.local), target=default_target())
+    specs = param_specs(built.mod, "main")
+    by_name = {s.name: (i, s) for i, s in specs.items()}
+    i, wq = by_name["wq"]
+    assert wq.dtype == "float32" and len(wq.dims) == 2 and wq.dims[0] == "128"
+    values = {"num_workers": 3, "s": 8}
+    n = by_name["x"][0]  # the first tensor parameter: the sizes come before it
+    pieces: list = [None] * (max(specs) + 1 - n)
+    cols = [c.shape[1] for c in np.array_split(np.zeros((128, 128)), 3, axis=1)]  # 43, 43, 42: ceil first
+    pieces[i - n] = {w: np.zeros((128, 43), "float32") for w in range(3)}
+    check_pieces(specs, n, pieces, values, 3, "main")  # every worker holds a padded block of ceil(128 / 3)
+    assert cols[0] == 43
+    pieces[i - n] = {w: np.zeros((128, 42), "float32") for w in range(3)}
+    with pytest.raises(DiscoRunError, match=r"parameter 'wq' of 'main', worker 0: expected shape \(128, 43\), got \(128, 42\)"):
+        check_pieces(specs, n, pieces, values, 3, "main")

@@ -219,7 +219,8 @@ def run_pieces(
     disco = load_disco()
     path = shared_library(built)
     # the local VM reads the shared library (no second code generation)
-    vm = relax.VirtualMachine(tvm.runtime.load_module(path), device)
+    lib = tvm.runtime.load_module(path)
+    vm = relax.VirtualMachine(lib, device)
     size_names = _size_params(vm, func, n_params)
     total, groups = _layout(vm, values)
     if check_workers is not None:
@@ -229,7 +230,7 @@ def run_pieces(
     pieces = list(pieces_for(total))
     if len(pieces) != n_params:
         raise DiscoRunError(f"the built function '{func}' takes {n_params} tensors; got pieces for {len(pieces)}")
-    check_pieces(param_specs(path, func), len(size_names), pieces, values, total, func)
+    check_pieces(param_specs(lib, func), len(size_names), pieces, values, total, func)
     call = _Call(path, func, size_names, values, pieces, total, device, presharded, ship=spec is not None)
     # a socket session runs distir's host collectives over TCP (NCCL across nodes is not wired: docs/tvm.md)
     nccl = spec is None and not is_host(device) and has_nccl() and total <= _device_count(device)

@@ -18,7 +18,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import tvm
 from tvm import relax
 
 from ...ir import sym
@@ -27,10 +26,24 @@ from ..errors import DiscoRunError
 
 __all__ = ["ParamSpec", "check_pieces", "param_specs"]
 
-_CONTEXT = re.compile(
-    r'ErrorContext\(fn=(?P<fn>[^,()]+), loc=param\[(?P<index>\d+)\], param=(?P<name>[^,()]+), '
-    r'annotation=R\.Tensor\((?P<body>[^"]*?)dtype="(?P<dtype>\w+)"(?:, ndim=(?P<ndim>-?\d+))?\)\)'
-)
+_CONTEXT = re.compile(r"ErrorContext\(fn=(?P<fn>[^,()]+), loc=param\[(?P<index>\d+)\], param=(?P<name>[^,()]+), "
+                      r"annotation=R\.Tensor\(")
+
+
+def _call_args(text: str, start: int) -> str | None:
+    """The text between the parenthesis before ``start`` and the one that closes it (quotes skipped)."""
+    depth, quoted = 1, False
+    for i in range(start, min(len(text), start + 4096)):
+        c = text[i]
+        if c == '"':
+            quoted = not quoted
+        elif not quoted and c == "(":
+            depth += 1
+        elif not quoted and c == ")":
+            depth -= 1
+            if depth == 0:
+                return text[start:i]
+    return None
 
 
 @dataclass(frozen=True)
@@ -42,29 +55,29 @@ class ParamSpec:
     dims: tuple[str, ...] | None
 
 
-def param_specs(path: str, func: str) -> dict[int, ParamSpec]:
-    """Parameter index -> what ``func`` of the library at ``path`` takes, for its tensor parameters."""
+def param_specs(lib, func: str) -> dict[int, ParamSpec]:
+    """Parameter index -> what ``func`` of the loaded library ``lib`` takes, for its tensor parameters."""
     try:
-        stats = relax.VMExecutable(tvm.runtime.load_module(path)).stats()
+        stats = relax.VMExecutable(lib).stats()
     except Exception as err:  # noqa: BLE001 - TVM raises several error types
         raise DiscoRunError(f"the built module's signature cannot be read: {err}") from None
     specs: dict[int, ParamSpec] = {}
     for m in _CONTEXT.finditer(stats):
         if m["fn"].strip() != func:
             continue
-        body = m["body"].strip().rstrip(",").strip()
+        inner = _call_args(stats, m.end())
+        try:  # R.Tensor((d0, d1), dtype="float32"), R.Tensor(dtype="float32", ndim=2), ... read as a call's arguments
+            call = ast.parse(f"f({inner})", mode="eval").body
+            kwargs = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
+        except (SyntaxError, ValueError, TypeError):
+            raise DiscoRunError(f"the built function '{func}' has a parameter annotation distir cannot read: "
+                                f"{(inner or '')[:200]!r}") from None
         dims = None
-        if body.startswith("("):
-            try:
-                tree = ast.parse(body, mode="eval").body
-            except SyntaxError:
-                raise DiscoRunError(f"the built function '{func}' has a parameter annotation distir cannot read: "
-                                    f"{m['body']!r}") from None
-            elts = tree.elts if isinstance(tree, ast.Tuple) else [tree]
-            dims = tuple(ast.unparse(e) for e in elts)
-        elif m["ndim"] is not None and int(m["ndim"]) >= 0:
-            dims = ("?",) * int(m["ndim"])
-        specs[int(m["index"])] = ParamSpec(m["name"].strip(), m["dtype"], dims)
+        if call.args and isinstance(call.args[0], ast.Tuple):
+            dims = tuple(ast.unparse(e) for e in call.args[0].elts)
+        elif isinstance(kwargs.get("ndim"), int) and kwargs["ndim"] >= 0:
+            dims = ("?",) * kwargs["ndim"]
+        specs[int(m["index"])] = ParamSpec(m["name"].strip(), str(kwargs.get("dtype", "")), dims)
     return specs
 
 
@@ -103,7 +116,7 @@ def check_pieces(
             where = f"parameter '{spec.name}' of '{func}', worker {w}"
             if not isinstance(piece, np.ndarray):
                 raise DiscoRunError(f"{where}: expected a numpy array, got {type(piece).__name__}")
-            if str(piece.dtype) != spec.dtype:
+            if spec.dtype and str(piece.dtype) != spec.dtype:
                 raise DiscoRunError(f"{where}: expected dtype {spec.dtype}, got {piece.dtype}")
             if want is not None and (len(want) != piece.ndim or any(
                     v is not None and v != n for v, n in zip(want, piece.shape))):
