@@ -209,7 +209,9 @@ def run_pieces(
     ``"threads"`` (a ThreadedSession), ``"processes"`` (a ProcessSession, kept for the next
     run of its size) or ``"socket"`` / ``"socket:NODES@HOST:PORT"`` (a SocketSession over nodes,
     :mod:`distir.tvm.disco.nodes`, kept too); ``target`` the build's target, whose device every worker runs on.
-    ``check_workers(total)`` may refuse the session size before anything starts. Pass a dict as
+    ``check_workers(total)`` may refuse the session size before anything starts. Every piece is
+    checked against the shape and dtype ``func`` takes before any worker runs (a DiscoRunError
+    otherwise: a wrong piece inside a worker thread would abort the caller). Pass a dict as
     ``stats`` to get the session, the collective library and what Disco's collectives moved.
     """
     spec = parse_socket(session) if isinstance(session, str) else None
