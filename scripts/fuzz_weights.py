@@ -151,7 +151,8 @@ def damage_manifest(d: Path, rng: random.Random) -> str:
         if not entries:
             return "nothing to duplicate"
         entry = rng.choice(entries)
-        entry["records"].append(dict(rng.choice(entry["records"])))
+        record = rng.choice(entry["records"])  # an earlier damage may have made it another type
+        entry["records"].append(json.loads(json.dumps(record)))
         what = f"a record of {entry.get('dataPath')} listed twice"
     (d / CACHE_JSON).write_text(json.dumps(doc))
     return "manifest: " + what

@@ -355,7 +355,7 @@ def records_add(records: dict, r: Any, data_path: str, path: Path, size: int, wa
     """Check one record of a data file against its weight and the file's size; add it."""
     name = r.get("name") if isinstance(r, dict) else None
     rwhere = f"{where}: record {_q(name)} in {_q(data_path)}"
-    if name not in want:
+    if not isinstance(name, str) or name not in want:
         raise WeightsError(f"{rwhere}: not a piece of this set (names are param_<i>_shard-<w+1>-of-<workers>)")
     if name in records:
         raise WeightsError(f"{rwhere}: listed twice")

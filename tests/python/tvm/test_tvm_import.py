@@ -211,3 +211,50 @@ def test_static_modules_round_trip_through_tvm(name):
     back = from_relax(tvm_module(mod.script()))
     assert_structural_equal(back, tvm_normal_form(mod))
 
+
+
+NORM_FLAGS = '''
+@I.ir_module
+class Module:
+    @R.function
+    def main(x: R.Tensor((4, 8), "float32"), g: R.Tensor((8,), "float32"), b: R.Tensor((8,), "float32")) -> R.Tensor((4, 8), "float32"):
+        with R.dataflow():
+            y = R.nn.layer_norm(x, g, b, axes=[-1], epsilon=1e-5, center=CENTER, scale=SCALE)
+            R.output(y)
+        return y
+'''
+
+
+@pytest.mark.parametrize("center, scale, flags", [(False, True, "center=False"), (True, False, "scale=False"),
+                                                  (False, False, "center=False and scale=False")])
+def test_norm_flags_tvm_ignores_are_refused(center, scale, flags):
+    """TVM 0.27 applies gamma and beta whatever center/scale say (checked here against numpy, so the
+    refusal has its reason); distir honours the flags, so importing would change the number."""
+    from tvm_build import one_device_vm
+
+    text = NORM_FLAGS.replace("CENTER", str(center)).replace("SCALE", str(scale))
+    tvm_mod = tvm.script.from_source(text)
+    rng = np.random.default_rng(0)
+    x, g, b = (rng.standard_normal(s).astype("float32") for s in ((4, 8), (8,), (8,)))
+    got = one_device_vm(tvm_mod)["main"](*(tvm.runtime.tensor(a) for a in (x, g, b))).numpy()
+    norm = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(got, norm * g + b, rtol=1e-4, atol=1e-4)  # TVM: both applied
+    with pytest.raises(TvmImportError, match=rf"@main, binding 'y': relax.nn.layer_norm has {flags}, which TVM 0.27 ignores"):
+        from_relax(tvm_mod)
+
+
+def test_group_norm_scale_off_is_refused_and_flags_on_import():
+    text = '''
+@I.ir_module
+class Module:
+    @R.function
+    def main(x: R.Tensor((2, 4, 6), "float32"), g: R.Tensor((4,), "float32"), b: R.Tensor((4,), "float32")) -> R.Tensor((2, 4, 6), "float32"):
+        with R.dataflow():
+            y = R.nn.group_norm(x, g, b, num_groups=2, channel_axis=1, axes=[2], scale=SCALE)
+            R.output(y)
+        return y
+'''
+    with pytest.raises(TvmImportError, match=r"binding 'y': relax.nn.group_norm has scale=False"):
+        from_relax(tvm.script.from_source(text.replace("SCALE", "False")))
+    mod = from_relax(tvm.script.from_source(text.replace("SCALE", "True")))
+    assert "group_norm" in mod.script()

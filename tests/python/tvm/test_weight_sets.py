@@ -188,6 +188,8 @@ def test_a_truncated_or_empty_file_is_refused(damaged, tmp_path, keep):
     ("byteOffset", "0", r"byteOffset '0' is not a non-negative integer"),
     ("format", "f32-to-bf16", r"format 'f32-to-bf16', not 'raw'"),
     ("name", "param_0_shard-2-of-4", r"record 'param_0_shard-2-of-4' in .*: not a piece of this set"),
+    ("name", {}, r"record \{\} in .*: not a piece of this set"),  # once a TypeError (a dict is unhashable)
+    ("name", ["param_0_shard-2-of-3"], r'record \["param_0_shard-2-of-3"\] in .*: not a piece of this set'),
 ])
 def test_a_record_that_disagrees_with_its_weight_or_file_is_refused(damaged, tmp_path, field, value, match):
     d, manifest, save = damaged

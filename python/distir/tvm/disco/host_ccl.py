@@ -57,6 +57,7 @@ TIMEOUT = 120.0  # seconds a worker waits for another (a dead one is noticed at 
 
 _HUB: ThreadHub | None = None  # the ThreadedSession being served
 _SESSION_LOCK = threading.Lock()  # one ThreadedSession at a time uses the hub
+_HUB_OF: dict[int, ThreadHub] = {}  # a ThreadedSession's worker thread -> the hub it serves (see _endpoint)
 # a ProcessSession worker's own endpoint, by the OS thread that runs it (its process's main thread, or
 # worker 0's thread in the caller): Disco's threads are not Python's, and Python forgets a foreign thread's
 # threading.local between two calls into it; an entry is removed when the session ends (see forget_thread)
@@ -74,11 +75,19 @@ def _me() -> int:
 
 
 def _endpoint() -> Endpoint | None:
-    ep = _BY_THREAD.get(threading.get_ident())
+    me = threading.get_ident()
+    ep = _BY_THREAD.get(me)
     if ep is not None:
         return ep
-    hub = _HUB
-    return hub.endpoints[_me()] if hub is not None else None
+    # a ThreadedSession's worker keeps the hub it first served: a worker thread of a session the caller
+    # gave up on (distir.tvm.disco.threads) that wakes later must never post into the next session's hub
+    hub = _HUB_OF.get(me)
+    if hub is None:
+        hub = _HUB
+        if hub is None:
+            return None
+        _HUB_OF[me] = hub
+    return hub.endpoints[_me()]
 
 
 def _safe(name: str):
@@ -418,6 +427,9 @@ def session(num_workers: int, num_groups: int, timeout: float = TIMEOUT) -> Iter
             yield hub
         finally:
             _HUB = None
+            if not hub.abandoned:  # its threads have ended: their ids may be reused by the next session's
+                for me in [t for t, h in _HUB_OF.items() if h is hub]:
+                    del _HUB_OF[me]
         if hub.failures:
             raise DiscoRunError("a collective failed on Disco: " + "; ".join(dict.fromkeys(hub.failures)))
 

@@ -12,9 +12,9 @@ global arrays into pieces and reassembling the outputs is the simulator's
 
 An error inside a Disco worker thread aborts the whole process (TVM 0.27 does not catch it
 there; worker 0 of a process session is such a thread too), so everything that can be checked
-is checked first, in the caller's thread: the input shapes and dtypes, and the sizes the
-module was specialized for (by calling the module's ``distir_disco_layout`` function on a
-local VM).
+is checked first, in the caller's thread: the sizes the module was specialized for (by calling
+the module's ``distir_disco_layout`` function on a local VM), and every worker's piece of every
+input against the shape and dtype the built function takes (:mod:`distir.tvm.disco.signature`).
 """
 
 from __future__ import annotations
@@ -39,9 +39,11 @@ from tvm import relax
 
 from ...ir.types import DTensorType, TensorType, Type
 from . import host_ccl
+from .signature import check_pieces, param_specs
 from .nodes import SocketWorkers, parse_socket, socket_workers
 from .transport import unpack_arrays
-from .workers import load_disco, process_workers
+from .threads import ThreadWorkers
+from .workers import collective_timeout, load_disco, process_workers, worker_timeout
 from ..errors import DiscoRunError, TargetError, tvm_message
 from ..convention import DISCO_LAYOUT_FUNC, SIZE_PREFIX
 from ..ranges import READ_FUNC, Ranged
@@ -207,7 +209,9 @@ def run_pieces(
     ``"threads"`` (a ThreadedSession), ``"processes"`` (a ProcessSession, kept for the next
     run of its size) or ``"socket"`` / ``"socket:NODES@HOST:PORT"`` (a SocketSession over nodes,
     :mod:`distir.tvm.disco.nodes`, kept too); ``target`` the build's target, whose device every worker runs on.
-    ``check_workers(total)`` may refuse the session size before anything starts. Pass a dict as
+    ``check_workers(total)`` may refuse the session size before anything starts. Every piece is
+    checked against the shape and dtype ``func`` takes before any worker runs (a DiscoRunError
+    otherwise: a wrong piece inside a worker thread would abort the caller). Pass a dict as
     ``stats`` to get the session, the collective library and what Disco's collectives moved.
     """
     spec = parse_socket(session) if isinstance(session, str) else None
@@ -217,14 +221,18 @@ def run_pieces(
     disco = load_disco()
     path = shared_library(built)
     # the local VM reads the shared library (no second code generation)
-    vm = relax.VirtualMachine(tvm.runtime.load_module(path), device)
+    lib = tvm.runtime.load_module(path)
+    vm = relax.VirtualMachine(lib, device)
     size_names = _size_params(vm, func, n_params)
     total, groups = _layout(vm, values)
     if check_workers is not None:
         check_workers(total)
     if groups < 1 or total % groups:
         raise DiscoRunError(f"{total} workers cannot be split into {groups} equal groups")
-    pieces = pieces_for(total)
+    pieces = list(pieces_for(total))
+    if len(pieces) != n_params:
+        raise DiscoRunError(f"the built function '{func}' takes {n_params} tensors; got pieces for {len(pieces)}")
+    check_pieces(param_specs(lib, func), len(size_names), pieces, values, total, func)
     call = _Call(path, func, size_names, values, pieces, total, device, presharded, ship=spec is not None)
     # a socket session runs distir's host collectives over TCP (NCCL across nodes is not wired: docs/tvm.md)
     nccl = spec is None and not is_host(device) and has_nccl() and total <= _device_count(device)
@@ -361,28 +369,28 @@ class _Call:
 
 
 def _run_threads(disco, call: _Call, total: int, groups: int, nccl: bool):
-    if nccl:
-        sess = disco.ThreadedSession(total, groups)
-        try:
-            sess.init_ccl("nccl", *range(total))
-            args = call.run(sess, default_device=True)
-            result = call.dmod[call.func](*args)
-            return {w: _to_numpy(result.debug_get_from_remote(w)) for w in range(total)}, {}, 0
-        finally:
-            sess.shutdown()
-    with host_ccl.session(total, groups) as hub:
-        sess = disco.ThreadedSession(total, groups)
-        try:
-            args = call.run(sess, default_device=False)
-            for w in range(total):  # inputs in place: count only the function's own collectives from here
-                sess._sync_worker(w)
-            for ep in hub.endpoints:
+    """Run on a ThreadedSession; every wait for its worker threads bounded (:mod:`distir.tvm.disco.threads`)."""
+    bound = worker_timeout()
+
+    def run(tw: ThreadWorkers, default_device: bool):
+        args = tw.call(lambda: call.run(tw.sess, default_device=default_device), "placing the inputs")
+        for w in range(total):
+            tw.call(lambda w=w: tw.sess._sync_worker(w), f"worker {w}'s sync after placing the inputs")
+        if tw.hub is not None:  # inputs in place: count only the function's own collectives from here
+            for ep in tw.hub.endpoints:
                 ep.counters.calls.clear()
                 ep.counters.bytes_sent = 0
-            result = call.dmod[call.func](*args)
-            outputs = {w: _to_numpy(result.debug_get_from_remote(w)) for w in range(total)}
-        finally:
-            sess.shutdown()
+        result = tw.call(lambda: call.dmod[call.func](*args), f"the call of '{call.func}'")
+        return {w: tw.call(lambda w=w: _to_numpy(result.debug_get_from_remote(w)), f"reading worker {w}'s output")
+                for w in range(total)}
+
+    if nccl:
+        with ThreadWorkers(disco, total, groups, bound) as tw:
+            tw.call(lambda: tw.sess.init_ccl("nccl", *range(total)), "NCCL's set-up")
+            return run(tw, True), {}, 0
+    with host_ccl.session(total, groups, collective_timeout(bound)) as hub:
+        with ThreadWorkers(disco, total, groups, bound, hub) as tw:
+            outputs = run(tw, False)
     calls, sent = host_ccl.hub_totals(hub)
     return outputs, calls, sent
 

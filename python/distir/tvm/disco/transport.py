@@ -125,6 +125,7 @@ class ThreadHub:
         self.broken = threading.Event()
         self.lock = threading.Lock()
         self.failures: list[str] = []
+        self.abandoned = False  # the caller gave up on the session: its worker threads may still run
         self.endpoints = [_ThreadEndpoint(self, w) for w in range(num_workers)]
 
     def fail(self, message: str) -> None:

@@ -102,6 +102,10 @@ def _no_counterpart_message(name: str) -> str:
             "(the table of docs/frontend.md), or declare an OpDef for it in distir/ops (docs/ops.md)")
 
 
+#: ops whose flags TVM 0.27's LegalizeOps ignores (docs/frontend.md): an import with one off is refused
+_AFFINE_FLAGS = {"nn.layer_norm": ("center", "scale"), "nn.group_norm": ("center", "scale")}
+
+
 def _attr_fields(attrs) -> set[str]:
     """The field names of a TVM attributes object (its type's, its ancestors' included)."""
     names: set[str] = set()
@@ -251,6 +255,11 @@ class _Importer:
         if op is None:
             raise self.fail(_no_counterpart_message(name))
         args, attrs = self.call_operands(op, e, env, name)
+        off = [k for k in _AFFINE_FLAGS.get(short, ()) if attrs.get(k) is False]
+        if off:  # TVM computes these with gamma and beta anyway; distir would not: refused, never a different number
+            raise self.fail(f"{name} has {' and '.join(f'{k}=False' for k in off)}, which TVM 0.27 ignores (it applies "
+                            f"gamma and beta whatever the flags say) and distir honours: the imported module would compute "
+                            f"differently from TVM's; pass the flags as True (with ones for gamma, zeros for beta)")
         try:
             call = Call(op, tuple(args), attrs)
             call.type  # noqa: B018 - type it now, to report a problem here
