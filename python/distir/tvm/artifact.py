@@ -24,7 +24,6 @@ import contextlib
 import hashlib
 import json
 import os
-import stat
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -38,7 +37,7 @@ from ..errors import DistirError
 from ..ir.expr import IRModule
 from .disco.run import library_dir
 from .errors import ArtifactError, TargetError
-from .weights_check import open_regular
+from .weights_check import open_regular, read_manifest
 from ..transform.weights import WeightsError
 
 __all__ = ["LIBRARY", "MANIFEST", "Artifact", "load_artifact", "write_artifact"]
@@ -181,37 +180,7 @@ def _q(value: Any) -> str:
 
 
 def _read_manifest(root: Path, where: str) -> dict:
-    path = root / MANIFEST
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise ArtifactError(f"{where}: no {MANIFEST} (write one with distir build FILE -o DIR)") from None
-    except OSError as err:
-        raise ArtifactError(f"{where}: cannot read {MANIFEST}: {err.strerror or err}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise ArtifactError(f"{where}: {MANIFEST} is not a regular file")
-    if st.st_size > MAX_MANIFEST_BYTES:
-        raise ArtifactError(f"{where}: {MANIFEST} is {st.st_size} bytes, more than a manifest ({MAX_MANIFEST_BYTES})")
-    try:
-        fd, st = open_regular(Path(os.path.realpath(path)), f"{where}: {MANIFEST}")
-    except WeightsError as err:
-        raise ArtifactError(str(err)) from None
-    with os.fdopen(fd, "rb") as f:
-        raw = f.read(min(st.st_size, MAX_MANIFEST_BYTES) + 1)
-
-    def no_repeats(pairs):
-        keys = [k for k, _ in pairs]
-        if len(set(keys)) != len(keys):
-            raise ValueError(f"an object repeats the key {_q(next(k for k in keys if keys.count(k) > 1))}")
-        return dict(pairs)
-
-    def no_constant(name):
-        raise ValueError(f"{name} is not a number JSON allows")
-
-    try:
-        data = json.loads(raw.decode("utf-8"), object_pairs_hook=no_repeats, parse_constant=no_constant)
-    except (ValueError, RecursionError) as err:
-        raise ArtifactError(f"{where}: {MANIFEST} is not valid JSON: {str(err).splitlines()[0]}") from None
+    data = read_manifest(root / MANIFEST, where, MAX_MANIFEST_BYTES, "distir build FILE -o DIR", ArtifactError)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise ArtifactError(f"{where}: {MANIFEST} is not a distir artifact (format {_q(FORMAT)})")
     for key, kind in _FIELDS.items():

@@ -45,7 +45,7 @@ from . import ranges
 
 __all__ = [
     "CACHE_JSON", "FORMAT", "VERSION", "Manifest", "Record", "check_data_file", "check_record_bytes", "load_manifest",
-    "open_regular", "read_json", "record_name",
+    "open_regular", "read_json", "read_manifest", "record_name",
 ]  # fmt: skip
 
 CACHE_JSON = "tensor-cache.json"
@@ -136,24 +136,34 @@ def _shape(v: Any) -> bool:
 
 def read_json(directory: Path, where: str) -> Any:
     """The set's ``tensor-cache.json`` parsed: a regular file of at most MAX_JSON_BYTES, no key repeated."""
-    path = directory / CACHE_JSON
+    return read_manifest(directory / CACHE_JSON, where, MAX_JSON_BYTES, "distir.tvm.shard_weights", WeightsError)
+
+
+def read_manifest(path: Path, where: str, max_bytes: int, writer: str, error: type[Exception]) -> Any:
+    """A manifest (a set's, an artifact's) parsed as untrusted input: a regular file of at most
+    ``max_bytes``, opened without following a symlink, UTF-8 JSON with no key repeated and no NaN or
+    Infinity; anything else is one ``error`` line (``writer`` names what writes a good one)."""
+    name = path.name
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        raise WeightsError(f"{where}: no {CACHE_JSON} (write a set with distir.tvm.shard_weights)") from None
+        raise error(f"{where}: no {name} (write one with {writer})") from None
     except OSError as err:
-        raise WeightsError(f"{where}: cannot read {CACHE_JSON}: {err.strerror or err}") from None
+        raise error(f"{where}: cannot read {name}: {err.strerror or err}") from None
     if not stat.S_ISREG(st.st_mode):
-        raise WeightsError(f"{where}: {CACHE_JSON} is not a regular file")
-    if st.st_size > MAX_JSON_BYTES:
-        raise WeightsError(f"{where}: {CACHE_JSON} is {st.st_size} bytes, more than a set's manifest ({MAX_JSON_BYTES})")
-    fd, st = open_regular(path.resolve(), f"{where}: {CACHE_JSON}")
+        raise error(f"{where}: {name} is not a regular file")
+    if st.st_size > max_bytes:
+        raise error(f"{where}: {name} is {st.st_size} bytes, more than a manifest ({max_bytes})")
+    try:
+        fd, st = open_regular(Path(os.path.realpath(path)), f"{where}: {name}")
+    except WeightsError as err:
+        raise error(str(err)) from None
     with os.fdopen(fd, "rb") as f:
-        raw = f.read(min(st.st_size, MAX_JSON_BYTES) + 1)  # read(n) allocates n: the size it has, not the cap
+        raw = f.read(min(st.st_size, max_bytes) + 1)  # read(n) allocates n: the size it has, not the cap
     try:
         return json.loads(raw.decode("utf-8"), object_pairs_hook=_reject_repeats, parse_constant=_no_constant)
     except (ValueError, RecursionError) as err:
-        raise WeightsError(f"{where}: {CACHE_JSON} is not valid JSON: {str(err).splitlines()[0]}") from None
+        raise error(f"{where}: {name} is not valid JSON: {str(err).splitlines()[0]}") from None
 
 
 def _check_meta(meta: Any, where: str) -> None:

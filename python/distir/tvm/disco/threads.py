@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import threading
 
 from ..errors import DiscoRunError
 from .transport import ThreadHub
-from .workers import TIMEOUT_ENV
+from .workers import TIMEOUT_ENV, start_call
 
 __all__ = ["ThreadWorkers"]
 
@@ -40,18 +39,7 @@ class ThreadWorkers:
         and what the collectives recorded if it does not finish within the bound."""
         if self.sess is None:
             raise DiscoRunError("this Disco thread session was given up on; a new run starts a new one")
-        out: dict = {}
-        done = threading.Event()
-
-        def run():
-            try:
-                out["value"] = action()
-            except BaseException as err:  # noqa: BLE001 - handed to the caller's thread
-                out["error"] = err
-            finally:
-                done.set()
-
-        threading.Thread(target=run, name="distir-disco-thread-call", daemon=True).start()
+        _, done, out = start_call(action, "distir-disco-thread-call")
         if not done.wait(self.bound):
             seen = list(dict.fromkeys(self.hub.failures)) if self.hub is not None else []
             self.abandon()

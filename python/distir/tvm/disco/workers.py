@@ -63,7 +63,7 @@ import tvm_ffi
 from ..errors import DiscoRunError, tvm_message
 from . import host_ccl
 
-__all__ = ["ProcessWorkers", "close_all", "collective_timeout", "kept_session", "kept_sessions", "load_disco", "process_workers",
+__all__ = ["ProcessWorkers", "start_call", "close_all", "collective_timeout", "kept_session", "kept_sessions", "load_disco", "process_workers",
            "take_local_pool", "worker_timeout"]
 
 _DISCO = None
@@ -336,6 +336,26 @@ def _status(code: int) -> str:
     return f"exited with status {code}"
 
 
+def start_call(action, name: str) -> tuple[threading.Thread, threading.Event, dict]:
+    """``action()`` (a call of TVM that may wait for a worker) started on a daemon helper thread:
+    (the thread, an event set when it ends, a dict that then holds its ``value`` or ``error``), so that
+    the caller waits as long as it chooses and never inside TVM."""
+    out: dict = {}
+    done = threading.Event()
+
+    def run():
+        try:
+            out["value"] = action()
+        except BaseException as err:  # noqa: BLE001 - handed to the caller's thread
+            out["error"] = err
+        finally:
+            done.set()
+
+    helper = threading.Thread(target=run, name=name, daemon=True)
+    helper.start()
+    return helper, done, out
+
+
 class ProcessWorkers:
     """A Disco ProcessSession of ``num_workers`` workers joined by sockets (the module docstring).
     ``timeout``: the bound on every wait for a worker (:func:`worker_timeout`)."""
@@ -440,20 +460,8 @@ class ProcessWorkers:
         """Run ``action`` (a call of TVM that may wait for a worker) on a helper thread and wait for it
         at most ``bound`` seconds, watching the worker processes: (None, its value), or (why it
         failed, None). A helper left inside TVM is ended by :meth:`close` (it kills the workers)."""
-        out: dict = {}
-        done = threading.Event()
-
-        def run():
-            try:
-                out["value"] = action()
-            except BaseException as err:  # noqa: BLE001 - handed to the caller's thread
-                out["error"] = err
-            finally:
-                done.set()
-
-        helper = threading.Thread(target=run, name="distir-disco-call", daemon=True)
+        helper, done, out = start_call(action, "distir-disco-call")
         self._inflight = helper
-        helper.start()
         deadline = time.monotonic() + bound
         try:
             while not done.wait(_TICK):
