@@ -13,20 +13,19 @@ import time
 import numpy as np
 import pytest
 import tvm
-import tvm_ffi
+from disco_faults import hook_allreduce
 from tvm import relax
 
 import distir
 from distir import examples
 from distir.cli import main as distir_main
 from distir.driver import Driver, random_inputs, run_disco
+from distir.examples.nn import llama as L
 from distir.ir import DeviceMesh, Range, sym
 from distir.transform import ShardParams
 from distir.transform.pipelines import distribute_pipeline
 from distir.transform.weights import WeightsError
 from distir.tvm import DiscoRunError, from_nn, reshard_weights, shard_weights, specialize_and_build, to_relax
-from distir.examples.nn import llama as L
-from distir.tvm.disco import host_ccl
 from distir.tvm.disco import workers as disco_workers
 from distir.tvm.errors import TargetError
 from distir.tvm.weights import read_set
@@ -160,19 +159,10 @@ def test_a_killed_worker_is_a_clear_error_within_seconds(llama):
         driver.run(args, 2, backend="tvm", session="processes")
     assert time.monotonic() - t0 < 30
     victim = disco_workers.process_workers(2).pids()[1]  # a new session
-    allreduce = host_ccl._FUNCS["allreduce"]
-
-    def kill_then_reduce(*a):
-        os.kill(victim, signal.SIGKILL)
-        return allreduce(*a)
-
-    tvm_ffi.register_global_func("runtime.disco..allreduce", kill_then_reduce, override=True)
     t0 = time.monotonic()
-    try:
-        with pytest.raises(DiscoRunError, match=rf"worker 1 \(process {victim}\) was killed by SIGKILL"):
-            driver.run(args, 2, backend="tvm", session="processes")
-    finally:
-        tvm_ffi.register_global_func("runtime.disco..allreduce", allreduce, override=True)
+    with (hook_allreduce(lambda: os.kill(victim, signal.SIGKILL)),
+          pytest.raises(DiscoRunError, match=rf"worker 1 \(process {victim}\) was killed by SIGKILL")):
+        driver.run(args, 2, backend="tvm", session="processes")
     assert time.monotonic() - t0 < 30
     assert driver.run(args, 2, backend="tvm", session="processes").ok  # and the next run starts afresh
 

@@ -17,12 +17,11 @@ import time
 from pathlib import Path
 
 import pytest
-import tvm_ffi
+from disco_faults import hook_allreduce
 
 from distir import examples
 from distir.driver import Driver, random_inputs
 from distir.tvm import DiscoRunError
-from distir.tvm.disco import host_ccl
 from distir.tvm.disco import workers as disco_workers
 
 BOUND = 6.0  # seconds: the bound the failing runs are given (a healthy run's waits here take milliseconds)
@@ -55,22 +54,6 @@ def _small_bound(monkeypatch):
         monkeypatch.delenv(disco_workers.TIMEOUT_ENV)
 
 
-@contextlib.contextmanager
-def _hook_allreduce(action):
-    """Worker 0's all-reduce (a thread of this process) runs ``action`` first: a fault in mid-run."""
-    allreduce = host_ccl._FUNCS["allreduce"]
-
-    def hooked(*a):
-        action()
-        return allreduce(*a)
-
-    tvm_ffi.register_global_func("runtime.disco..allreduce", hooked, override=True)
-    try:
-        yield
-    finally:
-        tvm_ffi.register_global_func("runtime.disco..allreduce", allreduce, override=True)
-
-
 def _fails_naming(driver, args, pattern: str) -> float:
     t0 = time.monotonic()
     with pytest.raises(DiscoRunError, match=pattern):
@@ -92,7 +75,7 @@ def test_a_stopped_worker_is_named_within_the_bound_and_the_next_run_is_right(ll
                 os.kill(victim, signal.SIGSTOP)
                 took = _fails_naming(driver, args, pattern)
             else:
-                with _hook_allreduce(lambda: os.kill(victim, signal.SIGSTOP)):
+                with hook_allreduce(lambda: os.kill(victim, signal.SIGSTOP)):
                     took = _fails_naming(driver, args, pattern)  # seen stopped before a wait, or at the bound
         finally:
             with contextlib.suppress(ProcessLookupError):
@@ -123,7 +106,7 @@ def test_a_worker_stopped_for_less_than_the_bound_only_slows_the_run(llama, monk
             timers[-1].start()
 
         try:
-            with _hook_allreduce(pause):
+            with hook_allreduce(pause):
                 got = driver.run(args, 2, backend="tvm", session="processes")
             assert got.ok, got.comparison.mismatch
             pause()
@@ -143,7 +126,7 @@ def test_a_worker_killed_during_a_run_under_a_small_bound(llama, monkeypatch):
     with _small_bound(monkeypatch):
         assert driver.run(args, 2, backend="tvm", session="processes").ok
         victim = disco_workers.process_workers(2).pids()[1]
-        with _hook_allreduce(lambda: os.kill(victim, signal.SIGKILL)):
+        with hook_allreduce(lambda: os.kill(victim, signal.SIGKILL)):
             took = _fails_naming(driver, args, rf"worker 1 \(process {victim}\) was killed by SIGKILL")
     assert took < SLACK  # a dead worker does not wait for the bound
     assert driver.run(args, 2, backend="tvm", session="processes").ok
@@ -164,7 +147,7 @@ _DROP_AFTER_DEATH = textwrap.dedent(
     """
     import os, signal
     from distir.tvm import DiscoRunError
-    from distir.tvm.disco import workers as W
+    from distir.tvm.disco import lifetime, workers as W
     w = W.ProcessWorkers(2, timeout=30)
     handle = w.sess.get_global_func("runtime.disco.worker_id")  # a Disco handle the caller holds
     victim = w.pool.procs[1]
@@ -210,3 +193,60 @@ def test_a_worker_that_cannot_be_started_is_one_line_not_a_hang(monkeypatch):
                                             r"BlockingIOError: \[Errno 11\] Resource temporarily unavailable$"):
         disco_workers.ProcessWorkers(3)
     assert time.monotonic() - t0 < 30 and len(started) == 1
+
+
+_HANDLES_FREED_ON_WORKER_0 = textwrap.dedent(
+    """
+    import gc, os, signal, sys, time
+    import tvm_ffi
+    from distir.tvm.disco import lifetime, workers as W
+
+    gc.disable()  # the collections below run where the script says, as the collector's would anywhere
+    def collect():  # a Python call on worker 0 (a thread of this process) that frees a cycle of handles
+        time.sleep(0.5)
+        gc.collect()
+    tvm_ffi.register_global_func("test.collect", collect, override=True)
+
+    def handles_in_a_cycle(w):
+        f = w.sess.get_global_func("test.collect")
+        box = [f, f()]  # f() starts worker 0 on collect(); the result's handle holds the session too
+        box.append(box)
+
+    # 1. dropped without close(): worker 0 frees the last handles; before, TVM's destructor joined worker
+    #    0's own thread there (std::system_error from a destructor: SIGABRT)
+    w = W.ProcessWorkers(2, timeout=30)
+    handles_in_a_cycle(w)
+    del w
+    time.sleep(2.0)
+    print("dropped", lifetime.retired(), flush=True)
+    print("swept", lifetime.sweep(), flush=True)
+
+    # 2. closed while worker 0 runs Python and a cycle holds handles: the collection in close() frees them;
+    #    before, the destructor ran there with the GIL held and waited for worker 0, which waited for the GIL
+    w = W.ProcessWorkers(2, timeout=30)
+    handles_in_a_cycle(w)
+    os.kill(w.pool.procs[1].pid, signal.SIGKILL)
+    w.close(failed=True)
+    print("closed", lifetime.retired(), w.pool.released, flush=True)
+
+    # 3. a thread session shut down while a cycle holds handles that its worker threads then free
+    from distir.tvm.disco.threads import ThreadWorkers
+    t = ThreadWorkers(W.load_disco(), 2, 1, 30.0)
+    handles_in_a_cycle(t)
+    t.close()
+    time.sleep(2.0)
+    print("threads", lifetime.sweep(), flush=True)
+    """
+)
+
+
+def test_a_session_is_never_destroyed_on_its_own_worker_thread_nor_with_the_gil_held():
+    """In a child process (an abort or a deadlock would take the test runner with it): the last Disco
+    handles of a session freed by the garbage collector on worker 0's thread, a session closed while
+    worker 0 still runs Python, and a thread session whose handles its own worker threads free; each
+    ends with the session destroyed (lifetime.py), within seconds."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO / "python"), os.environ.get("PYTHONPATH")])))
+    done = subprocess.run([sys.executable, "-c", _HANDLES_FREED_ON_WORKER_0], capture_output=True, text=True, timeout=120,
+                          env=env, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == ["dropped 1", "swept 0", "closed 0 True", "threads 0"], done.stdout

@@ -26,6 +26,7 @@ import itertools
 import os
 import shutil
 import tempfile
+import traceback
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -38,7 +39,7 @@ import tvm
 from tvm import relax
 
 from ...ir.types import DTensorType, TensorType, Type
-from . import host_ccl
+from . import host_ccl, lifetime
 from .signature import check_pieces, param_specs
 from .nodes import SocketWorkers, parse_socket, socket_workers
 from .transport import unpack_arrays
@@ -241,13 +242,14 @@ def run_pieces(
     if not is_host(device) and not nccl:
         info["fallback"] = _fallback_line(device, total)
         warnings.warn(info["fallback"], stacklevel=2)
-    if session == "threads":
-        outputs, calls, sent = _run_threads(disco, call, total, groups, nccl)
-    elif spec is not None:
-        info["session"], info["nodes"] = "socket", spec.nodes
-        outputs, calls, sent = _run_processes(call, total, groups, nccl, socket_workers(spec, total, groups))
-    else:
-        outputs, calls, sent = _run_processes(call, total, groups, nccl, process_workers(total, groups))
+    with _handles_let_go(call):
+        if session == "threads":
+            outputs, calls, sent = _run_threads(disco, call, total, groups, nccl)
+        elif spec is not None:
+            info["session"], info["nodes"] = "socket", spec.nodes
+            outputs, calls, sent = _run_processes(call, total, groups, nccl, socket_workers(spec, total, groups))
+        else:
+            outputs, calls, sent = _run_processes(call, total, groups, nccl, process_workers(total, groups))
     if stats is not None:
         stats.update(info, transport={"calls": calls, "bytes_sent": sent})
     return outputs
@@ -315,6 +317,7 @@ class _Call:
     device: Any
     presharded: Presharded | Ranged | None
     ship: bool = False  # send the library as bytes (a socket session: workers on other machines)
+    dmod: Any = None  # the loaded module's handle on the session, while the run lasts
 
     def run(self, sess, *, default_device: bool) -> Any:
         """Load, place the arguments, call; the result's DRef. ``default_device``: the workers' own
@@ -366,6 +369,21 @@ class _Call:
                 ref = to_device(ref, int(self.device.dlpack_device_type()), int(self.device.index))
             out.append(ref)
         return out
+
+
+@contextlib.contextmanager
+def _handles_let_go(call: _Call):
+    """When a run ends, its Disco handles go on this thread, a failed run's too (the frames of its
+    traceback would keep them for the garbage collector to free on any thread, a worker's
+    included), and the sessions closed meanwhile are destroyed (:mod:`distir.tvm.disco.lifetime`)."""
+    try:
+        yield
+    except BaseException as err:
+        traceback.clear_frames(err.__traceback__)
+        raise
+    finally:
+        call.dmod = None
+        lifetime.sweep()
 
 
 def _run_threads(disco, call: _Call, total: int, groups: int, nccl: bool):

@@ -9,7 +9,9 @@ before that (:func:`~distir.tvm.disco.workers.collective_timeout`), so a worker 
 another says so. A thread cannot be killed: a session the caller gave up on is failed (its
 collectives return at once), kept alive for the process's life (its destructor would join a
 thread that may never return) and never used again; its worker threads keep the hub they
-served (:mod:`distir.tvm.disco.host_ccl`), so one that wakes later cannot touch the next run.
+served (:mod:`distir.tvm.disco.host_ccl`), so one that wakes later cannot touch the next run. A
+session shut down is retired (:mod:`distir.tvm.disco.lifetime`): destroyed on a helper thread of the
+caller's once nothing else holds it, never on one of its own worker threads.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import contextlib
 import ctypes
 
 from ..errors import DiscoRunError
+from . import lifetime
 from .transport import ThreadHub
 from .workers import TIMEOUT_ENV, start_call
 
@@ -79,3 +82,6 @@ class ThreadWorkers:
             self.call(sess.shutdown, "the session's shutdown")
         finally:
             self.sess = None
+            lifetime.retire(sess)  # destroyed on a helper of this thread, never on a worker thread
+            del sess
+            lifetime.sweep()

@@ -32,6 +32,10 @@ must not abort the caller:
   the pipes is drained, so TVM's last writes (the destructor's) neither fail nor block. distir
   never calls ``shutdown()`` on the session; the pool's descriptors are closed when TVM
   destroys the session (its last call to the pool).
+- **The session is destroyed on distir's terms.** Its destructor joins worker 0's thread, so it
+  must never run on that thread (a handle freed there by the garbage collector: an abort) nor
+  with the GIL held while worker 0 needs it (a hang); :mod:`distir.tvm.disco.lifetime` holds a
+  reference until it is the last, then lets it go on a helper thread without the GIL.
 
 The process pool is distir's (``distir.disco.create_process_pool``, given to ``SessionProcess``
 in place of TVM's), which keeps the workers' processes and pipes at hand.
@@ -61,7 +65,7 @@ import tvm
 import tvm_ffi
 
 from ..errors import DiscoRunError, tvm_message
-from . import host_ccl
+from . import host_ccl, lifetime
 
 __all__ = ["ProcessWorkers", "start_call", "close_all", "collective_timeout", "kept_session", "kept_sessions", "load_disco", "process_workers",
            "take_local_pool", "worker_timeout"]
@@ -405,11 +409,14 @@ class ProcessWorkers:
             raise DiscoRunError(f"Disco worker processes could not start: {message}")
 
     def __del__(self):
-        # dropped without close(): at least forget worker 0's endpoint, kept by its OS thread's id,
-        # which a later thread may reuse (a dictionary entry only; TVM's destructor does the rest)
+        # dropped without close() (on whichever thread frees it): forget worker 0's endpoint, kept by its
+        # OS thread's id, which a later thread may reuse, and leave the session to a sweep (lifetime.py)
         pool = getattr(self, "pool", None)
         if pool is not None:
             host_ccl.forget_session(pool.directory)
+        sess = getattr(self, "sess", None)
+        if sess is not None:
+            lifetime.retire(sess)
 
     # -------------------------------------------------------------- health
 
@@ -555,7 +562,8 @@ class ProcessWorkers:
         """End the session, within seconds whatever state its workers are in: a healthy one is asked to
         disconnect (bounded); then the workers' pipes point at /dev/null (they exit), the processes
         left are ended (killed at once when ``failed``), worker 0's sockets close (its waits end), a
-        helper thread still inside TVM is let out, and TVM destroys the session (module docstring)."""
+        helper thread still inside TVM is let out, and the session is retired: destroyed now if nothing else
+        holds it, else by a later sweep (:mod:`distir.tvm.disco.lifetime`)."""
         if self.closed:
             return
         self.closed = True
@@ -565,8 +573,8 @@ class ProcessWorkers:
         healthy = not failed and self._inflight is None and not pool.dead() and self.stopped_message() is None
         if healthy:
             sess = self.sess
-            message, _ = self._bounded(lambda: (sess.get_global_func("distir.session.disconnect")(),
-                                                sess._sync_worker(0)), min(self.bound, 5.0))  # fmt: skip
+            message = self._bounded(lambda: (sess.get_global_func("distir.session.disconnect")(),  # its handle not kept
+                                             sess._sync_worker(0)), min(self.bound, 5.0))[0]  # fmt: skip
             healthy = message is None
             sess = None  # not held past here: the session must go when self.sess does
         if not healthy:
@@ -578,12 +586,11 @@ class ProcessWorkers:
             pool.drain()  # a write waiting for room in a pipe that no worker reads completes
             helper.join(_TICK)
         self._inflight = None
-        cache = getattr(self.sess, "_cache", None)  # TVM's method cache: its handles refer back to the session
-        if isinstance(cache, dict):
-            cache.clear()
-        self.sess = None  # TVM destroys the session once nothing refers to it
-        if not pool.released:  # a reference cycle still holds it: a full collection (slow on a large heap) frees it
+        lifetime.retire(self.sess)  # destroyed by distir on this thread's helper, never by a handle let go elsewhere
+        self.sess = None
+        if lifetime.sweep() and not pool.released:  # a cycle holds a handle: a full collection (slow on a large heap)
             gc.collect()
+            lifetime.sweep()
         pool.stop()
         pool.drain()
 
@@ -641,6 +648,7 @@ def close_all() -> None:
         _CACHE.clear()
     for w in kept:
         w.close()
+    lifetime.sweep()
 
 
 atexit.register(close_all)
