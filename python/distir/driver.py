@@ -352,6 +352,16 @@ def run_disco(
         )
     if func not in local_mod.functions:
         raise dtvm.DiscoRunError(f"the module has no function '{func}' (it has: {', '.join(local_mod.functions)})")
+    # a module with count variants: the one build calls, by the count, the variant laid out for it, whose
+    # signature cuts the inputs and assembles the outputs (a specialized module has kept that one already)
+    from .transform.count_variants import choose_variants
+    from .tvm.relax.export import dispatch_callee
+
+    try:
+        callee = dispatch_callee(local_mod, func, {symbol: int(num_workers)})
+        local_mod = choose_variants(local_mod, {symbol: int(num_workers)})
+    except DistirError as err:
+        raise dtvm.DiscoRunError(str(err)) from None
     f = local_mod.functions[func]
     gparams = list(f.attrs.get(GLOBAL_PARAMS, [p.type for p in f.params]))
     gresult = f.attrs.get(GLOBAL_RESULT, f.result.type)
@@ -388,7 +398,7 @@ def run_disco(
         presharded = None if wset is None else Presharded(str(wset.json_path.resolve()), wset.text, first)
     info: dict = {}
     outputs = run_pieces(built, func, len(f.params), values, pieces, info, session=session, target=target,
-                         presharded=presharded)
+                         presharded=presharded, signature=callee)
     if stats is not None:
         stats.update(info, **_step_accounting(local_mod, func, values, dispatch))
     try:
