@@ -159,3 +159,27 @@ def test_a_variant_guarded_on_a_size_the_run_does_not_give_is_one_line():
         choose_variants(local, {"num_workers": 2})
     with pytest.raises(DiscoRunError, match="guarded on 'tp'"):
         run_disco(None, local, np.zeros((8, 6), "float32"), np.zeros((6, 4), "float32"), num_workers=2)
+
+
+def test_distir_run_build_once_with_counts(tmp_path, capsys):
+    """``distir run --backend tvm --build-once --counts 2,4`` on the GQA block: one build runs the variant
+    for 2 (KV heads cut: all-reduces only, 20,480 B per worker) and the layout for 4, each count's steps
+    and bytes those of the simulator's run of the module declared alike."""
+    import re
+
+    from distir import examples
+    from distir.cli.main import main as distir_main
+
+    path = tmp_path / "gqa.py"
+    path.write_text(examples.load("gqa").script())
+    args = ["run", str(path), "--func", "forward", "--bind", "s=16", "--counts", "2,4"]
+    steps = re.compile(r"\d workers: (.*?) bytes sent per worker")
+    for n in ("2", "4"):
+        assert distir_main([*args, "-n", n, "--backend", "tvm", "--build-once"]) == 0
+        tvm_out = capsys.readouterr().out
+        assert "(one build for every count)" in tvm_out and "matches" in tvm_out
+        assert distir_main([*args, "-n", n]) == 0
+        sim_out = capsys.readouterr().out
+        assert steps.search(tvm_out)[1] == steps.search(sim_out)[1], n
+        if n == "2":
+            assert steps.search(tvm_out)[1] == "all_reduce x5; 20480"
