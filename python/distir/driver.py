@@ -681,8 +681,11 @@ class Driver:
             if is_global_set(directory):
                 arrays = read_global(directory, verify=verify).bind(self.local, self.func).arrays()
             else:
+                from .transform.count_variants import choose_variants
+
                 s = read_set(directory, verify=verify)
-                check_set(s, self.local, self.func)
+                # a module with count variants: the set holds the pieces of the variant its count runs
+                check_set(s, choose_variants(self.local, dict(s.meta.get("sizes", {}))), self.func)
                 arrays = list(assemble(s).values())
             hit = self._weight_sets[key] = (stamp, arrays)
         return hit[1]
@@ -782,11 +785,14 @@ class Driver:
             from .tvm.checkpoint import is_global_set, read_global
             from .tvm.weights import check_set, read_set, session_workers
 
+            from .transform.count_variants import choose_variants
+
             local = self._specialize(self.values(count))[0]
+            runs = choose_variants(self.local, self.values(count))  # symbolic, the count's variant chosen
             if is_global_set(weight_set):  # one checkpoint for every count: checked against the function
-                read_global(weight_set, verify=False).bind(self.local, self.func, self.values(count))
+                read_global(weight_set, verify=False).bind(runs, self.func, self.values(count))
             else:
-                check_set(read_set(weight_set, verify=False), self.local, self.func, self.values(count),
+                check_set(read_set(weight_set, verify=False), runs, self.func, self.values(count),
                           session_workers(local.meshes(), {}))  # the checksums: below, before anything reads the files
             inputs = list(inputs) + self._set_weights(weight_set, verify_weights)
         else:

@@ -5,6 +5,7 @@ device's numbers."""
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import numpy as np
@@ -183,3 +184,21 @@ def test_distir_run_build_once_with_counts(tmp_path, capsys):
         assert steps.search(tvm_out)[1] == steps.search(sim_out)[1], n
         if n == "2":
             assert steps.search(tvm_out)[1] == "all_reduce x5; 20480"
+
+
+def test_presharded_weights_follow_the_variant_of_their_count(tmp_path):
+    """``shard_weights`` of a module whose variant cuts the weight by rows at 2 and 3 (by columns
+    otherwise) writes, for each count, the pieces of the layout that count runs; the one build runs
+    from each set and gives x @ w."""
+    from distir.tvm import shard_weights
+
+    driver = Driver(parse(HAND), specialize=False)
+    rng = np.random.default_rng(1)
+    x, w = rng.standard_normal((8, 6)).astype("float32"), rng.standard_normal((6, 4)).astype("float32")
+    for n, placement, piece in ((2, "S[0]", [3, 4]), (4, "S[1]", [6, 1])):
+        path = shard_weights(driver.local, [w], n, tmp_path / f"w{n}", func="main", num_input=1)
+        meta = json.loads((path / "tensor-cache.json").read_text())["metadata"]["distir"]["params"][0]
+        assert (meta["placement"], meta["local_shape"]) == (placement, piece), n
+        r = driver.run([x], n, weights=str(path), backend="tvm")
+        assert r.ok, (n, r.comparison.mismatch)
+        np.testing.assert_allclose(r.outputs, x @ w, rtol=1e-5, atol=1e-5)
