@@ -202,3 +202,23 @@ def test_presharded_weights_follow_the_variant_of_their_count(tmp_path):
         r = driver.run([x], n, weights=str(path), backend="tvm")
         assert r.ok, (n, r.comparison.mismatch)
         np.testing.assert_allclose(r.outputs, x @ w, rtol=1e-5, atol=1e-5)
+
+
+EXTRA = """
+    @R.function
+    def {name}(x: R.Tensor((8, 6), "float32"), w: R.DTensor((6, 4), "float32", "mesh[0]", "S[1]")):
+        {attrs}
+        h = R.matmul(x, w)
+        return h
+"""
+
+
+@pytest.mark.parametrize("name, attrs, match", [
+    ("main__w2", 'R.func_attr({"count_guard": {"num_workers": [2]}, "count_variant_of": "main"})',
+     r"@main__w2 and another variant of @main both claim num_workers = \[2\]"),
+    ("main__default", 'R.func_attr({"num_input": 1})', r"exported as @main__default, a name the module already uses"),
+])
+def test_variants_one_dispatch_cannot_serve_are_one_line(name, attrs, match):
+    local = Driver(parse(HAND + EXTRA.format(name=name, attrs=attrs))).local
+    with pytest.raises(TvmExportError, match=match):
+        to_relax(local, dispatch=True)
