@@ -782,10 +782,9 @@ class Driver:
             raise DistirError("pre-sharded weights (a directory) are loaded by Disco's workers: run with backend='tvm'")
         given = list(inputs)
         if weight_set is not None:  # a set for another count is one line before anything is built
+            from .transform.count_variants import choose_variants
             from .tvm.checkpoint import is_global_set, read_global
             from .tvm.weights import check_set, read_set, session_workers
-
-            from .transform.count_variants import choose_variants
 
             local = self._specialize(self.values(count))[0]
             runs = choose_variants(self.local, self.values(count))  # symbolic, the count's variant chosen
