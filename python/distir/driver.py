@@ -352,6 +352,16 @@ def run_disco(
         )
     if func not in local_mod.functions:
         raise dtvm.DiscoRunError(f"the module has no function '{func}' (it has: {', '.join(local_mod.functions)})")
+    # a module with count variants: the one build calls, by the count, the variant laid out for it, whose
+    # signature cuts the inputs and assembles the outputs (a specialized module has kept that one already)
+    from .transform.count_variants import choose_variants
+    from .tvm.relax.export import dispatch_callee
+
+    try:
+        callee = dispatch_callee(local_mod, func, {symbol: int(num_workers)})
+        local_mod = choose_variants(local_mod, {symbol: int(num_workers)})
+    except DistirError as err:
+        raise dtvm.DiscoRunError(str(err)) from None
     f = local_mod.functions[func]
     gparams = list(f.attrs.get(GLOBAL_PARAMS, [p.type for p in f.params]))
     gresult = f.attrs.get(GLOBAL_RESULT, f.result.type)
@@ -388,7 +398,7 @@ def run_disco(
         presharded = None if wset is None else Presharded(str(wset.json_path.resolve()), wset.text, first)
     info: dict = {}
     outputs = run_pieces(built, func, len(f.params), values, pieces, info, session=session, target=target,
-                         presharded=presharded)
+                         presharded=presharded, signature=callee)
     if stats is not None:
         stats.update(info, **_step_accounting(local_mod, func, values, dispatch))
     try:
@@ -671,8 +681,11 @@ class Driver:
             if is_global_set(directory):
                 arrays = read_global(directory, verify=verify).bind(self.local, self.func).arrays()
             else:
+                from .transform.count_variants import choose_variants
+
                 s = read_set(directory, verify=verify)
-                check_set(s, self.local, self.func)
+                # a module with count variants: the set holds the pieces of the variant its count runs
+                check_set(s, choose_variants(self.local, dict(s.meta.get("sizes", {}))), self.func)
                 arrays = list(assemble(s).values())
             hit = self._weight_sets[key] = (stamp, arrays)
         return hit[1]
@@ -769,14 +782,16 @@ class Driver:
             raise DistirError("pre-sharded weights (a directory) are loaded by Disco's workers: run with backend='tvm'")
         given = list(inputs)
         if weight_set is not None:  # a set for another count is one line before anything is built
+            from .transform.count_variants import choose_variants
             from .tvm.checkpoint import is_global_set, read_global
             from .tvm.weights import check_set, read_set, session_workers
 
             local = self._specialize(self.values(count))[0]
+            runs = choose_variants(self.local, self.values(count))  # symbolic, the count's variant chosen
             if is_global_set(weight_set):  # one checkpoint for every count: checked against the function
-                read_global(weight_set, verify=False).bind(self.local, self.func, self.values(count))
+                read_global(weight_set, verify=False).bind(runs, self.func, self.values(count))
             else:
-                check_set(read_set(weight_set, verify=False), self.local, self.func, self.values(count),
+                check_set(read_set(weight_set, verify=False), runs, self.func, self.values(count),
                           session_workers(local.meshes(), {}))  # the checksums: below, before anything reads the files
             inputs = list(inputs) + self._set_weights(weight_set, verify_weights)
         else:

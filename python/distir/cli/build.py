@@ -26,12 +26,13 @@ from builds you trust."""
 EPILOG = """\
 examples:
   distir build model.py -o model.art                    build for the CPU
+  distir build model.py -o model.art --counts 2,8       laid out per class of 2 and 8, one build for both
   distir run --artifact model.art -n 4                  run it on 4 Disco workers, compare
   distir run --artifact model.art -n 3 --session processes"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from .args import parse_binding
+    from .args import parse_binding, sweep_counts
     from .models import add_shard_arguments
 
     parser.add_argument("file", metavar="FILE", help="global-view module to build ('-' for stdin)")
@@ -44,6 +45,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--symbol", default="num_workers", help="the mesh size variable (default num_workers)")
     parser.add_argument("--bind", action="append", default=[], type=parse_binding, metavar="NAME=INT",
                         help="fix another mesh size in the build, e.g. tp=2 for a mesh (dp, tp) built with --symbol dp")
+    parser.add_argument("--counts", type=sweep_counts, metavar="COUNTS",
+                        help="the device counts the program is for (1,2,4 or 1-8): layouts are planned per class "
+                             "of them, and the one build chooses each count's at run time (docs/propagation.md)")
     add_shard_arguments(parser)
 
 
@@ -74,7 +78,7 @@ def build_job(args: argparse.Namespace, out: TextIO) -> int:
     if other:
         raise UsageError(f"--bind {other[0]}: not a mesh size of the module (its mesh sizes: "
                          f"{', '.join(sorted(meshes)) or 'none'}); other sizes stay symbolic in the build")
-    driver = Driver(mod, func=func, symbol=args.symbol, bind=bind, target=target)
+    driver = Driver(mod, func=func, symbol=args.symbol, bind=bind, target=target, counts=args.counts)
     with phase(f"distributing {args.file} ({args.symbol} symbolic)"):
         driver.distribute()
     with phase(f"building with TVM for {target} ({args.symbol} symbolic)"):

@@ -145,7 +145,7 @@ def _artifact_flags(args: argparse.Namespace) -> None:
         raise UsageError("give FILE or --artifact, not both (the artifact records the module it was built from)")
     for flag, given in (("--backend sim", args.backend == "sim"), ("--target", args.target is not None),
                         ("--specialize", args.specialize), ("--build-once", args.build_once),
-                        ("--shard", bool(args.shard)),
+                        ("--shard", bool(args.shard)), ("--counts", args.counts is not None),
                         ("--shard-plan", args.shard_plan is not None), ("--symbol", args.symbol != "num_workers")):
         if given:
             raise UsageError(f"{flag} does not go with --artifact: the artifact is a TVM build, laid out and "

@@ -12,7 +12,8 @@ text::
 Every pass treats a variant as the function it is (they are laid out, legalized and lowered alike).
 Specialization (:func:`fold_variants`) binds the count and keeps, under the function's name, the
 variant whose guard holds, dropping the others: the specialized module is the one a plan made for
-that count alone would give.
+that count alone would give. distir's one build for every count (``to_relax(local, dispatch=True)``)
+keeps them all and calls, by the count at run time, the one :func:`choose_variants` names.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections.abc import Mapping
 from ..errors import DistirError
 from ..ir.expr import Function, IRModule
 
-__all__ = ["COUNT_GUARD", "COUNT_VARIANT_OF", "fold_variants", "guard_of", "variant_name"]
+__all__ = ["COUNT_GUARD", "COUNT_VARIANT_OF", "choose_variants", "fold_variants", "guard_of", "variant_name"]
 
 COUNT_GUARD = "count_guard"  # {symbol: [counts]}: the counts a variant is laid out for
 COUNT_VARIANT_OF = "count_variant_of"  # the name of the function the variant stands for at those counts
@@ -80,3 +81,20 @@ def without_guard(func: Function, name: str) -> Function:
     """``func`` under ``name`` with its guard dropped (the variant kept at its count)."""
     attrs = {k: v for k, v in func.attrs.items() if k not in (COUNT_GUARD, COUNT_VARIANT_OF)}
     return func.replace(name=name, attrs=attrs)
+
+
+def choose_variants(mod: IRModule, values: Mapping[str, int]) -> IRModule:
+    """``mod`` with each function that has a variant whose guard holds at ``values`` replaced by that
+    variant under its name, and every variant dropped; nothing bound (a symbolic module stays
+    symbolic). What a build that dispatches on the count runs at ``values``: its inputs are cut and
+    its outputs assembled by this module's signatures. A variant guarded on a symbol ``values`` does
+    not bind is one line (the choice cannot be made)."""
+    for func in mod.functions.values():
+        g = guard_of(func)
+        if g is not None and g[1] not in values:
+            raise DistirError(f"@{func.name} is a count variant guarded on '{g[1]}', which {dict(values)} does not bind")
+    picks = fold_variants(mod, values)
+    if all(src == name for name, src in picks.items()) and len(picks) == len(mod.functions):
+        return mod
+    return mod.replace(functions={name: mod.functions[src] if src == name else without_guard(mod.functions[src], name)
+                                  for name, src in picks.items()})

@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import DistirError
 from ..ir import sym
 from ..ir.expr import Function, IRModule
 from ..ir.layout import (
@@ -47,6 +48,7 @@ from ..ir.layout import (
 from ..ir.mesh import DeviceMesh
 from ..ir.placement import PlacementError
 from ..ir.types import DTensorType, np_dtype
+from ..transform.count_variants import choose_variants
 from ..transform.lower_to_local import GLOBAL_PARAMS
 from ..transform.weights import NUM_INPUT, WeightsError, param_names, weight_arguments
 from .weights_check import (
@@ -273,10 +275,16 @@ def shard_weights(
     parameters after the first ``num_input`` (TVM's ``num_input`` attribute unless given). A
     partial weight has no blocks and is refused.
     """
+    count = _check_count(num_workers)
+    if symbol in set().union(*(sym.free_vars(d) for m in local_mod.meshes() for d in m.shape)):
+        # count variants: the pieces of the layout the count runs (what one build calls at it)
+        try:
+            local_mod = choose_variants(local_mod, {symbol: count})
+        except DistirError as err:
+            raise WeightsError(str(err)) from None
     f = _weights_function(local_mod, func)
     if GLOBAL_PARAMS not in f.attrs:
         raise WeightsError(f"@{f.name} is not distributed yet; run the distribute pipeline first")
-    count = _check_count(num_workers)
     n_in = _num_input(f, num_input)
     types = list(f.attrs[GLOBAL_PARAMS])
     names = param_names(f)

@@ -201,6 +201,7 @@ def run_pieces(
     target: Any = DEFAULT_TARGET,
     presharded: Presharded | None = None,
     check_workers: Callable[[int], None] | None = None,
+    signature: str | None = None,
 ) -> dict[int, Any]:
     """Run ``built``'s ``func`` on a Disco session; each worker's outputs.
 
@@ -214,6 +215,9 @@ def run_pieces(
     checked against the shape and dtype ``func`` takes before any worker runs (a DiscoRunError
     otherwise: a wrong piece inside a worker thread would abort the caller). Pass a dict as
     ``stats`` to get the session, the collective library and what Disco's collectives moved.
+    ``signature``: the built function whose parameters the pieces are checked against, where ``func``
+    calls it with the same arguments and types them less exactly (a dispatch on the count whose
+    variants lay a parameter out differently); default ``func``.
     """
     spec = parse_socket(session) if isinstance(session, str) else None
     if session not in SESSIONS and spec is None:
@@ -233,7 +237,8 @@ def run_pieces(
     pieces = list(pieces_for(total))
     if len(pieces) != n_params:
         raise DiscoRunError(f"the built function '{func}' takes {n_params} tensors; got pieces for {len(pieces)}")
-    check_pieces(param_specs(lib, func), len(size_names), pieces, values, total, func)
+    check = func if signature is None else signature
+    check_pieces(param_specs(lib, check), len(size_names), pieces, values, total, check)
     call = _Call(path, func, size_names, values, pieces, total, device, presharded, ship=spec is not None)
     # a socket session runs distir's host collectives over TCP (NCCL across nodes is not wired: docs/tvm.md)
     nccl = spec is None and not is_host(device) and has_nccl() and total <= _device_count(device)

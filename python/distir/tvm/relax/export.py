@@ -51,13 +51,18 @@ from ...ir.layout import (
 from ...ir.mesh import DeviceMesh, Range
 from ...ir.sym import Dim
 from ...ir.types import DTensorType, PrimType, ShapeType, TensorType, TupleType, Type, np_dtype
-from ...transform.count_variants import COUNT_GUARD, COUNT_VARIANT_OF
+from ...transform.count_variants import COUNT_GUARD, COUNT_VARIANT_OF, fold_variants, guard_of
 from ..convention import DISCO_LAYOUT_FUNC, SIZE_PREFIX
 from ..errors import TvmExportError, tvm_message
 from .emitter import Exporter
 from .session import SessionPlan
 
-__all__ = ["DISCO_LAYOUT_FUNC", "SIZE_PREFIX", "program_at", "to_relax", "with_plans"]
+__all__ = ["DEFAULT_SUFFIX", "DISCO_LAYOUT_FUNC", "SIZE_PREFIX", "dispatch_callee", "program_at", "to_relax",
+           "with_plans"]
+
+#: a function with count variants keeps its name for the dispatch; its own body (the layout of every count
+#: no variant's guard names) is exported as ``<name>__default``
+DEFAULT_SUFFIX = "__default"
 
 def to_relax(local_mod: IRModule, *, dispatch: bool = False) -> tvm.IRModule:
     """The TVM Relax form of a local-view module, symbolic or specialized (module docstring).
@@ -68,17 +73,26 @@ def to_relax(local_mod: IRModule, *, dispatch: bool = False) -> tvm.IRModule:
     (``R.If`` on the sizes, outside dataflow), so the one build moves at each count what a build for
     that count moves (:func:`program_at`). TVM 0.27's ``StaticPlanBlockMemory`` must then be off:
     it reuses storage across an ``If``'s branches and the run segfaults (docs/tvm.md);
-    :func:`distir.tvm.disco.run.specialize_and_build` and distir's build cache turn it off."""
+    :func:`distir.tvm.disco.run.specialize_and_build` and distir's build cache turn it off.
+
+    A function with count variants (``count_guard``, :mod:`distir.transform.count_variants`) is
+    exported with ``dispatch`` only: each variant under its own name, the function's own body as
+    ``<name>__default``, and ``<name>`` itself an ``R.If`` chain on the guarded count that calls the
+    variant whose guard holds, ``<name>__default`` otherwise (:func:`dispatch_callee`)."""
     from ... import ops  # noqa: F401  (declares every op)
     from .ops import emit_op  # noqa: F401  (the op table, loaded before the first binding)
 
-    check_local_view(local_mod)
+    check_local_view(local_mod, dispatch)
     if not dispatch:
         local_mod = with_plans(local_mod)
+    groups = _count_dispatches(local_mod)
     plan = SessionPlan.for_module(with_plans(local_mod))  # the meshes the plans' steps run on
     bb = relax.BlockBuilder()
     for func in local_mod.functions.values():
-        _FunctionExporter(bb, _split_for_dispatch(func) if dispatch else func, plan, dispatch).run()
+        if func.name not in groups and guard_of(func) is None:
+            _FunctionExporter(bb, _split_for_dispatch(func) if dispatch else func, plan, dispatch).run()
+    for name, (symbol, arms) in groups.items():
+        _export_dispatch(bb, local_mod, name, symbol, arms, plan)
     _emit_layout_function(bb, plan)
     out = bb.finalize()
     try:
@@ -86,6 +100,72 @@ def to_relax(local_mod: IRModule, *, dispatch: bool = False) -> tvm.IRModule:
     except Exception as err:  # noqa: BLE001 - TVM raises several error types
         raise TvmExportError(f"TVM rejects the exported module: {tvm_message(err)}") from None
     return out
+
+
+def _count_dispatches(mod: IRModule) -> dict[str, tuple[str, list[tuple[tuple[int, ...], str]]]]:
+    """For each function with count variants: (the guarded symbol, [(counts, variant name)]). One line
+    where the variants cannot share one dispatch: guards on two symbols or naming one count twice,
+    another parameter list, or a function already named ``<name>__default``."""
+    groups: dict[str, tuple[str, list]] = {}
+    for func in mod.functions.values():
+        g = guard_of(func)
+        if g is None:
+            continue
+        of, symbol, counts = g
+        if of not in mod.functions or guard_of(mod.functions[of]) is not None:
+            raise TvmExportError(f"@{func.name} is a count variant of @{of}, which the module does not have "
+                                 "as a function of its own")
+        have, arms = groups.setdefault(of, (symbol, []))
+        if have != symbol:
+            raise TvmExportError(f"@{of}'s count variants are guarded on both '{have}' and '{symbol}'; one "
+                                 "dispatch chooses by one count")
+        taken = {c for cs, _ in arms for c in cs}
+        if taken & set(counts):
+            raise TvmExportError(f"@{func.name} and another variant of @{of} both claim {symbol} = "
+                                 f"{sorted(taken & set(counts))}")
+        arms.append((counts, func.name))
+    for of, (_, arms) in groups.items():
+        if of + DEFAULT_SUFFIX in mod.functions:
+            raise TvmExportError(f"@{of} has count variants and its body would be exported as "
+                                 f"@{of}{DEFAULT_SUFFIX}, a name the module already uses; rename it")
+        want = mod.functions[of].params
+        for _, name in arms:
+            params = mod.functions[name].params
+            if len(params) != len(want) or any(_rank_dtype(a.type) != _rank_dtype(b.type)
+                                               for a, b in zip(params, want)):
+                raise TvmExportError(f"@{name} is a count variant of @{of} but takes other parameters "
+                                     f"({', '.join(str(p.type) for p in params)})")
+        arms.sort(key=lambda arm: arm[0])
+    return groups
+
+
+def _rank_dtype(t: Type):
+    """What every variant's parameter must share: a tensor's rank and dtype, any other type itself."""
+    return (len(t.shape), t.dtype) if isinstance(t, TensorType) else str(t)
+
+
+def dispatch_callee(mod: IRModule, func: str, values: dict[str, int]) -> str:
+    """The function of ``to_relax(mod, dispatch=True)`` that ``func`` runs at ``values``: the count
+    variant whose guard holds, ``<func>__default`` where it has variants and none holds, else
+    ``func`` itself (whose signature a run's pieces are checked against)."""
+    if not any((guard_of(f) or ("",))[0] == func for f in mod.functions.values()):
+        return func
+    src = fold_variants(mod, values).get(func, func)
+    return func + DEFAULT_SUFFIX if src == func else src
+
+
+def _export_dispatch(bb: relax.BlockBuilder, mod: IRModule, name: str, symbol: str, arms, plan: SessionPlan) -> None:
+    """``name``'s body as ``<name>__default``, each variant under its own name (all taking the same
+    size parameters), and ``name`` as the choice between them by ``symbol`` at run time."""
+    members = [(name + DEFAULT_SUFFIX, mod.functions[name])] + [(v, mod.functions[v]) for _, v in arms]
+    exporters = [(relax_name, _FunctionExporter(bb, _split_for_dispatch(f), plan, True)) for relax_name, f in members]
+    names = sorted({symbol}.union(*(e.names for _, e in exporters)))
+    for relax_name, e in exporters:
+        e.use_size_names(names)
+        e.run(relax_name)
+    head = _FunctionExporter(bb, mod.functions[name], plan, True)
+    head.use_size_names(names)
+    head.run_dispatch(symbol, arms, [f for _, f in members])
 
 
 def with_plans(mod: IRModule, values: dict[str, int] | None = None) -> IRModule:
@@ -273,6 +353,12 @@ class _FunctionExporter(Exporter):
         self.binding: Binding | None = None
         self.in_dataflow = False
         self.dispatch = dispatch
+
+    def use_size_names(self, names: list[str]) -> None:
+        """Take one ``size_<v>`` parameter per name of ``names`` (a superset of the function's own): the
+        functions one dispatch calls all take the dispatching function's size parameters."""
+        self.names = list(names)
+        self.vars = {n: tirx.Var(n, "int64") for n in self.names}
 
     # -------------------------------------------------------------- helpers for the op table
 
@@ -548,7 +634,33 @@ class _FunctionExporter(Exporter):
         self.bb.match_cast(shape, relax.ShapeType([var]), name_hint="position_value")
         self.position_vars[name] = var
 
-    def run(self) -> None:
+    def run_dispatch(self, symbol: str, arms, members: list[Function]) -> None:
+        """This function as a choice at run time by the count ``symbol``: ``if symbol == c ...:`` a call of
+        the variant laid out for those counts, else of ``<name>__default``, each given every argument.
+        A parameter the variants lay out alike keeps its type; one they lay out differently is typed by
+        its rank and dtype only (the called function checks its own shapes)."""
+        f = self.func
+        size_params = [relax.Var(SIZE_PREFIX + n, relax.ShapeType([self.vars[n]])) for n in self.names]
+        params = []
+        for i, p in enumerate(f.params):
+            types = [m.params[i].type for m in members]
+            if all(str(t) == str(p.type) for t in types) or not isinstance(p.type, TensorType):
+                params.append(relax.Var(p.name, self.relax_type(p.type)))
+            else:
+                params.append(relax.Var(p.name, relax.TensorType(dtype=p.type.dtype, ndim=len(p.type.shape))))
+        count = self.vars[symbol]
+        with self.bb.function(f.name, size_params + params):
+            gvs = {gv.name_hint: gv for gv in self.bb.get().get_global_vars()}
+
+            def call(callee: str):
+                return lambda: self.emit(relax.Call(gvs[callee], size_params + params), callee + "_result")
+
+            chosen = self.choose([(_any_equal(count, counts), call(v)) for counts, v in arms],
+                                 call(f.name + DEFAULT_SUFFIX))
+            self.bb.emit_func_output(self.emit(chosen, "result"))
+
+    def run(self, name: str | None = None) -> None:
+        """Emit the function (under ``name``, default its own)."""
         f = self.func
         size_params = [relax.Var(SIZE_PREFIX + n, relax.ShapeType([self.vars[n]])) for n in self.names]
         params = []
@@ -557,7 +669,7 @@ class _FunctionExporter(Exporter):
             self.env[p] = rv
             params.append(rv)
         used_later = _used_after_each_block(f)
-        with self.bb.function(f.name, size_params + params):
+        with self.bb.function(name or f.name, size_params + params):
             if self.uses_worker_id:
                 self._emit_worker_id()
             for i, block in enumerate(f.blocks):
@@ -616,6 +728,15 @@ def _all_equal(dims, values) -> Any:
     return cond
 
 
+def _any_equal(count, counts) -> Any:
+    """The boolean PrimExpr ``count == counts[0] or ...``."""
+    cond = None
+    for c in counts:
+        eq = tirx.EQ(count, tirx.IntImm("int64", c))
+        cond = eq if cond is None else tirx.Or(cond, eq)
+    return cond
+
+
 def _used_after_each_block(f: Function) -> list[set[Var]]:
     """For block i: the vars bound in it that later blocks or the result read."""
     from ...ir.expr import leaf_vars
@@ -645,16 +766,17 @@ def _needs_worker(func: Function, plan: SessionPlan) -> bool:
                for b in func.bindings())
 
 
-def check_local_view(mod: IRModule) -> None:
-    """Raise when a module still has distributed tensors (export needs the local view), or count
-    variants (docs/propagation.md: the dispatch on the count is not exported yet)."""
+def check_local_view(mod: IRModule, dispatch: bool = False) -> None:
+    """Raise when a module still has distributed tensors (export needs the local view), or, without
+    ``dispatch``, count variants (choosing one at run time is an ``R.If``, which that export never writes)."""
     for f in mod.functions.values():
-        if f.attrs.get(COUNT_GUARD) is not None:
+        if f.attrs.get(COUNT_GUARD) is not None and not dispatch:
             raise TvmExportError(
                 f"@{f.name} is a count variant of @{f.attrs.get(COUNT_VARIANT_OF)} (laid out for "
-                f"{f.attrs[COUNT_GUARD]}): the export does not dispatch on the count yet; export the module "
-                "specialized to a count (Driver.export(n), Driver.build(n), distir run --backend tvm -n N), "
-                "or distribute it without propagate-sharding.counts")
+                f"{f.attrs[COUNT_GUARD]}): choosing it by the count is a run-time branch, which this export "
+                "does not write; export it with to_relax(mod, dispatch=True) (one build for every count: "
+                "Driver(specialize=False), distir build), or specialized to a count (Driver.export(n), "
+                "Driver.build(n), distir run --backend tvm -n N)")
         for p in f.params:
             if isinstance(p.type, DTensorType):
                 raise TvmExportError(
