@@ -152,14 +152,18 @@ def test_four_heads_at_four_workers_are_sharded_by_heads_with_one_all_reduce():
 def test_four_heads_choice_follows_the_device_count_of_the_size_hints():
     # 4 heads over 3 or 8 workers are cut unevenly (8 leaves workers empty): exact, but the regroups
     # around the uneven heads cost more than gathering Q, K and V. So the choice depends on the count:
-    # at the default hint (4) the heads are sharded, told 8 the heads stay whole; each is the cheaper
-    # one at its count, and both compute the numbers of one device at every count
-    heads, _ = _run(FOUR_HEADS, workers=(3, 4, 8))
+    # told 4 the heads are sharded, told 8 the heads stay whole; each is the cheaper one at its count,
+    # and both compute the numbers of one device at every count. Told nothing, the counts 1-8 are
+    # planned for (docs/propagation.md): each count runs the cheaper of the two
+    heads, _ = _run(FOUR_HEADS, workers=(3, 4, 8), size_hints={"num_workers": 4})
     whole, caught = _run(FOUR_HEADS, workers=(3, 4, 8), size_hints={"num_workers": 8})
     assert not caught
     assert whole[8].counts == {"all_gather": 3, "all_reduce": 1}
     assert whole[8].bytes_per_worker < heads[8].bytes_per_worker
     assert heads[4].bytes_per_worker < whole[4].bytes_per_worker
+    planned, _ = _run(FOUR_HEADS, workers=(3, 4, 8))
+    for n in (4, 8):
+        assert planned[n].bytes_per_worker == min(heads[n].bytes_per_worker, whole[n].bytes_per_worker), n
     with PassContext(config={"propagate-sharding.size_hints": {"num_workers": 8}}):
         after = get_pass("propagate-sharding")(distir.parse(FOUR_HEADS))
     types = {b.var.name: b.var.type for b in after["main"].bindings()}
