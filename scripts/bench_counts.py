@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """One program for every count against a program per count: bytes per worker, model x count.
 
-    PYTHONPATH=python python scripts/bench_counts.py [--counts 1 2 3 4 6 8] [--models gqa,decode,moe,gpt2] [--declare]
+    PYTHONPATH=python python scripts/bench_counts.py [--counts 1 2 3 4 6 8] [--models gqa,decode,moe,gpt2,llama] [--declare]
 
 For each model and plan: the plan laid out once with ``num_workers`` symbolic and specialized to
 each count, against the same plan laid out on a static 1-D mesh of that count (what distir does
 when told the count), each run on the simulator and compared with one device (a mismatch stops
 the script). With ``--declare`` the symbolic program is distributed with the counts declared
 (``propagate-sharding.counts``: one layout per class of counts, docs/propagation.md); without it,
-silent, as a user who declares nothing gets it. Printed per row: the bytes each worker sends (all
+as a user who declares nothing gets it (planned for the default counts, 1 to 8). Printed per row: the bytes each worker sends (all
 collectives of one call, summed over the workers, divided by the count) both ways, their ratio
 (symbolic / static; above 1 is what the symbolic workflow costs), and XLA's figure where issue 39
 gives one. No size hints anywhere: the question is what a user gets without them. Nothing is timed.
@@ -115,7 +115,31 @@ def gpt2(counts, batch: int = 2, seq: int = 64):
                 {n: float(got_static[n].bytes_per_worker) for n in counts}), XLA_GPT2)
 
 
-MODELS: dict[str, Callable] = {"gqa": gqa, "decode": decode, "moe": moe, "gpt2": gpt2}
+def llama(counts):
+    """The bundled Llama layer (Megatron hints), s dynamic (s=16)."""
+    from distir import examples
+    from distir.driver import random_inputs
+    from distir.script import parse
+
+    text = examples.text("llama")
+    mesh = 'R.device_mesh(("num_workers",), I.Range(0, "num_workers"))'
+    assert mesh in text
+    mod = examples.load("llama")
+    inputs = random_inputs(mod, "main", {"s": 16})
+    d = Driver(mod, counts=counts if DECLARE else None)
+    out_sym, out_static = {}, {}
+    for n in counts:
+        r = d.run(inputs, n, rtol=1e-4, atol=1e-4)
+        assert r.ok, ("llama", "symbolic", n, r.comparison.mismatch)
+        out_sym[n] = float(r.stats.bytes_per_worker)
+        static = Driver(parse(text.replace(mesh, f"R.device_mesh(({n},), I.Range(0, {n}))")))
+        r = static.run(inputs, n, rtol=1e-4, atol=1e-4)
+        assert r.ok, ("llama", "static", n, r.comparison.mismatch)
+        out_static[n] = float(r.stats.bytes_per_worker)
+    yield "Llama layer (Megatron hints), s=16 dynamic", (out_sym, out_static)
+
+
+MODELS: dict[str, Callable] = {"gqa": gqa, "decode": decode, "moe": moe, "gpt2": gpt2, "llama": llama}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,5 @@
-"""The device counts a program is declared for (``propagate-sharding.counts``), split into classes
-that the layout choice may treat alike.
+"""The device counts a program is planned for (``propagate-sharding.counts``; when none are declared,
+``DEFAULT_COUNTS``, 1 to 8), split into classes that the layout choice may treat alike.
 
 What a count changes in the layout choice, apart from bytes that scale with it, is which cuts of a
 static dim leave a worker empty (a count above the dim's size) and which are uneven (a count that
