@@ -257,3 +257,33 @@ def test_static_mesh_ignores_counts():
     with PassContext(config={"propagate-sharding.counts": [2, 3]}):
         out = prop(mod)
     assert out.script() == prop(mod).script()
+
+
+def test_a_class_priced_alike_is_not_laid_out_again(monkeypatch):
+    """The bundled Llama layer (every static dim at least 8): the default counts are one class, laid
+    out once; declared 1, 2, 4 and 8, the class's costs are the sampled ones' (2, 4, 8) multiple and no
+    solve is added; declared 1-4, the classes weigh the counts otherwise (an all-to-all's share,
+    (n-1)/n², scales unlike an all-gather's) and each is laid out again. The bytes, each run against one device,
+    are the static plan's at every count (the oracle: the same layer on a static mesh)."""
+    from distir import examples
+    from distir.driver import random_inputs
+    from distir.transform.layout_choice import propagate_sharding as P
+
+    calls = []
+    real = P.lay_out
+    monkeypatch.setattr(P, "lay_out", lambda graph, ctx, counts=None, trace=None: calls.append(counts) or real(
+        graph, ctx, counts, trace))
+    mod = examples.load("llama")
+    mesh = 'R.device_mesh(("num_workers",), I.Range(0, "num_workers"))'
+    text = examples.text("llama")
+    inputs = random_inputs(mod, "main", {"s": 16})
+    static = {n: float(Driver(parse(text.replace(mesh, f"R.device_mesh(({n},), I.Range(0, {n}))"))).run(
+        inputs, n, rtol=1e-4, atol=1e-4).stats.bytes_per_worker) for n in (2, 3, 4)}
+    for declared, laid in ((None, [None]), ([1, 2, 4, 8], [None]), ([1, 2, 3, 4], [None, (1, 2, 4), (3,)])):
+        calls.clear()
+        d = Driver(mod, counts=declared)
+        d.local  # noqa: B018 (distributes)
+        assert calls == laid, declared
+        for n in (2, 3, 4):
+            r = d.run(inputs, n, rtol=1e-4, atol=1e-4)
+            assert r.ok and float(r.stats.bytes_per_worker) == static[n], (declared, n)
