@@ -142,10 +142,37 @@ def llama(counts):
 MODELS: dict[str, Callable] = {"gqa": gqa, "decode": decode, "moe": moe, "gpt2": gpt2, "llama": llama}
 
 
+def llama70b(counts=(256, 1024), seq: int = 2048) -> None:
+    """The Llama-70B-like layer (hidden 8192, 64 heads, FFN 28,672), sizes given (``size_hints``:
+    the count and s=2048): bytes per worker of the default search against ``search="milp"``, read
+    off the analysis' formulas of the module specialized to the count (too large to simulate)."""
+    from distir.analysis import comm_volume
+    from distir.examples import llama_stack
+    from distir.ir import sym
+    from distir.transform.pipelines import distribute_pipeline
+    from distir.transform.specialize import specialize
+
+    print("\n| Llama-70B-like layer, s=2048, sizes given | workers | default search MB/worker | milp MB/worker | steps (default) |")
+    print("| --- | --- | --- | --- | --- |")
+    mod = llama_stack(1, hidden=8192, heads=64, ffn=28672)
+    for n in counts:
+        got = {}
+        for search in ("auto", "milp"):
+            config = {"propagate-sharding.size_hints": {"num_workers": n, "s": seq}, "propagate-sharding.search": search}
+            with warnings.catch_warnings(), PassContext(config=config):
+                warnings.simplefilter("ignore")
+                local = specialize(distribute_pipeline()(mod), {"num_workers": n, "s": seq})
+            v = comm_volume(local)
+            got[search] = (int(sym.evaluate(v.total_bytes, {})) / n / 1e6, v.counts)
+        print(f"| layer | {n} | {got['auto'][0]:,.1f} | {got['milp'][0]:,.1f} | {got['auto'][1]} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--counts", type=int, nargs="+", default=[1, 2, 3, 4, 6, 8])
     ap.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
+    ap.add_argument("--llama70b", action="store_true",
+                    help="also the Llama-70B-like layer at 256 and 1024 workers: default search against milp")
     ap.add_argument("--declare", action="store_true",
                     help="declare the counts to the symbolic program (propagate-sharding.counts)")
     args = ap.parse_args(argv)
@@ -170,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
                 ref = f"{xla[0][n]:,}" if xla and n in xla[0] else ""
                 print(f"| {label} | {n} | {s:,.0f} | {t:,.0f} | {ratio} | {ref} |")
     print(f"\nrows where the symbolic program sends more than the static one: {worse}")
+    if args.llama70b:
+        llama70b()
     return 0
 
 

@@ -979,7 +979,8 @@ def _no_worse(new: Function, old: Function, graph: Graph, hints, axis_costs=None
     """Whether ``new`` sends no more bytes (with ``axis_costs``: takes no more time) than ``old`` at
     every sampled size and device count (``counts``: those of one class) (:func:`~distir.transform.layout_choice.measure.sample_envs`), both
     within the program and counting the gathers of sharded results, with the reshape chains legalize
-    fuses fused."""
+    fuses fused and the regroups lowering writes priced (the greedy layout of a Llama-70B-like layer at
+    256 workers re-blocks its heads 4 times: 735 MB per worker counted, where the solver's sends 402)."""
     mesh_names = set()
     for m in graph.mesh_of.values():
         for d in m.shape:
@@ -987,8 +988,9 @@ def _no_worse(new: Function, old: Function, graph: Graph, hints, axis_costs=None
                 mesh_names |= sym.free_vars(d)
     new, old = fuse_reshapes(new, costs=axis_costs), fuse_reshapes(old, costs=axis_costs)
     envs = sample_envs(graph.func, mesh_names, hints, counts)
-    regroups = counts is not None  # planned for declared counts: priced as they run there
-    for a, b in zip(function_bytes_at(new, envs, axis_costs, regroups), function_bytes_at(old, envs, axis_costs, regroups)):
+    # the regroups lowering writes, priced as they run at each sampled count: a layout whose reshapes
+    # re-block cut heads at counts that do not divide them is not kept for bytes it does not count
+    for a, b in zip(function_bytes_at(new, envs, axis_costs, True), function_bytes_at(old, envs, axis_costs, True)):
         if a is None or b is None:
             continue
         if a[0] > b[0] or a[0] + a[1] > b[0] + b[1]:
