@@ -86,7 +86,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--explain-checks", type=positive_int, metavar="N",
-        help="for -p auto-shard: --explain within a budget of work, the same on every machine: each "
+        help="for -p auto-shard: --explain=exact within a budget of work, the same on every machine: each "
         "alternative's programs stop after N of the solver's limit checks (a round of cuts, a node); one not "
         "proven by then is shown as a range a..b (no layout sends less than a, the best found sends b)",
     )
