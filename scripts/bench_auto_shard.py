@@ -13,7 +13,8 @@ distribute pipeline.
 other layout of each parameter solved and counted, each proven the least; issue 23's target: at
 most 2x) and one with ``explain_checks=--checks`` (each alternative's programs stopped after that many
 of HiGHS's limit checks; how many alternatives are left a range, and the widest range's share of
-its upper end), min of ``--repeat`` interleaved runs, on the GPT-2 block
+its upper end) and one with ``explain="bounds"`` (each alternative bounded from above without a
+solve: ``distir-opt --explain``'s default), min of ``--repeat`` interleaved runs, on the GPT-2 block
 (``distir.examples.nn.gpt2.block_module``, at b = 2, s = 10, 4 workers; one block, one window, and two
 blocks, two windows) and on the stripped attention block of tests/python/cli (memory budget 100%);
 prints the times and their ratios to the plain run, in wall-clock seconds and in this process's CPU
@@ -58,9 +59,11 @@ def explain_comparison(repeat: int, checks: int) -> None:
         ("gpt2 blocks x2 (2 windows)", block_module("split", GPT2Config(n_layer=2)), at),
         ("attention (cli test) 100%", strip_layouts(load("attention")), {"memory_budget": "100%"}),
     ]
-    ways = {"plain": {}, "explain": {"explain": True}, "checks": {"explain_checks": checks}}
+    ways = {"plain": {}, "explain": {"explain": True}, "checks": {"explain_checks": checks},
+            "bounds": {"explain": "bounds"}}
     print(f"{'module':<27} {'plain s':>8} {'explain s':>9} {'ratio':>6} {'cpu ratio':>9} "
-          f"{f'checks={checks} s':>11} {'ratio':>6} {'cpu ratio':>9} {'ranges':>7} {'widest':>7}")
+          f"{f'checks={checks} s':>11} {'ratio':>6} {'cpu ratio':>9} {'ranges':>7} {'widest':>7} "
+          f"{'bounds s':>8} {'ratio':>6} {'cpu ratio':>9}")
     for name, mod, kw in cases:
         wall, cpu = {w: float("inf") for w in ways}, {w: float("inf") for w in ways}
         ranges = ""
@@ -78,7 +81,8 @@ def explain_comparison(repeat: int, checks: int) -> None:
                     ranges = (f"{len(widths)}/{len(alts)}", f"{float(max(widths, default=0)):.1%}")
         print(f"{name:<27} {wall['plain']:8.2f} {wall['explain']:9.2f} {wall['explain'] / wall['plain']:6.1f} "
               f"{cpu['explain'] / cpu['plain']:9.1f} {wall['checks']:11.2f} {wall['checks'] / wall['plain']:6.1f} "
-              f"{cpu['checks'] / cpu['plain']:9.1f} {ranges[0]:>7} {ranges[1]:>7}")
+              f"{cpu['checks'] / cpu['plain']:9.1f} {ranges[0]:>7} {ranges[1]:>7} "
+              f"{wall['bounds']:8.2f} {wall['bounds'] / wall['plain']:6.1f} {cpu['bounds'] / cpu['plain']:9.1f}")
 
 
 def main() -> None:

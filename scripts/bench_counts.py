@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """One program for every count against a program per count: bytes per worker, model x count.
 
-    PYTHONPATH=python python scripts/bench_counts.py [--counts 1 2 3 4 6 8] [--models gqa,decode,moe,gpt2] [--declare]
+    PYTHONPATH=python python scripts/bench_counts.py [--counts 1 2 3 4 6 8] [--models gqa,decode,moe,gpt2,llama] [--declare]
 
 For each model and plan: the plan laid out once with ``num_workers`` symbolic and specialized to
 each count, against the same plan laid out on a static 1-D mesh of that count (what distir does
 when told the count), each run on the simulator and compared with one device (a mismatch stops
 the script). With ``--declare`` the symbolic program is distributed with the counts declared
 (``propagate-sharding.counts``: one layout per class of counts, docs/propagation.md); without it,
-silent, as a user who declares nothing gets it. Printed per row: the bytes each worker sends (all
+as a user who declares nothing gets it (planned for the default counts, 1 to 8). Printed per row: the bytes each worker sends (all
 collectives of one call, summed over the workers, divided by the count) both ways, their ratio
 (symbolic / static; above 1 is what the symbolic workflow costs), and XLA's figure where issue 39
 gives one. No size hints anywhere: the question is what a user gets without them. Nothing is timed.
@@ -115,13 +115,64 @@ def gpt2(counts, batch: int = 2, seq: int = 64):
                 {n: float(got_static[n].bytes_per_worker) for n in counts}), XLA_GPT2)
 
 
-MODELS: dict[str, Callable] = {"gqa": gqa, "decode": decode, "moe": moe, "gpt2": gpt2}
+def llama(counts):
+    """The bundled Llama layer (Megatron hints), s dynamic (s=16)."""
+    from distir import examples
+    from distir.driver import random_inputs
+    from distir.script import parse
+
+    text = examples.text("llama")
+    mesh = 'R.device_mesh(("num_workers",), I.Range(0, "num_workers"))'
+    assert mesh in text
+    mod = examples.load("llama")
+    inputs = random_inputs(mod, "main", {"s": 16})
+    d = Driver(mod, counts=counts if DECLARE else None)
+    out_sym, out_static = {}, {}
+    for n in counts:
+        r = d.run(inputs, n, rtol=1e-4, atol=1e-4)
+        assert r.ok, ("llama", "symbolic", n, r.comparison.mismatch)
+        out_sym[n] = float(r.stats.bytes_per_worker)
+        static = Driver(parse(text.replace(mesh, f"R.device_mesh(({n},), I.Range(0, {n}))")))
+        r = static.run(inputs, n, rtol=1e-4, atol=1e-4)
+        assert r.ok, ("llama", "static", n, r.comparison.mismatch)
+        out_static[n] = float(r.stats.bytes_per_worker)
+    yield "Llama layer (Megatron hints), s=16 dynamic", (out_sym, out_static)
+
+
+MODELS: dict[str, Callable] = {"gqa": gqa, "decode": decode, "moe": moe, "gpt2": gpt2, "llama": llama}
+
+
+def llama70b(counts=(256, 1024), seq: int = 2048) -> None:
+    """The Llama-70B-like layer (hidden 8192, 64 heads, FFN 28,672), sizes given (``size_hints``:
+    the count and s=2048): bytes per worker of the default search against ``search="milp"``, read
+    off the analysis' formulas of the module specialized to the count (too large to simulate)."""
+    from distir.analysis import comm_volume
+    from distir.examples import llama_stack
+    from distir.ir import sym
+    from distir.transform.pipelines import distribute_pipeline
+    from distir.transform.specialize import specialize
+
+    print("\n| Llama-70B-like layer, s=2048, sizes given | workers | default search MB/worker | milp MB/worker | steps (default) |")
+    print("| --- | --- | --- | --- | --- |")
+    mod = llama_stack(1, hidden=8192, heads=64, ffn=28672)
+    for n in counts:
+        got = {}
+        for search in ("auto", "milp"):
+            config = {"propagate-sharding.size_hints": {"num_workers": n, "s": seq}, "propagate-sharding.search": search}
+            with warnings.catch_warnings(), PassContext(config=config):
+                warnings.simplefilter("ignore")
+                local = specialize(distribute_pipeline()(mod), {"num_workers": n, "s": seq})
+            v = comm_volume(local)
+            got[search] = (int(sym.evaluate(v.total_bytes, {})) / n / 1e6, v.counts)
+        print(f"| layer | {n} | {got['auto'][0]:,.1f} | {got['milp'][0]:,.1f} | {got['auto'][1]} |")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--counts", type=int, nargs="+", default=[1, 2, 3, 4, 6, 8])
     ap.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
+    ap.add_argument("--llama70b", action="store_true",
+                    help="also the Llama-70B-like layer at 256 and 1024 workers: default search against milp")
     ap.add_argument("--declare", action="store_true",
                     help="declare the counts to the symbolic program (propagate-sharding.counts)")
     args = ap.parse_args(argv)
@@ -146,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
                 ref = f"{xla[0][n]:,}" if xla and n in xla[0] else ""
                 print(f"| {label} | {n} | {s:,.0f} | {t:,.0f} | {ratio} | {ref} |")
     print(f"\nrows where the symbolic program sends more than the static one: {worse}")
+    if args.llama70b:
+        llama70b()
     return 0
 
 

@@ -546,8 +546,8 @@ class Driver:
     ):
         """``counts``: the device counts the module is for (``propagate-sharding.counts``,
         docs/propagation.md): layouts are planned per class of them, and the distributed module
-        carries a variant per class whose layout differs. None: the pass config's, else the sampled
-        counts as before."""
+        carries a variant per class whose layout differs. None: the pass config's, else the default
+        counts, 1 to 8."""
         if func not in mod.functions:
             raise DistirError(f"the module has no function '{func}' (it has: {', '.join(mod.functions)})")
         self.mod = mod

@@ -3,7 +3,9 @@
 :func:`sweep` runs the distribute pipeline once with ``num_workers`` symbolic, reads the
 communication and memory formulas off the local-view module, and then, per count,
 specializes the module (which checks that every sharded dim divides), evaluates the
-formulas, and optionally builds that count with TVM. A count that does not
+formulas, and optionally builds that count with TVM. A module with count variants (a layout per
+class of counts, docs/propagation.md) has its numbers read off each count's specialized program
+(the formulas are those of the function's own layout). A count that does not
 divide is reported in its row and the others go on.
 """
 
@@ -17,6 +19,7 @@ from typing import Any
 
 from ..errors import DistirError
 from ..ir.expr import IRModule
+from ..transform.count_variants import COUNT_GUARD
 from .comm import CommVolume, comm_volume
 from .common import pick_function
 from .errors import AnalysisError
@@ -354,12 +357,18 @@ def _row(local: IRModule, n: int, symbol: str, volume: CommVolume, memory: Memor
     row.specialize_seconds = time.perf_counter() - s0
     if row.error is not None:
         return row
+    balanced = local
+    if any(COUNT_GUARD in f.attrs for f in local.functions.values()):
+        # count variants (docs/propagation.md): the formulas are the function's own layout, and another
+        # layout may run at this count; the count's program is read instead
+        volume, memory = comm_volume(spec, volume.function), memory_footprint(spec, memory.function)
+        ctime, balanced = comm_time_formula(volume), spec
     need = worker_memory(spec, None, memory.function, cache)
     row.cache_bytes, row.activation_bytes, row.need_bytes = need.cache_bytes, need.activation_bytes, need.total_bytes
     row.fits = None if device is None else need.total_bytes <= device
     comm, mem = volume.evaluate(values), memory.evaluate(values)
     row.param_bytes, row.peak_bytes, row.peak_at = mem.param_bytes, mem.peak_bytes, mem.peak_at
-    row.param_imbalance = param_balance(local, values, memory.function).imbalance
+    row.param_imbalance = param_balance(balanced, values, memory.function).imbalance
     row.comm_bytes_per_worker, row.comm_total_bytes = comm.bytes_per_worker, comm.total_bytes
     row.collectives, row.comm_bytes_by_kind = comm.counts, comm.bytes_by_kind
     row.comm_seconds = ctime.seconds(model, values)

@@ -79,13 +79,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--memory-budget (default min+25%%: within 25%% of the least peak the solver finds), or none",
     )
     parser.add_argument(
-        "--explain", action="store_true",
-        help="for -p auto-shard: print (stderr) each parameter's layout and what every alternative would cost "
-        "(one propagation per alternative, each proven the least)",
+        "--explain", nargs="?", const="bounds", choices=("bounds", "exact"), metavar="exact",
+        help="for -p auto-shard: print (stderr) each parameter's layout and what every alternative would cost: "
+        "by default an upper bound per alternative, no solve (the chosen layout with that parameter redistributed "
+        "first); --explain=exact: one propagation per alternative, each proven the least",
     )
     parser.add_argument(
         "--explain-checks", type=positive_int, metavar="N",
-        help="for -p auto-shard: --explain within a budget of work, the same on every machine: each "
+        help="for -p auto-shard: --explain=exact within a budget of work, the same on every machine: each "
         "alternative's programs stop after N of the solver's limit checks (a round of cuts, a node); one not "
         "proven by then is shown as a range a..b (no layout sends less than a, the best found sends b)",
     )
@@ -133,7 +134,7 @@ class OptOptions:
     shard_plan: dict[str, str] | None = None  # the plan of the shard-params pass
     memory_budget: str | None = None  # the auto-shard pass's
     activation_budget: str | None = None  # the auto-shard pass's
-    explain: bool = False  # print the auto-shard pass's report
+    explain: bool | str = False  # print the auto-shard pass's report: "bounds", "exact" (or True: exact)
     explain_checks: int | None = None  # its alternatives within that budget of the solver's work (None: proven)
     axis_costs: object = None  # AxisCosts of --axis-cost (plans minimize time), or None (bytes)
     solver_seconds: float | None = None  # propagate-sharding's solver time per function (None: its default)
@@ -148,7 +149,7 @@ class OptOptions:
             bind.update(b)
         for flag, given in (("--memory-budget", getattr(args, "memory_budget", None) is not None),
                             ("--activation-budget", getattr(args, "activation_budget", None) is not None),
-                            ("--explain", getattr(args, "explain", False)),
+                            ("--explain", bool(getattr(args, "explain", None))),
                             ("--explain-checks", getattr(args, "explain_checks", None) is not None)):
             if given and "auto-shard" not in names:
                 from .args import UsageError
@@ -157,7 +158,8 @@ class OptOptions:
         return OptOptions(
             memory_budget=getattr(args, "memory_budget", None),
             activation_budget=getattr(args, "activation_budget", None),
-            explain=getattr(args, "explain", False) or getattr(args, "explain_checks", None) is not None,
+            explain=("exact" if getattr(args, "explain_checks", None) is not None
+                     else getattr(args, "explain", None) or False),
             explain_checks=getattr(args, "explain_checks", None),
             solver_seconds=getattr(args, "solver_seconds", None),
             shard_plan=_shard_plan(args, names),

@@ -71,7 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"({MAX_DISCO_WORKERS} with --backend tvm); not needed when every mesh is static")
     parser.add_argument("--counts", type=sweep_counts, metavar="COUNTS",
                         help="the device counts the program is for (1,2,4 or 1-8): layouts are planned per "
-                             "class of them (propagate-sharding.counts, docs/propagation.md)")
+                             "class of them (propagate-sharding.counts, docs/propagation.md; default 1-8)")
     parser.add_argument("--backend", choices=("sim", "tvm"),
                         help="sim: distir's SPMD simulator (default); tvm: TVM build run on Disco")
     parser.add_argument("--target", metavar="TARGET",

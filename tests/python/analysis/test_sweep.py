@@ -261,3 +261,27 @@ def test_a_0_1_factor_prints_as_the_condition_it_is_and_means_the_same():
         va, vb = sym.evaluate(a, {"num_workers": w}), sym.evaluate(b, {"num_workers": w})
         assert sym.evaluate(factor, {"num_workers": w}) == (va != vb) * w
         assert sym.evaluate(positive, {"num_workers": w}) == (w - 2 > 0)
+
+
+def test_a_sweep_reads_each_counts_own_layout_where_count_variants_differ():
+    """The GQA block (2 KV heads) is laid out per class of the default counts: at 1-2 workers the KV
+    heads are cut (a variant), elsewhere k and v are gathered. Each row is the program that runs at its
+    count, not the formula of the function's own layout (which at 2 workers says 22,528 B): the oracle
+    is the simulator running the distributed module at that count, compared with one device."""
+    import warnings
+
+    from distir import examples
+    from distir.analysis.sweep import sweep
+    from distir.driver import Driver, random_inputs
+
+    mod = examples.load("gqa")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = sweep(mod, [1, 2, 3, 4], func="forward", bind={"s": 16})
+        inputs = random_inputs(mod, "forward", {"s": 16})
+        d = Driver(mod, func="forward")
+        assert any("count_guard" in f.attrs for f in d.local.functions.values())
+        for row in res.rows:
+            ran = d.run(inputs, row.num_workers)
+            assert ran.ok and row.comm_bytes_per_worker == ran.stats.bytes_per_worker, row.num_workers
+    assert res.rows[1].comm_bytes_per_worker == 20480

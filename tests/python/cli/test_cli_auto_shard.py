@@ -127,3 +127,16 @@ def test_sweep_auto_long_sequence_divides_activations(plain, capsys):
     assert code == 0, err
     unbounded = [r["peak_bytes"] for r in json.loads(out)["rows"]]
     assert bounded[1] < bounded[0] and unbounded[1] == unbounded[0]
+
+
+def test_explain_prints_bounds_by_default_and_exact_on_request(plain, capsys):
+    code, _, err = run(opt.main, [plain, "-p", "auto-shard", "--explain", "--memory-budget", "1.1/W",
+                                  "--bind", "num_workers=4"], capsys)
+    assert code == 0, err
+    assert "<= 60.00 KiB" in err and "bounded without a solve" in " ".join(err.split())
+    code, _, err = run(opt.main, [plain, "-p", "auto-shard", "--explain=exact", "--memory-budget", "1.1/W",
+                                  "--bind", "num_workers=4"], capsys)
+    assert code == 0, err
+    assert "<=" not in err and "60 KiB" in err
+    code, _, err = run(opt.main, [plain, "-p", "auto-shard", "--explain=fast"], capsys)
+    assert code == 2 and "argument --explain: invalid choice: 'fast'" in err and "Traceback" not in err

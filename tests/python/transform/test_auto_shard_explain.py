@@ -203,3 +203,44 @@ def test_a_budgeted_explanation_is_the_same_on_every_run():
 def test_explain_checks_must_be_a_positive_integer():
     with pytest.raises(A.AutoShardError, match="explain_checks must be a positive integer or None, got 0"):
         AutoShard(explain_checks=0)(distir.parse(MLP))
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3, 4])
+def test_bounds_without_a_solve_hold_the_exact_bytes(workers):
+    # explain="bounds" (distir-opt --explain's default): each alternative is the chosen layout with the
+    # parameter given in that layout and redistributed first, no solve. Its bytes bound the least any
+    # layout with that parameter's layout sends (the proven explanation, no activation limit, is at most
+    # it), and that function runs: on the simulator it matches one device and sends at most the bound
+    from distir.driver import Driver, random_inputs
+    from distir.transform.layout_choice.alternatives import redistributed_first
+
+    mod = distir.parse(MLP)
+    kw = {"sizes": {"num_workers": workers}, "activation_budget": "none", "memory_budget": "100%"}
+    forget_solved()
+    exact = AutoShard(explain="exact", **kw)
+    exact(mod)
+    bounds = AutoShard(explain="bounds", **kw)
+    out = bounds(mod)
+    written = out["main"]
+    names = [p.name for p in written.params]
+    inputs = random_inputs(out, "main", {})
+    checked = 0
+    for r, s in zip(bounds.report.params, exact.report.params):
+        assert r.alternatives[0] == s.alternatives[0] and not r.alternatives[0].bound
+        for a, e in zip(r.alternatives[1:], s.alternatives[1:]):
+            assert a.layout == e.layout and a.bound and not e.bound
+            assert e.sent <= a.sent, (r.name, a.layout)
+            first = redistributed_first(written, names.index(r.name), a.layout)
+            ran = Driver(out.replace(functions={"main": first})).run(inputs, workers)
+            assert ran.ok and ran.stats.bytes_per_worker <= a.sent, (r.name, a.layout)
+            checked += 1
+    assert checked == 6
+    if workers == 2:  # even cuts: the bound is what the program sends
+        assert all(a.sent == 240 or r.name == "x" and a.sent == 120 for r in bounds.report.params
+                   for a in r.alternatives[1:])
+    assert "bounded without a solve" in bounds.report.render()
+
+
+def test_explain_must_be_a_known_mode():
+    with pytest.raises(A.AutoShardError, match="explain must be True, False, 'bounds' or 'exact'"):
+        AutoShard(explain="fast")(distir.parse(MLP))

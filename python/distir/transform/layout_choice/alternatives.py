@@ -11,6 +11,11 @@ program starts from the chosen plan with that parameter redistributed where it i
 is a solution (the optimum is the same, and HiGHS proves it sooner from a start near it), first
 re-solved with only the ops near the parameter's readers free, the rest as chosen, for a start
 nearer still.
+
+Without a solve (:func:`redistributed_first`, the default of ``distir-opt --explain``): the chosen
+function with one parameter arriving in another layout and redistributed, first thing, to the
+layout it was chosen in. It is a layout of that alternative, so what it sends bounds the least the
+alternative sends from above.
 """
 
 from __future__ import annotations
@@ -19,17 +24,41 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
-from ...ir.expr import Function
+from ...ir.expr import Binding, Block, Call, Function, Var
+from ...ir.op import get_op
 from ...ir.placement import Placement
+from ...ir.types import DTensorType
 from .cost_model import CostModel
 from .plan import ActivationLimit, LayoutPlan, ParamChoice
 from .program import Program
 from .propagate_sharding import write_layouts
 from .sharding_graph import Graph, Slot
 from .solution import Infeasible, objective_of, objective_per_byte, plan_of, solve_fixed, start_of
+from ..rewrite import map_bindings
 from .windows import NoLayoutError, cut_windows, solve_layouts
 
-__all__ = ["Alternatives", "Explained"]
+__all__ = ["Alternatives", "Explained", "redistributed_first"]
+
+def redistributed_first(func: Function, index: int, layout: Placement) -> Function | None:
+    """``func`` (laid out) with parameter ``index`` given in ``layout`` and redistributed, in a block of
+    its own before the others, to the layout ``func`` gives it; every use reads the redistributed
+    value. None where that parameter is not laid out (a plain value)."""
+    p = func.params[index]
+    t = p.type
+    if not isinstance(t, DTensorType):
+        return None
+    given = Var(p.name, DTensorType(t.shape, t.dtype, t.mesh, layout), p.span)
+    names = {q.name for q in func.params} | {b.var.name for b in func.bindings()}
+    name, k = f"{p.name}_chosen", 0
+    while name in names:
+        k += 1
+        name = f"{p.name}_chosen{k}"
+    moved = Var(name, t, p.span)
+    call = Call(get_op("dist.redistribute"), (given,), {"device_mesh": t.mesh, "placement": t.placement}, p.span)
+    body = map_bindings(func, lambda b, env: None, {p: moved})
+    params = tuple(given if i == index else q for i, q in enumerate(func.params))
+    return body.replace(params=params, blocks=(Block((Binding(moved, call, p.span),), False), *body.blocks))
+
 
 #: how far from the changed parameter's readers a program's first, small solve may change the
 #: chosen plan (its optimum starts the whole program): on the GPT-2 block it found every

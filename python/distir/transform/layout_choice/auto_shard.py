@@ -52,7 +52,7 @@ from ..legalize_redistribute import axis_costs_of, fuse_reshapes
 from ..pass_infra import ModulePass, PassContext, register_pass
 from ..rewrite import map_bindings
 from ..weights import NUM_INPUT, param_names
-from .alternatives import Alternatives
+from .alternatives import Alternatives, redistributed_first
 from .cost_model import DIM_SIZE_HINT, MESH_SIZE_HINT, CostModel
 from .count_classes import declared_counts
 from .measure import GUARD_MESH_SAMPLES, function_bytes, function_peak
@@ -178,6 +178,11 @@ def _human_range(lo: Fraction, hi: Fraction, sign: bool = False) -> str:
     return f"{fmt(a)}..{fmt(b)} {unit}"
 
 
+def _human_up(n: Fraction) -> str:
+    """``n`` in the unit :func:`_human` gives it, rounded up (a bound from above stays one)."""
+    return _human_range(n, n).split("..")[-1] if n else "0 B"
+
+
 def _range_diff(lo: Fraction, hi: Fraction) -> str:
     """A range of differences from the chosen layout's bytes (``vs chosen``)."""
     return _human_range(lo, hi, sign=True)
@@ -240,6 +245,9 @@ class Alternative:
     # the least any layout with this parameter's layout sends, where that is below ``sent`` (not proven
     # within the explanation's budget: the bytes are a range); None: ``sent`` is the least
     least: Fraction | None = None
+    # ``sent`` is an upper bound, not the least: what the chosen layout sends with this parameter given
+    # so and redistributed first (explain="bounds", alternatives.redistributed_first)
+    bound: bool = False
 
 
 @dataclass(frozen=True)
@@ -305,10 +313,17 @@ class AutoShardReport:
                     "same" if a.sent == base else f"{'+' if a.sent > base else '-'}{_human(abs(a.sent - base))}")
                 sent = ("-" if a.sent is None else _human_range(a.least, a.sent) if a.least is not None
                         else _human(a.sent))
+                if a.bound and a.sent is not None:  # rounded up: a bound from above stays one
+                    sent = f"<= {_human_up(a.sent)}"
+                    diff = diff and ("<= same" if a.sent == base else
+                                     "<= " + _human_range(a.sent - base, a.sent - base, sign=True).split("..")[-1])
                 # over the weights' budget, or (weights within it) no layout of the values within the chosen
                 # plan's limit on the peak of activations
                 mark = ("chosen" if i == 0 else "over budget" if a.weights > self.budget_bytes
                         else "over budget (activations)" if not a.within_budget else "")
+                if a.bound and a.activations is not None and self.activations is not None \
+                        and a.activations > self.activations:
+                    mark = ", ".join(x for x in (mark, "peak above chosen") if x)
                 if not p.weight:
                     mark = (mark + ", input").strip(", ")
                 rows.append((p.name if i == 0 else "", p.shape if i == 0 else "", str(a.layout),
@@ -349,7 +364,9 @@ class AutoShard(ModulePass):
     inputs: tuple[str, ...] | None = None
     func: str | None = None
     mesh: DeviceMesh | None = None
-    explain: bool = False
+    # each parameter's alternatives in the report: True or "exact", each solved (proven); "bounds", each
+    # bounded from above without a solve (the chosen layout with the parameter redistributed first)
+    explain: bool | str = False
     # explain within a budget of work: each alternative's programs stop after this many of HiGHS's limit
     # checks (a round of cuts at the root, a node after it), counted, not timed, so the report is the same
     # on every machine; an alternative not proven by then is a range. None: each proven (docs/auto_shard.md)
@@ -360,6 +377,8 @@ class AutoShard(ModulePass):
         budget = MemoryBudget.parse(self.memory_budget)
         activations = parse_activation_budget(self.activation_budget)
         checks = self.explain_checks
+        if self.explain not in (False, True, "bounds", "exact"):
+            raise AutoShardError(f"auto-shard: explain must be True, False, 'bounds' or 'exact', got {self.explain!r}")
         if checks is not None and (not isinstance(checks, int) or isinstance(checks, bool) or checks < 1):
             raise AutoShardError(f"auto-shard: explain_checks must be a positive integer or None, got {checks!r}")
         sizes = dict(self.sizes or {})
@@ -385,8 +404,9 @@ class AutoShard(ModulePass):
             infos = dict(mod.global_infos)
             infos["mesh"] = tuple(meshes if mesh in meshes else [*meshes, mesh])
             out = mod.replace(functions={**mod.functions, fname: written}, global_infos=infos)
-        self.report = _report(search, fname, laid, written, self.explain or self.explain_checks is not None,
-                              _mesh_label(mod, mesh), self.explain_checks)
+        self.report = _report(search, fname, laid, written, bool(self.explain) or self.explain_checks is not None,
+                              _mesh_label(mod, mesh), self.explain_checks,
+                              bounds=self.explain == "bounds" and self.explain_checks is None)
         return out
 
     def _function(self, mod: IRModule) -> str:
@@ -888,7 +908,9 @@ class _Search:
 
 
 def _report(search: _Search, fname: str, laid: dict[int, Placement], written: Function | None, explain: bool,
-            mesh_label: str, checks: int | None = None) -> AutoShardReport:
+            mesh_label: str, checks: int | None = None, bounds: bool = False) -> AutoShardReport:
+    """The report; ``explain``: each alternative's bytes, proven (within ``checks`` of the solver's work,
+    else exactly) or, ``bounds``, bounded from above without a solve."""
     func, mesh = search.func, search.mesh
     env = _report_env(func, mesh, search.sizes, search.counts)
     weights, names = search.weights, param_names(func)
@@ -908,7 +930,7 @@ def _report(search: _Search, fname: str, laid: dict[int, Placement], written: Fu
     bound = search.budget.bound(replicated, least, devices)
     sent = _sent(written, mesh, env) if written is not None else None
     peak = function_peak(written, env) if written is not None else None
-    explained = ranges = 0
+    explained = ranges = bounded = 0
     note = ""
     params = []
     for i in sorted(laid):
@@ -922,6 +944,12 @@ def _report(search: _Search, fname: str, laid: dict[int, Placement], written: Fu
                 lay = {**layout, i: q}
                 cost = held_peak = least = None
                 fits = True
+                first = redistributed_first(written, i, q) if bounds and written is not None else None
+                if first is not None:  # no solve: the chosen layout with the parameter redistributed first
+                    alts.append(Alternative(q, _sent(first, mesh, env), weights_bytes(lay), weights_bytes(lay) <= bound,
+                                            function_peak(first, env), bound=True))
+                    bounded += 1
+                    continue
                 if explained < MAX_EXPLAINED:
                     other, explained = search.alternatives().explained(lay, checks), explained + 1
                     fits = other is not None
@@ -949,6 +977,13 @@ def _report(search: _Search, fname: str, laid: dict[int, Placement], written: Fu
             "work each: a..b is a range, no layout sends less than a, the best found sends b; without "
             "--explain-checks each is proven)",
             note) if x)
+    if bounded:
+        note = "\n".join(x for x in (
+            f"(<= b: {bounded} alternative{'s' if bounded > 1 else ''} bounded without a solve: the chosen layout with "
+            "that parameter given so and redistributed to its chosen layout first sends b, its peak of activations "
+            "shown; so some layout with that parameter's layout sends at most b. Where that peak is above the chosen "
+            "layout's (peak above chosen), under the activation budget the chosen layout met the least may be more; "
+            "--explain=exact solves each under it)", note) if x)
     return AutoShardReport(fname, f"{mesh_label} {mesh.shape_str()}", env, search.budget, bound, weights_bytes(layout),
                            replicated, devices, sent, params, note, search.activations, peak)
 

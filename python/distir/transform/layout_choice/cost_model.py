@@ -63,6 +63,8 @@ class CostModel:
         self._padded: dict[tuple, Fraction | None] = {}
         self._sampled: dict[tuple[tuple, Placement | None, Placement], Fraction] = {}
         self._likes: dict[int, tuple] = {}
+        self._slot_of: dict[tuple, Slot] = {}  # a slot of each like (:func:`makes_same_choices` prices it again)
+        self._fits: dict[tuple, bool] = {}
         self._at_hint: dict[tuple, Fraction] = {}  # redistribute_cost by (like, src, dst)
         self._held_share: dict[tuple, Fraction] = {}
         self._held: dict[tuple, Fraction] = {}
@@ -108,6 +110,7 @@ class CostModel:
         key = self._likes.get(s.id)
         if key is None:
             key = self._likes[s.id] = (s.tensor, id(self.g.mesh_of.get(s.id)))
+            self._slot_of.setdefault(key, s)
         return key
 
     def replicated_axes(self, mesh: DeviceMesh) -> frozenset[int]:
@@ -345,6 +348,14 @@ class CostModel:
         Any cut is exact (uneven blocks are padded), but cutting a dim of 2 over 4 workers leaves
         two with nothing; propagation does not introduce such a layout. Dynamic dims are the user's
         to size."""
+        key = (self.like(s), p, id(mesh))
+        found = self._fits.get(key)
+        if found is None:
+            self._meshes.setdefault(id(mesh), mesh)  # alive while its id keys the memo
+            found = self._fits[key] = self._fits_at(s, p, mesh)
+        return found
+
+    def _fits_at(self, s: Slot, p: Placement, mesh: DeviceMesh) -> bool:
         if self.fit_count is None:
             sizes = self.mesh_sizes(mesh)
         else:
@@ -380,6 +391,55 @@ class CostModel:
             else:
                 break
         return p
+
+
+def makes_same_choices(a: CostModel, b: CostModel, solver: bool = False) -> bool:
+    """Whether a layout chosen with ``a`` is the one ``b`` would choose, read off what ``a`` was asked:
+    every cut ``a`` was asked about fits in ``b`` alike, and every cost ``a`` priced is the same
+    multiple in ``b`` (one multiple for the sums over the samples, the solver's objective, and one for
+    the costs at the hint, which the greedy choice adds up), zero where it is zero. ``solver``: ``a``
+    chose for the solver, whose plan reads the costs at the hint only to pick, among the copies of a
+    value that exist, the one to redistribute from: there they need only order the sources of each
+    value and layout alike. Costs whose multiple differs, which is what a count class changes where it
+    changes anything (an all-to-all's share falls as 1/n² where an all-gather's does not, an axis'
+    latency does not scale, a cut leaves workers empty at one count and not at another), make the
+    answer False: the layout is chosen again. Tie-breaks on the bytes held are not compared: a plan
+    whose bytes sent are least at ``a`` is least at ``b``, whichever of its ties is kept."""
+    if a.g is not b.g:
+        return False
+    for key, fit in a._fits.items():
+        like, p, mesh_id = key
+        if b.fits(a._slot_of[like], p, a._meshes[mesh_id]) != fit:
+            return False
+    if not _one_multiple(a._sampled, b.sampled_cost, a._slot_of):
+        return False
+    if not solver:
+        return _one_multiple(a._at_hint, b.redistribute_cost, a._slot_of)
+    by_target: dict[tuple, list[tuple[Fraction, Fraction]]] = {}
+    for (like, src, dst), was in a._at_hint.items():
+        by_target.setdefault((like, dst), []).append((was, b.redistribute_cost(a._slot_of[like], src, dst)))
+    for pairs in by_target.values():
+        pairs.sort()
+        if any(x[0] == y[0] and x[1] != y[1] or x[1] > y[1] for x, y in zip(pairs, pairs[1:])):
+            return False
+    return True
+
+
+def _one_multiple(memo: dict, price, slot_of: dict) -> bool:
+    """Whether ``price`` gives each entry of ``memo`` (``(like, src, dst) -> cost``) one multiple of
+    it: zero and infinite entries alike, the others all scaled by one factor."""
+    ratio = None
+    for (like, src, dst), was in memo.items():
+        now = price(slot_of[like], src, dst)
+        if (was == INF) != (now == INF) or (was == 0) != (now == 0):
+            return False
+        if was in (0, INF):
+            continue
+        if ratio is None:
+            ratio = now / was
+        elif now != ratio * was:
+            return False
+    return True
 
 
 def _strided_fitted(p: Placement, shape) -> Placement:

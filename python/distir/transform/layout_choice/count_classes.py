@@ -1,5 +1,5 @@
-"""The device counts a program is declared for (``propagate-sharding.counts``), split into classes
-that the layout choice may treat alike.
+"""The device counts a program is planned for (``propagate-sharding.counts``; when none are declared,
+``DEFAULT_COUNTS``, 1 to 8), split into classes that the layout choice may treat alike.
 
 What a count changes in the layout choice, apart from bytes that scale with it, is which cuts of a
 static dim leave a worker empty (a count above the dim's size) and which are uneven (a count that
@@ -22,10 +22,13 @@ from ...ir import sym
 from ..pass_infra import PassContext
 from .sharding_graph import Graph
 
-__all__ = ["COUNTS_KEY", "count_classes", "count_symbol", "declared_counts"]
+__all__ = ["COUNTS_KEY", "DEFAULT_COUNTS", "count_classes", "count_symbol", "declared_counts"]
 
 COUNTS_KEY = "propagate-sharding.counts"  # the PassContext config key: the device counts a program is for
 MAX_COUNTS = 64  # each class is a solve of its own: bounded
+# the counts planned for when none are declared: one node's (1 to 8 devices); a count above them
+# runs the layout of the class of 8
+DEFAULT_COUNTS = tuple(range(1, 9))
 
 
 def declared_counts(ctx: PassContext) -> tuple[int, ...] | None:
@@ -70,10 +73,12 @@ def _pieces(graph: Graph, symbol: str, count: int) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
-def count_classes(graph: Graph, counts: tuple[int, ...]) -> list[tuple[int, ...]]:
+def count_classes(graph: Graph, counts: tuple[int, ...], even: bool = True) -> list[tuple[int, ...]]:
     """``counts`` grouped into classes (in order of their smallest count): counts whose pieces leave
-    the same static dims empty-free and even (see the module docstring). A function whose meshes are
-    static is one class."""
+    the same static dims empty-free and (``even``) even (see the module docstring). Not ``even``: the
+    classes of the default counts, which differ only where a cut leaves workers empty at some of
+    them (the solver prices no padding without size hints; a count that cuts a dim unevenly runs
+    the layout of the counts it fits alike). A function whose meshes are static is one class."""
     symbol = count_symbol(graph)
     if symbol is None:
         return [counts]
@@ -87,7 +92,7 @@ def count_classes(graph: Graph, counts: tuple[int, ...]) -> list[tuple[int, ...]
             pieces = _pieces(graph, symbol, c)
         except sym.SymbolicError as err:
             raise DistirError(f"{COUNTS_KEY}: {symbol}={c}: {err}") from None
-        key = tuple((k <= d, d % k == 0) for k in pieces if k > 1 for d in dims)
+        key = tuple((k <= d, not even or d % k == 0) for k in pieces if k > 1 for d in dims)
         groups.setdefault(key, []).append(c)
     classes = [tuple(g) for g in groups.values()]
     if not classes:

@@ -60,8 +60,8 @@ from ..legalize_redistribute import axis_costs_of, fuse_reshapes
 from ..pass_infra import FunctionPass, PassContext, register_pass
 from ..weights import PARAM_NAMES
 from ..count_variants import COUNT_GUARD, COUNT_VARIANT_OF, guard_of, variant_name
-from .count_classes import count_classes, count_symbol, declared_counts
-from .cost_model import DIM_SIZE_HINT, INF, MESH_SIZE_HINT, CostModel
+from .count_classes import DEFAULT_COUNTS, count_classes, count_symbol, declared_counts
+from .cost_model import DIM_SIZE_HINT, INF, MESH_SIZE_HINT, CostModel, makes_same_choices
 from .measure import function_bytes, function_bytes_at, sample_envs
 from .plan import LayoutPlan
 from .sharding_graph import (Graph, Preferences, Site, Slot, build_graph, field_slots, plain_placement, preferred_placements,
@@ -684,55 +684,82 @@ class PropagateSharding(FunctionPass):
     name: ClassVar[str] = "propagate-sharding"
 
     def transform_module(self, mod: IRModule, ctx: PassContext) -> IRModule:
-        counts = declared_counts(ctx)
-        if counts is None:
-            return super().transform_module(mod, ctx)
+        declared = declared_counts(ctx)
+        counts = DEFAULT_COUNTS if declared is None else declared
         funcs: dict[str, Function] = {}
+        changed = False
         for fname, func in mod.functions.items():
             if guard_of(func) is not None:  # a variant already: laid out for its own counts
                 funcs[fname] = self.transform_function(func, mod, ctx, guard_of(func)[2])
+                changed |= funcs[fname] is not func
                 continue
-            for name, new in self.variants(func, mod, ctx, counts):
+            for name, new in self.variants(func, mod, ctx, counts, declared is not None):
                 if name in mod.functions and name != fname:
                     raise DistirError(f"propagate-sharding: @{fname}'s count variant @{name} would replace the "
                                       f"module's function of that name; rename it")
                 funcs[name] = new
-        return mod.replace(functions=funcs)
+                changed |= name != fname or new is not func
+        return mod.replace(functions=funcs) if changed else mod
 
-    def variants(self, func: Function, mod: IRModule, ctx: PassContext, counts: tuple[int, ...]):
+    def variants(self, func: Function, mod: IRModule, ctx: PassContext, counts: tuple[int, ...],
+                 declared: bool = True):
         """(name, function) of ``func`` laid out per class of ``counts``: one where the classes' layouts
         agree, else the class of the largest count under ``func``'s name and each other class a
-        guarded variant (:mod:`distir.transform.count_variants`)."""
+        guarded variant (:mod:`distir.transform.count_variants`). Not ``declared`` (the default
+        counts): a function whose meshes are sized by more than one symbol, or whose mesh size the
+        size hints fix, is laid out once, as the user's sizes say.
+
+        A class is laid out again only where its counts could change the choice: where the costs the
+        first layout priced are the same multiple at the class's counts and every cut fits alike
+        (:func:`~.cost_model.makes_same_choices`), and that layout did not hang on the guard's
+        comparison at sampled counts, the class gets that layout without a solve of its own (a stack
+        of alike layers, evenly cut at every count, is laid out once)."""
         names = {m: f"mesh[{i}]" for i, m in enumerate(mod.meshes())}
         graph = build_graph(func, names)
         if not graph.is_distributed:
             return [(func.name, func)]
-        if count_symbol(graph) is None:  # static meshes: each has its count, nothing to declare
+        hints = dict(ctx.config.get("propagate-sharding.size_hints", {}) or {})
+        try:
+            symbol = count_symbol(graph)
+        except DistirError:
+            if declared:
+                raise
+            symbol = None
+        if symbol is None or (not declared and symbol in hints):
             return [(func.name, self.transform_function(func, mod, ctx, None, graph))]
-        classes = count_classes(graph, counts)
+        classes = count_classes(graph, counts, even=declared)
+        if len(classes) == 1 and not declared:  # the default counts, alike in every cut: laid out as ever
+            return [(func.name, self.transform_function(func, mod, ctx, None, graph))]
         # the layout weighed over the sampled counts (as without declared counts) competes in each class,
         # kept where it sends no more at any of the class's sampled sizes: the solver prices no regroup,
         # so a layout planned at a count alone may send more there
-        sampled = self.transform_function(func, mod, ctx, None, graph)
-        hints = dict(ctx.config.get("propagate-sharding.size_hints", {}) or {})
+        trace: dict[str, Any] = {}
+        sampled = self.transform_function(func, mod, ctx, None, graph, trace)
+        axis_costs = axis_costs_of(ctx)
         laid: list[tuple[list[int], Function]] = []
         for cls in classes:
-            new = self.transform_function(func, mod, ctx, cls)
-            if new is not sampled and not structural_equal(new, sampled) and _no_worse(
-                    sampled, new, graph, hints, axis_costs_of(ctx), cls):
-                new = sampled  # no more bytes at any of the class's sampled sizes: kept as without counts
-            same = next((entry for entry in laid if structural_equal(entry[1], new)), None)
+            if _same_choices_at(trace, graph, hints, axis_costs, cls):
+                new = sampled
+            else:
+                new = self.transform_function(func, mod, ctx, cls)
+                if new is not sampled and (structural_equal(new, sampled) or _no_worse(
+                        sampled, new, graph, hints, axis_costs, cls)):
+                    new = sampled  # the same, or no more bytes at any of the class's sampled sizes: kept as without counts
+            same = next((entry for entry in laid if entry[1] is new or structural_equal(entry[1], new)), None)
             if same is None:
                 laid.append((list(cls), new))
             else:
                 same[0].extend(cls)
         if len(laid) == 1:
             return [(func.name, laid[0][1])]
-        symbol = count_symbol(graph)
         top = max(counts)
+        # declared: the class of the largest count keeps the name (it serves the counts not declared);
+        # the default counts: the layout weighed over the sampled counts, where a class has it, keeps it
+        # (a count above 8 runs what it ran before), else the class of 8
+        main = next((cls for cls, new in laid if new is sampled), None) if not declared else None
         out = []
         for cls, new in laid:
-            if top in cls:
+            if cls is main or (main is None and top in cls):
                 out.append((func.name, new))
             else:
                 cls = sorted(cls)
@@ -742,12 +769,13 @@ class PropagateSharding(FunctionPass):
         return out
 
     def transform_function(self, func: Function, mod: IRModule, ctx: PassContext,
-                           counts: tuple[int, ...] | None = None, graph: Graph | None = None) -> Function:
+                           counts: tuple[int, ...] | None = None, graph: Graph | None = None,
+                           trace: dict | None = None) -> Function:
         names = {m: f"mesh[{i}]" for i, m in enumerate(mod.meshes())}
         graph = graph or build_graph(func, names)
         if not graph.is_distributed:
             return func  # nothing is distributed
-        new = lay_out(graph, ctx, counts)
+        new = lay_out(graph, ctx, counts, trace)
         declared = strided_params(func)
         if declared and ctx.config.get("propagate-sharding.search", "auto") != "greedy":
             _compare_with_plain(func, new, declared, names, ctx)
@@ -800,11 +828,16 @@ GREEDY_FIT_COUNT = 8
 MILP_MAX_MESH_AXES = 2
 
 
-def lay_out(graph: Graph, ctx: PassContext, counts: tuple[int, ...] | None = None) -> Function:
+def lay_out(graph: Graph, ctx: PassContext, counts: tuple[int, ...] | None = None,
+            trace: dict | None = None) -> Function:
     """Choose the layouts of ``graph``'s function and write it with them (warnings included).
     ``counts``: the device counts of one class (:mod:`.count_classes`): a symbolic mesh size is weighed
     at those counts only (the solver's objective and the guard's samples), and a cut fits where it
-    leaves no worker empty at the largest of them; None: the sampled counts, as without declared counts."""
+    leaves no worker empty at the largest of them; None: the sampled counts, as without declared counts.
+    ``trace``: a dict given the cost models the choice read (``"cost"``, ``"greedy_cost"``) and whether
+    it hung on more than their costs (``"weighed"``: the guard compared two different layouts at
+    sampled sizes, or the solver ran out of time), for :func:`_same_choices_at`."""
+    trace = {} if trace is None else trace
     prefs = preferred_placements(graph)
     hints: dict[str, Any] = dict(ctx.config.get("propagate-sharding.size_hints", {}) or {})
     search = ctx.config.get("propagate-sharding.search", "auto")
@@ -814,16 +847,13 @@ def lay_out(graph: Graph, ctx: PassContext, counts: tuple[int, ...] | None = Non
         )
     guard = search == "auto"
     axis_costs = axis_costs_of(ctx)  # plans by time: propagation prices redistributes as legalize will plan them
-    cost = CostModel(graph, hints, axis_costs=axis_costs, mesh_samples=counts)
+    cost, greedy_cost = _cost_models(graph, hints, axis_costs, counts)
+    trace.update(cost=cost, greedy_cost=greedy_cost, weighed=False)
     if search == "auto":  # the axes ops run replicated along (of one device, cut by no given layout) add no strategy
         search = "milp" if all(m.ndim - len(cost.replicated_axes(m)) <= MILP_MAX_MESH_AXES
                                for m in graph.mesh_of.values()) else "greedy"
     if search == "milp" and _has_block_layouts(graph):
         search = "greedy"  # the solver does not cost block layouts (docs/blocks.md); greedy does
-    # the greedy choice as it always was: bytes with other symbolic dims at 512, and a symbolic mesh
-    # size taken as 8 when deciding whether a cut would leave workers empty
-    greedy_cost = CostModel(graph, hints, dim_size=GREEDY_DIM_SIZE, fit_count=max(counts) if counts else GREEDY_FIT_COUNT,
-                            axis_costs=axis_costs, mesh_samples=counts)
     if search == "greedy":
         new = _Materializer(graph, prefs, greedy_cost).run()
         _warn_ambiguities(graph, prefs)
@@ -832,6 +862,7 @@ def lay_out(graph: Graph, ctx: PassContext, counts: tuple[int, ...] | None = Non
         try:
             plan, solved = solve_layouts(graph, prefs, cost)
         except SolverTimeout:
+            trace["weighed"] = True
             _warn_time_limit(graph, clock, found_none=True)
             new = _Materializer(graph, prefs, greedy_cost).run()
             _warn_ambiguities(graph, prefs)
@@ -839,16 +870,38 @@ def lay_out(graph: Graph, ctx: PassContext, counts: tuple[int, ...] | None = Non
         guard_cost = greedy_cost if guard else None
         try:  # drafts, typed as their layouts say: only the function kept is typed binding by binding
             new, kept_greedy = _choose(graph, prefs, plan, cost, guard_cost, hints, axis_costs, draft=True,
-                                       counts=counts)
+                                       counts=counts, trace=trace)
         except _Mistyped:  # a draft's types were not the inferred ones: compare typed functions
             new, kept_greedy = _choose(graph, prefs, plan, cost, guard_cost, hints, axis_costs, draft=False,
-                                       counts=counts)
+                                       counts=counts, trace=trace)
         if kept_greedy:
             _warn_ambiguities(graph, prefs)
         else:
             _warn_ties(graph, prefs, plan, solved, clock)
         _warn_time_limit(graph, clock, kept_greedy)
+        trace["weighed"] |= clock.gap is not None or clock.ties_unsettled
     return new
+
+
+def _cost_models(graph: Graph, hints, axis_costs, counts: tuple[int, ...] | None) -> tuple[CostModel, CostModel]:
+    """(the solver's cost model, the greedy choice's) at ``counts`` (None: the sampled counts). The
+    greedy choice as it always was: bytes with other symbolic dims at 512, and a symbolic mesh size
+    taken as 8 (the class's largest count) when deciding whether a cut would leave workers empty."""
+    cost = CostModel(graph, hints, axis_costs=axis_costs, mesh_samples=counts)
+    greedy_cost = CostModel(graph, hints, dim_size=GREEDY_DIM_SIZE, fit_count=max(counts) if counts else GREEDY_FIT_COUNT,
+                            axis_costs=axis_costs, mesh_samples=counts)
+    return cost, greedy_cost
+
+
+def _same_choices_at(trace: dict, graph: Graph, hints, axis_costs, counts: tuple[int, ...]) -> bool:
+    """Whether laying ``graph``'s function out for the class ``counts`` would choose what the layout
+    ``trace`` records chose: it hung on its cost models alone, and the class's models price and fit
+    everything they were asked alike (:func:`~.cost_model.makes_same_choices`). Block layouts are
+    priced outside the models' memos: never the same."""
+    if not trace or trace.get("weighed", True) or _has_block_layouts(graph):
+        return False
+    cost, greedy_cost = _cost_models(graph, hints, axis_costs, counts)
+    return makes_same_choices(trace["cost"], cost, solver=True) and makes_same_choices(trace["greedy_cost"], greedy_cost)
 
 
 def solver_seconds(ctx: PassContext) -> float:
@@ -884,7 +937,8 @@ def _warn_time_limit(graph: Graph, clock: SolverClock, kept_greedy: bool = False
 
 
 def _choose(graph: Graph, prefs: Preferences, plan: LayoutPlan, cost: CostModel, greedy_cost: CostModel | None,
-            hints, axis_costs, draft: bool, counts: tuple[int, ...] | None = None) -> tuple[Function, bool]:
+            hints, axis_costs, draft: bool, counts: tuple[int, ...] | None = None,
+            trace: dict | None = None) -> tuple[Function, bool]:
     """(the function to keep, whether it is the greedy layout): the one ``plan`` lays out, unless the
     greedy choice (given ``greedy_cost``: the guard) sends fewer bytes at some sampled size. Both are
     written as drafts (``draft``) and compared; the one kept is typed."""
@@ -894,8 +948,10 @@ def _choose(graph: Graph, prefs: Preferences, plan: LayoutPlan, cost: CostModel,
             greedy = _Materializer(graph, prefs, greedy_cost, typed=not draft).run()
         except DiagnosticError:
             greedy = None  # the greedy choice cannot lay it out; the solver could
-        if greedy is not None and not structural_equal(new, greedy) and not _no_worse(new, greedy, graph, hints, axis_costs,
-                                                                                            counts):
+        differ = greedy is not None and not structural_equal(new, greedy)
+        if trace is not None:
+            trace["weighed"] = differ  # which is kept hangs on the bytes at the sampled counts
+        if differ and not _no_worse(new, greedy, graph, hints, axis_costs, counts):
             try:
                 return typed_function(greedy), True
             except DiagnosticError:
@@ -923,7 +979,8 @@ def _no_worse(new: Function, old: Function, graph: Graph, hints, axis_costs=None
     """Whether ``new`` sends no more bytes (with ``axis_costs``: takes no more time) than ``old`` at
     every sampled size and device count (``counts``: those of one class) (:func:`~distir.transform.layout_choice.measure.sample_envs`), both
     within the program and counting the gathers of sharded results, with the reshape chains legalize
-    fuses fused."""
+    fuses fused and the regroups lowering writes priced (the greedy layout of a Llama-70B-like layer at
+    256 workers re-blocks its heads 4 times: 735 MB per worker counted, where the solver's sends 402)."""
     mesh_names = set()
     for m in graph.mesh_of.values():
         for d in m.shape:
@@ -931,8 +988,9 @@ def _no_worse(new: Function, old: Function, graph: Graph, hints, axis_costs=None
                 mesh_names |= sym.free_vars(d)
     new, old = fuse_reshapes(new, costs=axis_costs), fuse_reshapes(old, costs=axis_costs)
     envs = sample_envs(graph.func, mesh_names, hints, counts)
-    regroups = counts is not None  # planned for declared counts: priced as they run there
-    for a, b in zip(function_bytes_at(new, envs, axis_costs, regroups), function_bytes_at(old, envs, axis_costs, regroups)):
+    # the regroups lowering writes, priced as they run at each sampled count: a layout whose reshapes
+    # re-block cut heads at counts that do not divide them is not kept for bytes it does not count
+    for a, b in zip(function_bytes_at(new, envs, axis_costs, True), function_bytes_at(old, envs, axis_costs, True)):
         if a is None or b is None:
             continue
         if a[0] > b[0] or a[0] + a[1] > b[0] + b[1]:
