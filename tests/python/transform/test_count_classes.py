@@ -222,15 +222,27 @@ def test_a_malformed_guard_is_named():
         specialize(mod, {"num_workers": 2})
 
 
-def test_export_refuses_count_variants_with_the_way_forward():
-    from distir.tvm import to_relax
-    from distir.tvm.errors import TvmExportError
+def test_the_plain_export_of_count_variants_builds_with_tvm_s_own_pipeline_and_runs_each_branch():
+    """``to_relax(local)`` without ``dispatch`` (what ``distir-opt --emit relax`` prints and a user's own
+    ``tvm.compile`` builds, static memory planning on) writes the count's ``if`` chain over the variants;
+    built that way it runs the variant at 2 and the default at 3, each equal to one device."""
+    import tvm
 
-    mod, plan, _, _ = _moe()
-    local = Driver(ShardParams(plan)(mod), func="forward", counts=[2, 8]).local
-    with pytest.raises(TvmExportError, match=r"count variant of @forward .*specialized to a count"):
-        to_relax(local)
-    to_relax(specialize(local, {"num_workers": 2}))  # the module at one count exports
+    from distir.driver import run_disco
+    from distir.tvm import to_relax
+
+    mod, plan, inputs, weights = _moe()
+    d = Driver(ShardParams(plan)(mod), func="forward", counts=[2, 8])
+    assert any(f.attrs.get(COUNT_GUARD) for f in d.local.functions.values())
+    exported = to_relax(d.local)
+    head = str(exported["forward"])
+    assert "if num_workers == 2:" in head and "forward__w2(" in head and "forward__default(" in head
+    built = tvm.compile(exported, target="llvm")  # TVM's default pipeline: StaticPlanBlockMemory included
+    one = np.asarray(d.run(inputs, 1, weights=weights).outputs)
+    arrays = [*inputs, *weights.values()]  # the model's parameter order
+    for n in (2, 3):
+        got = run_disco(built, d.local, *arrays, num_workers=n, func="forward")
+        np.testing.assert_allclose(np.asarray(got), one, rtol=1e-5, atol=1e-5)
 
 
 def test_distir_run_counts(tmp_path, capsys):

@@ -688,9 +688,16 @@ class PropagateSharding(FunctionPass):
         counts = DEFAULT_COUNTS if declared is None else declared
         funcs: dict[str, Function] = {}
         changed = False
+        # a function the module already has variants of (written by hand, or an earlier propagation's)
+        # serves the counts they leave: without declared counts it is laid out once, not split again
+        has_variants = {guard_of(f)[0] for f in mod.functions.values() if guard_of(f) is not None}
         for fname, func in mod.functions.items():
             if guard_of(func) is not None:  # a variant already: laid out for its own counts
                 funcs[fname] = self.transform_function(func, mod, ctx, guard_of(func)[2])
+                changed |= funcs[fname] is not func
+                continue
+            if declared is None and fname in has_variants:
+                funcs[fname] = self.transform_function(func, mod, ctx, None)
                 changed |= funcs[fname] is not func
                 continue
             for name, new in self.variants(func, mod, ctx, counts, declared is not None):

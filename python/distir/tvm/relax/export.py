@@ -51,7 +51,7 @@ from ...ir.layout import (
 from ...ir.mesh import DeviceMesh, Range
 from ...ir.sym import Dim
 from ...ir.types import DTensorType, PrimType, ShapeType, TensorType, TupleType, Type, np_dtype
-from ...transform.count_variants import COUNT_GUARD, COUNT_VARIANT_OF, fold_variants, guard_of
+from ...transform.count_variants import fold_variants, guard_of
 from ..convention import DISCO_LAYOUT_FUNC, SIZE_PREFIX
 from ..errors import TvmExportError, tvm_message
 from .emitter import Exporter
@@ -68,7 +68,8 @@ def to_relax(local_mod: IRModule, *, dispatch: bool = False) -> tvm.IRModule:
     """The TVM Relax form of a local-view module, symbolic or specialized (module docstring).
 
     Symbolic, by default each re-planned redistribute runs the plan made for every count and each
-    re-blocking gathers at every count: the module has no branch, and any TVM pipeline builds it.
+    re-blocking gathers at every count: no branch but the count variants' chain (below), and any TVM
+    pipeline builds it.
     With ``dispatch`` (distir's own one build for every count) they choose at run time by the count
     (``R.If`` on the sizes, outside dataflow), so the one build moves at each count what a build for
     that count moves (:func:`program_at`). TVM 0.27's ``StaticPlanBlockMemory`` must then be off:
@@ -76,13 +77,15 @@ def to_relax(local_mod: IRModule, *, dispatch: bool = False) -> tvm.IRModule:
     :func:`distir.tvm.disco.run.specialize_and_build` and distir's build cache turn it off.
 
     A function with count variants (``count_guard``, :mod:`distir.transform.count_variants`) is
-    exported with ``dispatch`` only: each variant under its own name, the function's own body as
-    ``<name>__default``, and ``<name>`` itself an ``R.If`` chain on the guarded count that calls the
-    variant whose guard holds, ``<name>__default`` otherwise (:func:`dispatch_callee`)."""
+    exported as each variant under its own name, the function's own body as ``<name>__default``, and
+    ``<name>`` itself an ``R.If`` chain on the guarded count that calls the variant whose guard holds,
+    ``<name>__default`` otherwise (:func:`dispatch_callee`), with or without ``dispatch``: that chain
+    only calls functions, so it allocates nothing that ``StaticPlanBlockMemory`` could share
+    between its branches, and TVM's default pipeline builds it (tested at every branch)."""
     from ... import ops  # noqa: F401  (declares every op)
     from .ops import emit_op  # noqa: F401  (the op table, loaded before the first binding)
 
-    check_local_view(local_mod, dispatch)
+    check_local_view(local_mod)
     if not dispatch:
         local_mod = with_plans(local_mod)
     groups = _count_dispatches(local_mod)
@@ -92,7 +95,7 @@ def to_relax(local_mod: IRModule, *, dispatch: bool = False) -> tvm.IRModule:
         if func.name not in groups and guard_of(func) is None:
             _FunctionExporter(bb, _split_for_dispatch(func) if dispatch else func, plan, dispatch).run()
     for name, (symbol, arms) in groups.items():
-        _export_dispatch(bb, local_mod, name, symbol, arms, plan)
+        _export_dispatch(bb, local_mod, name, symbol, arms, plan, dispatch)
     _emit_layout_function(bb, plan)
     out = bb.finalize()
     try:
@@ -154,11 +157,14 @@ def dispatch_callee(mod: IRModule, func: str, values: dict[str, int]) -> str:
     return func + DEFAULT_SUFFIX if src == func else src
 
 
-def _export_dispatch(bb: relax.BlockBuilder, mod: IRModule, name: str, symbol: str, arms, plan: SessionPlan) -> None:
+def _export_dispatch(bb: relax.BlockBuilder, mod: IRModule, name: str, symbol: str, arms, plan: SessionPlan,
+                     dispatch: bool) -> None:
     """``name``'s body as ``<name>__default``, each variant under its own name (all taking the same
-    size parameters), and ``name`` as the choice between them by ``symbol`` at run time."""
+    size parameters), and ``name`` as the choice between them by ``symbol`` at run time; ``dispatch``:
+    whether the members choose their plans at run time too (:func:`to_relax`)."""
     members = [(name + DEFAULT_SUFFIX, mod.functions[name])] + [(v, mod.functions[v]) for _, v in arms]
-    exporters = [(relax_name, _FunctionExporter(bb, _split_for_dispatch(f), plan, True)) for relax_name, f in members]
+    exporters = [(relax_name, _FunctionExporter(bb, _split_for_dispatch(f) if dispatch else f, plan, dispatch))
+                 for relax_name, f in members]
     names = sorted({symbol}.union(*(e.names for _, e in exporters)))
     for relax_name, e in exporters:
         e.use_size_names(names)
@@ -766,17 +772,9 @@ def _needs_worker(func: Function, plan: SessionPlan) -> bool:
                for b in func.bindings())
 
 
-def check_local_view(mod: IRModule, dispatch: bool = False) -> None:
-    """Raise when a module still has distributed tensors (export needs the local view), or, without
-    ``dispatch``, count variants (choosing one at run time is an ``R.If``, which that export never writes)."""
+def check_local_view(mod: IRModule) -> None:
+    """Raise when a module still has distributed tensors (export needs the local view)."""
     for f in mod.functions.values():
-        if f.attrs.get(COUNT_GUARD) is not None and not dispatch:
-            raise TvmExportError(
-                f"@{f.name} is a count variant of @{f.attrs.get(COUNT_VARIANT_OF)} (laid out for "
-                f"{f.attrs[COUNT_GUARD]}): choosing it by the count is a run-time branch, which this export "
-                "does not write; export it with to_relax(mod, dispatch=True) (one build for every count: "
-                "Driver(specialize=False), distir build), or specialized to a count (Driver.export(n), "
-                "Driver.build(n), distir run --backend tvm -n N)")
         for p in f.params:
             if isinstance(p.type, DTensorType):
                 raise TvmExportError(
