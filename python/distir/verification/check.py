@@ -149,13 +149,11 @@ def verify(
     cut, not_proved = None, ""
     if every_count and symbolic:
         try:
-            cut = cutoff(driver.local[func], symbol, {**tensor_dims, **mesh_sizes})
+            cut = cutoff(driver.local[func], symbol, {**tensor_dims, **mesh_sizes}, max_horizon=MAX_CUTOFF)
         except NotProved as err:
             not_proved = str(err)
-        if cut is not None and cut.count > MAX_CUTOFF:
-            cut, not_proved = None, f"the cutoff {cut.count} is past {MAX_CUTOFF} counts"
         if cut is not None:
-            domain = tuple(sorted(set(domain) | set(range(1, cut.count + 1))))
+            domain = tuple(sorted(set(domain) | set(cut.counts)))
     done: list[int] = []
     for count in domain:
         if max_seconds is not None and time.perf_counter() - t0 > max_seconds:
@@ -192,10 +190,13 @@ def verify(
                 return verdict(COUNTEREXAMPLE, done, counterexample=cx)
         done.append(count)
     if cut is not None:
-        proof = (f"{cut.formulas} index formula{'s' if cut.formulas != 1 else ''} stop changing past it (z3), "
-                 f"{cut.idle_sums} all-reduce{'s' if cut.idle_sums != 1 else ''} by sum get zero from the "
-                 "workers that hold no element")
-        return verdict(EVERY_COUNT, done, cutoff=cut.count, proof=proof)
+        skipped = (f"each of the other {cut.skipped} counts up to {cut.horizon} has every index formula, at every "
+                   "worker, equal to a count run's (evaluated), and " if cut.skipped else "")
+        proof = (f"{skipped}every count past {cut.horizon} has them equal to count {cut.tail}'s (z3; "
+                 f"{cut.formulas} formula{'s' if cut.formulas != 1 else ''}), the workers past the last of a count "
+                 f"run standing for its last; {cut.idle_sums} all-reduce{'s' if cut.idle_sums != 1 else ''} by sum "
+                 "get zero from those workers")
+        return verdict(EVERY_COUNT, done, cutoff=cut.horizon, proof=proof)
     return verdict(CHECKED, done, not_proved=not_proved)
 
 

@@ -1,22 +1,25 @@
-"""Every count from one: past a cutoff ``C``, the lowered program computes what it computes at ``C``.
+"""Every count from one: each count computes what one of finitely many counts run computes.
 
-The argument (docs/verify.md, "Every count"): bind every size but the count ``W``. Let ``T`` be
-the largest integer constant in the local-view function's index formulas (shapes, attributes,
-the blocks the inputs and outputs are cut in) and ``C = T + 1``. For ``W >= C`` every dim of
-extent ``n <= T`` is cut in blocks of one element, workers ``w >= T`` hold no element of any cut
-dim (they are *idle*), and, proved here with z3 for every formula ``e``,
-``e(W, w) == e(C, min(w, T))`` for all ``W >= C`` and ``0 <= w < W``. So worker ``w`` at count
-``W`` runs, statement by statement, what worker ``min(w, T)`` runs at ``C`` on the same data,
-provided every collective keeps that correspondence; the collectives covered, and why:
+The argument (docs/verify.md, "Every count"): bind every size but the count ``W``. A count ``R``
+*stands for* a larger count ``W`` when every index formula ``e`` of the local-view function
+(shapes, attributes, the blocks the inputs and outputs are cut in) has
+``e(W, w) == e(R, min(w, R - 1))`` for every worker ``w < W``, and every collective keeps that
+correspondence at ``R``; then worker ``w`` at ``W`` runs, statement by statement, what worker
+``min(w, R - 1)`` runs at ``R`` on the same data, and the outputs are the same. The collectives
+covered, and why:
 
 - ``all_reduce`` by ``max``/``min``: a maximum over a multiset of values is the maximum over
-  the set, and the idle workers repeat the value of worker ``T``;
-- ``all_reduce`` by ``sum``: the idle workers' part is zero for every input (a forward analysis
-  of worker ``T`` at ``C``: a mask of length 0, a product with a zero, ...), so more of them add
-  nothing (exactly for integers, in real arithmetic for floats);
+  the set, and the workers past ``R - 1`` repeat its value;
+- ``all_reduce`` by ``sum``: worker ``R - 1``'s part at ``R`` is zero for every input (a forward
+  analysis: a mask of length 0, a product with a zero, ...), so more copies add nothing
+  (exactly for integers, in real arithmetic for floats);
 - ``all_gather`` and ``regroup`` (1-D mesh, an ``extent``): the gathered prefix of ``extent``
-  elements lies in the blocks of workers ``< T`` (``extent <= T * block`` at ``C``) and every
-  block past it is padding (zeros), at ``C`` as at ``W``.
+  elements lies in the blocks of workers ``< R - 1`` and every block past it is padding (zeros).
+
+Let ``T`` be the largest integer constant in the formulas and the horizon ``H = T + 1``. Counts
+up to ``H`` are sorted into classes by evaluating every formula at every count and worker (a
+count is run unless the last count run stands for it); every count past ``H`` is proved with z3
+to be stood for by the last count run (or by ``H``, run for it).
 
 Everything else (another collective, a partial or block or strided layout of an input or an
 output, a mesh other than one axis of ``W`` devices from device 0, a replan, a formula z3
@@ -55,20 +58,29 @@ class NotProved(DistirError):
 
 @dataclass(frozen=True)
 class Cutoff:
-    """``count``: every count ``>= count`` computes, for every input, what ``count`` computes."""
+    """Every count ``W >= 1`` computes, for every input, what one of ``counts`` computes: each count
+    up to ``horizon`` what the count run before it (or itself), each count past it what ``tail`` does."""
 
-    count: int
-    formulas: int  # the index formulas proved stable past it
+    counts: tuple[int, ...]  # the counts to run, ascending
+    horizon: int  # T + 1: counts up to it shown equal by evaluating every formula at every worker
+    tail: int  # the count run that every count past the horizon computes (proved with z3)
+    formulas: int  # the distinct index formulas that depend on the count or the worker
     idle_sums: int  # all-reduces by sum whose idle part was shown to be zero
 
+    @property
+    def skipped(self) -> int:
+        """How many counts up to the horizon were shown equal to a count run instead of run."""
+        return self.horizon - len(self.counts)
 
-def cutoff(func: Function, symbol: str, dims: Mapping[str, int]) -> Cutoff:
-    """The cutoff of the local-view ``func`` with every size but ``symbol`` bound to ``dims``;
-    raises :class:`NotProved` naming what the argument does not cover."""
+
+def cutoff(func: Function, symbol: str, dims: Mapping[str, int], *, max_horizon: int | None = None) -> Cutoff:
+    """The counts that stand for every count, for the local-view ``func`` with every size but
+    ``symbol`` bound to ``dims``; raises :class:`NotProved` naming what the argument does not cover
+    (and when the horizon ``T + 1`` is past ``max_horizon``)."""
     from ..transform.lower_to_local import GLOBAL_PARAMS, GLOBAL_RESULT
 
     formulas: list = []
-    lemmas: list = []  # (what, needs) checked at C: extents that must lie in the first T blocks
+    lemmas: list = []  # (what, extent, block): the extent must lie in the blocks of the workers before the last
     sums: list[tuple[str, Var]] = []
     for t in func.attrs.get(GLOBAL_PARAMS) or ():
         _layout_formulas(t, symbol, "an input", formulas)
@@ -86,20 +98,122 @@ def cutoff(func: Function, symbol: str, dims: Mapping[str, int]) -> Cutoff:
         extra = sym.free_vars(f) - {symbol, WORKER_ID}
         if extra:
             raise NotProved(f"the formula {sym.to_str(f)} depends on {', '.join(sorted(extra))}, which is not bound")
-    t = max([1] + [_largest_constant(f) for f in bound] + [n for _, n, _ in lemmas])
-    count = t + 1
-    at_c = {**dims, symbol: count, WORKER_ID: t}
-    proved = _prove_stable(bound, symbol, t)
+    horizon = max([1] + [_largest_constant(f) for f in bound] + [n for _, n, _ in lemmas]) + 1
+    if max_horizon is not None and horizon > max_horizon:
+        raise NotProved(f"the cutoff {horizon} is past {max_horizon} counts")
+    varying = _distinct(bound, symbol)
+    lemma_memo: dict[int, str] = {}
+
+    def lemma(r: int) -> str:
+        """Why count ``r`` cannot stand for larger counts ("" when it can): the collectives' lemmas
+        at ``r``, worker ``r - 1`` standing for the workers past it."""
+        if r not in lemma_memo:
+            lemma_memo[r] = _lemmas_at(func, dims, symbol, r, lemmas, sums)
+        return lemma_memo[r]
+
+    runs = _classes(varying, symbol, horizon, lemma)
+    tail = runs[-1]
+    why = lemma(tail) or _prove_stable(varying, symbol, tail, horizon)
+    if why and tail < horizon:  # the last count run does not stand for the counts past the horizon: run it
+        runs.append(horizon)
+        tail = horizon
+        why = lemma(tail) or _prove_stable(varying, symbol, tail, horizon)
+    if why:
+        raise NotProved(why)
+    return Cutoff(tuple(runs), horizon, tail, len(varying), len(sums))
+
+
+def _lemmas_at(func: Function, dims: Mapping[str, int], symbol: str, r: int, lemmas: list, sums: list) -> str:
+    """"" when every collective keeps the correspondence of worker ``w`` at a larger count with worker
+    ``min(w, r - 1)`` at ``r``; else the first that does not, in words."""
+    at_r = {**dims, symbol: r, WORKER_ID: r - 1}
     for what, n, block in lemmas:
-        b = sym.evaluate(sym.substitute(block, dict(dims)), at_c) if sym.is_symbolic(block) else block
-        if n > t * b:
-            raise NotProved(f"{what}: its extent {n} reaches past the blocks of the first {t} workers ({b} each)")
-    zero = _idle_zeros(func, at_c)
-    for where, x in sums:
-        if x not in zero:
-            raise NotProved(f"the all-reduce by sum of {where}: the part of a worker holding no element "
-                            "is not shown to be zero")
-    return Cutoff(count, proved, len(sums))
+        b = sym.evaluate(sym.substitute(block, dict(dims)), at_r) if sym.is_symbolic(block) else block
+        if n > (r - 1) * b:
+            return f"{what}: its extent {n} reaches past the blocks of the first {r - 1} workers ({b} each)"
+    if sums:
+        zero = _idle_zeros(func, at_r)
+        for where, x in sums:
+            if x not in zero:
+                return (f"the all-reduce by sum of {where}: the part of a worker holding no element "
+                        "is not shown to be zero")
+    return ""
+
+
+def _distinct(formulas: list, symbol: str) -> list:
+    """The formulas that depend on the count or the worker, each once."""
+    seen: set = set()
+    out = []
+    for f in formulas:
+        if not sym.is_symbolic(f) or not (sym.free_vars(f) & {symbol, WORKER_ID}):
+            continue
+        k = sym.key(f)
+        if k not in seen:
+            seen.add(k)
+            out.append(f)
+    return out
+
+
+def _classes(formulas: list, symbol: str, horizon: int, lemma) -> list[int]:
+    """The counts to run among ``1..horizon``: a count ``W`` is skipped when the count ``R`` run last
+    stands for it: every formula has at ``(W, w)`` its value at ``(R, min(w, R - 1))`` for every
+    worker ``w < W`` (all evaluated, exactly, in int64: the triangle of counts and workers), no
+    divisor is zero at ``W``, and the collectives' lemmas hold at ``R``."""
+    import numpy as np
+
+    counts = np.repeat(np.arange(1, horizon + 1, dtype=np.int64), np.arange(1, horizon + 1))
+    offsets = np.concatenate(([0], np.cumsum(np.arange(1, horizon + 1))))  # row W starts at offsets[W - 1]
+    workers = np.arange(len(counts), dtype=np.int64) - offsets[counts - 1]
+    bad = np.zeros(len(counts), dtype=bool)
+    rows = []
+    for f in formulas:
+        value, zero = _to_numpy(f, {symbol: counts, WORKER_ID: workers})
+        rows.append(np.broadcast_to(value, counts.shape))
+        bad |= zero
+    table = np.stack(rows) if rows else np.zeros((0, len(counts)), dtype=np.int64)
+    runs: list[int] = []
+    for w_count in range(1, horizon + 1):
+        row = slice(offsets[w_count - 1], offsets[w_count])
+        if runs and not bad[row].any() and not lemma(runs[-1]):
+            r = runs[-1]
+            image = offsets[r - 1] + np.minimum(np.arange(w_count), r - 1)
+            if not bad[image].any() and np.array_equal(table[:, row], table[:, image]):
+                continue
+        runs.append(w_count)
+    return runs
+
+
+def _to_numpy(f, env: Mapping):
+    """``f`` evaluated over int64 arrays (floor division as :func:`distir.ir.sym.evaluate`), and
+    where its value is not to be trusted: a divisor is zero, or an operand is past 2^31 (so no
+    product or sum could wrap around)."""
+    import numpy as np
+
+    shape = np.shape(env[WORKER_ID])
+    bad = [np.zeros(shape, dtype=bool)]
+    big = 1 << 31
+
+    def guard(a, b):
+        bad[0] = bad[0] | (np.abs(a) >= big) | (np.abs(b) >= big)
+
+    def divide(how):
+        def op(a, b):
+            guard(a, b)
+            b = np.asarray(b)
+            bad[0] = bad[0] | (b == 0)
+            return how(a, np.where(b == 0, 1, b))
+        return op
+
+    def checked(how):
+        def op(a, b):
+            guard(a, b)
+            return how(a, b)
+        return op
+
+    ops = {"add": checked(np.add), "sub": checked(np.subtract), "mul": checked(np.multiply),
+           "floordiv": divide(np.floor_divide), "floormod": divide(np.mod), "min": np.minimum, "max": np.maximum}
+    value = sym.fold(f, lambda name: env[name], np.int64, ops)
+    return value, bad[0]
 
 
 def _fields(t) -> list:
@@ -219,38 +333,29 @@ def _largest_constant(f) -> int:
                                              ("add", "sub", "mul", "floordiv", "floormod", "min", "max")})
 
 
-def _prove_stable(formulas: list, symbol: str, t: int) -> int:
-    """Prove ``e(W, w) == e(T + 1, min(w, T))`` for all ``W >= T + 1``, ``0 <= w < W``, every
-    formula ``e`` (and no divisor zero); the number of distinct formulas proved."""
+def _prove_stable(formulas: list, symbol: str, r: int, horizon: int) -> str:
+    """"" when ``e(W, w) == e(r, min(w, r - 1))`` for all ``W > horizon``, ``0 <= w < W`` and every
+    formula ``e`` (and no divisor is zero), proved with z3; else why not, in words."""
     import z3
 
     w_count, w_id = z3.Int(symbol), z3.Int(WORKER_ID)
-    idle = z3.If(w_id < t, w_id, t)
-    seen: set = set()
-    proved = 0
+    image = z3.If(w_id < r - 1, w_id, r - 1)
     for f in formulas:
-        if not sym.is_symbolic(f) or not (sym.free_vars(f) & {symbol, WORKER_ID}):
-            continue
-        k = sym.key(f)
-        if k in seen:
-            continue
-        seen.add(k)
         divisors: list = []
         at_w = _to_z3(f, {symbol: w_count, WORKER_ID: w_id}, divisors)
-        at_c = _to_z3(f, {symbol: z3.IntVal(t + 1), WORKER_ID: idle}, divisors)
+        at_r = _to_z3(f, {symbol: z3.IntVal(r), WORKER_ID: image}, divisors)
         solver = z3.Solver()
         solver.set("timeout", _SOLVER_MS)
-        solver.add(w_count >= t + 1, w_id >= 0, w_id < w_count)
-        solver.add(z3.Or(at_w != at_c, *[d == 0 for d in divisors]))
+        solver.add(w_count >= horizon + 1, w_id >= 0, w_id < w_count)
+        solver.add(z3.Or(at_w != at_r, *[d == 0 for d in divisors]))
         answer = solver.check()
         if answer == z3.sat:
             m = solver.model()
-            raise NotProved(f"the formula {sym.to_str(f)} still changes past count {t + 1} "
-                            f"({symbol}={m[w_count]}, {WORKER_ID}={m[w_id]})")
+            return (f"the formula {sym.to_str(f)} still changes past count {horizon} "
+                    f"({symbol}={m[w_count]}, {WORKER_ID}={m[w_id]})")
         if answer != z3.unsat:
-            raise NotProved(f"z3 did not settle whether {sym.to_str(f)} stops changing past count {t + 1}")
-        proved += 1
-    return proved
+            return f"z3 did not settle whether {sym.to_str(f)} stops changing past count {horizon}"
+    return ""
 
 
 def _to_z3(f, env: Mapping, divisors: list):

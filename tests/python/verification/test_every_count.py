@@ -18,12 +18,54 @@ from test_verify_counts import gather_program, reduce_program
 
 
 def test_integer_sum_over_a_cut_dim_holds_at_every_count():
-    """7 columns cut: past 7 workers every block is one column or none, so C = 8."""
+    """7 columns cut: blocks of ceildiv(7, W) columns. Count 6 has count 5's blocks (2 columns, workers
+    4 and 5 holding none), so it is not run; 4 is (its worker 3 holds a column), as are 7 and 8
+    (from 7 on, blocks of one column, and past 7 workers the extra ones hold none)."""
     text = reduce_program("sum", "int32", 6, 7)
     v = verify(distir.parse(text))
     assert v.status == EVERY_COUNT and v.ok, str(v)
-    assert v.cutoff == 8 and v.counts == tuple(range(1, 9))
-    assert "every count past 8 computes what 8 computes" in str(v) and "other sizes and inputs" in str(v)
+    assert v.cutoff == 8 and v.counts == tuple(range(1, 9))  # the default domain 1..8 is run as well
+    assert "every other count computes what one of them computes" in str(v) and "other sizes and inputs" in str(v)
+    cut = cutoff(Driver(distir.parse(text)).local["main"], "num_workers", {})
+    assert cut.counts == (1, 2, 3, 4, 5, 7, 8) and cut.horizon == 8 and cut.tail == 8
+
+
+def _outputs(text: str, count: int, dims=None):
+    d = Driver(distir.parse(text))
+    d.distribute()
+    xs = random_inputs(distir.parse(text), "main", dims or {}, seed=3)
+    from distir.runtime.spmd import run_spmd
+
+    return run_spmd(d.specialize(count), *xs)
+
+
+def test_a_count_not_run_computes_what_its_class_runs():
+    """The claim itself, against the simulator: counts the argument skips give bit for bit the outputs of
+    the count run that stands for them (6 for 5; 12 and 40, past the horizon, for 8), on other inputs."""
+    text = reduce_program("sum", "int32", 6, 7)
+    assert np.array_equal(_outputs(text, 6), _outputs(text, 5))
+    for far in (12, 40):
+        assert np.array_equal(_outputs(text, far), _outputs(text, 8))
+    float_text = reduce_program("sum", "float32", 5, 30)
+    v = verify(distir.parse(float_text))
+    assert v.status == EVERY_COUNT, str(v)
+    skipped = sorted(set(range(1, 32)) - set(v.counts))
+    assert skipped, v.counts
+    for w_count in skipped:
+        rep = max(c for c in v.counts if c < w_count)
+        assert np.array_equal(_outputs(float_text, w_count), _outputs(float_text, rep)), w_count
+
+
+def test_a_bug_at_one_count_only_is_not_skipped():
+    """A mask one column short at count 100 only (a formula 1 at W = 100, 0 elsewhere): count 100 is in a
+    class of its own, run, and the counterexample is there, not a pass."""
+    text = reduce_program("sum", "int32", 6, 7)
+    local = _local_text(text)
+    only_100 = "T.min(T.max(num_workers - 99, 0), 1) - T.min(T.max(num_workers - 100, 0), 1)"
+    bad = local.replace("length=T.min(", f"length=T.min(T.max(7 - worker_id, 0), 1) * ({only_100}) * -1 + T.min(", 1)
+    v = verify(distir.parse(text), distir.parse(bad), every_count=True)
+    assert v.status == COUNTEREXAMPLE and v.counterexample.count == 100, str(v)
+    assert v.counts == tuple(range(1, 9))  # 9..99 are count 8's class: not run, and 100 is the next one run
 
 
 def test_attention_holds_at_every_count():
