@@ -1,0 +1,48 @@
+"""`distir verify` on every bundled IR example, as a user runs it (no options: every count where the
+argument applies), so the suite keeps the examples verified. Each takes a few seconds: the argument
+runs one count per class (docs/verify.md, "Every count"). The nn examples (TVM-built) are not run here."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import distir
+from distir import examples
+from distir.cli.main import main
+
+EVERY_COUNT = ["attention", "llama", "mlp"]
+# the 2-D meshes: what keeps each from the every-count argument, named in its verdict
+SAMPLED = {"blocks": "on the module's static meshes", "mesh2d": "every count not proved: the mesh (2, num_workers)"}
+
+
+def test_every_ir_example_is_listed():
+    assert sorted(EVERY_COUNT + list(SAMPLED)) == examples.ir_names()
+
+
+def _largest_dim(name: str) -> int:
+    """The largest constant dim of the example's parameters: past it, every cut dim is in blocks of one
+    element or none, so the argument's horizon is one past it (read off the text, not the verifier)."""
+    f = distir.parse(examples.text(name))["main"]
+    return max(d for p in f.params for d in p.type.shape if isinstance(d, int))
+
+
+@pytest.mark.parametrize("name", EVERY_COUNT)
+def test_example_is_checked_at_every_count(name, capsys):
+    assert main(["verify", str(examples.path(name))]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("CHECKED AT EVERY COUNT num_workers >= 1"), out
+    horizon = _largest_dim(name) + 1
+    assert f"every count past {horizon} has them equal to count {horizon}'s (z3" in out, out
+    run = re.search(r"counts (.*?) run,", out).group(1)
+    # 1..8 always; the horizon and the count before it (every worker holds one element there, so it
+    # cannot stand for the counts past it)
+    assert re.match(r"1\.\.([89]|\d\d)\b", run) and run.endswith(f"{horizon - 1}, {horizon}"), run
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLED))
+def test_two_axis_example_is_checked_and_says_why_not_every_count(name, capsys):
+    assert main(["verify", str(examples.path(name))]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("CHECKED ") and "Sampled, not proved" in out and SAMPLED[name] in out, out
