@@ -28,21 +28,23 @@ cannot settle) is refused by name: the caller says "not proved" and names it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..errors import DistirError
 from ..ir import sym
 from ..ir.expr import Call, Constant, Function, PrimValue, ShapeExpr, Tuple, TupleGetItem, Var
-from ..ir.layout import WORKER_ID, block_start_expr, local_shape, valid_length_expr
+from ..ir.layout import WORKER_ID, block_start_expr, expand_strided, level_extents, local_shape, valid_length_expr
 from ..ir.mesh import DeviceMesh, Range
 from ..ir.op import OpDef
 from ..ir.types import DTensorType, TensorType, TupleType
 
 __all__ = ["Cutoff", "NotProved", "cutoff"]
 
+_MAX_EVALUATIONS = 20_000_000  # formulas x workers of every count up to the horizon (160 MB of int64)
 _SOLVER_MS = 5000  # per formula; an answer other than "unsat" in time is a refusal, never a pass
-_COLLECTIVES = {"ccl.all_reduce", "ccl.all_gather", "ccl.regroup"}
+_COLLECTIVES = {"ccl.all_reduce", "ccl.all_gather", "ccl.regroup", "ccl.exchange"}
 # ops whose result is zero wherever one input is (real arithmetic: finite values)
 _ZERO_IF_ANY = {"matmul", "multiply"}
 # ops whose result is zero when every tensor input is
@@ -79,19 +81,23 @@ def cutoff(func: Function, symbol: str, dims: Mapping[str, int], *, max_horizon:
     (and when the horizon ``T + 1`` is past ``max_horizon``)."""
     from ..transform.lower_to_local import GLOBAL_PARAMS, GLOBAL_RESULT
 
+    ctx = _Context(symbol, dict(dims))
     formulas: list = []
     lemmas: list = []  # (what, extent, block): the extent must lie in the blocks of the workers before the last
-    sums: list[tuple[str, Var]] = []
-    for t in func.attrs.get(GLOBAL_PARAMS) or ():
-        _layout_formulas(t, symbol, "an input", formulas)
+    sums: list[tuple[str, Var]] = []  # all-reduces by sum along the count's axis
+    used = _used_vars(func)
+    for p, t in zip(func.params, func.attrs.get(GLOBAL_PARAMS) or ()):
+        if p in used:  # an input nothing reads cannot change an output, whatever its layout
+            _layout_formulas(t, ctx, "an input", formulas)
     for t in _fields(func.attrs.get(GLOBAL_RESULT)):
-        _layout_formulas(t, symbol, "the output", formulas)
+        _layout_formulas(t, ctx, "the output", formulas)
     for p in func.params:
         _type_formulas(p.type, formulas)
     for block in func.blocks:
         for b in block.bindings:
             _type_formulas(b.var.type, formulas)
-            _value_formulas(b, symbol, formulas, lemmas, sums)
+            _value_formulas(b, ctx, formulas, lemmas, sums)
+    grid = ctx.grid or _Grid((None,), 0)  # no mesh named: nothing depends on the worker's place
 
     bound = [sym.substitute(f, dict(dims)) if sym.is_symbolic(f) else f for f in formulas]
     for f in bound:
@@ -106,33 +112,123 @@ def cutoff(func: Function, symbol: str, dims: Mapping[str, int], *, max_horizon:
 
     def lemma(r: int) -> str:
         """Why count ``r`` cannot stand for larger counts ("" when it can): the collectives' lemmas
-        at ``r``, worker ``r - 1`` standing for the workers past it."""
+        at ``r``, the workers at the last place of the count's axis standing for those past it."""
         if r not in lemma_memo:
-            lemma_memo[r] = _lemmas_at(func, dims, symbol, r, lemmas, sums)
+            lemma_memo[r] = _lemmas_at(func, dims, symbol, r, grid, lemmas, sums)
         return lemma_memo[r]
 
-    runs = _classes(varying, symbol, horizon, lemma)
+    runs = _classes(varying, symbol, horizon, grid, lemma)
     tail = runs[-1]
-    why = lemma(tail) or _prove_stable(varying, symbol, tail, horizon)
+    why = lemma(tail) or _prove_stable(varying, symbol, tail, horizon, grid)
     if why and tail < horizon:  # the last count run does not stand for the counts past the horizon: run it
         runs.append(horizon)
         tail = horizon
-        why = lemma(tail) or _prove_stable(varying, symbol, tail, horizon)
+        why = lemma(tail) or _prove_stable(varying, symbol, tail, horizon, grid)
     if why:
         raise NotProved(why)
     return Cutoff(tuple(runs), horizon, tail, len(varying), len(sums))
 
 
-def _lemmas_at(func: Function, dims: Mapping[str, int], symbol: str, r: int, lemmas: list, sums: list) -> str:
-    """"" when every collective keeps the correspondence of worker ``w`` at a larger count with worker
-    ``min(w, r - 1)`` at ``r``; else the first that does not, in words."""
-    at_r = {**dims, symbol: r, WORKER_ID: r - 1}
+@dataclass
+class _Context:
+    symbol: str
+    dims: dict
+    grid: _Grid | None = None
+    mesh: DeviceMesh | None = None
+
+    def check_mesh(self, mesh: DeviceMesh) -> _Grid:
+        """The mesh as a grid with one axis of ``symbol`` devices; every mesh named must be the same."""
+        if self.mesh is not None and mesh == self.mesh:
+            return self.grid
+        covered = f"(covered: one mesh, its devices from device 0, one axis of {self.symbol} devices, the others of fixed sizes)"
+        ids = mesh.device_ids
+        if not (isinstance(ids, Range) and sym.equal(ids.start, 0)):
+            raise NotProved(f"the mesh {mesh.shape_str()} on devices {ids} {covered}")
+        sizes, axis = [], None
+        for i, n in enumerate(mesh.shape):
+            if sym.identical(n, sym.var(self.symbol)):
+                if axis is not None:
+                    raise NotProved(f"the mesh {mesh.shape_str()} {covered}")
+                axis = i
+                sizes.append(None)
+                continue
+            v = sym.substitute(n, self.dims) if sym.is_symbolic(n) else n
+            if sym.is_symbolic(v):
+                raise NotProved(f"the mesh {mesh.shape_str()} {covered}")
+            sizes.append(int(v))
+        if axis is None:
+            raise NotProved(f"the mesh {mesh.shape_str()} {covered}")
+        if self.mesh is not None:
+            raise NotProved(f"the meshes {self.mesh.shape_str()} and {mesh.shape_str()} {covered}")
+        self.mesh, self.grid = mesh, _Grid(tuple(sizes), axis)
+        return self.grid
+
+
+@dataclass(frozen=True)
+class _Grid:
+    """The mesh's sizes, ``None`` on ``axis``, the count's axis; devices in row-major order."""
+
+    sizes: tuple
+    axis: int
+
+    def shape(self, count: int) -> tuple[int, ...]:
+        return tuple(count if i == self.axis else n for i, n in enumerate(self.sizes))
+
+    def devices(self, count: int) -> int:
+        return math.prod(self.shape(count))
+
+    def image(self, positions, count: int, r: int):
+        """The position at count ``r`` of the worker standing for each of ``positions`` at ``count``:
+        the same coordinates, the count's axis clamped to ``r - 1``."""
+        import numpy as np
+
+        coords = list(np.unravel_index(positions, self.shape(count)))
+        coords[self.axis] = np.minimum(coords[self.axis], r - 1)
+        return np.ravel_multi_index(tuple(coords), self.shape(r))
+
+    def last(self, r: int) -> list[int]:
+        """The positions at count ``r`` whose coordinate on the count's axis is ``r - 1``."""
+        import numpy as np
+
+        at = np.arange(self.devices(r))
+        return [int(p) for p in at[np.unravel_index(at, self.shape(r))[self.axis] == r - 1]]
+
+
+def _used_vars(func: Function) -> set:
+    """The vars some binding or the result reads."""
+    out: set = set()
+
+    def visit(e):
+        if isinstance(e, Var):
+            out.add(e)
+        elif isinstance(e, Tuple):
+            for f in e.fields:
+                visit(f)
+        elif isinstance(e, TupleGetItem):
+            visit(e.tuple_value)
+        elif isinstance(e, Call):
+            for a in e.args:
+                visit(a)
+
+    for block in func.blocks:
+        for b in block.bindings:
+            visit(b.value)
+    visit(func.result)
+    return out
+
+
+def _lemmas_at(func: Function, dims: Mapping[str, int], symbol: str, r: int, grid: _Grid, lemmas: list,
+               sums: list) -> str:
+    """"" when every collective keeps the correspondence of each worker at a larger count with its
+    image at ``r`` (the count's coordinate clamped to ``r - 1``); else the first that does not, in words."""
+    last = grid.last(r)
+    at_r = {**dims, symbol: r, WORKER_ID: last[0]}
     for what, n, block in lemmas:
         b = sym.evaluate(sym.substitute(block, dict(dims)), at_r) if sym.is_symbolic(block) else block
         if n > (r - 1) * b:
             return f"{what}: its extent {n} reaches past the blocks of the first {r - 1} workers ({b} each)"
-    if sums:
-        zero = _idle_zeros(func, at_r)
+    for position in last if sums else ():
+        zero = _idle_zeros(func, {**at_r, WORKER_ID: position})
         for where, x in sums:
             if x not in zero:
                 return (f"the all-reduce by sum of {where}: the part of a worker holding no element "
@@ -154,15 +250,19 @@ def _distinct(formulas: list, symbol: str) -> list:
     return out
 
 
-def _classes(formulas: list, symbol: str, horizon: int, lemma) -> list[int]:
+def _classes(formulas: list, symbol: str, horizon: int, grid: _Grid, lemma) -> list[int]:
     """The counts to run among ``1..horizon``: a count ``W`` is skipped when the count ``R`` run last
-    stands for it: every formula has at ``(W, w)`` its value at ``(R, min(w, R - 1))`` for every
-    worker ``w < W`` (all evaluated, exactly, in int64: the triangle of counts and workers), no
-    divisor is zero at ``W``, and the collectives' lemmas hold at ``R``."""
+    stands for it: every formula has at each worker of ``W`` its value at that worker's image at
+    ``R`` (all evaluated, exactly, in int64: every count and every worker), no divisor is zero at
+    ``W``, and the collectives' lemmas hold at ``R``."""
     import numpy as np
 
-    counts = np.repeat(np.arange(1, horizon + 1, dtype=np.int64), np.arange(1, horizon + 1))
-    offsets = np.concatenate(([0], np.cumsum(np.arange(1, horizon + 1))))  # row W starts at offsets[W - 1]
+    sizes = np.array([grid.devices(c) for c in range(1, horizon + 1)], dtype=np.int64)
+    if int(sizes.sum()) * max(1, len(formulas)) > _MAX_EVALUATIONS:
+        raise NotProved(f"{len(formulas)} formulas at every worker of counts 1..{horizon} are more than "
+                        f"{_MAX_EVALUATIONS} values to evaluate")
+    counts = np.repeat(np.arange(1, horizon + 1, dtype=np.int64), sizes)
+    offsets = np.concatenate(([0], np.cumsum(sizes)))  # count W's workers start at offsets[W - 1]
     workers = np.arange(len(counts), dtype=np.int64) - offsets[counts - 1]
     bad = np.zeros(len(counts), dtype=bool)
     rows = []
@@ -176,7 +276,7 @@ def _classes(formulas: list, symbol: str, horizon: int, lemma) -> list[int]:
         row = slice(offsets[w_count - 1], offsets[w_count])
         if runs and not bad[row].any() and not lemma(runs[-1]):
             r = runs[-1]
-            image = offsets[r - 1] + np.minimum(np.arange(w_count), r - 1)
+            image = offsets[r - 1] + grid.image(np.arange(sizes[w_count - 1]), w_count, r)
             if not bad[image].any() and np.array_equal(table[:, row], table[:, image]):
                 continue
         runs.append(w_count)
@@ -224,29 +324,29 @@ def _fields(t) -> list:
     return [t]
 
 
-def _check_mesh(mesh: DeviceMesh, symbol: str) -> None:
-    ok = (len(mesh.shape) == 1 and sym.identical(mesh.shape[0], sym.var(symbol))
-          and isinstance(mesh.device_ids, Range) and sym.equal(mesh.device_ids.start, 0))
-    if not ok:
-        raise NotProved(f"the mesh {mesh.shape_str()} (covered: one axis of {symbol} devices from device 0)")
-
-
-def _layout_formulas(t, symbol: str, what: str, out: list) -> None:
-    """Where each worker's block of a global input or output starts, how much of it is real, its
-    shape: the formulas the simulator cuts and assembles by (distir.ir.layout)."""
-    if not isinstance(t, DTensorType):
+def _layout_formulas(t, ctx: _Context, what: str, out: list, shape=None, placement=None) -> None:
+    """Where each worker's block of a global tensor starts, how much of it is real, its shape (every
+    level of a nested cut): the formulas the simulator cuts and assembles by (distir.ir.layout). A
+    strided layout is a plain one of its expanded view (``expand_strided``), as the simulator cuts it."""
+    mesh = t.mesh if isinstance(t, DTensorType) else t
+    if isinstance(t, DTensorType):
+        shape, placement = t.shape, t.placement
+    elif not isinstance(mesh, DeviceMesh):
         return
-    _check_mesh(t.mesh, symbol)
-    p = t.placement
-    if p.is_block or p.is_strided or p.has_partial:
-        raise NotProved(f"{what} laid out \"{p}\" (covered: R and S[d])")
-    out.extend(t.shape)
-    out.extend(local_shape(t.shape, t.mesh, p))
-    for d, extent in enumerate(t.shape):
-        if p.mesh_axes_of(d):
+    ctx.check_mesh(mesh)
+    if placement.is_block or placement.has_partial:
+        raise NotProved(f"{what} laid out \"{placement}\" (covered: R, S[d] and S[d/k])")
+    out.extend(shape)
+    out.extend(local_shape(shape, mesh, placement))
+    wide, plain = expand_strided(shape, placement)
+    out.extend(wide)
+    for d, extent in enumerate(wide):
+        axes = plain.mesh_axes_of(d)
+        if axes:
+            out.extend(level_extents(extent, [mesh.shape[a] for a in axes]))
             # an empty block starts anywhere: its piece is the same, so the start is read clamped
-            out.append(sym.min_(block_start_expr(t.mesh, p, d, extent), extent))
-            out.append(valid_length_expr(t.mesh, p, d, extent))
+            out.append(sym.min_(block_start_expr(mesh, plain, d, extent), extent))
+            out.append(valid_length_expr(mesh, plain, d, extent))
 
 
 def _type_formulas(t, out: list) -> None:
@@ -267,7 +367,7 @@ def _attr_formulas(v, out: list) -> None:
             _attr_formulas(x, out)
 
 
-def _value_formulas(b, symbol: str, out: list, lemmas: list, sums: list) -> None:
+def _value_formulas(b, ctx: _Context, out: list, lemmas: list, sums: list) -> None:
     v = b.value
     if isinstance(v, (Var, Constant, TupleGetItem)):
         return
@@ -287,35 +387,48 @@ def _value_formulas(b, symbol: str, out: list, lemmas: list, sums: list) -> None
             _attr_formulas(a.value, out)
     if name.startswith("dist.") or (name.startswith("ccl.") and name not in _COLLECTIVES):
         raise NotProved(f"R.{name} at `{b.var.name}` (covered collectives: all_reduce by sum, max or min; "
-                        "all_gather and regroup with an extent)")
+                        "all_gather and regroup with an extent; exchange between R, S[d] and S[d/k] layouts)")
     if name not in _COLLECTIVES:
         for key, value in attrs.items():
             if isinstance(value, DeviceMesh):
                 raise NotProved(f"R.{name} at `{b.var.name}` names a mesh")
             _attr_formulas(value, out)
         return
-    _check_mesh(attrs["device_mesh"], symbol)
-    if attrs.get("mesh_axis", 0) != 0:
-        raise NotProved(f"R.{name} at `{b.var.name}` on mesh axis {attrs['mesh_axis']}")
+    grid = ctx.check_mesh(attrs["device_mesh"])
+    where = f"R.{name} at `{b.var.name}`"
     x = v.args[0]
+    if name == "ccl.exchange":
+        # each worker's target block, cut from the tensor its source blocks assemble: by the formulas
+        # of both layouts (a source element's holder is fixed by its block, so by the formulas too)
+        src_shape = tuple(attrs["shape"])
+        dst_shape = src_shape if attrs.get("new_shape") is None else tuple(attrs["new_shape"])
+        _layout_formulas(attrs["device_mesh"], ctx, f"the source of {where}", out, src_shape, attrs["src_placement"])
+        _layout_formulas(attrs["device_mesh"], ctx, f"the target of {where}", out, dst_shape, attrs["dst_placement"])
+        return
+    on_count = attrs.get("mesh_axis", 0) == grid.axis  # else its groups are of a fixed size, each one's image a group
     if name == "ccl.all_reduce":
         op = attrs["op_type"]
-        if op == "sum":
-            sums.append((f"`{x.name}` (at `{b.var.name}`)", x))
-        elif op not in ("max", "min"):
+        if op not in ("sum", "max", "min"):
             raise NotProved(f"R.ccl.all_reduce by {op} at `{b.var.name}` (covered: sum, max, min)")
+        if op == "sum" and on_count:
+            sums.append((f"`{x.name}` (at `{b.var.name}`)", x))
         return
-    if not sym.identical(attrs["num_workers"], sym.var(symbol)):
-        raise NotProved(f"R.{name} at `{b.var.name}` over {sym.to_str(attrs['num_workers'])} workers, not {symbol}")
     extent = attrs.get("extent")
+    if extent is not None:
+        out.append(extent)
+    if not on_count:
+        if not sym.equal(attrs["num_workers"], grid.sizes[attrs.get("mesh_axis", 0)]):
+            raise NotProved(f"{where} over {sym.to_str(attrs['num_workers'])} workers, not its mesh axis's")
+        return
+    if not sym.identical(attrs["num_workers"], sym.var(ctx.symbol)):
+        raise NotProved(f"{where} over {sym.to_str(attrs['num_workers'])} workers, not {ctx.symbol}")
     if extent is None:
-        raise NotProved(f"R.{name} at `{b.var.name}` without an extent (its result grows with the count)")
-    out.append(extent)
+        raise NotProved(f"{where} without an extent (its result grows with the count)")
     axis = attrs["axis"] % len(x.type.shape)
-    n = _constant(extent, symbol, b.var.name)
-    lemmas.append((f"R.{name} at `{b.var.name}`", n, x.type.shape[axis]))
+    n = _constant(extent, ctx.symbol, b.var.name)
+    lemmas.append((where, n, x.type.shape[axis]))
     if name == "ccl.regroup":
-        lemmas.append((f"R.{name} at `{b.var.name}`", n, b.var.type.shape[axis]))
+        lemmas.append((where, n, b.var.type.shape[axis]))
 
 
 def _constant(extent, symbol: str, where: str) -> int:
@@ -333,26 +446,39 @@ def _largest_constant(f) -> int:
                                              ("add", "sub", "mul", "floordiv", "floormod", "min", "max")})
 
 
-def _prove_stable(formulas: list, symbol: str, r: int, horizon: int) -> str:
-    """"" when ``e(W, w) == e(r, min(w, r - 1))`` for all ``W > horizon``, ``0 <= w < W`` and every
-    formula ``e`` (and no divisor is zero), proved with z3; else why not, in words."""
+def _prove_stable(formulas: list, symbol: str, r: int, horizon: int, grid: _Grid) -> str:
+    """"" when every formula ``e`` has at each worker of every count ``W > horizon`` its value at that
+    worker's image at ``r`` (the count's coordinate clamped to ``r - 1``), and no divisor is zero,
+    proved with z3; else why not, in words."""
     import z3
 
-    w_count, w_id = z3.Int(symbol), z3.Int(WORKER_ID)
-    image = z3.If(w_id < r - 1, w_id, r - 1)
+    w_count = z3.Int(symbol)
+    coords = [z3.Int(f"{WORKER_ID}_{i}") for i in range(len(grid.sizes))]
+
+    def position(sizes, cs):
+        pos, stride = z3.IntVal(0), z3.IntVal(1)
+        for n, c in reversed(list(zip(sizes, cs))):
+            pos, stride = pos + c * stride, stride * n
+        return pos
+
+    sizes_w = [w_count if i == grid.axis else z3.IntVal(n) for i, n in enumerate(grid.sizes)]
+    sizes_r = [z3.IntVal(r if i == grid.axis else n) for i, n in enumerate(grid.sizes)]
+    image = [z3.If(c < r - 1, c, r - 1) if i == grid.axis else c for i, c in enumerate(coords)]
+    w_id, w_image = position(sizes_w, coords), position(sizes_r, image)
+    bounds = [z3.And(c >= 0, c < n) for c, n in zip(coords, sizes_w)]
     for f in formulas:
         divisors: list = []
         at_w = _to_z3(f, {symbol: w_count, WORKER_ID: w_id}, divisors)
-        at_r = _to_z3(f, {symbol: z3.IntVal(r), WORKER_ID: image}, divisors)
+        at_r = _to_z3(f, {symbol: z3.IntVal(r), WORKER_ID: w_image}, divisors)
         solver = z3.Solver()
         solver.set("timeout", _SOLVER_MS)
-        solver.add(w_count >= horizon + 1, w_id >= 0, w_id < w_count)
+        solver.add(w_count >= horizon + 1, *bounds)
         solver.add(z3.Or(at_w != at_r, *[d == 0 for d in divisors]))
         answer = solver.check()
         if answer == z3.sat:
             m = solver.model()
             return (f"the formula {sym.to_str(f)} still changes past count {horizon} "
-                    f"({symbol}={m[w_count]}, {WORKER_ID}={m[w_id]})")
+                    f"({symbol}={m[w_count]}, {WORKER_ID}={m.eval(w_id)})")
         if answer != z3.unsat:
             return f"z3 did not settle whether {sym.to_str(f)} stops changing past count {horizon}"
     return ""
