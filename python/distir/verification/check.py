@@ -57,7 +57,7 @@ def verify(
     against: str | None = None,
     every_count: bool | None = None,
     max_seconds: float | None = None,
-    exact_floats: bool = False,
+    exact_floats: bool | None = None,
 ) -> Verdict:
     """Check that the lowered ``global_mod`` (or the hand-written ``local_mod``) computes the global
     program at every count in ``counts`` (default ``1..max_count``); a :class:`Verdict`.
@@ -72,7 +72,9 @@ def verify(
     the replay command of a counterexample. ``max_seconds``: stop before a count once this much
     time has gone, NOT_CHECKED naming the count. ``exact_floats``: where the program's float ops
     allow it (:mod:`distir.verification.exact`), run both modules in float64 on small integer
-    inputs and compare every output exactly; else the tolerance, the verdict naming the ops. Domains past :data:`MAX_COUNT` or
+    inputs and compare every output exactly. ``None`` (default): as well as the random float
+    inputs (within the tolerance), where allowed, silently skipped where not; ``True``: instead of
+    them, the verdict naming the ops that keep the tolerance where not allowed; ``False``: never. Domains past :data:`MAX_COUNT` or
     :data:`MAX_SIMULATED` are refused (DistirError), before any work.
     """
     from ..transform.lower_to_local import GLOBAL_PARAMS
@@ -127,22 +129,29 @@ def verify(
     def verdict(status, done, **kw):
         return Verdict(status, tuple(done), domain, shown_dims, seed, exact=exact, tolerant=tolerant,
                        seconds=time.perf_counter() - t0, symbol=symbol, extreme=extreme is not None,
-                       extreme_skipped=extreme_skipped, exact_floats=exactly, tolerance_kept=tolerance_kept, **kw)
+                       extreme_skipped=extreme_skipped, exact_floats=exactly, tolerance_kept=tolerance_kept,
+                       also_exact=also_exact, **kw)
 
     driver.distribute()
-    if exact_floats and tolerant:
+    also_exact = ""  # the default: an exact set beside the random one, where the program allows it
+    if exact_floats is not False and tolerant:
         plan = exact_plan(global_mod[func], shown_dims, max(max(domain), MAX_CUTOFF if every_count else 1))
         if isinstance(plan, str):
-            tolerance_kept = plan
-        else:  # the float set becomes the float64 one, on small integers, compared exactly
+            tolerance_kept = plan if exact_floats else ""
+        else:
             local64 = float64_module(driver.local)
-            driver = Driver(float64_module(global_mod), func=func, symbol=symbol, bind=mesh_sizes,
-                            pipeline=lambda _mod: local64)
-            inputs = small_integer_inputs(inputs, seed)
-            input_sets = [("exact", driver, inputs, flat_outputs(driver.reference(inputs)))]
-            if extreme is not None:
-                extreme, extreme_skipped = _extreme_set(driver, inputs, seed)
-            exact, tolerant, exactly = list(range(len(expected))), [], plan.describe()
+            driver64 = Driver(float64_module(global_mod), func=func, symbol=symbol, bind=mesh_sizes,
+                              pipeline=lambda _mod: local64)
+            inputs64 = small_integer_inputs(inputs, seed)
+            exact_set = ("exact", driver64, inputs64, flat_outputs(driver64.reference(inputs64)))
+            if exact_floats:  # the float set becomes the float64 one, on small integers, compared exactly
+                driver, inputs, input_sets = driver64, inputs64, [exact_set]
+                if extreme is not None:
+                    extreme, extreme_skipped = _extreme_set(driver, inputs, seed)
+                exact, tolerant, exactly = list(range(len(expected))), [], plan.describe()
+            else:
+                input_sets.append(exact_set)
+                also_exact = plan.describe()
     if extreme is not None:
         input_sets.append(extreme)
     replica = _REPLICA_TOLERANCE if tolerant else (0.0, 0.0)
@@ -169,17 +178,19 @@ def verify(
         sizes = {**values, **tensor_dims}
         for kind, run_driver, xs, want in input_sets:
             local = run_driver.specialize(count if symbolic else {})
-            if kind == "extreme":  # `distir run` draws the random inputs only: the check itself replays these
+            if kind != "random":  # `distir run` draws the random inputs only: the check itself replays these
                 replay = _replay(source, against, func, symbol, count if symbolic else None, seed, shown_dims,
-                                 hand_written=local_mod is not None, rerun=True, exact_floats=bool(exactly))
+                                 hand_written=local_mod is not None, rerun=True,
+                                 exact_floats=bool(exactly) or kind == "exact")
+            rtol, atol = (0.0, 0.0) if kind == "exact" else replica
             try:
                 with np.errstate(all="ignore"):
-                    got = flat_outputs(run_spmd(local, *xs, func=func, seed=seed, rtol=replica[0], atol=replica[1]))
+                    got = flat_outputs(run_spmd(local, *xs, func=func, seed=seed, rtol=rtol, atol=atol))
             except DistirError as err:
                 cx = Counterexample(count, sizes, None, None, message=f"the lowered module fails: {err}",
                                     replay=replay, inputs=kind)
                 return verdict(COUNTEREXAMPLE, done, counterexample=cx)
-            diff = _first_difference(got, want, exact_floats=bool(exactly))
+            diff = _first_difference(got, want, exact_floats=kind == "exact")
             if diff is not None:
                 out, index, message = diff
                 held = "" if index is None else _holders(local[func], out, index, {**values, **tensor_dims})

@@ -34,7 +34,7 @@ class Counterexample:
     workers: str = ""  # who holds that element at this count, in words
     message: str = ""  # the failure in one line
     replay: str = ""  # a command that shows the wrong number
-    inputs: str = "random"  # which inputs: "random" (the seeded draw) or "extreme" (integers over their range)
+    inputs: str = "random"  # which inputs: "random" (the seeded draw), "extreme" (integers over their range) or "exact"
 
     def describe(self) -> str:
         sizes = ", ".join(f"{k}={v}" for k, v in sorted(self.values.items()))
@@ -45,6 +45,8 @@ class Counterexample:
                     f"the global program gives {self.expected!r}" + (f" ({self.workers})" if self.workers else ""))
         if self.inputs == "extreme":
             head += "; on the integer inputs over their dtype's range (seeded), not the random ones"
+        elif self.inputs == "exact":
+            head += "; in float64 on small integer inputs, compared exactly (the exact-floats set)"
         return head + (f"\n  replay: {self.replay}" if self.replay else "")
 
 
@@ -70,6 +72,7 @@ class Verdict:
     extreme_skipped: str = ""  # why that second input set did not run, when there are integer inputs
     exact_floats: str = ""  # floats compared exactly (float64 on small integers): the bound that makes it sound
     tolerance_kept: str = ""  # exact floats asked for but not possible: the ops (or bound) that kept the tolerance
+    also_exact: str = ""  # by default, floats also compared exactly on a second input set: the bound that makes it sound
 
     @property
     def ok(self) -> bool:
@@ -98,6 +101,8 @@ class Verdict:
             how.append(self.exact_floats)
         elif self.tolerance_kept:
             how.append(f"not exactly, kept by {self.tolerance_kept}")
+        if self.also_exact:
+            how.append(f"and every output exactly on a second input set ({self.also_exact})")
         if self.status == EVERY_COUNT:
             return (f"CHECKED AT EVERY COUNT {self.symbol} >= 1{at} {inputs} (seed {self.seed}): "
                     f"counts {_ranges(self.counts)} run, {'; '.join(how) or 'no outputs'}; every other count "
