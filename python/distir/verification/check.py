@@ -204,8 +204,8 @@ def verify(
         skipped = (f"each of the other {cut.skipped} counts up to {cut.horizon} has every index formula, at every "
                    "worker, equal to a count run's (evaluated), and " if cut.skipped else "")
         proof = (f"{skipped}every count past {cut.horizon} has them equal to count {cut.tail}'s (z3; "
-                 f"{cut.formulas} formula{'s' if cut.formulas != 1 else ''}), the workers past the last of a count "
-                 f"run standing for its last; {cut.idle_sums} all-reduce{'s' if cut.idle_sums != 1 else ''} by sum "
+                 f"{cut.formulas} formula{'s' if cut.formulas != 1 else ''}), a count's last workers on its axis "
+                 f"standing for the ones past them; {cut.idle_sums} all-reduce{'s' if cut.idle_sums != 1 else ''} by sum "
                  "get zero from those workers")
         return verdict(EVERY_COUNT, done, cutoff=cut.horizon, proof=proof)
     return verdict(CHECKED, done, not_proved=not_proved)

@@ -195,7 +195,8 @@ class _Grid:
 
 
 def _used_vars(func: Function) -> set:
-    """The vars some binding or the result reads."""
+    """The vars some binding or the result reads (every parameter, when an expression of another
+    kind might read one)."""
     out: set = set()
 
     def visit(e):
@@ -209,6 +210,8 @@ def _used_vars(func: Function) -> set:
         elif isinstance(e, Call):
             for a in e.args:
                 visit(a)
+        elif not isinstance(e, (Constant, ShapeExpr, PrimValue)):
+            out.update(func.params)
 
     for block in func.blocks:
         for b in block.bindings:
