@@ -158,7 +158,8 @@ def verify(
     cut, not_proved = None, ""
     if every_count and symbolic:
         try:
-            cut = cutoff(driver.local[func], symbol, {**tensor_dims, **mesh_sizes}, max_horizon=MAX_CUTOFF)
+            cut = cutoff(driver.local[func], symbol, {**tensor_dims, **mesh_sizes}, max_horizon=MAX_CUTOFF,
+                         guarded=_guarded_counts(driver.local, func, symbol))
         except NotProved as err:
             not_proved = str(err)
         if cut is not None:
@@ -209,6 +210,23 @@ def verify(
                  "get zero from those workers")
         return verdict(EVERY_COUNT, done, cutoff=cut.horizon, proof=proof)
     return verdict(CHECKED, done, not_proved=not_proved)
+
+
+def _guarded_counts(mod: IRModule, func: str, symbol: str) -> set[int]:
+    """The counts at which a count variant replaces ``func`` (distir.transform.count_variants); past
+    :data:`MAX_COUNT` they are not run, so the every-count argument is refused."""
+    from ..transform.count_variants import guard_of
+
+    out: set[int] = set()
+    for f in mod.functions.values():
+        g = guard_of(f)
+        if g is not None and g[0] == func:
+            if g[1] != symbol:
+                raise NotProved(f"@{f.name} is a count variant of @{func} guarded by {g[1]}, not {symbol}")
+            out |= set(g[2])
+    if out and max(out) > MAX_COUNT:
+        raise NotProved(f"a count variant of @{func} runs at count {max(out)}, past {MAX_COUNT}")
+    return out
 
 
 def _domain(counts: Sequence[int] | None, max_count: int) -> tuple[int, ...]:

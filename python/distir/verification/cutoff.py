@@ -29,7 +29,7 @@ cannot settle) is refused by name: the caller says "not proved" and names it.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from ..errors import DistirError
@@ -75,10 +75,12 @@ class Cutoff:
         return self.horizon - len(self.counts)
 
 
-def cutoff(func: Function, symbol: str, dims: Mapping[str, int], *, max_horizon: int | None = None) -> Cutoff:
+def cutoff(func: Function, symbol: str, dims: Mapping[str, int], *, max_horizon: int | None = None,
+           guarded: Collection[int] = ()) -> Cutoff:
     """The counts that stand for every count, for the local-view ``func`` with every size but
     ``symbol`` bound to ``dims``; raises :class:`NotProved` naming what the argument does not cover
-    (and when the horizon ``T + 1`` is past ``max_horizon``)."""
+    (and when the horizon ``T + 1`` is past ``max_horizon``). ``guarded``: the counts at which
+    another function (a count variant) replaces ``func``: each is run, none stands for another."""
     from ..transform.lower_to_local import GLOBAL_PARAMS, GLOBAL_RESULT
 
     ctx = _Context(symbol, dict(dims))
@@ -117,7 +119,10 @@ def cutoff(func: Function, symbol: str, dims: Mapping[str, int], *, max_horizon:
             lemma_memo[r] = _lemmas_at(func, dims, symbol, r, grid, lemmas, sums)
         return lemma_memo[r]
 
-    runs = _classes(varying, symbol, horizon, grid, lemma)
+    guarded = set(guarded)
+    if horizon in guarded:
+        raise NotProved(f"count {horizon}, the horizon, runs a count variant of @{func.name}")
+    runs = _classes(varying, symbol, horizon, grid, lemma, guarded)
     tail = runs[-1]
     why = lemma(tail) or _prove_stable(varying, symbol, tail, horizon, grid)
     if why and tail < horizon:  # the last count run does not stand for the counts past the horizon: run it
@@ -126,7 +131,7 @@ def cutoff(func: Function, symbol: str, dims: Mapping[str, int], *, max_horizon:
         why = lemma(tail) or _prove_stable(varying, symbol, tail, horizon, grid)
     if why:
         raise NotProved(why)
-    return Cutoff(tuple(runs), horizon, tail, len(varying), len(sums))
+    return Cutoff(tuple(sorted(set(runs) | guarded)), horizon, tail, len(varying), len(sums))
 
 
 @dataclass
@@ -253,7 +258,7 @@ def _distinct(formulas: list, symbol: str) -> list:
     return out
 
 
-def _classes(formulas: list, symbol: str, horizon: int, grid: _Grid, lemma) -> list[int]:
+def _classes(formulas: list, symbol: str, horizon: int, grid: _Grid, lemma, guarded: set) -> list[int]:
     """The counts to run among ``1..horizon``: a count ``W`` is skipped when the count ``R`` run last
     stands for it: every formula has at each worker of ``W`` its value at that worker's image at
     ``R`` (all evaluated, exactly, in int64: every count and every worker), no divisor is zero at
@@ -276,6 +281,8 @@ def _classes(formulas: list, symbol: str, horizon: int, grid: _Grid, lemma) -> l
     table = np.stack(rows) if rows else np.zeros((0, len(counts)), dtype=np.int64)
     runs: list[int] = []
     for w_count in range(1, horizon + 1):
+        if w_count in guarded:  # another function runs there: run apart, standing for nothing
+            continue
         row = slice(offsets[w_count - 1], offsets[w_count])
         if runs and not bad[row].any() and not lemma(runs[-1]):
             r = runs[-1]

@@ -171,3 +171,24 @@ def test_sym_fold_agrees_with_evaluate():
         for w in range(n):
             env = {"n": n, "w": w}
             assert sym.fold(e, env.__getitem__, int, ops) == sym.evaluate(e, env)
+
+
+def test_a_count_variant_is_run_at_its_counts_and_stands_for_none():
+    """A wrong variant of @main guarded for count 60 only (for @main itself, count 8 stands for every
+    count past 8): the argument runs 60 apart, with the variant, and finds it, instead of letting 8
+    stand for it."""
+    text = reduce_program("sum", "int32", 6, 7)
+    local = _local_text(text)
+    start = local.index("    @R.function")
+    variant = local[start:].replace("def main(", "def main__w60(", 1).replace('op_type="sum"', 'op_type="max"', 1)
+    variant = variant.replace('R.func_attr({', 'R.func_attr({"count_guard": {"num_workers": [60]}, '
+                              '"count_variant_of": "main", ', 1)
+    assert '"count_variant_of": "main"' in variant and 'op_type="max"' in variant
+    with_variant = local.rstrip() + "\n\n" + variant
+    v = verify(distir.parse(text), distir.parse(with_variant), every_count=True)
+    assert v.status == COUNTEREXAMPLE and v.counterexample.count == 60, str(v)
+    assert v.counts == tuple(range(1, 9))
+    cut = cutoff(distir.parse(with_variant)["main"], "num_workers", {}, guarded={60})
+    assert cut.counts == (1, 2, 3, 4, 5, 7, 8, 60) and cut.tail == 8
+    plain = verify(distir.parse(text), distir.parse(local), every_count=True)
+    assert plain.status == EVERY_COUNT and 60 not in plain.counts, str(plain)
