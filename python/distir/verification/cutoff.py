@@ -42,6 +42,7 @@ from ..ir.types import DTensorType, TensorType, TupleType
 
 __all__ = ["Cutoff", "NotProved", "cutoff"]
 
+_FOLD_NAMES = ("add", "sub", "mul", "floordiv", "floormod", "min", "max")
 _MAX_EVALUATIONS = 20_000_000  # formulas x workers of every count up to the horizon (160 MB of int64)
 _SOLVER_MS = 5000  # per formula; an answer other than "unsat" in time is a refusal, never a pass
 _COLLECTIVES = {"ccl.all_reduce", "ccl.all_gather", "ccl.regroup", "ccl.exchange"}
@@ -110,6 +111,11 @@ def cutoff(func: Function, symbol: str, dims: Mapping[str, int], *, max_horizon:
     if max_horizon is not None and horizon > max_horizon:
         raise NotProved(f"the cutoff {horizon} is past {max_horizon} counts")
     varying = _distinct(bound, symbol)
+    for f in varying:  # every formula must have an algebraic form (no opaque function) to be evaluated and proved
+        try:
+            sym.fold(f, lambda _name: 0, int, {k: (lambda a, b: 0) for k in _FOLD_NAMES})
+        except sym.SymbolicError:
+            raise NotProved(f"the formula {sym.to_str(f)} has no algebraic form") from None
     lemma_memo: dict[int, str] = {}
 
     def lemma(r: int) -> str:
