@@ -73,7 +73,7 @@ class Cutoff:
     @property
     def skipped(self) -> int:
         """How many counts up to the horizon were shown equal to a count run instead of run."""
-        return self.horizon - len(self.counts)
+        return self.horizon - sum(1 for c in self.counts if c <= self.horizon)
 
 
 def cutoff(func: Function, symbol: str, dims: Mapping[str, int], *, max_horizon: int | None = None,
