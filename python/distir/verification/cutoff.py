@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from ..errors import DistirError
 from ..ir import sym
 from ..ir.expr import Call, Constant, Function, PrimValue, ShapeExpr, Tuple, TupleGetItem, Var
-from ..ir.layout import WORKER_ID, block_start_expr, expand_strided, level_extents, local_shape, valid_length_expr
+from ..ir.layout import (WORKER_ID, block_start_expr, coord_expr, expand_strided, level_extents, local_shape,
+                         valid_length_expr)
 from ..ir.mesh import DeviceMesh, Range
 from ..ir.op import OpDef
 from ..ir.types import DTensorType, TensorType, TupleType
@@ -52,7 +53,7 @@ _ZERO_IF_ANY = {"matmul", "multiply"}
 _ZERO_IF_ALL = {"add", "subtract", "concat", "maximum", "minimum"}
 # ops that move, select or reduce by a sum the elements of their first input: zero stays zero
 _ZERO_IF_FIRST = {"reshape", "permute_dims", "strided_slice", "expand_dims", "squeeze", "broadcast_to",
-                  "negative", "sum", "astype", "take", "flatten", "split", "mask_tail", "tril", "triu"}
+                  "negative", "sum", "astype", "take", "shard_take", "flatten", "split", "mask_tail", "tril", "triu"}
 
 
 class NotProved(DistirError):
@@ -401,9 +402,12 @@ def _value_formulas(b, ctx: _Context, out: list, lemmas: list, sums: list) -> No
             _attr_formulas(a.values, out)
         elif isinstance(a, PrimValue):
             _attr_formulas(a.value, out)
+    if name == "ccl.local_shard":  # no communication: the worker cuts its own block of what it holds
+        _local_shard_formulas(v, attrs, ctx, out)
+        return
     if name.startswith("dist.") or (name.startswith("ccl.") and name not in _COLLECTIVES):
         raise NotProved(f"R.{name} at `{b.var.name}` (covered collectives: all_reduce by sum, max or min; "
-                        "all_gather and regroup with an extent; exchange between R, S[d] and S[d/k] layouts)")
+                        "all_gather and regroup with an extent; exchange between R, S[d] and S[d/k] layouts; local_shard)")
     if name not in _COLLECTIVES:
         for key, value in attrs.items():
             if isinstance(value, DeviceMesh):
@@ -445,6 +449,19 @@ def _value_formulas(b, ctx: _Context, out: list, lemmas: list, sums: list) -> No
     lemmas.append((where, n, x.type.shape[axis]))
     if name == "ccl.regroup":
         lemmas.append((where, n, b.var.type.shape[axis]))
+
+
+def _local_shard_formulas(call: Call, attrs, ctx: _Context, out: list) -> None:
+    """Where the worker's block starts (clamped to the extent: a block past it is all padding,
+    wherever it starts) and how much of it is real, as ``ccl.local_shard`` cuts it."""
+    ctx.check_mesh(attrs["device_mesh"])
+    x = call.args[0].type
+    n = attrs["num_workers"]
+    extent = x.shape[attrs["axis"] % len(x.shape)]
+    block = sym.ceildiv(extent, n)
+    coord = sym.clamp(coord_expr(attrs["device_mesh"], attrs["mesh_axis"], sym.var(WORKER_ID)), 0, sym.sub(n, 1))
+    start = sym.mul(coord, block)
+    out.extend([extent, block, sym.min_(start, extent), sym.clamp(sym.sub(extent, start), 0, block)])
 
 
 def _constant(extent, symbol: str, where: str) -> int:

@@ -42,6 +42,13 @@ STRIDED = program('w: R.DTensor((12, 5), "float32", "mesh[0]", "S[0/3]")',
             R.output(r)""", 'R.Tensor((12, 5), dtype="float32")')
 
 
+# a (10, 3) float32 every worker holds, squared, wanted by rows: each worker cuts its own block (local_shard)
+LOCAL_SHARD = program('x: R.DTensor((10, 3), "float32", "mesh[0]", "R")',
+                      """            y: R.Tensor((10, 3), dtype="float32") = R.multiply(x, x)
+            r: R.Tensor((10, 3), dtype="float32") = R.dist.annotate_sharding(y, device_mesh="mesh[0]", placement="S[0]")
+            R.output(r)""", 'R.Tensor((10, 3), dtype="float32")')
+
+
 def _local(text: str) -> str:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the strided layout's cost warning
@@ -75,7 +82,7 @@ def _verify(text: str, local: str | None = None):
         return verify(distir.parse(text), None if local is None else distir.parse(local), every_count=True)
 
 
-@pytest.mark.parametrize("text", [SUM_2D, STRIDED], ids=["2-D mesh", "strided + exchange"])
+@pytest.mark.parametrize("text", [SUM_2D, STRIDED, LOCAL_SHARD], ids=["2-D mesh", "strided + exchange", "local_shard"])
 def test_proved_at_every_count_and_the_counts_skipped_agree_with_the_simulator(text):
     v = _verify(text)
     assert v.status == EVERY_COUNT, str(v)
@@ -128,6 +135,17 @@ def test_strided_storage_read_in_the_wrong_order_is_a_counterexample():
     v = _verify(STRIDED, bad)
     assert v.status == COUNTEREXAMPLE, str(v)
     assert v.counterexample.count == _first_failing(STRIDED, bad, 8) == 1
+
+
+def test_every_worker_cutting_the_first_block_is_a_counterexample():
+    """local_shard written as a slice of the first block on every worker: right at count 1 only."""
+    local = _local(LOCAL_SHARD)
+    start = local.index("R.ccl.local_shard(x")
+    end = local.index("\n", start)
+    bad = local[:start] + "R.strided_slice(x, axes=[0], begin=[0], end=[T.ceildiv(10, num_workers)])" + local[end:]
+    v = _verify(LOCAL_SHARD, bad)
+    assert v.status == COUNTEREXAMPLE, str(v)
+    assert v.counterexample.count == _first_failing(LOCAL_SHARD, bad, 6) == 2
 
 
 def test_constructs_not_covered_are_named():

@@ -1,6 +1,7 @@
 """`distir verify` on every bundled IR example, as a user runs it (no options: every count where the
 argument applies), so the suite keeps the examples verified. Each takes a few seconds: the argument
-runs one count per class (docs/verify.md, "Every count"). The nn examples (TVM-built) are not run here."""
+runs one count per class (docs/verify.md, "Every count"). The nn examples (built with TVM) are
+checked through the Python API, with the construct named where the argument does not apply."""
 
 from __future__ import annotations
 
@@ -50,3 +51,25 @@ def test_static_mesh_example_is_checked_and_says_why_not_every_count(name, capsy
     assert main(["verify", str(examples.path(name))]) == 0
     out = capsys.readouterr().out
     assert out.startswith("CHECKED ") and "Sampled, not proved" in out and SAMPLED[name] in out, out
+
+
+# the nn models (built with TVM's relax.frontend.nn; taken through the Python API, as `distir verify`
+# reads IR text only): (model, function, the construct that keeps the argument out, or None)
+NN = [("gpt2", "forward", None), ("nn_llama", "forward", None), ("moe", "forward", None),
+      ("gqa", "forward", None), ("decode", "prefill", None), ("decode", "decode", "R.ccl.replan at")]
+
+
+@pytest.mark.parametrize("name,func,why", NN, ids=[f"{n}.{f}" for n, f, _ in NN])
+def test_nn_model_is_checked_at_every_count_or_says_why_not(name, func, why):
+    import warnings
+
+    from distir.verification import CHECKED, EVERY_COUNT, verify
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        v = verify(examples.load(name), func=func)
+    if why is None:
+        assert v.status == EVERY_COUNT, str(v)
+        assert v.counts[-1] == v.cutoff and len(v.counts) < v.cutoff  # one count per class, up to the horizon
+    else:
+        assert v.status == CHECKED and v.not_proved.startswith(why), str(v)
