@@ -70,6 +70,13 @@ class Cutoff:
     tail: int  # the count run that every count past the horizon computes (proved with z3)
     formulas: int  # the distinct index formulas that depend on the count or the worker
     idle_sums: int  # all-reduces by sum whose idle part was shown to be zero
+    stood_for: tuple = ()  # (count, the count run that stands for it) of each count up to the horizon not run
+
+    def standing(self, count: int) -> int:
+        """The count run whose outputs ``count``'s are (for every input)."""
+        if count in self.counts:
+            return count
+        return dict(self.stood_for).get(count, self.tail)
 
     @property
     def skipped(self) -> int:
@@ -129,7 +136,8 @@ def cutoff(func: Function, symbol: str, dims: Mapping[str, int], *, max_horizon:
     guarded = set(guarded)
     if horizon in guarded:
         raise NotProved(f"count {horizon}, the horizon, runs a count variant of @{func.name}")
-    runs = _classes(varying, symbol, horizon, grid, lemma, guarded)
+    stood_for: dict[int, int] = {}
+    runs = _classes(varying, symbol, horizon, grid, lemma, guarded, stood_for, downward=not ctx.maxima)
     tail = runs[-1]
     why = lemma(tail) or _prove_stable(varying, symbol, tail, horizon, grid)
     if why and tail < horizon:  # the last count run does not stand for the counts past the horizon: run it
@@ -138,7 +146,8 @@ def cutoff(func: Function, symbol: str, dims: Mapping[str, int], *, max_horizon:
         why = lemma(tail) or _prove_stable(varying, symbol, tail, horizon, grid)
     if why:
         raise NotProved(why)
-    return Cutoff(tuple(sorted(set(runs) | guarded)), horizon, tail, len(varying), len(sums))
+    return Cutoff(tuple(sorted(set(runs) | guarded)), horizon, tail, len(varying), len(sums),
+                  tuple(sorted(stood_for.items())))
 
 
 @dataclass
@@ -147,6 +156,7 @@ class _Context:
     dims: dict
     grid: _Grid | None = None
     mesh: DeviceMesh | None = None
+    maxima: bool = False  # an all-reduce by max or min along the count's axis (no count stands for a smaller one)
 
     def check_mesh(self, mesh: DeviceMesh) -> _Grid:
         """The mesh as a grid with one axis of ``symbol`` devices; every mesh named must be the same."""
@@ -265,11 +275,15 @@ def _distinct(formulas: list, symbol: str) -> list:
     return out
 
 
-def _classes(formulas: list, symbol: str, horizon: int, grid: _Grid, lemma, guarded: set) -> list[int]:
+def _classes(formulas: list, symbol: str, horizon: int, grid: _Grid, lemma, guarded: set, stood_for: dict, *,
+             downward: bool) -> list[int]:
     """The counts to run among ``1..horizon``: a count ``W`` is skipped when the count ``R`` run last
     stands for it: every formula has at each worker of ``W`` its value at that worker's image at
     ``R`` (all evaluated, exactly, in int64: every count and every worker), no divisor is zero at
-    ``W``, and the collectives' lemmas hold at ``R``."""
+    ``W``, and the collectives' lemmas hold at ``R``. Else, with ``downward``, when ``W + 1`` stands
+    for it from above: every worker of ``W`` has the formulas of the same worker at ``W + 1``, the
+    lemmas hold at ``W + 1`` (the workers at its last coordinate, which ``W`` lacks, add zero to
+    every sum and lie past every gathered prefix), and ``W + 1`` is run instead."""
     import numpy as np
 
     sizes = np.array([grid.devices(c) for c in range(1, horizon + 1)], dtype=np.int64)
@@ -286,16 +300,27 @@ def _classes(formulas: list, symbol: str, horizon: int, grid: _Grid, lemma, guar
         rows.append(np.broadcast_to(value, counts.shape))
         bad |= zero
     table = np.stack(rows) if rows else np.zeros((0, len(counts)), dtype=np.int64)
+    def stands(r: int, w_count: int) -> bool:
+        row = slice(offsets[w_count - 1], offsets[w_count])
+        if bad[row].any() or lemma(r):
+            return False
+        image = offsets[r - 1] + grid.image(np.arange(sizes[w_count - 1]), w_count, r)
+        return not bad[image].any() and np.array_equal(table[:, row], table[:, image])
+
     runs: list[int] = []
     for w_count in range(1, horizon + 1):
         if w_count in guarded:  # another function runs there: run apart, standing for nothing
             continue
-        row = slice(offsets[w_count - 1], offsets[w_count])
-        if runs and not bad[row].any() and not lemma(runs[-1]):
-            r = runs[-1]
-            image = offsets[r - 1] + grid.image(np.arange(sizes[w_count - 1]), w_count, r)
-            if not bad[image].any() and np.array_equal(table[:, row], table[:, image]):
-                continue
+        if runs and runs[-1] == w_count:
+            continue
+        if runs and stands(runs[-1], w_count):
+            stood_for[w_count] = runs[-1]
+            continue
+        up = w_count + 1
+        if downward and up <= horizon and up not in guarded and stands(up, w_count):
+            stood_for[w_count] = up
+            runs.append(up)
+            continue
         runs.append(w_count)
     return runs
 
@@ -432,6 +457,8 @@ def _value_formulas(b, ctx: _Context, out: list, lemmas: list, sums: list) -> No
             raise NotProved(f"R.ccl.all_reduce by {op} at `{b.var.name}` (covered: sum, max, min)")
         if op == "sum" and on_count:
             sums.append((f"`{x.name}` (at `{b.var.name}`)", x))
+        elif on_count:
+            ctx.maxima = True
         return
     extent = attrs.get("extent")
     if extent is not None:

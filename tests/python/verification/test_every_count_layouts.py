@@ -91,9 +91,8 @@ def test_proved_at_every_count_and_the_counts_skipped_agree_with_the_simulator(t
     skipped = [c for c in range(1, cut.horizon + 6) if c not in cut.counts]
     assert skipped, cut
     for count in skipped:
-        standing = max(c for c in cut.counts if c < count)
-        if count > cut.horizon:
-            standing = cut.tail
+        standing = cut.standing(count)
+        assert standing in cut.counts and standing != count
         got, _ = _run(text, local, count, seed=5)
         rep, _ = _run(text, local, standing, seed=5)
         assert np.array_equal(got, rep), (count, standing)
