@@ -1,29 +1,34 @@
 """Every count from one: each count computes what one of finitely many counts run computes.
 
-The argument (docs/verify.md, "Every count"): bind every size but the count ``W``. A count ``R``
-*stands for* a larger count ``W`` when every index formula ``e`` of the local-view function
-(shapes, attributes, the blocks the inputs and outputs are cut in) has
-``e(W, w) == e(R, min(w, R - 1))`` for every worker ``w < W``, and every collective keeps that
-correspondence at ``R``; then worker ``w`` at ``W`` runs, statement by statement, what worker
-``min(w, R - 1)`` runs at ``R`` on the same data, and the outputs are the same. The collectives
-covered, and why:
+The argument (docs/verify.md, "Every count"): bind every size but the count ``W``. The mesh has
+one axis of ``W`` devices and others of fixed sizes; a worker's *image* at a count ``R`` has its
+coordinates, the count's one clamped to ``R - 1``. A count ``R`` *stands for* a larger count
+``W`` when every index formula ``e`` of the local-view function (shapes, attributes, the blocks
+the inputs and outputs are cut in, those a collective cuts by) has at each worker of ``W`` its
+value at the worker's image at ``R``, and every collective keeps that correspondence at ``R``;
+then each worker at ``W`` runs, statement by statement, what its image runs at ``R`` on the
+same data, and the outputs are the same. The collectives covered, and why:
 
+- along an axis of fixed size: each group's image is a group, member for member;
 - ``all_reduce`` by ``max``/``min``: a maximum over a multiset of values is the maximum over
-  the set, and the workers past ``R - 1`` repeat its value;
-- ``all_reduce`` by ``sum``: worker ``R - 1``'s part at ``R`` is zero for every input (a forward
-  analysis: a mask of length 0, a product with a zero, ...), so more copies add nothing
-  (exactly for integers, in real arithmetic for floats);
-- ``all_gather`` and ``regroup`` (1-D mesh, an ``extent``): the gathered prefix of ``extent``
-  elements lies in the blocks of workers ``< R - 1`` and every block past it is padding (zeros).
+  the set, and the workers past coordinate ``R - 1`` repeat its value;
+- ``all_reduce`` by ``sum``: the part at ``R`` of the workers at coordinate ``R - 1`` is zero
+  for every input (a forward analysis: a mask of length 0, a product with a zero, ...), so more
+  copies add nothing (exactly for integers, in real arithmetic for floats);
+- ``all_gather`` and ``regroup`` (an ``extent``): the gathered prefix of ``extent`` elements
+  lies in the blocks of coordinates ``< R - 1`` and every block past it is padding (zeros);
+- ``exchange`` and ``local_shard``: by the formulas of the layouts and blocks they cut.
+
+``R = W + 1`` stands for ``W`` *from above* under the same formulas (each worker of ``W`` as the
+same worker at ``R``) and lemmas, when no all-reduce by max or min runs along the count's axis.
 
 Let ``T`` be the largest integer constant in the formulas and the horizon ``H = T + 1``. Counts
-up to ``H`` are sorted into classes by evaluating every formula at every count and worker (a
-count is run unless the last count run stands for it); every count past ``H`` is proved with z3
-to be stood for by the last count run (or by ``H``, run for it).
+up to ``H`` are sorted into classes by evaluating every formula at every count and worker; every
+count past ``H`` is proved with z3 to be stood for by the last count run (or by ``H``, run for it).
 
-Everything else (another collective, a partial or block or strided layout of an input or an
-output, a mesh other than one axis of ``W`` devices from device 0, a replan, a formula z3
-cannot settle) is refused by name: the caller says "not proved" and names it.
+Everything else (another collective, a partial or block layout of an input read or an output, a
+mesh not of that form, a replan, a formula z3 cannot settle) is refused by name: the caller says
+"not proved" and names it.
 """
 
 from __future__ import annotations
