@@ -52,9 +52,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--symbol", default="num_workers", help="the mesh size the counts set (default num_workers)")
     parser.add_argument("--max-seconds", type=positive_float, metavar="S",
                         help="stop before a count once S seconds have gone (NOT CHECKED, naming the count)")
-    parser.add_argument("--exact-floats", action="store_true",
-                        help="run both programs in float64 on small integer inputs and compare floats exactly, "
-                        "where the ops allow it (sums, products, moves, maxima); else the tolerance, naming why")
+    exact = parser.add_mutually_exclusive_group()
+    exact.add_argument("--exact-floats", dest="exact_floats", action="store_true", default=None,
+                       help="run both programs in float64 on small integer inputs and compare floats exactly, instead "
+                       "of random floats within a tolerance, where the ops allow it (sums, products, moves, maxima); "
+                       "else the tolerance, naming why (default: that exact run as well as the random one, where allowed)")
+    exact.add_argument("--no-exact-floats", dest="exact_floats", action="store_false",
+                       help="random floats within a tolerance only")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -249,7 +249,9 @@ def _take_localize(call, args, local_out, lower=None):
     attrs = call.op.full_attrs(call.attrs)
     if not isinstance(x, DTensorType) or not x.placement.mesh_axes_of(axis := _take_axis(x.tensor, attrs)):
         return Call(call.op, args, call.attrs, call.span)
-    offset = block_start_expr(x.mesh, x.placement, axis, x.shape[axis])
+    # clamped to the extent: a worker holding no row looks up nothing wherever it starts, and its
+    # offset is then the same at every count (distir verify's every-count argument reads it)
+    offset = sym.min_(block_start_expr(x.mesh, x.placement, axis, x.shape[axis]), x.shape[axis])
     return Call(get_op("shard_take"), args, {"axis": axis, "offset": offset}, call.span)
 
 

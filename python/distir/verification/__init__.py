@@ -2,8 +2,8 @@
 
 :func:`verify` runs the lowered module (the distribute pipeline's, or one written by hand) on
 the simulator at each count of a domain and compares it with the single-device run: a
-:class:`Verdict` that is a check at every count (counts 1..C run, every count past C proved to
-compute what C computes), a sampled check, a counterexample, or a refusal naming what stopped it.
+:class:`Verdict` that is a check at every count (one count per class run, every other count
+proved to compute what one of them computes), a sampled check, a counterexample, or a refusal naming what stopped it.
 The statement and its limits: docs/verify.md.
 """
 

@@ -57,7 +57,7 @@ def verify(
     against: str | None = None,
     every_count: bool | None = None,
     max_seconds: float | None = None,
-    exact_floats: bool = False,
+    exact_floats: bool | None = None,
 ) -> Verdict:
     """Check that the lowered ``global_mod`` (or the hand-written ``local_mod``) computes the global
     program at every count in ``counts`` (default ``1..max_count``); a :class:`Verdict`.
@@ -72,7 +72,9 @@ def verify(
     the replay command of a counterexample. ``max_seconds``: stop before a count once this much
     time has gone, NOT_CHECKED naming the count. ``exact_floats``: where the program's float ops
     allow it (:mod:`distir.verification.exact`), run both modules in float64 on small integer
-    inputs and compare every output exactly; else the tolerance, the verdict naming the ops. Domains past :data:`MAX_COUNT` or
+    inputs and compare every output exactly. ``None`` (default): as well as the random float
+    inputs (within the tolerance), where allowed, silently skipped where not; ``True``: instead of
+    them, the verdict naming the ops that keep the tolerance where not allowed; ``False``: never. Domains past :data:`MAX_COUNT` or
     :data:`MAX_SIMULATED` are refused (DistirError), before any work.
     """
     from ..transform.lower_to_local import GLOBAL_PARAMS
@@ -127,35 +129,41 @@ def verify(
     def verdict(status, done, **kw):
         return Verdict(status, tuple(done), domain, shown_dims, seed, exact=exact, tolerant=tolerant,
                        seconds=time.perf_counter() - t0, symbol=symbol, extreme=extreme is not None,
-                       extreme_skipped=extreme_skipped, exact_floats=exactly, tolerance_kept=tolerance_kept, **kw)
+                       extreme_skipped=extreme_skipped, exact_floats=exactly, tolerance_kept=tolerance_kept,
+                       also_exact=also_exact, **kw)
 
     driver.distribute()
-    if exact_floats and tolerant:
+    also_exact = ""  # the default: an exact set beside the random one, where the program allows it
+    if exact_floats is not False and tolerant:
         plan = exact_plan(global_mod[func], shown_dims, max(max(domain), MAX_CUTOFF if every_count else 1))
         if isinstance(plan, str):
-            tolerance_kept = plan
-        else:  # the float set becomes the float64 one, on small integers, compared exactly
+            tolerance_kept = plan if exact_floats else ""
+        else:
             local64 = float64_module(driver.local)
-            driver = Driver(float64_module(global_mod), func=func, symbol=symbol, bind=mesh_sizes,
-                            pipeline=lambda _mod: local64)
-            inputs = small_integer_inputs(inputs, seed)
-            input_sets = [("exact", driver, inputs, flat_outputs(driver.reference(inputs)))]
-            if extreme is not None:
-                extreme, extreme_skipped = _extreme_set(driver, inputs, seed)
-            exact, tolerant, exactly = list(range(len(expected))), [], plan.describe()
+            driver64 = Driver(float64_module(global_mod), func=func, symbol=symbol, bind=mesh_sizes,
+                              pipeline=lambda _mod: local64)
+            inputs64 = small_integer_inputs(inputs, seed)
+            exact_set = ("exact", driver64, inputs64, flat_outputs(driver64.reference(inputs64)))
+            if exact_floats:  # the float set becomes the float64 one, on small integers, compared exactly
+                driver, inputs, input_sets = driver64, inputs64, [exact_set]
+                if extreme is not None:
+                    extreme, extreme_skipped = _extreme_set(driver, inputs, seed)
+                exact, tolerant, exactly = list(range(len(expected))), [], plan.describe()
+            else:
+                input_sets.append(exact_set)
+                also_exact = plan.describe()
     if extreme is not None:
         input_sets.append(extreme)
     replica = _REPLICA_TOLERANCE if tolerant else (0.0, 0.0)
     cut, not_proved = None, ""
     if every_count and symbolic:
         try:
-            cut = cutoff(driver.local[func], symbol, {**tensor_dims, **mesh_sizes})
+            cut = cutoff(driver.local[func], symbol, {**tensor_dims, **mesh_sizes}, max_horizon=MAX_CUTOFF,
+                         guarded=_guarded_counts(driver.local, func, symbol))
         except NotProved as err:
             not_proved = str(err)
-        if cut is not None and cut.count > MAX_CUTOFF:
-            cut, not_proved = None, f"the cutoff {cut.count} is past {MAX_CUTOFF} counts"
         if cut is not None:
-            domain = tuple(sorted(set(domain) | set(range(1, cut.count + 1))))
+            domain = tuple(sorted(set(domain) | set(cut.counts)))
     done: list[int] = []
     for count in domain:
         if max_seconds is not None and time.perf_counter() - t0 > max_seconds:
@@ -171,17 +179,19 @@ def verify(
         sizes = {**values, **tensor_dims}
         for kind, run_driver, xs, want in input_sets:
             local = run_driver.specialize(count if symbolic else {})
-            if kind == "extreme":  # `distir run` draws the random inputs only: the check itself replays these
+            if kind != "random":  # `distir run` draws the random inputs only: the check itself replays these
                 replay = _replay(source, against, func, symbol, count if symbolic else None, seed, shown_dims,
-                                 hand_written=local_mod is not None, rerun=True, exact_floats=bool(exactly))
+                                 hand_written=local_mod is not None, rerun=True,
+                                 exact_floats=bool(exactly) or kind == "exact")
+            rtol, atol = (0.0, 0.0) if kind == "exact" else replica
             try:
                 with np.errstate(all="ignore"):
-                    got = flat_outputs(run_spmd(local, *xs, func=func, seed=seed, rtol=replica[0], atol=replica[1]))
+                    got = flat_outputs(run_spmd(local, *xs, func=func, seed=seed, rtol=rtol, atol=atol))
             except DistirError as err:
                 cx = Counterexample(count, sizes, None, None, message=f"the lowered module fails: {err}",
                                     replay=replay, inputs=kind)
                 return verdict(COUNTEREXAMPLE, done, counterexample=cx)
-            diff = _first_difference(got, want, exact_floats=bool(exactly))
+            diff = _first_difference(got, want, exact_floats=kind == "exact")
             if diff is not None:
                 out, index, message = diff
                 held = "" if index is None else _holders(local[func], out, index, {**values, **tensor_dims})
@@ -192,11 +202,31 @@ def verify(
                 return verdict(COUNTEREXAMPLE, done, counterexample=cx)
         done.append(count)
     if cut is not None:
-        proof = (f"{cut.formulas} index formula{'s' if cut.formulas != 1 else ''} stop changing past it (z3), "
-                 f"{cut.idle_sums} all-reduce{'s' if cut.idle_sums != 1 else ''} by sum get zero from the "
-                 "workers that hold no element")
-        return verdict(EVERY_COUNT, done, cutoff=cut.count, proof=proof)
+        skipped = (f"each of the other {cut.skipped} counts up to {cut.horizon} has every index formula, at every "
+                   "worker, equal to a count run's (evaluated), and " if cut.skipped else "")
+        proof = (f"{skipped}every count past {cut.horizon} has them equal to count {cut.tail}'s (z3; "
+                 f"{cut.formulas} formula{'s' if cut.formulas != 1 else ''}), a count's last workers on its axis "
+                 f"standing for the ones past them; {cut.idle_sums} all-reduce{'s' if cut.idle_sums != 1 else ''} by sum "
+                 "get zero from those workers")
+        return verdict(EVERY_COUNT, done, cutoff=cut.horizon, proof=proof)
     return verdict(CHECKED, done, not_proved=not_proved)
+
+
+def _guarded_counts(mod: IRModule, func: str, symbol: str) -> set[int]:
+    """The counts at which a count variant replaces ``func`` (distir.transform.count_variants); past
+    :data:`MAX_COUNT` they are not run, so the every-count argument is refused."""
+    from ..transform.count_variants import guard_of
+
+    out: set[int] = set()
+    for f in mod.functions.values():
+        g = guard_of(f)
+        if g is not None and g[0] == func:
+            if g[1] != symbol:
+                raise NotProved(f"@{f.name} is a count variant of @{func} guarded by {g[1]}, not {symbol}")
+            out |= set(g[2])
+    if out and max(out) > MAX_COUNT:
+        raise NotProved(f"a count variant of @{func} runs at count {max(out)}, past {MAX_COUNT}")
+    return out
 
 
 def _domain(counts: Sequence[int] | None, max_count: int) -> tuple[int, ...]:

@@ -1,7 +1,7 @@
 """What ``distir verify`` concludes, in data and in words.
 
-Four outcomes, and only these: *checked at every count* (counts 1..C run and matched, and
-every count past C proved to compute what C computes: :mod:`distir.verification.cutoff`; the
+Four outcomes, and only these: *checked at every count* (one count of each class run and
+matched, every other count proved to compute what one of them computes: :mod:`distir.verification.cutoff`; the
 inputs and other sizes are still a sample, said so), every count of the domain *checked* (a
 sample of counts, with what kept the every-count argument from applying), a *counterexample*
 (a concrete count, output element and the workers holding it, with the command that replays
@@ -34,7 +34,7 @@ class Counterexample:
     workers: str = ""  # who holds that element at this count, in words
     message: str = ""  # the failure in one line
     replay: str = ""  # a command that shows the wrong number
-    inputs: str = "random"  # which inputs: "random" (the seeded draw) or "extreme" (integers over their range)
+    inputs: str = "random"  # which inputs: "random" (the seeded draw), "extreme" (integers over their range) or "exact"
 
     def describe(self) -> str:
         sizes = ", ".join(f"{k}={v}" for k, v in sorted(self.values.items()))
@@ -45,6 +45,8 @@ class Counterexample:
                     f"the global program gives {self.expected!r}" + (f" ({self.workers})" if self.workers else ""))
         if self.inputs == "extreme":
             head += "; on the integer inputs over their dtype's range (seeded), not the random ones"
+        elif self.inputs == "exact":
+            head += "; in float64 on small integer inputs, compared exactly (the exact-floats set)"
         return head + (f"\n  replay: {self.replay}" if self.replay else "")
 
 
@@ -62,7 +64,7 @@ class Verdict:
     exact: list = field(default_factory=list)  # outputs compared exactly (integers, bools), by index
     tolerant: list = field(default_factory=list)  # float outputs: (index, dtype, rtol, atol)
     seconds: float = 0.0
-    cutoff: int | None = None  # EVERY_COUNT: every count past it computes what it computes (proved)
+    cutoff: int | None = None  # EVERY_COUNT: the horizon T + 1 (counts up to it evaluated, past it proved with z3)
     proof: str = ""  # EVERY_COUNT: what the proof of the cutoff rests on, in words
     not_proved: str = ""  # why the every-count argument did not apply (CHECKED from the default domain)
     symbol: str = "num_workers"
@@ -70,6 +72,7 @@ class Verdict:
     extreme_skipped: str = ""  # why that second input set did not run, when there are integer inputs
     exact_floats: str = ""  # floats compared exactly (float64 on small integers): the bound that makes it sound
     tolerance_kept: str = ""  # exact floats asked for but not possible: the ops (or bound) that kept the tolerance
+    also_exact: str = ""  # by default, floats also compared exactly on a second input set: the bound that makes it sound
 
     @property
     def ok(self) -> bool:
@@ -98,10 +101,12 @@ class Verdict:
             how.append(self.exact_floats)
         elif self.tolerance_kept:
             how.append(f"not exactly, kept by {self.tolerance_kept}")
+        if self.also_exact:
+            how.append(f"and every output exactly on a second input set ({self.also_exact})")
         if self.status == EVERY_COUNT:
             return (f"CHECKED AT EVERY COUNT {self.symbol} >= 1{at} {inputs} (seed {self.seed}): "
-                    f"counts {_ranges(self.counts)} run, {'; '.join(how) or 'no outputs'}; every count past "
-                    f"{self.cutoff} computes what {self.cutoff} computes, for every input (proved: {self.proof}). "
+                    f"counts {_ranges(self.counts)} run, {'; '.join(how) or 'no outputs'}; every other count "
+                    f"computes what one of them computes, for every input (proved: {self.proof}). "
                     "Sampled, not proved: other sizes and inputs were not run.")
         where = "on the module's static meshes" if self.counts == (0,) else f"for counts {_ranges(self.counts)}"
         why = f" (every count not proved: {self.not_proved})" if self.not_proved else ""
@@ -111,8 +116,16 @@ class Verdict:
 
 
 def _ranges(counts) -> str:
-    """``1..8`` for a run of consecutive counts, else the list."""
-    counts = list(counts)
-    if len(counts) > 2 and counts == list(range(counts[0], counts[-1] + 1)):
-        return f"{counts[0]}..{counts[-1]}"
-    return ", ".join(map(str, counts))
+    """``1..8`` for a run of consecutive counts (three or more), the others listed: ``1..5, 7, 9..12``."""
+    counts = sorted(counts)
+    parts, i = [], 0
+    while i < len(counts):
+        j = i
+        while j + 1 < len(counts) and counts[j + 1] == counts[j] + 1:
+            j += 1
+        if j - i >= 2:
+            parts.append(f"{counts[i]}..{counts[j]}")
+        else:
+            parts.extend(str(c) for c in counts[i:j + 1])
+        i = j + 1
+    return ", ".join(parts)

@@ -195,7 +195,10 @@ def test_take_localize_of_a_vocab_sharded_table_offsets_by_the_worker_rows():
     local_out = TensorType((2, N, 64), "float32")
     local = op.localize(glob, (T(rows, 64), T(2, N, dtype="int32")), local_out)
     assert local.op is get_op("shard_take") and local.attrs["axis"] == 0
-    assert sym.equal(local.attrs["offset"], sym.mul(sym.var("worker_id"), rows))
+    # the worker's first row, clamped to the 1000 rows (a worker past them holds none)
+    assert sym.equal(local.attrs["offset"], sym.min_(sym.mul(sym.var("worker_id"), rows), 1000))
+    for count, worker, first in ((3, 2, 668), (300, 3, 12), (300, 249, 996), (300, 250, 1000), (300, 299, 1000)):
+        assert sym.evaluate(local.attrs["offset"], {"num_workers": count, "worker_id": worker}) == first
     assert local.type == local_out
     # a hidden-sharded table stays a plain take
     glob = Call(op, (D((1000, 64), "S[1]"), ids), {"axis": 0})

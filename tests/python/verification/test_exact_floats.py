@@ -34,7 +34,8 @@ def _nudged_all_reduce(monkeypatch, factor: float) -> None:
 def test_an_error_under_the_tolerance_is_found_exactly(monkeypatch, tmp_path, capsys):
     _nudged_all_reduce(monkeypatch, 1 + 1e-6)
     text = reduce_program("sum", "float32", 5, 9)
-    assert verify(distir.parse(text), max_count=4).ok  # within rtol 1e-5: the sampled check misses it
+    # within rtol 1e-5: random floats alone miss it
+    assert verify(distir.parse(text), max_count=4, exact_floats=False).ok
     v = verify(distir.parse(text), max_count=4, exact_floats=True, source="m.py")
     assert v.status == COUNTEREXAMPLE, str(v)
     cx = v.counterexample
@@ -83,6 +84,25 @@ def test_the_bound_follows_reductions_and_products():
     assert v.ok and "past 2^53" in v.tolerance_kept and v.tolerant
 
 
-def test_without_the_option_nothing_changes():
-    v = verify(distir.parse(reduce_program("sum", "float32", 5, 9)), max_count=3)
-    assert v.tolerant and not v.exact_floats and not v.tolerance_kept
+def test_no_exact_floats_keeps_the_tolerance_alone():
+    v = verify(distir.parse(reduce_program("sum", "float32", 5, 9)), max_count=3, exact_floats=False)
+    assert v.tolerant and not v.exact_floats and not v.tolerance_kept and not v.also_exact
+
+
+def test_by_default_the_exact_set_runs_beside_the_random_one(monkeypatch, capsys):
+    """Default: random floats within the tolerance and, where the ops allow it, the exact set too, so the
+    error under the tolerance is found without asking; where they do not, nothing changes and nothing is said."""
+    text = reduce_program("sum", "float32", 5, 9)
+    v = verify(distir.parse(text), max_count=3)
+    assert v.ok and v.tolerant and "within rtol" in str(v), str(v)
+    assert "and every output exactly on a second input set (floats run in float64" in str(v)
+    mlp = verify(examples.load("mlp"), max_count=2)
+    assert mlp.ok and not mlp.also_exact and not mlp.tolerance_kept and "nn.gelu" not in str(mlp)
+    _nudged_all_reduce(monkeypatch, 1 + 1e-6)
+    v = verify(distir.parse(text), max_count=4, source="m.py")
+    assert v.status == COUNTEREXAMPLE and v.counterexample.count == 1 and v.counterexample.inputs == "exact", str(v)
+    assert v.counterexample.expected == round(v.counterexample.expected)  # a sum of small integers
+    assert v.counterexample.replay == "distir verify m.py --counts 1 --exact-floats"
+    assert "in float64 on small integer inputs, compared exactly" in str(v)
+    assert main(["verify", "--no-exact-floats", "--counts", "1-3", str(examples.path("mesh2d"))]) == 0
+    assert "exactly on a second input set" not in capsys.readouterr().out
