@@ -54,6 +54,7 @@ from ..ir.mesh import DeviceMesh, Range
 from ..ir.steps import all_steps, get_step
 from ..ir.sym import Dim
 from ..ir.types import DTensorType, TensorType, dtype_bytes
+from ..transform.count_variants import guard_of
 from ..transform.legalize_redistribute import replan_bindings
 from .common import device_count, pick_function, value_bytes
 from .errors import AnalysisError
@@ -133,6 +134,10 @@ class CommVolume:
     collectives: tuple[CollectiveCost, ...]
     devices: Dim  # the devices of the module's meshes (bytes per worker divide by this)
     _cache: dict = field(default_factory=dict, compare=False, repr=False)
+    #: the function's count variants, (symbol, counts, their volume): at those counts :meth:`evaluate`
+    #: reads the variant, which is what runs there (distir.transform.count_variants); the formulas above
+    #: are those of the function's own layout
+    variants: tuple[tuple[str, tuple[int, ...], CommVolume], ...] = ()
 
     @property
     def counts(self) -> dict[str, int]:
@@ -172,8 +177,12 @@ class CommVolume:
     def evaluate(self, values: Mapping[str, int] | None = None) -> CommNumbers:
         """The numbers at ``values`` (e.g. ``{"num_workers": 4}``). A collective that moves nothing
         at these sizes because it is then an identity (a re-blocking at a count that divides, which
-        specialize drops) is not counted."""
+        specialize drops) is not counted. At a count one of the function's variants is laid out for,
+        the variant's numbers."""
         values = dict(values or {})
+        for symbol, counts, variant in self.variants:
+            if values.get(symbol) in counts:
+                return variant.evaluate(values)
         present = []
         for c in self.collectives:
             for step in c.at(values) if c.at is not None else (c,):  # a replan: the steps written at these sizes
@@ -332,4 +341,9 @@ def comm_volume(mod: IRModule, func: str | None = None) -> CommVolume:
     """The collectives of ``mod[func]`` (a local-view function, symbolic or specialized)."""
     f = pick_function(mod, func)
     out = [c for b in f.bindings() for c in _call_costs(b)]
-    return CommVolume(f.name, tuple(out), device_count(mod))
+    variants = []
+    for g in mod.functions.values():
+        guard = guard_of(g)
+        if guard is not None and guard[0] == f.name:
+            variants.append((guard[1], guard[2], comm_volume(mod, g.name)))
+    return CommVolume(f.name, tuple(out), device_count(mod), variants=tuple(variants))

@@ -299,3 +299,20 @@ def test_a_class_priced_alike_is_not_laid_out_again(monkeypatch):
         for n in (2, 3, 4):
             r = d.run(inputs, n, rtol=1e-4, atol=1e-4)
             assert r.ok and float(r.stats.bytes_per_worker) == static[n], (declared, n)
+
+
+def test_the_symbolic_cost_formula_reads_the_variant_at_its_counts():
+    """``comm_volume`` of a function with count variants: at a count a variant is laid out for, the
+    numbers are the variant's (what runs there, as the simulator counts it), elsewhere the function's."""
+    from distir.analysis import comm_volume
+
+    mod, plan, inputs, weights = _gqa()
+    d = Driver(ShardParams(plan)(mod), func="forward")
+    guarded = [f for f in d.local.functions.values() if f.attrs.get(COUNT_GUARD)]
+    assert guarded, "the GQA block planned for the default counts has a variant"
+    volume = comm_volume(d.local, "forward")
+    for n in (2, 3, 4):
+        r = d.run(inputs, n, weights=weights, rtol=1e-4, atol=1e-4)
+        assert r.ok
+        at = volume.evaluate({"num_workers": n, "s": 16})
+        assert (at.total_bytes, at.counts) == (r.stats.total_bytes, r.stats.counts), n
