@@ -17,7 +17,7 @@ from ..errors import DistirError
 from ..ir.expr import IRModule
 from .pass_infra import Pass, PassContext, Sequential, get_pass, register_pipeline
 
-__all__ = ["VERIFY_DIMS_KEY", "VERIFY_INCOMPLETE_KEY", "VERIFY_KEY", "VERIFY_MODES", "VerifyOptions",
+__all__ = ["VERDICTS_ATTR", "VERIFY_DIMS_KEY", "VERIFY_INCOMPLETE_KEY", "VERIFY_KEY", "VERIFY_MODES", "VerifyOptions",
            "distribute_pipeline", "verify_options"]
 
 _DISTRIBUTE = (
@@ -33,6 +33,8 @@ VERIFY_MODES = ("off", "sampled", "every-count")
 VERIFY_INCOMPLETE_KEY = "distribute.verify_incomplete"  # less than asked: "error" (default) or "warn"
 VERIFY_INCOMPLETE = ("error", "warn")
 VERIFY_DIMS_KEY = "distribute.verify_dims"  # {name: size} of the other symbolic sizes the check runs at
+#: the lowered module's attribute the check records its verdicts in: {function name: the verdict in words}
+VERDICTS_ATTR = "distribute.verdicts"
 _KEYS = (VERIFY_KEY, VERIFY_INCOMPLETE_KEY, VERIFY_DIMS_KEY)
 #: the module that holds the check, imported by name when a check is asked for (it is above this layer)
 VERIFIER = "distir.verification.in_pipeline"

@@ -17,14 +17,11 @@ from ..errors import DistirError
 from ..ir.expr import IRModule
 from ..transform.lower_to_local import GLOBAL_PARAMS
 from ..transform.pass_infra import ModulePass, PassContext
-from ..transform.pipelines import VERIFY_DIMS_KEY, VERIFY_INCOMPLETE_KEY, VERIFY_KEY, VerifyOptions
+from ..transform.pipelines import VERDICTS_ATTR, VERIFY_DIMS_KEY, VERIFY_INCOMPLETE_KEY, VERIFY_KEY, VerifyOptions
 from .check import DEFAULT_MAX_COUNT, _mesh_symbols, _param_symbols, verify
 from .verdict import COUNTEREXAMPLE, EVERY_COUNT, NOT_CHECKED, Verdict
 
 __all__ = ["VERDICTS_ATTR", "IncompleteVerificationWarning", "VerifyDistribute"]
-
-#: the module attribute the verdicts are recorded in: {function name: the verdict in words}
-VERDICTS_ATTR = "distribute.verdicts"
 
 
 class IncompleteVerificationWarning(UserWarning):
