@@ -606,7 +606,7 @@ class Driver:
         if self._time_passes or self.counts is not None or self.verify is not None:
             from .transform import PassContext
             from .transform.instruments import PassTimingInstrument
-            from .transform.pipelines import VERIFY_DIMS_KEY, VERIFY_KEY
+            from .transform.pipelines import VERDICTS_ATTR, VERIFY_DIMS_KEY, VERIFY_KEY, verify_options
 
             outer = PassContext.current()
             timing = PassTimingInstrument()
@@ -618,8 +618,13 @@ class Driver:
                 if self.bind and VERIFY_DIMS_KEY not in config:  # the sizes this driver runs at
                     config[VERIFY_DIMS_KEY] = {k: v for k, v in self.bind.items() if k != self.symbol}
             instruments = [timing] if self._time_passes else list(outer.instruments)
-            with PassContext(outer.opt_level, outer.required_passes, outer.disabled_passes, instruments, config):
+            ctx = PassContext(outer.opt_level, outer.required_passes, outer.disabled_passes, instruments, config)
+            asked = verify_options(ctx).mode != "off"  # checked here too: a pipeline of one's own may not read it
+            with ctx:
                 local = pipeline(self.mod)
+            if asked and VERDICTS_ATTR not in local.attrs:
+                raise DistirError(f"Driver(verify={self.verify!r}): the pipeline given ran no distribute pipeline, "
+                                  "so nothing was checked (call distir.verify on its output instead)")
             outer_name = getattr(pipeline, "name", None)  # the pipeline itself, should it be timed
             if self._time_passes:
                 self.pass_seconds = [(t.name, t.seconds) for t in timing.timings if t.name != outer_name]

@@ -173,3 +173,14 @@ def test_every_count_asked_but_only_sampled_is_said(monkeypatch):
     assert local.attrs[VERDICTS_ATTR]["main"].startswith("CHECKED for counts 1..8")
     # sampled asked, sampled got: no complaint
     assert _distribute(mod, **{"distribute.verify": "sampled"}).attrs[VERDICTS_ATTR]["main"].startswith("CHECKED")
+
+
+def test_driver_refuses_a_bad_mode_and_a_pipeline_that_cannot_check():
+    mod = examples.load("mlp")
+    lowered = Driver(mod).local  # a pipeline of one's own that hands back a lowering made before
+    with pytest.raises(DistirError, match=r"^distribute\.verify must be one of .*got 'yes'$"):
+        Driver(mod, verify="yes", pipeline=lambda m: lowered).distribute()
+    with pytest.raises(DistirError, match=r"^Driver\(verify='sampled'\): the pipeline given ran no distribute "
+                       r"pipeline, so nothing was checked"):
+        Driver(mod, verify="sampled", pipeline=lambda m: lowered).distribute()
+    assert VERDICTS_ATTR not in Driver(mod, verify="off").local.attrs
