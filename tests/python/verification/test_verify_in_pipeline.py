@@ -13,15 +13,14 @@ from distir import examples
 from distir.cli.opt import main as opt_main
 from distir.driver import Driver, random_inputs
 from distir.errors import DistirError
-from distir.runtime.interpreter import run as run_global
 from distir.ir.steps import get_step
 from distir.ir.structural import structural_equal
+from distir.runtime.interpreter import run as run_global
 from distir.runtime.spmd import run_spmd
 from distir.transform import PassContext, PassInstrument
-from distir.transform.specialize import specialize
 from distir.transform.pipelines import VERDICTS_ATTR, distribute_pipeline
+from distir.transform.specialize import specialize
 from distir.verification.in_pipeline import IncompleteVerificationWarning
-
 from test_verify_counts import gather_program, reduce_program
 
 
@@ -111,8 +110,8 @@ class _Seen(PassInstrument):
 
 @pytest.mark.parametrize("config, message", [
     ({"distribute.verify": "every_count"},
-     r"^distribute\.verify must be one of 'off', 'sampled', 'every-count', got 'every_count' "
-     r"\(did you mean 'every-count'\?\)$"),
+     (r"^distribute\.verify must be one of 'off', 'sampled', 'every-count', got 'every_count' "
+      r"\(did you mean 'every-count'\?\)$")),
     ({"distribute.verify": True}, r"^distribute\.verify must be one of .*, got True$"),
     ({"distribute.verfy": "sampled"},
      r"^unknown pass config key 'distribute\.verfy'; did you mean 'distribute\.verify'\? "),
