@@ -92,6 +92,9 @@ class Distribute(Sequential):
         if options.mode == "off":
             return local
         check = importlib.import_module(VERIFIER).VerifyDistribute(mod, options)
+        if not ctx.should_run(check):  # a check asked for and skipped would read as a pass
+            raise DistirError(f"{VERIFY_KEY}={options.mode!r} asks for the check that disabled passes turn off "
+                              f"('{check.name}'); enable it or set {VERIFY_KEY} to 'off'")
         return ctx.run_pass(check, local)
 
 

@@ -183,3 +183,10 @@ def test_driver_refuses_a_bad_mode_and_a_pipeline_that_cannot_check():
                        r"pipeline, so nothing was checked"):
         Driver(mod, verify="sampled", pipeline=lambda m: lowered).distribute()
     assert VERDICTS_ATTR not in Driver(mod, verify="off").local.attrs
+
+
+def test_the_check_disabled_while_asked_for_is_refused():
+    ctx = PassContext(disabled_passes=["verify-distribute"], config={"distribute.verify": "sampled"})
+    with pytest.raises(DistirError, match=r"^distribute\.verify='sampled' asks for the check that disabled passes "
+                       r"turn off \('verify-distribute'\)"), ctx:
+        distribute_pipeline()(examples.load("mlp"))
