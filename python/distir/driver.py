@@ -543,11 +543,16 @@ class Driver:
         session: str = "threads",
         specialize: bool | None = None,
         counts: Sequence[int] | None = None,
+        verify: str | None = None,
     ):
         """``counts``: the device counts the module is for (``propagate-sharding.counts``,
         docs/propagation.md): layouts are planned per class of them, and the distributed module
         carries a variant per class whose layout differs. None: the pass config's, else the default
-        counts, 1 to 8."""
+        counts, 1 to 8.
+
+        ``verify``: the distribute pipeline's check of its own lowering (``distribute.verify``:
+        "off", "sampled" or "every-count", docs/verify.md), the other sizes at ``bind``'s values.
+        None: the pass config's, else off."""
         if func not in mod.functions:
             raise DistirError(f"the module has no function '{func}' (it has: {', '.join(mod.functions)})")
         self.mod = mod
@@ -555,6 +560,7 @@ class Driver:
         self.symbol = symbol
         self.bind = dict(bind or {})
         self.counts = None if counts is None else list(counts)
+        self.verify = verify
         self._pipeline = pipeline
         self._time_passes = time_passes
         self._local: IRModule | None = None
@@ -597,16 +603,28 @@ class Driver:
 
         pipeline = self._pipeline or distribute_pipeline()
         t0 = time.perf_counter()
-        if self._time_passes or self.counts is not None:
+        if self._time_passes or self.counts is not None or self.verify is not None:
             from .transform import PassContext
             from .transform.instruments import PassTimingInstrument
+            from .transform.pipelines import VERDICTS_ATTR, VERIFY_DIMS_KEY, VERIFY_KEY, verify_options
 
             outer = PassContext.current()
             timing = PassTimingInstrument()
-            config = outer.config if self.counts is None else {**outer.config, "propagate-sharding.counts": self.counts}
+            config = dict(outer.config)
+            if self.counts is not None:
+                config["propagate-sharding.counts"] = self.counts
+            if self.verify is not None:
+                config[VERIFY_KEY] = self.verify
+                if self.bind and VERIFY_DIMS_KEY not in config:  # the sizes this driver runs at
+                    config[VERIFY_DIMS_KEY] = {k: v for k, v in self.bind.items() if k != self.symbol}
             instruments = [timing] if self._time_passes else list(outer.instruments)
-            with PassContext(outer.opt_level, outer.required_passes, outer.disabled_passes, instruments, config):
+            ctx = PassContext(outer.opt_level, outer.required_passes, outer.disabled_passes, instruments, config)
+            asked = verify_options(ctx).mode != "off"  # checked here too: a pipeline of one's own may not read it
+            with ctx:
                 local = pipeline(self.mod)
+            if asked and VERDICTS_ATTR not in local.attrs:
+                raise DistirError(f"Driver(verify={self.verify!r}): the pipeline given ran no distribute pipeline, "
+                                  "so nothing was checked (call distir.verify on its output instead)")
             outer_name = getattr(pipeline, "name", None)  # the pipeline itself, should it be timed
             if self._time_passes:
                 self.pass_seconds = [(t.name, t.seconds) for t in timing.timings if t.name != outer_name]

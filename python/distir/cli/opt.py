@@ -101,6 +101,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "TB/s); with it, redistributes are planned for the least estimated time instead of the fewest bytes "
         "(repeatable; an axis not given costs 5us:25GB/s)",
     )
+    parser.add_argument(
+        "--verify-distribute", choices=("off", "sampled", "every-count"), metavar="MODE",
+        help="after the distribute pipeline lowers, check its output against its input (the config key "
+        "distribute.verify): sampled (counts 1..8), every-count, or off (default); a counterexample is an error, "
+        "the verdict goes to stderr and the module's attrs; other sizes at --bind's values (default 13)",
+    )
+    parser.add_argument(
+        "--verify-incomplete", choices=("error", "warn"), metavar="WHAT",
+        help="when that check does less than asked (NOT CHECKED, or sampled where every-count was asked): "
+        "error (default) or warn (distribute.verify_incomplete)",
+    )
     parser.add_argument("-o", "--output", metavar="OUT", help="write the result here instead of stdout")
     parser.add_argument(
         "--emit", choices=("distir", "relax"), default="distir",
@@ -138,6 +149,8 @@ class OptOptions:
     explain_checks: int | None = None  # its alternatives within that budget of the solver's work (None: proven)
     axis_costs: object = None  # AxisCosts of --axis-cost (plans minimize time), or None (bytes)
     solver_seconds: float | None = None  # propagate-sharding's solver time per function (None: its default)
+    verify_distribute: str | None = None  # distribute.verify: "off", "sampled", "every-count" (None: off)
+    verify_incomplete: str | None = None  # distribute.verify_incomplete: "error" or "warn" (None: error)
 
     @staticmethod
     def from_args(args: argparse.Namespace) -> OptOptions:
@@ -155,6 +168,12 @@ class OptOptions:
                 from .args import UsageError
 
                 raise UsageError(f"{flag} is for the auto-shard pass; add it, e.g. -p auto-shard,distribute")
+        for flag, value in (("--verify-distribute", getattr(args, "verify_distribute", None)),
+                            ("--verify-incomplete", getattr(args, "verify_incomplete", None))):
+            if value is not None and "distribute" not in names:
+                from .args import UsageError
+
+                raise UsageError(f"{flag} checks what the distribute pipeline produced; add it, e.g. -p distribute")
         return OptOptions(
             memory_budget=getattr(args, "memory_budget", None),
             activation_budget=getattr(args, "activation_budget", None),
@@ -162,6 +181,8 @@ class OptOptions:
                      else getattr(args, "explain", None) or False),
             explain_checks=getattr(args, "explain_checks", None),
             solver_seconds=getattr(args, "solver_seconds", None),
+            verify_distribute=getattr(args, "verify_distribute", None),
+            verify_incomplete=getattr(args, "verify_incomplete", None),
             shard_plan=_shard_plan(args, names),
             passes=names,
             bind=bind,
@@ -242,6 +263,15 @@ def run_opt(mod, opts: OptOptions, log=None):
 
         check_axis_costs(opts.axis_costs, mod)
         config[AXIS_COSTS_KEY] = opts.axis_costs
+    if opts.verify_distribute is not None or opts.verify_incomplete is not None:
+        from ..transform.pipelines import VERIFY_DIMS_KEY, VERIFY_INCOMPLETE_KEY, VERIFY_KEY
+
+        if opts.verify_distribute is not None:
+            config[VERIFY_KEY] = opts.verify_distribute
+        if opts.verify_incomplete is not None:
+            config[VERIFY_INCOMPLETE_KEY] = opts.verify_incomplete
+        # the sizes --bind gives, but the count's, are the ones the check runs at
+        config[VERIFY_DIMS_KEY] = {k: v for k, v in opts.bind.items() if k != "num_workers"}
     if opts.bind:
         from .args import check_bind_names, module_symbols
 
@@ -273,12 +303,22 @@ def run_opt(mod, opts: OptOptions, log=None):
     finally:
         if timing is not None:
             log.write(timing.render() + "\n")
+    if opts.verify_distribute not in (None, "off"):
+        _log_verdicts(mod, log)
     if opts.explain:
         for p in passes:
             if getattr(p, "report", None) is not None:
                 log.write(p.report.render() + "\n")
     verify(mod)
     return mod
+
+
+def _log_verdicts(mod, log) -> None:
+    """The verdicts of ``--verify-distribute``, one line each (stderr): what was checked, said where it is seen."""
+    from ..transform.pipelines import VERDICTS_ATTR
+
+    for func, verdict in dict(mod.attrs.get(VERDICTS_ATTR, {}) or {}).items():
+        log.write(f"distribute.verify: @{func}: {verdict}\n")
 
 
 def _named_pass(name: str, opts: OptOptions):
