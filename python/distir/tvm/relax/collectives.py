@@ -16,8 +16,11 @@ collective runs over all workers or within the session's groups (see
   piece and concatenates them. Disco has no all-to-all; this moves (n-1) times the buffer
   per worker instead of (n-1)/n of it, and holds n buffers;
 - local_partial (sum): coordinate 0 keeps its value, the others multiply by zero;
-- regroup (a dim re-blocked in whole units): an allgather of the group's pieces and a slice of
-  the new block, or nothing where the blockings agree at the exported sizes;
+- regroup (a dim re-blocked in whole units): point-to-point ``send_to_worker`` /
+  ``recv_from_worker`` of exactly the runs each worker lacks (every worker posts its sends before
+  its receives: with distir's host library a send never waits; NCCL's ungrouped ``ncclSend`` may
+  wait for its receiver, untested here), or nothing where the blockings agree; an allgather and a
+  slice where the sizes are unknown at export or the regroup sits in a dataflow block;
 - exchange (a block exchange): an allgather of every worker's source storage, then each worker
   takes its target block's elements by index arithmetic (see :func:`emit_exchange`);
 - transfer between two meshes (pipeline stages): an allgather over all workers, after
