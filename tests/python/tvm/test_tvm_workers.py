@@ -250,3 +250,14 @@ def test_a_session_is_never_destroyed_on_its_own_worker_thread_nor_with_the_gil_
                           env=env, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.splitlines() == ["dropped 1", "swept 0", "closed 0 True", "threads 0"], done.stdout
+
+
+def test_retiring_a_session_tvm_never_made_is_a_no_op():
+    """A ProcessWorkers whose TVM constructor failed holds an empty wrapper (handle 0); dropping it
+    retires that wrapper (``__del__``), which must not hand TVM a null handle."""
+    from distir.tvm.disco import lifetime
+
+    empty = disco_workers.load_disco().ProcessSession.__new__(disco_workers.load_disco().ProcessSession)
+    before = lifetime.retired()
+    lifetime.retire(empty)
+    assert empty.__chandle__() == 0 and lifetime.retired() == before

@@ -411,12 +411,15 @@ class ProcessWorkers:
     def __del__(self):
         # dropped without close() (on whichever thread frees it): forget worker 0's endpoint, kept by its
         # OS thread's id, which a later thread may reuse, and leave the session to a sweep (lifetime.py)
-        pool = getattr(self, "pool", None)
-        if pool is not None:
-            host_ccl.forget_session(pool.directory)
-        sess = getattr(self, "sess", None)
-        if sess is not None:
-            lifetime.retire(sess)
+        try:
+            pool = getattr(self, "pool", None)
+            if pool is not None:
+                host_ccl.forget_session(pool.directory)
+            sess = getattr(self, "sess", None)
+            if sess is not None:
+                lifetime.retire(sess)
+        except Exception:  # noqa: BLE001, S110 - at interpreter exit the modules may be gone already
+            pass
 
     # -------------------------------------------------------------- health
 
