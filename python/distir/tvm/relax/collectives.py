@@ -17,9 +17,9 @@ collective runs over all workers or within the session's groups (see
   per worker instead of (n-1)/n of it, and holds n buffers;
 - local_partial (sum): coordinate 0 keeps its value, the others multiply by zero;
 - regroup (a dim re-blocked in whole units): point-to-point ``send_to_worker`` /
-  ``recv_from_worker`` of exactly the runs each worker lacks (every worker posts its sends before
-  its receives: with distir's host library a send never waits; NCCL's ungrouped ``ncclSend`` may
-  wait for its receiver, untested here), or nothing where the blockings agree; an allgather and a
+  ``recv_from_worker`` of exactly the runs each worker lacks (every worker takes its part of the
+  transfers in one shared order, so sends that wait for their receiver, NCCL's, cannot wait in a
+  cycle; run on GPUs untested here), or nothing where the blockings agree; an allgather and a
   slice where the sizes are unknown at export or the regroup sits in a dataflow block;
 - exchange (a block exchange): an allgather of every worker's source storage, then each worker
   takes its target block's elements by index arithmetic (see :func:`emit_exchange`);
@@ -318,7 +318,8 @@ def _regroup_sends(c: _Collective, axis: int, env: dict) -> relax.Expr:
     """The regroup at the concrete sizes ``env`` as point-to-point sends: one ``R.If`` arm per worker of
     the mesh that sends its runs to the workers lacking them, then receives its own missing runs and
     lays out its new block (its own run and the received ones in order, padded with zeros). Every
-    worker posts all its sends before it waits for any receive."""
+    worker sends and receives in the one order of :func:`~distir.ops.collectives.regroup_pieces`, so
+    that sends which wait for their receiver (NCCL's) cannot wait in a cycle."""
     from ...ir.layout import mesh_groups
     from ...ops.collectives import regroup_blocks, regroup_pieces
 
@@ -343,16 +344,17 @@ def _regroup_sends(c: _Collective, axis: int, env: dict) -> relax.Expr:
 
     def worker(group, j):
         def build():
-            for i, t, lo, hi in pieces:
-                if i == j:
-                    ex.emit(_disco_call("runtime.disco.send_to_worker", cut(c.x, lo - j * before, hi - j * before), group[t]))
             runs = []
             own_lo, own_hi = j * after, min((j + 1) * after, (j + 1) * before, n)
             own_lo = max(own_lo, j * before)
             if own_lo < own_hi:
                 runs.append((own_lo, cut(c.x, own_lo - j * before, own_hi - j * before)))
+            # every worker takes its part of the transfers in one order, the list's: with sends that wait
+            # for their receiver (NCCL's), the first transfer not yet done always has both ends at it
             for i, t, lo, hi in pieces:
-                if t == j:
+                if i == j:
+                    ex.emit(_disco_call("runtime.disco.send_to_worker", cut(c.x, lo - j * before, hi - j * before), group[t]))
+                elif t == j:
                     buf = zeros(hi - lo)
                     ex.emit(_disco_call("runtime.disco.recv_from_worker", buf, group[i]))
                     runs.append((lo, buf))
