@@ -4,11 +4,14 @@ counts running that function lowered, at every count, divided or not."""
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
 
 import distir
 from distir import examples
+from distir.ir.axis_cost import AxisCosts
 from distir.runtime.spmd import SpmdStats, run_spmd
 from distir.transform import get_pass
 from distir.transform.layout_choice.measure import function_bytes_at
@@ -48,3 +51,17 @@ def test_priced_bytes_are_the_simulators(text, counts):
             assert sent == stats.total_bytes, (at, stats.counts)
             regrouped += stats.counts.get("regroup", 0)
     assert regrouped > 0  # some count re-blocks the heads: the regroups are among what is compared
+
+
+def test_timed_regroups_cost_nothing_where_the_count_divides():
+    """Timed (axis costs), a regroup specialize drops (8 heads over 2 or 8 workers) adds neither
+    latency nor bytes; one that runs (3, 12) adds its rounds and bytes."""
+    costs = AxisCosts.parse("0=5us:25GB/s")
+    glob, _ = _laid_out_and_lowered(ONE)
+    fused = fuse_reshapes(glob["main"], costs=costs)
+    for n, runs in ((2, False), (8, False), (3, True), (12, True)):
+        at = {"num_workers": n, "s": 8}
+        with_regroups = next(function_bytes_at(fused, [at], costs, True))[0]
+        without = next(function_bytes_at(fused, [at], costs, False))[0]
+        # 4 regroups of n - 1 rounds of 5 us each at least, where they run
+        assert (with_regroups - without >= 4 * (n - 1) * Fraction(5, 10**6)) if runs else with_regroups == without, n

@@ -198,6 +198,10 @@ def _collective_price(c: Call, env: Mapping[str, int], axis_costs: AxisCosts | N
     (``sent``), times the groups along the other mesh axes. With ``axis_costs``, its seconds:
     the kind's rounds on its mesh axis, each worker's share of the bytes."""
     step, attrs, x = c.op.step, c.op.full_attrs(c.attrs), c.args[0].type
+    if step.local_identity is not None:  # specialize drops it where it moves nothing: no bytes, no rounds
+        bound = {k: sym.evaluate(v, env) if sym.is_symbolic(v) else v for k, v in c.attrs.items()}
+        if step.local_identity(Call(c.op, c.args, bound, c.span)):
+            return Fraction(0)
     sizes = tuple(int(sym.evaluate(d, env)) for d in attrs["device_mesh"].shape)
     axis = attrs["mesh_axis"]
     n, groups = sizes[axis], math.prod(sizes) // sizes[axis]
