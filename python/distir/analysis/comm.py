@@ -99,7 +99,8 @@ def collective_cost(kind: str, n: Dim, groups: Dim, input_bytes: Dim, *, output_
     except DistirError:
         step = None
     if step is None or step.sent is None:
-        known = ", ".join(k for k, s in all_steps().items() if s.sent is not None or s.point_to_point is not None)
+        known = ", ".join(k for k, s in all_steps().items()
+                          if s.sent is not None or s.point_to_point is not None or s.group_bytes is not None)
         raise AnalysisError(
             f"binding '{binding}': R.{op} is a collective of kind '{kind}', whose bytes the analysis "
             f"does not know (it knows {known})"
@@ -331,10 +332,19 @@ def _call_costs(b: Binding) -> list[CollectiveCost]:
         return [_point_to_point_cost(step, b.var.name, v.op.name, attrs, x)]
     mesh, axis = attrs["device_mesh"], attrs["mesh_axis"]
     others = sym.product(s for i, s in enumerate(mesh.shape) if i != axis)
+    if step.group_bytes is not None:  # bytes the kind counts itself (a regroup: the runs each worker lacks)
+        return [_group_cost(step, b, attrs, x, mesh.shape[axis], others)]
     return [
         collective_cost(kind, mesh.shape[axis], others, value_bytes(x), output_bytes=value_bytes(v.type),
                         piece_bytes=_piece_bytes(x, v.type, mesh.shape[axis]), binding=b.var.name, op=v.op.name, mesh_axis=axis)
     ]
+
+
+def _group_cost(step, b: Binding, attrs, x: TensorType, n: Dim, groups: Dim) -> CollectiveCost:
+    """A collective on one mesh axis whose kind counts the bytes of one group itself (``group_bytes``)."""
+    group, axis = step.group_bytes(attrs, x), attrs["mesh_axis"]
+    return CollectiveCost(b.var.name, b.value.op.name, step.name, axis, n, groups, value_bytes(x), sym.mul(groups, group),
+                          Rational.of(group, n), step.rounds(n), step.local_identity is not None, ((axis, n),))
 
 
 def comm_volume(mod: IRModule, func: str | None = None) -> CommVolume:

@@ -73,6 +73,10 @@ class StepKind:
     # (local attrs, local input type) -> (receiving workers, bytes each receives, bytes sent in all);
     # raises SymbolicError when they are known only at concrete sizes
     point_to_point: Callable | None = None
+    # a step on one mesh axis whose bytes ``sent`` cannot give (they depend on more than the bytes held:
+    # a regroup moves the runs each worker lacks): (local attrs, local input type) -> bytes all workers
+    # of one group receive (a formula; ``sent`` is then None)
+    group_bytes: Callable | None = None
     # a step that changes the whole layout at once (a block exchange), not one mesh axis:
     # ``reaches(state, target) -> placements`` it may go to from ``state`` when planning toward ``target``,
     # and ``volume(src_shape, src, dst_shape, dst, mesh_sizes) -> elements all mesh positions receive``

@@ -62,7 +62,7 @@ from ..ir.transfer import block_bounds, check_transfer, transfer_routes
 from ..ir.types import DTensorType, TensorType, shape_str
 from ._common import Param, expect_tensor, norm_axis
 
-__all__ = ["innermost", "regroup_blocks"]
+__all__ = ["innermost", "regroup_blocks", "regroup_pieces", "regroup_received"]
 
 _OP_TYPES = ("sum", "max", "min", "avg")
 
@@ -560,8 +560,36 @@ def _regroup_infer(types, attrs):
     return TensorType(tuple(shape), x.dtype)
 
 
+def regroup_pieces(extent: int, k: int, unit_from: int, unit_to: int) -> list[tuple[int, int, int, int]]:
+    """``(source, target, start, stop)``: the runs ``[start, stop)`` of the dim (global indices) that
+    coordinate ``target`` receives from ``source`` in a regroup at concrete sizes. Target ``j`` needs
+    the real elements of its new block ``T_j`` that its old block ``S_j`` does not hold, each from
+    the one worker whose old block holds it: nothing else moves (no padding, no copy twice)."""
+    before, after = regroup_blocks({"extent": extent, "num_workers": k, "unit_from": unit_from, "unit_to": unit_to})
+    out = []
+    for j in range(k):
+        lo, hi = j * after, min((j + 1) * after, extent)
+        for i in range(lo // before, (hi - 1) // before + 1) if lo < hi else ():
+            if i != j:
+                out.append((i, j, max(lo, i * before), min(hi, (i + 1) * before)))
+    return out
+
+
+def regroup_received(extent: int, k: int, unit_from: int, unit_to: int) -> int:
+    """Elements of the dim all ``k`` workers of a group receive: ``sum_j |T_j \\ S_j|`` (see
+    :func:`regroup_pieces`), in O(k): each real element of ``T_j`` outside ``S_j``'s overlap."""
+    before, after = regroup_blocks({"extent": extent, "num_workers": k, "unit_from": unit_from, "unit_to": unit_to})
+    total = 0
+    for j in range(k):
+        lo, hi = j * after, min((j + 1) * after, extent)
+        if lo < hi:
+            total += (hi - lo) - max(0, min(hi, (j + 1) * before) - max(lo, j * before))
+    return total
+
+
 def _regroup_simulate(xs, attrs, env):
-    """Gather the dim, keep the new block (nothing moves when the two blockings agree)."""
+    """Each worker keeps what its old block holds of its new one and receives the rest, run by run,
+    from the worker that holds it (:func:`regroup_pieces`); padding stays zero."""
     axis = attrs["axis"]
     n = env.dim(attrs["extent"])
     before, after = regroup_blocks(attrs, env)
@@ -570,13 +598,24 @@ def _regroup_simulate(xs, attrs, env):
         if before == after:
             out.update({w: xs[w] for w in group})
             continue
-        full = _truncate(np.concatenate([xs[w] for w in group], axis=axis), axis, n)
-        full = _pad_to(full, axis, len(group) * after)
-        for j, w in enumerate(group):
-            index = [slice(None)] * full.ndim
-            index[axis] = slice(j * after, (j + 1) * after)
-            out[w] = np.ascontiguousarray(full[tuple(index)])
-            sent += (len(group) - 1) * xs[w].nbytes
+        k = len(group)
+        moves = regroup_pieces(n, k, env.dim(attrs["unit_from"]), env.dim(attrs["unit_to"]))
+        kept = [(j, j, j * after, min((j + 1) * after, (j + 1) * before, n)) for j in range(k)]
+        x0 = np.asarray(xs[group[0]])
+        shape = list(x0.shape)
+        shape[axis] = after
+        ys = [np.zeros(shape, dtype=x0.dtype) for _ in group]
+        for i, j, lo, hi in kept + moves:
+            lo = max(lo, j * before) if i == j else lo
+            if lo >= hi:
+                continue
+            src, dst = [slice(None)] * x0.ndim, [slice(None)] * x0.ndim
+            src[axis], dst[axis] = slice(lo - i * before, hi - i * before), slice(lo - j * after, hi - j * after)
+            piece = np.asarray(xs[group[i]])[tuple(src)]
+            ys[j][tuple(dst)] = piece
+            if i != j:
+                sent += piece.nbytes
+        out.update({w: y for w, y in zip(group, ys)})
     return out, sent
 
 
@@ -585,11 +624,16 @@ def _regroup_is_identity(call) -> bool:
     return sym.equal(before, after)
 
 
-def _regroup_sent(n, before, after, piece):
-    """As an all-gather when the blockings differ, nothing when they agree (``before == after``)."""
-    differ = sym.min_(1, sym.max_(sym.sub(after, before), sym.sub(before, after))) if sym.is_symbolic(before) or \
-        sym.is_symbolic(after) else int(before != after)
-    return _times(_times(_less_one(n), before), differ), 1
+def _regroup_bytes(attrs, x: TensorType):
+    """Bytes all workers of one group receive: the real elements each lacks (``regroup_received``)
+    times the elements of a row across the other dims; ``regroup_received(...)`` while sizes are
+    symbolic (a sum over the workers: no closed formula), exact wherever it is evaluated."""
+    from ..ir.types import dtype_bytes
+
+    axis = attrs["axis"] % x.ndim
+    row = sym.product(d for i, d in enumerate(x.shape) if i != axis)
+    args = [attrs["extent"], attrs["num_workers"], attrs["unit_from"], attrs["unit_to"]]
+    return sym.mul(sym.mul(sym.opaque("regroup_received", regroup_received, args), row), dtype_bytes(x.dtype))
 
 
 # exchange: every worker receives exactly the pieces of its target block it lacks (see distir.ir.exchange)
@@ -919,7 +963,7 @@ register_step(StepKind(
     doc="the same layout in blocks of another unit: what a reshape that splits or merges a sharded dim needs "
     "when the count does not divide the part it keeps sharded; lowering writes it, and it moves nothing when "
     "the count divides",
-    apply=None, sent=_regroup_sent, rounds=_less_one,
+    apply=None, sent=None, rounds=_less_one, group_bytes=_regroup_bytes,
     local_params=_group_params(
         Param("num_workers", "dim"), Param("axis", "int"), Param("extent", "dim"), Param("unit_from", "dim", 1),
         Param("unit_to", "dim", 1),

@@ -153,16 +153,17 @@ def test_four_heads_at_four_workers_are_sharded_by_heads_with_one_all_reduce():
 
 
 def test_four_heads_choice_follows_the_device_count_of_the_size_hints():
-    # 4 heads over 3 or 8 workers are cut unevenly (8 leaves workers empty): exact, but the regroups
-    # around the uneven heads cost more than gathering Q, K and V. So the choice depends on the count:
-    # told 4 the heads are sharded, told 8 the heads stay whole; each is the cheaper one at its count,
-    # and both compute the numbers of one device at every count. Told nothing, the counts 1-8 are
-    # planned for (docs/propagation.md): each count runs the cheaper of the two
+    # 4 heads over 3 or 8 workers are cut unevenly (8 leaves workers empty), re-blocked by regroups
+    # that send only what each worker lacks. Told 4 the heads are sharded, the cheaper layout there.
+    # Told 8 the heads stay whole: the solver's fit rule offers no cut that leaves workers empty,
+    # though the cut layout, run at 8, sends half as much (8,960 against 17,920 B per worker; a limit
+    # of the solver, docs/propagation.md). Both compute the numbers of one device at every count.
+    # Told nothing, the counts 1-8 are planned for (docs/propagation.md): each count runs the cheaper
     heads, _ = _run(FOUR_HEADS, workers=(3, 4, 8), size_hints={"num_workers": 4})
     whole, caught = _run(FOUR_HEADS, workers=(3, 4, 8), size_hints={"num_workers": 8})
     assert not caught
     assert whole[8].counts == {"all_gather": 3, "all_reduce": 1}
-    assert whole[8].bytes_per_worker < heads[8].bytes_per_worker
+    assert (whole[8].bytes_per_worker, heads[8].bytes_per_worker) == (17920, 8960)
     assert heads[4].bytes_per_worker < whole[4].bytes_per_worker
     planned, _ = _run(FOUR_HEADS, workers=(3, 4, 8))
     for n in (4, 8):
@@ -709,8 +710,9 @@ def test_the_guard_counts_regroups_more_workers_than_heads(hidden, heads, ffn, w
     """A Llama layer with more workers than heads, the sizes given: the greedy layout cuts the heads'
     columns and re-blocks them into whole heads (regroups), which the guard used to leave uncounted
     and so kept (issue 39: the Llama-70B-like layer at 256 workers, 735 MB per worker against milp's
-    402 MB). Counted, the default search sends what `search="milp"` does; the oracle is the
-    simulator's bytes of the milp layout, each run compared with one device."""
+    402 MB). Counted as they run (each worker receives only what it lacks), the default search sends
+    no more than `search="milp"` (here less: the milp model prices no regroup); the oracle is the
+    simulator's bytes of both layouts, each run compared with one device."""
     from distir.driver import Driver, random_inputs
     from distir.examples import llama_stack
 
@@ -724,5 +726,4 @@ def test_the_guard_counts_regroups_more_workers_than_heads(hidden, heads, ffn, w
             r = Driver(mod).run(inputs, workers, rtol=1e-4, atol=1e-4)
         assert r.ok, (search, r.comparison.mismatch)
         got[search] = r.stats
-    assert got["auto"].bytes_per_worker == got["milp"].bytes_per_worker
-    assert got["auto"].counts.get("regroup", 0) <= 1
+    assert got["auto"].bytes_per_worker <= got["milp"].bytes_per_worker

@@ -12,11 +12,10 @@ from ...errors import DistirError
 from ...ir import sym
 from ...ir.axis_cost import AxisCostError, AxisCosts
 from ...ir.expr import Call, Tuple, TupleGetItem, Var
-from ...ir.layout import local_bytes
+from ...ir.layout import local_bytes, local_type
 from ...ir.placement import Partial, Placement, Replicate
 from ...ir.steps import get_step
 from ...ir.types import DTensorType, TupleType, dtype_bytes
-from ...ops.manipulate import reshape_moves_data
 from ..redistribute_plan import Timing, exchange_link, plan_cost, plan_redistribute, strided_share, timing_for
 
 __all__ = ["function_bytes", "function_bytes_at", "function_peak", "sample_envs"]
@@ -71,12 +70,14 @@ def function_bytes_at(func, envs: list[Mapping[str, int]], axis_costs: AxisCosts
     """:func:`function_bytes` at each of ``envs``, one after the other (a caller may stop early): the
     function is read once, its moves counted by their types and layouts (the layers of a stack repeat
     the same few), and each priced per env. ``regroups``: also the regroups lowering writes where a
-    reshape splits or merges a sharded dim its count does not divide (``R.ccl.regroup``, priced as
-    the all-gather it is counted as), which the plan of one class of counts must see."""
+    reshape splits or merges a sharded dim its count does not divide (``R.ccl.regroup``, and the
+    all-gathers of the minor mesh axes of a dim cut over several), priced as they run
+    (:func:`_reshape_collectives`), which the plan of one class of counts must see."""
     redistribute, exchange = "dist.redistribute", get_step("exchange")
     moves: dict[tuple[DTensorType, Placement], int] = {}
     exchanges: dict[tuple[DTensorType, DTensorType], int] = {}
-    reshapes: dict[tuple[DTensorType, DTensorType], int] = {}
+    reshapes: dict[tuple[Call, ...] | None, int] = {}  # the collectives of a reshape's local form -> how many
+    collectives: dict[tuple[DTensorType, DTensorType], tuple[Call, ...] | None] = {}
     for b in func.bindings():
         v = b.value
         name = getattr(getattr(v, "op", None), "name", None)
@@ -85,7 +86,10 @@ def function_bytes_at(func, envs: list[Mapping[str, int]], axis_costs: AxisCosts
             if isinstance(x, DTensorType) and not (x.placement.is_strided or x.placement.is_block
                                                    or b.var.type.placement.is_strided):
                 key = (x, b.var.type)
-                reshapes[key] = reshapes.get(key, 0) + 1
+                if key not in collectives:
+                    collectives[key] = _reshape_collectives(v, x, b.var.type)
+                if collectives[key] is None or collectives[key]:
+                    reshapes[collectives[key]] = reshapes.get(collectives[key], 0) + 1
         if name == redistribute:
             x = v.args[0].type
             if isinstance(x, DTensorType) and x.mesh == v.attrs["device_mesh"]:
@@ -143,12 +147,11 @@ def _priced(moves, exchanges, results, env: Mapping[str, int],
                 same = len(x.shape) == len(y.shape) and all(sym.equal(a, b) for a, b in zip(x.shape, y.shape))
                 link, rounds = exchange_link(x.placement, y.placement, sizes, axis_costs.for_mesh(len(sizes)), same)
                 sent += count * link.seconds(rounds, Fraction(received, math.prod(sizes)))
-        for (x, y), count in (reshapes or {}).items():
-            sizes = tuple(ev(d) for d in x.mesh.shape)
-            shape, out = tuple(ev(d) for d in x.shape), tuple(ev(d) for d in y.shape)
-            gathered = _regrouped(x.placement, shape, out, sizes)
-            if gathered != x.placement:
-                sent += count * cost(x, x.placement, gathered, sizes)
+        for calls, count in (reshapes or {}).items():
+            if calls is None:
+                return None
+            for c in calls:
+                sent += count * _collective_price(c, env, axis_costs)
         for t in results:
             whole = Placement.replicated(t.mesh.ndim)
             gathers += cost(t, Placement(tuple(Replicate() if isinstance(x, Partial) else x for x in t.placement.specs)),
@@ -160,20 +163,60 @@ def _priced(moves, exchanges, results, env: Mapping[str, int],
     return sent, gathers
 
 
-def _regrouped(p: Placement, shape, out, sizes) -> Placement:
-    """``p`` with the cuts gathered that a reshape from ``shape`` to ``out`` re-blocks at these mesh
-    sizes (each input dim whose cut alone makes the reshape move data, see
-    :func:`~distir.ops.manipulate.reshape_moves_data`)."""
-    specs = list(p.specs)
-    for d in range(len(shape)):
-        axes = p.mesh_axes_of(d)
-        if not axes:
-            continue
-        alone = Placement(tuple(s if a in axes else Replicate() for a, s in enumerate(p.specs)))
-        if reshape_moves_data(shape, alone, out, sizes):
-            for a in axes:
-                specs[a] = Replicate()
-    return Placement(tuple(specs))
+class _Recorder:
+    """The ``lower`` a localize rule binds its helper calls with (see
+    :meth:`~distir.transform.lower_to_local._Lowerer.bind`), keeping them to be priced."""
+
+    def __init__(self) -> None:
+        self.calls: list[Call] = []
+
+    def bind(self, hint: str, call: Call) -> Var:
+        self.calls.append(call)
+        return Var(hint, call.type, call.span)
+
+
+def _reshape_collectives(call: Call, x: DTensorType, y: DTensorType) -> tuple[Call, ...] | None:
+    """The collectives lowering writes for the reshape ``call`` of ``x`` to ``y``: the reshape's own
+    localize rule run on a stand-in for the worker's block, so that the regroups (their extent,
+    units and group) and the gathers of minor mesh axes priced are the ones that run."""
+    rec = _Recorder()
+    try:
+        out = call.op.localize(call, (Var("x", local_type(x), call.span),), local_type(y), rec)
+    except DistirError:
+        return None  # no local form: the function's bytes are not known (as where a size does not evaluate)
+    return tuple(c for c in (*rec.calls, out) if isinstance(c, Call) and _sends(c))
+
+
+def _sends(c: Call) -> bool:
+    step = c.op.step
+    return step is not None and c.op is step.local_op and step.simulate is not None
+
+
+def _collective_price(c: Call, env: Mapping[str, int], axis_costs: AxisCosts | None) -> Fraction:
+    """Bytes all workers receive in the local collective ``c`` at ``env``, as the simulator counts
+    them: the kind's own count of one group (``group_bytes``, a regroup) or its ring formula
+    (``sent``), times the groups along the other mesh axes. With ``axis_costs``, its seconds:
+    the kind's rounds on its mesh axis, each worker's share of the bytes."""
+    step, attrs, x = c.op.step, c.op.full_attrs(c.attrs), c.args[0].type
+    if step.local_identity is not None:  # specialize drops it where it moves nothing: no bytes, no rounds
+        bound = {k: sym.evaluate(v, env) if sym.is_symbolic(v) else v for k, v in c.attrs.items()}
+        if step.local_identity(Call(c.op, c.args, bound, c.span)):
+            return Fraction(0)
+    sizes = tuple(int(sym.evaluate(d, env)) for d in attrs["device_mesh"].shape)
+    axis = attrs["mesh_axis"]
+    n, groups = sizes[axis], math.prod(sizes) // sizes[axis]
+    if step.group_bytes is not None:
+        total = Fraction(sym.evaluate(step.group_bytes(attrs, x), env)) * groups
+    else:
+        held = sym.evaluate(sym.mul(sym.product(x.shape), dtype_bytes(x.dtype)), env)
+        out = c.type
+        after = sym.evaluate(sym.mul(sym.product(out.shape), dtype_bytes(out.dtype)), env)
+        num, den = step.sent(n, held, after, held)
+        total = Fraction(sym.evaluate(num, env), sym.evaluate(den, env)) * n * groups
+    if axis_costs is None:
+        return total
+    link = axis_costs.for_mesh(len(sizes))[axis]
+    return link.seconds(int(sym.evaluate(step.rounds(n), env)), total / math.prod(sizes))
 
 
 def _dtensor_leaves(t) -> list[DTensorType]:

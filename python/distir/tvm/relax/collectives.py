@@ -16,8 +16,11 @@ collective runs over all workers or within the session's groups (see
   piece and concatenates them. Disco has no all-to-all; this moves (n-1) times the buffer
   per worker instead of (n-1)/n of it, and holds n buffers;
 - local_partial (sum): coordinate 0 keeps its value, the others multiply by zero;
-- regroup (a dim re-blocked in whole units): an allgather of the group's pieces and a slice of
-  the new block, or nothing where the blockings agree at the exported sizes;
+- regroup (a dim re-blocked in whole units): point-to-point ``send_to_worker`` /
+  ``recv_from_worker`` of exactly the runs each worker lacks (every worker takes its part of the
+  transfers in one shared order, so sends that wait for their receiver, NCCL's, cannot wait in a
+  cycle; run on GPUs untested here), or nothing where the blockings agree; an allgather and a
+  slice where the sizes are unknown at export or the regroup sits in a dataflow block;
 - exchange (a block exchange): an allgather of every worker's source storage, then each worker
   takes its target block's elements by index arithmetic (see :func:`emit_exchange`);
 - transfer between two meshes (pipeline stages): an allgather over all workers, after
@@ -271,12 +274,15 @@ def emit_local_partial(c: _Collective) -> relax.Expr:
 
 @_axis_collective
 def emit_regroup(c: _Collective) -> relax.Expr:
-    """Nothing when the two blockings agree; otherwise Disco's allgather of the group's pieces, the dim
-    cut to its extent and padded to the new blocks, and a slice of this worker's new block. With
-    symbolic sizes the blockings may agree at some counts only: outside dataflow (where the export
-    puts such a re-blocking) the choice is an ``R.If`` on the sizes at run time, so it moves nothing
-    where the program specialized to the count has dropped it."""
+    """Nothing when the two blockings agree. Otherwise, where the group's size, the extent and the
+    units are known (concrete, or at each count of :func:`~distir.transform.redistribute_plan.replan_envs`
+    for a symbolic count, chosen by an ``R.If`` at run time), each worker sends the runs another lacks
+    and receives the runs it lacks with Disco's ``send_to_worker`` / ``recv_from_worker``, exactly
+    :func:`~distir.ops.collectives.regroup_pieces` (the bytes the simulator counts). Elsewhere, and
+    inside dataflow (a plain export, which has no ``R.If``), Disco's allgather of the group's pieces
+    and a slice of the new block, which moves more (``(n - 1)`` pieces per worker)."""
     from ...ops.collectives import regroup_blocks
+    from ...transform.redistribute_plan import replan_envs
 
     attrs = c.attrs
     axis = attrs["axis"] % c.xt.ndim
@@ -293,8 +299,82 @@ def emit_regroup(c: _Collective) -> relax.Expr:
 
     if c.ex.in_dataflow or not c.ex.dispatch:
         return gather()
-    agree = tirx.EQ(_p(c.ex.dim(before)), _p(c.ex.dim(after)))
-    return c.ex.choose([(agree, lambda: c.x)], gather)
+    sizes = [attrs[k] for k in ("extent", "num_workers", "unit_from", "unit_to")]
+    names = sorted(set().union(*(sym.free_vars(d) for d in [*sizes, *c.mesh.shape])))
+    if not names:
+        return _regroup_sends(c, axis, {})
+    arms = [(tirx.EQ(_p(c.ex.dim(before)), _p(c.ex.dim(after))), lambda: c.x)]
+    for env in replan_envs(c.mesh.shape):
+        if set(env) == set(names):
+            cond = None
+            for name in names:
+                eq = tirx.EQ(_p(c.ex.dim(sym.var(name))), tirx.IntImm("int64", env[name]))
+                cond = eq if cond is None else tirx.And(cond, eq)
+            arms.append((cond, lambda env=env: _regroup_sends(c, axis, env)))
+    return c.ex.choose(arms, gather)
+
+
+def _regroup_sends(c: _Collective, axis: int, env: dict) -> relax.Expr:
+    """The regroup at the concrete sizes ``env`` as point-to-point sends: one ``R.If`` arm per worker of
+    the mesh that sends its runs to the workers lacking them, then receives its own missing runs and
+    lays out its new block (its own run and the received ones in order, padded with zeros). Every
+    worker sends and receives in the one order of :func:`~distir.ops.collectives.regroup_pieces`, so
+    that sends which wait for their receiver (NCCL's) cannot wait in a cycle."""
+    from ...ir.layout import mesh_groups
+    from ...ops.collectives import regroup_blocks, regroup_pieces
+
+    ex, attrs = c.ex, c.attrs
+    values = {k: sym.evaluate(sym.substitute(attrs[k], env), {}) for k in ("extent", "num_workers", "unit_from", "unit_to")}
+    n, k = values["extent"], values["num_workers"]
+    before, after = regroup_blocks(values)
+    if before == after:
+        return c.x
+    pieces = regroup_pieces(n, k, values["unit_from"], values["unit_to"])
+    shape = [sym.substitute(d, env) for d in c.xt.shape]
+    out_shape = list(shape)
+    out_shape[axis] = after
+
+    def cut(value, lo, hi):
+        return ex.emit(relax.op.strided_slice(value, axes=[axis], begin=[lo], end=[hi], assume_inbound=True))
+
+    def zeros(extent):
+        dims = list(shape)
+        dims[axis] = extent
+        return ex.emit(relax.op.zeros(relax.ShapeExpr([_p(d) for d in ex.dims(dims)]), c.xt.dtype))
+
+    def worker(group, j):
+        def build():
+            runs = []
+            own_lo, own_hi = j * after, min((j + 1) * after, (j + 1) * before, n)
+            own_lo = max(own_lo, j * before)
+            if own_lo < own_hi:
+                runs.append((own_lo, cut(c.x, own_lo - j * before, own_hi - j * before)))
+            # every worker takes its part of the transfers in one order, the list's: with sends that wait
+            # for their receiver (NCCL's), the first transfer not yet done always has both ends at it
+            for i, t, lo, hi in pieces:
+                if i == j:
+                    ex.emit(_disco_call("runtime.disco.send_to_worker", cut(c.x, lo - j * before, hi - j * before), group[t]))
+                elif t == j:
+                    buf = zeros(hi - lo)
+                    ex.emit(_disco_call("runtime.disco.recv_from_worker", buf, group[i]))
+                    runs.append((lo, buf))
+            runs.sort(key=lambda r: r[0])
+            filled = min((j + 1) * after, n) - j * after
+            parts = [r for _, r in runs] + ([zeros(after - max(filled, 0))] if filled < after else [])
+            return parts[0] if len(parts) == 1 else ex.emit(relax.op.concat(parts, axis=axis))
+
+        return build
+
+    me = _p(ex.dim(sym.var(WORKER_ID)))
+    arms = [(tirx.EQ(me, tirx.IntImm("int64", w)), worker(group, j))
+            for group in mesh_groups(c.mesh, c.axis, env) for j, w in enumerate(group)]
+    return ex.choose(arms, lambda: zeros(after))  # a worker outside the mesh: its value is never read
+
+
+def _disco_call(name: str, buffer: relax.Expr, peer: int) -> relax.Expr:
+    """A call of one of Disco's point-to-point builtins (``buffer``, ``peer``'s worker id): it returns nothing."""
+    return relax.Call(relax.ExternFunc(name), [buffer, relax.prim_value(tirx.IntImm("int64", peer))],
+                      ty_args=[relax.ObjectType()])
 
 
 def exchange_codes(placement) -> list:

@@ -216,7 +216,8 @@ def _dispatched_at(mesh: DeviceMesh, values: dict[str, int]) -> bool:
 
 def _dispatches(b: Binding) -> bool:
     """A binding whose Relax form chooses at run time by the count: a re-planned redistribute on a
-    mesh of symbolic sizes, or a re-blocking whose blockings agree at some counts only."""
+    mesh of symbolic sizes, or a re-blocking that may move data (point to point, chosen by the worker
+    id and, where its blockings agree at some counts only, by the count)."""
     from ...ir.steps import get_step
     from ...ops.collectives import regroup_blocks
 
@@ -227,8 +228,15 @@ def _dispatches(b: Binding) -> bool:
         return any(sym.is_symbolic(d) for d in v.attrs["device_mesh"].shape)
     if v.op is get_step("regroup").local_op:
         before, after = regroup_blocks(v.op.full_attrs(v.attrs))
-        return not sym.equal(before, after) and (sym.is_symbolic(before) or sym.is_symbolic(after))
+        return not sym.equal(before, after)  # its sends and receives are chosen by the worker id
     return False
+
+
+def _point_to_point(b: Binding) -> bool:
+    """A re-blocking that may move data: its Relax form calls Disco's send and receive."""
+    from ...ir.steps import get_step
+
+    return isinstance(b.value, Call) and b.value.op is get_step("regroup").local_op and _dispatches(b)
 
 
 def _split_for_dispatch(func: Function) -> Function:
@@ -675,7 +683,11 @@ class _FunctionExporter(Exporter):
             self.env[p] = rv
             params.append(rv)
         used_later = _used_after_each_block(f)
-        with self.bb.function(name or f.name, size_params + params):
+        # Disco's send / recv (a regroup's point-to-point runs) are impure calls in a function that is
+        # pure to its callers: what it sends is what its result needs; force_pure keeps the calls in place
+        moves = self.dispatch and any(_point_to_point(b) for b in f.bindings())
+        attrs = {"relax.force_pure": True} if moves else None
+        with self.bb.function(name or f.name, size_params + params, attrs=attrs):
             if self.uses_worker_id:
                 self._emit_worker_id()
             for i, block in enumerate(f.blocks):
