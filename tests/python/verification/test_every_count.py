@@ -10,11 +10,9 @@ import pytest
 import distir
 from distir import examples
 from distir.driver import Driver, random_inputs
-from distir.ir.steps import get_step
 from distir.verification import CHECKED, COUNTEREXAMPLE, EVERY_COUNT, verify
 from distir.verification.cutoff import NotProved, cutoff
-
-from test_verify_counts import gather_program, reduce_program
+from test_verify_counts import gather_program, reduce_program, sum_where_max_belongs
 
 
 def test_integer_sum_over_a_cut_dim_holds_at_every_count():
@@ -128,14 +126,7 @@ def test_cutoff_refuses_a_two_axis_mesh():
 
 
 def test_mutation_sum_where_max_belongs_is_a_counterexample_at_every_count(monkeypatch):
-    kind = get_step("all_reduce")
-    real = kind.lower
-
-    def as_sum(call, x):
-        c = real(call, x)
-        return type(c)(c.op, c.args, {**c.attrs, "op_type": "sum"}, c.span)
-
-    monkeypatch.setattr(kind, "lower", as_sum)
+    sum_where_max_belongs(monkeypatch)
     text = reduce_program("max", "float32", 5, 9)
     v = verify(distir.parse(text))
     assert v.status == COUNTEREXAMPLE and v.counterexample.count == 2, str(v)

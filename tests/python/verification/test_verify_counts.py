@@ -223,16 +223,36 @@ def test_cli_bad_file_is_one_line(capsys, tmp_path):
     assert err[0].startswith("distir verify: error: invalid syntax") and "Traceback" not in "".join(err)
 
 
-def test_not_checked_names_the_count_a_module_refuses(monkeypatch):
+def refuse_three(monkeypatch) -> None:
+    """Driver.specialize refuses the count 3 (a module a count cannot be made of)."""
     from distir.driver import Driver
 
     real = Driver.specialize
-    def refuse_three(self, count):
+
+    def refusing(self, count):
         if count == 3:
             raise DistirError("refused here")
         return real(self, count)
 
-    monkeypatch.setattr(Driver, "specialize", refuse_three)
+    monkeypatch.setattr(Driver, "specialize", refusing)
+
+
+def sum_where_max_belongs(monkeypatch) -> None:
+    """A wrong lowering: P[max] -> R written as an all-reduce by sum (wrong from 2 workers on)."""
+    from distir.ir.steps import get_step
+
+    kind = get_step("all_reduce")
+    real = kind.lower
+
+    def as_sum(call, x):
+        c = real(call, x)
+        return type(c)(c.op, c.args, {**c.attrs, "op_type": "sum"}, c.span)
+
+    monkeypatch.setattr(kind, "lower", as_sum)
+
+
+def test_not_checked_names_the_count_a_module_refuses(monkeypatch):
+    refuse_three(monkeypatch)
     v = verify(distir.parse(gather_program(9, 3)), max_count=5)
     assert v.status == NOT_CHECKED and v.counts == (1, 2)
     assert "count 3" in v.reason and "refused here" in v.reason

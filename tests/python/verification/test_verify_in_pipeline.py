@@ -13,7 +13,6 @@ from distir import examples
 from distir.cli.opt import main as opt_main
 from distir.driver import Driver, random_inputs
 from distir.errors import DistirError
-from distir.ir.steps import get_step
 from distir.ir.structural import structural_equal
 from distir.runtime.interpreter import run as run_global
 from distir.runtime.spmd import run_spmd
@@ -21,7 +20,7 @@ from distir.transform import PassContext, PassInstrument
 from distir.transform.pipelines import VERDICTS_ATTR, distribute_pipeline
 from distir.transform.specialize import specialize
 from distir.verification.in_pipeline import IncompleteVerificationWarning
-from test_verify_counts import gather_program, reduce_program
+from test_verify_counts import gather_program, reduce_program, refuse_three, sum_where_max_belongs
 
 
 def _distribute(mod, **config):
@@ -53,20 +52,8 @@ def test_driver_option_checks_sampled_counts_at_its_bound_sizes():
     assert verdict.startswith("CHECKED for counts 1..8 with s=5 "), verdict
 
 
-def _sum_for_max(monkeypatch):
-    """The lowering of P[max] -> R writing an all-reduce by sum: wrong from 2 workers on."""
-    kind = get_step("all_reduce")
-    real = kind.lower
-
-    def as_sum(call, x):
-        c = real(call, x)
-        return type(c)(c.op, c.args, {**c.attrs, "op_type": "sum"}, c.span)
-
-    monkeypatch.setattr(kind, "lower", as_sum)
-
-
 def test_a_wrong_lowering_is_a_one_line_error_naming_the_count(monkeypatch):
-    _sum_for_max(monkeypatch)
+    sum_where_max_belongs(monkeypatch)
     text = reduce_program("max", "float32", 5, 9)
     for mode in ("sampled", "every-count"):
         with pytest.raises(DistirError, match=r"^distribute\.verify: @main: the lowered module is wrong: "
@@ -82,7 +69,7 @@ def test_a_wrong_lowering_is_a_one_line_error_naming_the_count(monkeypatch):
 
 
 def test_cli_wrong_lowering_is_one_line_and_status_1(monkeypatch, tmp_path, capsys):
-    _sum_for_max(monkeypatch)
+    sum_where_max_belongs(monkeypatch)
     src = tmp_path / "m.py"
     src.write_text(reduce_program("max", "float32", 5, 9))
     assert opt_main([str(src), "-p", "distribute", "--verify-distribute", "sampled"]) == 1
@@ -139,19 +126,8 @@ def test_a_dim_the_module_lacks_is_refused():
         _distribute(examples.load("llama"), **{"distribute.verify": "sampled", "distribute.verify_dims": {"t": 3}})
 
 
-def _refuse_three(monkeypatch):
-    real = Driver.specialize
-
-    def refuse_three(self, count):
-        if count == 3:
-            raise DistirError("refused here")
-        return real(self, count)
-
-    monkeypatch.setattr(Driver, "specialize", refuse_three)
-
-
 def test_not_checked_is_an_error_by_default_and_a_warning_when_told(monkeypatch):
-    _refuse_three(monkeypatch)
+    refuse_three(monkeypatch)
     mod = distir.parse(gather_program(9, 3))
     with pytest.raises(DistirError, match=r"^distribute\.verify=sampled: @main: NOT CHECKED: count 3: .*refused here"
                        r".*\(set distribute\.verify_incomplete='warn' to go on\)$"):
