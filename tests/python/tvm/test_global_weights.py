@@ -29,25 +29,7 @@ from distir.transform.weights import WeightsError
 from distir.tvm import DiscoRunError
 from distir.tvm.checkpoint import BoundSet, is_global_set, read_global, save_global_weights
 from distir.tvm.ranges import ReadError, read_worker, runs
-from test_weight_sets import ON_4_TO_7, TWO_D  # the same modules, on the meshes the pre-sharded tests use
-
-MLP = """
-@I.ir_module
-class Module:
-    I.module_global_infos({"mesh": [R.device_mesh(("num_workers",), I.Range(0, "num_workers"))]})
-
-    @R.function
-    def main(x: R.Tensor((4, 8), dtype="float32"), w1: R.Tensor((8, 10), dtype="float32"),
-             w2: R.Tensor((10, 8), dtype="float32")) -> R.Tensor((4, 8), dtype="float32"):
-        with R.dataflow():
-            w1_s: R.Tensor((8, 10), dtype="float32") = R.dist.annotate_sharding(w1, device_mesh="mesh[0]", placement="S[1]")
-            w2_s: R.Tensor((10, 8), dtype="float32") = R.dist.annotate_sharding(w2, device_mesh="mesh[0]", placement="S[0]")
-            h: R.Tensor((4, 10), dtype="float32") = R.matmul(x, w1_s, out_dtype=None)
-            y: R.Tensor((4, 8), dtype="float32") = R.matmul(h, w2_s, out_dtype=None)
-            y_r: R.Tensor((4, 8), dtype="float32") = R.dist.annotate_sharding(y, device_mesh="mesh[0]", placement="R")
-            R.output(y_r)
-        return y_r
-"""
+from test_weight_sets import MLP, ON_4_TO_7, TWO_D  # the same modules the pre-sharded tests use
 
 
 def dump(arrays: dict, path, **kwargs):
